@@ -1,0 +1,32 @@
+# Two entry points: `make demo` and `make test`. Both build .venv from PyPI
+# on first use; nothing outside this folder is installed.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.inagg-installed
+
+.PHONY: demo test venv clean bench
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 or newer"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: inagg needs Python 3.11 or newer ($(PYTHON) is $$($(PYTHON) -V))"; exit 1; }
+	@command -v g++ >/dev/null || { echo "error: g++ not found: Verilator needs a C++ compiler (Debian/Ubuntu: apt-get install g++)"; exit 1; }
+	@command -v perl >/dev/null || { echo "error: perl not found: Verilator's front end is a perl script (Debian/Ubuntu: apt-get install perl)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/inagg demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build sim_build .pytest_cache

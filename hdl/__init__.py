@@ -1,0 +1,1 @@
+"""Amaranth 0.5 gateware of the inagg switch."""

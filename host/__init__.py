@@ -1,0 +1,1 @@
+"""The host side: RoCEv2 workers that all-reduce through an inagg switch."""

@@ -1,0 +1,80 @@
+"""The RoCEv2 invariant CRC (ICRC) over IPv4.
+
+IBTA's RoCEv2 annex defines the ICRC as CRC-32 (the Ethernet polynomial,
+reflected, initial value and final XOR all ones -- exactly :func:`zlib.crc32`)
+over 8 bytes of 0xFF standing in for the LRH of InfiniBand, followed by the
+IP header, the UDP header, the BTH and everything after it up to the ICRC.
+The fields a router may change on the way are masked to ones first: IPv4
+TOS (DSCP/ECN), TTL and header checksum, the UDP checksum, and the BTH
+``resv8a`` byte (BTH byte 4, the F/B ECN bits of some NICs). The 32-bit CRC
+goes on the wire least-significant byte first.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from .protocol import BTH_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IPV4_LEN, UDP_LEN
+
+__all__ = ["icrc", "icrc_value", "check", "masked_header"]
+
+# Offsets, counted from the start of the IPv4 header.
+_MASK_IP_TOS = 1
+_MASK_IP_TTL = 8
+_MASK_IP_CSUM = slice(10, 12)
+_MASK_UDP_CSUM = slice(IPV4_LEN + 6, IPV4_LEN + 8)
+_MASK_BTH_RESV8A = IPV4_LEN + UDP_LEN + 4
+_MASKED_LEN = IPV4_LEN + UDP_LEN + BTH_LEN
+_PREFIX_CRC = zlib.crc32(b"\xff" * 8)
+
+
+def masked_header(ip_hdr: bytes) -> bytes:
+    """The first 40 bytes after the Ethernet header (IPv4 + UDP + BTH) with the variant fields set to ones."""
+    b = bytearray(ip_hdr[:_MASKED_LEN])
+    b[_MASK_IP_TOS] = 0xFF
+    b[_MASK_IP_TTL] = 0xFF
+    b[_MASK_IP_CSUM] = b"\xff\xff"
+    b[_MASK_UDP_CSUM] = b"\xff\xff"
+    b[_MASK_BTH_RESV8A] = 0xFF
+    return bytes(b)
+
+
+def _validate(frame: bytes) -> None:
+    if len(frame) < ETH_LEN + _MASKED_LEN:
+        raise ValueError(f"a RoCEv2 frame has at least {ETH_LEN + _MASKED_LEN} bytes before its ICRC, not {len(frame)}")
+    if struct.unpack_from("!H", frame, 12)[0] != ETH_TYPE_IPV4:
+        raise ValueError("the ICRC is defined here for RoCEv2 over IPv4 (EtherType 0x0800) only")
+    if frame[ETH_LEN] != 0x45:
+        raise ValueError(f"IPv4 header must be version 4 with IHL 5, not byte 0x{frame[ETH_LEN]:02x}")
+
+
+def icrc_value(frame: bytes | bytearray | memoryview) -> int:
+    """The ICRC as a 32-bit integer for ``frame`` (Ethernet header up to the last pad byte, no ICRC, no FCS)."""
+    frame = bytes(frame)
+    _validate(frame)
+    crc = zlib.crc32(masked_header(frame[ETH_LEN:]), _PREFIX_CRC)
+    return zlib.crc32(frame[ETH_LEN + _MASKED_LEN:], crc)
+
+
+def icrc(frame: bytes | bytearray | memoryview) -> bytes:
+    """The 4 ICRC bytes as they go on the wire after ``frame`` (LSB first)."""
+    return struct.pack("<I", icrc_value(frame))
+
+
+def check(frame_with_icrc: bytes | bytearray | memoryview) -> bool:
+    """True when the ICRC at the end of the IP datagram matches; False for anything malformed.
+
+    The datagram's end comes from the IPv4 total length, so Ethernet padding
+    after it is ignored, as a NIC ignores it.
+    """
+    frame = bytes(frame_with_icrc)
+    try:
+        _validate(frame)
+    except ValueError:
+        return False
+    total = struct.unpack_from("!H", frame, ETH_LEN + 2)[0]
+    end = ETH_LEN + total
+    if total < _MASKED_LEN + ICRC_LEN or end > len(frame):
+        return False
+    return icrc(frame[: end - ICRC_LEN]) == frame[end - ICRC_LEN : end]

@@ -1,0 +1,175 @@
+"""The description of a switch and of the jobs on it.
+
+One description configures every implementation: the model switch takes it
+directly, the controller writes it into the RTL's register map and into the
+P4 program's tables, and the hosts derive their addressing from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .protocol import (
+    CHUNK_BYTES_ALLOWED, CHUNK_BYTES_DEFAULT, DEFAULT_PKEY, LANE_BYTES, MAX_JOBS, MAX_WORKERS,
+    switch_qpn,
+)
+from .wire import ip_bytes, mac_bytes
+
+__all__ = ["WorkerSpec", "JobSpec", "SwitchSpec", "ExceptionSpec"]
+
+
+def _pow2(x: object) -> bool:
+    return isinstance(x, int) and x > 0 and not x & (x - 1)
+
+
+def _u(name: str, x: object, bits: int) -> None:
+    if not isinstance(x, int) or not 0 <= x < (1 << bits):
+        raise ValueError(f"{name} must be an integer in 0..2**{bits}-1, not {x!r}")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Where one worker of a job receives its results.
+
+    Parameters
+    ----------
+    port:
+        Switch port the worker is attached to.
+    mac, ip:
+        The worker's Ethernet and IPv4 addresses ("02:00:00:00:00:01", "10.0.0.1").
+    qpn:
+        The worker's own QP number; results are sent to it.
+    rkey:
+        R_Key of the worker's result ring.
+    result_va:
+        Virtual address of the worker's result ring (one chunk per slot of the job).
+    result_psn:
+        PSN of the first result the switch sends to this worker.
+    """
+
+    port: int
+    mac: str
+    ip: str
+    qpn: int
+    rkey: int
+    result_va: int
+    result_psn: int = 0
+
+    def __post_init__(self) -> None:
+        _u("port", self.port, 8)
+        mac_bytes(self.mac)
+        ip_bytes(self.ip)
+        _u("worker qpn", self.qpn, 24)
+        _u("worker rkey", self.rkey, 32)
+        _u("result_va", self.result_va, 64)
+        _u("result_psn", self.result_psn, 24)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One aggregation job: who takes part and which slots it uses.
+
+    Parameters
+    ----------
+    job:
+        Job number (names the job in the switch QPNs, see ``protocol.switch_qpn``).
+    rkey:
+        R_Key every contribution of this job must carry.
+    slot_base, slots:
+        The job's slot region: ``slots`` (a power of two) slots from
+        ``slot_base`` (a multiple of ``slots``). Chunk ``c`` uses slot
+        ``slot_base + c % slots``; a worker keeps at most ``slots // 2``
+        chunks outstanding (``window``).
+    workers:
+        The workers, in worker-index order.
+    """
+
+    job: int
+    rkey: int
+    slot_base: int
+    slots: int
+    workers: tuple[WorkerSpec, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job, int) or not 0 <= self.job < MAX_JOBS:
+            raise ValueError(f"job must be an integer in 0..{MAX_JOBS - 1}, not {self.job!r}")
+        _u("job rkey", self.rkey, 32)
+        if not _pow2(self.slots) or self.slots < 2:
+            raise ValueError(f"slots must be a power of two >= 2, not {self.slots!r}")
+        if not isinstance(self.slot_base, int) or self.slot_base < 0 or self.slot_base % self.slots:
+            raise ValueError(f"slot_base must be a non-negative multiple of slots ({self.slots}), not {self.slot_base!r}")
+        object.__setattr__(self, "workers", tuple(self.workers))
+        if not 1 <= len(self.workers) <= MAX_WORKERS:
+            raise ValueError(f"a job has 1..{MAX_WORKERS} workers, not {len(self.workers)}")
+        for w in self.workers:
+            if not isinstance(w, WorkerSpec):
+                raise TypeError(f"workers must be WorkerSpec, not {type(w).__name__}")
+
+    @property
+    def window(self) -> int:
+        """Most chunks a worker may have outstanding: half the region (see docs/protocol.md)."""
+        return self.slots // 2
+
+    def qpn(self, worker: int) -> int:
+        """The switch QPN worker ``worker`` sends its contributions to."""
+        return switch_qpn(self.job, worker)
+
+
+@dataclass(frozen=True)
+class ExceptionSpec:
+    """The exception path that takes slots whose direct-mapped slot is held by another job.
+
+    ``table`` entries per cuckoo table (power of two), ``max_kicks`` longest
+    kick-out chain, ``stash`` stash entries. It holds up to
+    ``2 * table + stash`` slots.
+    """
+
+    table: int = 256
+    max_kicks: int = 16
+    stash: int = 4
+
+    def __post_init__(self) -> None:
+        if not _pow2(self.table) or not 2 <= self.table <= 65536:
+            raise ValueError(f"exception table must be a power of two from 2 to 65536, not {self.table!r}")
+        if not isinstance(self.max_kicks, int) or self.max_kicks < 0:
+            raise ValueError(f"max_kicks must be a non-negative integer, not {self.max_kicks!r}")
+        if not isinstance(self.stash, int) or self.stash < 0:
+            raise ValueError(f"stash must be a non-negative integer, not {self.stash!r}")
+
+    @property
+    def capacity(self) -> int:
+        return 2 * self.table + self.stash
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    """Build-time parameters and addresses of one switch.
+
+    ``slots`` direct-mapped slots (a power of two) of ``chunk_bytes`` each;
+    ``exception`` None for a fast path only (then job regions must not
+    overlap).
+    """
+
+    mac: str = "02:00:00:00:00:fe"
+    ip: str = "10.0.0.254"
+    ports: int = 4
+    slots: int = 256
+    chunk_bytes: int = CHUNK_BYTES_DEFAULT
+    pkey: int = DEFAULT_PKEY
+    exception: ExceptionSpec | None = None
+
+    def __post_init__(self) -> None:
+        mac_bytes(self.mac)
+        ip_bytes(self.ip)
+        if not isinstance(self.ports, int) or not 1 <= self.ports <= 256:
+            raise ValueError(f"ports must be an integer in 1..256, not {self.ports!r}")
+        if not _pow2(self.slots) or self.slots < 2:
+            raise ValueError(f"slots must be a power of two >= 2, not {self.slots!r}")
+        if self.chunk_bytes not in CHUNK_BYTES_ALLOWED:
+            raise ValueError(f"chunk_bytes must be one of {CHUNK_BYTES_ALLOWED}, not {self.chunk_bytes!r}")
+        _u("pkey", self.pkey, 16)
+
+    @property
+    def lanes(self) -> int:
+        """INT32 lanes per chunk."""
+        return self.chunk_bytes // LANE_BYTES

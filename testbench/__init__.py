@@ -1,0 +1,1 @@
+"""cocotb testbenches, bus drivers and the RTL bridge for inagg's gateware."""
