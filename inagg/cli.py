@@ -1,17 +1,25 @@
 """The ``inagg`` command line.
 
-Each subcommand imports what it needs when it runs, so ``inagg --help`` and
-the host-side commands never pull in Amaranth or cocotb.
+Each part of inagg contributes its subcommands through a module listed in
+:data:`COMMAND_MODULES` that exposes ``register(subparsers)``. Those modules
+import only argparse-level code at import time and pull in their heavy
+dependencies (Amaranth, cocotb, scapy) inside the command handlers, so
+``inagg --help`` and the host-side commands never load the gateware stack.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from inagg import __version__
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "COMMAND_MODULES"]
+
+COMMAND_MODULES = (
+    "inagg.host.demo",
+)
 
 
 def _cmd_version(args: argparse.Namespace) -> int:
@@ -23,12 +31,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     from inagg import doctor
 
     return doctor.main(json_output=args.json)
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from inagg.host import demo
-
-    return demo.run_cli(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,11 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_doctor)
 
-    p = sub.add_parser("demo", help="all-reduce random tensors from several workers through a switch")
-    from inagg.host import demo
-
-    demo.add_arguments(p)
-    p.set_defaults(func=_cmd_demo)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
     return parser
 
 
