@@ -167,7 +167,8 @@ class ModelSwitch:
             return self.overflow[ptr]
         if fast.state == SlotState.FREE:
             return fast
-        if not self.exception.insert(key, self._free[0]):
+        # With every overflow slot in use the table is full as well.
+        if not self._free or not self.exception.insert(key, self._free[0]):
             return Counter.EXC_REFUSED
         self.counters[Counter.EXC_INSERTS] += 1
         return self.overflow[self._free.pop(0)]
