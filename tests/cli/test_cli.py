@@ -71,3 +71,7 @@ def test_wheel_installs_only_the_inagg_namespace(tmp_path):
     assert tops == {"inagg", f"inagg-{__version__}.dist-info"}
     for sub in ("models/switch.py", "hdl/__init__.py", "host/__init__.py", "testbench/toolchain.py"):
         assert f"inagg/{sub}" in names
+    # Every sub-package of the source tree must be listed in pyproject's packages, or the wheel lacks it.
+    for part in ("models", "hdl", "host", "testbench"):
+        for init in (ROOT / part).rglob("__init__.py"):
+            assert f"inagg/{init.relative_to(ROOT).as_posix()}" in names, f"{init.parent} is not packaged"
