@@ -1,0 +1,122 @@
+"""``inagg demo``: the main job -- workers all-reduce float32 tensors through the switch.
+
+N workers per job (default 4) each all-reduce a random float32 tensor
+(default 16 MiB) through the Mode II model switch, over the in-memory network
+(default) or Linux network namespaces, with optional loss, duplication,
+reordering and corruption. The run checks every worker's result against a
+float64 numpy reference, element by element, within the bound of
+``docs/host.md`` ("Error bound"), prints a summary (or JSON) and exits 1 when
+the bound is missed.
+
+Only argparse is imported at module import time: ``inagg --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+__all__ = ["register", "parse_size"]
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|kB|KB|MB|GB)?\s*$")
+_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
+          "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``"16MiB"``, ``"4096"``, ``"1 GB"``; a multiple of 4 (whole float32 elements)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"size must be a number of bytes with an optional unit (B, KiB, MiB, GiB, kB, MB, GB), "
+                         f"not {text!r}")
+    n = int(m.group(1)) * _UNITS[m.group(2)]
+    if n % 4:
+        raise ValueError(f"size must be a multiple of 4 bytes (whole float32 elements), not {n}")
+    return n
+
+
+def _size_arg(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _rate_arg(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a rate is a number in [0, 1), not {text!r}") from None
+    if not 0.0 <= x < 1.0:
+        raise argparse.ArgumentTypeError(f"a rate is a number in [0, 1), not {text!r}")
+    return x
+
+
+def _positive_int(text: str) -> int:
+    try:
+        x = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}") from None
+    if x < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}")
+    return x
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``inagg demo`` to the command line."""
+    p = subparsers.add_parser(
+        "demo", help="all-reduce random tensors through the switch and check the sums",
+        description="N workers per job all-reduce random float32 tensors through the Mode II switch "
+                    "and check every sum against a float64 numpy reference.")
+    p.add_argument("--workers", type=_positive_int, default=4, help="workers per job (default 4)")
+    p.add_argument("--size", type=_size_arg, default=16 << 20,
+                   help="tensor bytes per worker, e.g. 16MiB, 4096 (default 16MiB)")
+    p.add_argument("--jobs", type=_positive_int, default=1, help="concurrent jobs on the switch (default 1)")
+    p.add_argument("--loss", type=_rate_arg, default=0.0, help="frame loss rate on the link (default 0)")
+    p.add_argument("--dup", type=_rate_arg, default=0.0, help="frame duplication rate (default 0)")
+    p.add_argument("--reorder", type=_rate_arg, default=0.0, help="rate of frames held back and overtaken (default 0)")
+    p.add_argument("--corrupt", type=_rate_arg, default=0.0, help="rate of frames with one bit flipped (default 0)")
+    p.add_argument("--net", choices=("memory",), default="memory",
+                   help="memory: one process, virtual time (default)")
+    p.add_argument("--switch", choices=("model",), default="model",
+                   help="the switch implementation: the numpy model (the RTL joins with its bridge)")
+    p.add_argument("--window", type=_positive_int, default=128,
+                   help="chunks outstanding per worker, a power of two (default 128)")
+    p.add_argument("--chunk-bytes", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096),
+                   help="payload bytes per packet (default 1024)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the tensors and the link faults (default 0)")
+    p.add_argument("--pcap", metavar="FILE", help="write every frame put on the link to FILE (pcap, Ethernet)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import json
+
+    from .demo_run import DemoConfig, format_summary, run_demo
+
+    try:
+        cfg = DemoConfig(workers=args.workers, size=args.size, jobs=args.jobs, loss=args.loss, dup=args.dup,
+                         reorder=args.reorder, corrupt=args.corrupt, net=args.net, switch=args.switch,
+                         window=args.window, chunk_bytes=args.chunk_bytes, seed=args.seed, pcap=args.pcap)
+    except ValueError as e:
+        print(f"inagg demo: error: {e}", file=sys.stderr)
+        return 2
+    progress = not (args.json or args.no_progress) and sys.stderr.isatty()
+    try:
+        summary = run_demo(cfg, progress=progress)
+    except Exception as e:  # a protocol failure ends the demo with its message, not a traceback
+        from .worker import ProtocolError
+
+        if isinstance(e, ProtocolError):
+            print(f"inagg demo: error: {e}", file=sys.stderr)
+            return 1
+        raise
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        format_summary(summary)
+    return 0 if summary["ok"] else 1
+

@@ -1,0 +1,210 @@
+"""The demo's work: set up the switch and the workers, run, check, summarize (see :mod:`inagg.host.demo`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter as Tally
+from dataclasses import dataclass
+
+import numpy as np
+
+from inagg.models import quant
+from inagg.models.protocol import Counter
+from inagg.models.switch import ModelSwitch
+
+from .controller import Controller, plan
+from .link import Faults
+from .memnet import MemoryNetwork
+from .worker import AllReduce, Timing, Worker, agreement_chunks
+
+__all__ = ["DemoConfig", "run_demo", "result_bound", "format_summary"]
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """Everything ``inagg demo`` varies; validated on construction."""
+
+    workers: int = 4
+    size: int = 16 << 20
+    jobs: int = 1
+    loss: float = 0.0
+    dup: float = 0.0
+    reorder: float = 0.0
+    corrupt: float = 0.0
+    net: str = "memory"
+    switch: str = "model"
+    window: int = 128
+    chunk_bytes: int = 1024
+    seed: int = 0
+    pcap: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size, int) or self.size < 0 or self.size % 4:
+            raise ValueError(f"size must be a non-negative multiple of 4 bytes, not {self.size!r}")
+        if self.net not in ("memory",):
+            raise ValueError(f"net must be 'memory', not {self.net!r}")
+        if self.switch != "model":
+            raise ValueError(f"switch must be 'model', not {self.switch!r}")
+        # plan() and Faults() validate the rest with their own messages.
+        self.plan()
+        self.faults()
+
+    def plan(self):
+        return plan([self.workers] * self.jobs, window=self.window, chunk_bytes=self.chunk_bytes)
+
+    def faults(self) -> Faults:
+        return Faults(loss=self.loss, dup=self.dup, reorder=self.reorder, corrupt=self.corrupt)
+
+
+def result_bound(ref: np.ndarray, abs_sum: np.ndarray, exponent: int, workers: int) -> np.ndarray:
+    """Per-element bound on ``|result - ref|`` for a float32 all-reduce result (``docs/host.md``).
+
+    ``ref`` is the float64 sum of the workers' float32 data, ``abs_sum`` the
+    float64 sum of their magnitudes. Terms: the quantization grid
+    (:func:`inagg.models.quant.error_bound`), the final rounding to float32
+    (half an ulp, relative 2**-24, and 2**-150 below the normal range), and the
+    rounding of the float64 reference itself.
+    """
+    eb = quant.error_bound(exponent, workers)
+    return eb + 2.0**-24 * (np.abs(ref) + eb) + 2.0**-149 + workers * 2.0**-53 * abs_sum
+
+
+def _tensors(cfg: DemoConfig, job: int) -> list[np.ndarray]:
+    n = cfg.size // 4
+    return [np.random.default_rng([cfg.seed, job, r]).standard_normal(n, np.float32) for r in range(cfg.workers)]
+
+
+@contextlib.contextmanager
+def _pcap(path: str | None):
+    if path is None:
+        yield None
+        return
+    from scapy.utils import RawPcapWriter
+
+    w = RawPcapWriter(path, linktype=1, nano=True, sync=False)  # 1: DLT_EN10MB
+    try:
+        w.write_header(None)  # a capture with no frame is still a valid pcap file
+        yield lambda t, frame: w.write_packet(frame, sec=int(t), usec=round((t % 1) * 1e9))
+    finally:
+        w.close()
+
+
+@contextlib.contextmanager
+def _progress_bar(enabled: bool, total: int):
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("all-reduce"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
+                  TimeElapsedColumn(), transient=True) as bar:
+        task = bar.add_task("all-reduce", total=total)
+        yield lambda done: bar.update(task, completed=done)
+
+
+def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
+    """Run the demo described by ``cfg``; returns the summary (``summary["ok"]``: every sum within its bound)."""
+    p = cfg.plan()
+    switch = ModelSwitch(p.switch)
+    timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
+    data = {job.job: _tensors(cfg, j) for j, job in enumerate(p.jobs)}
+    ops = {}
+    for job in p.jobs:
+        for r, w in enumerate(job.workers):
+            ops[w.port] = AllReduce(Worker(p.switch, job, r, timing=timing), data[job.job][r])
+    lanes = p.switch.lanes
+    total = len(ops) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
+    with Controller(switch, p), _pcap(cfg.pcap) as capture, _progress_bar(progress, total) as bar:
+        net = MemoryNetwork(switch, faults=cfg.faults(), seed=cfg.seed, capture=capture)
+        tick = None if bar is None else (lambda now: bar(sum(op.worker.stats["results"] for op in ops.values())))
+        stats = net.run(ops, progress=tick)
+        counters = dict(switch.counters)
+    return _summarize(cfg, p, data, ops, counters, stats)
+
+
+def _summarize(cfg, p, data, ops, counters, stats) -> dict:
+    ok = True
+    max_err, worst_ratio, bound_at_max = 0.0, 0.0, 0.0
+    exponents = {}
+    for job in p.jobs:
+        ref = np.zeros(cfg.size // 4)
+        abs_sum = np.zeros(cfg.size // 4)
+        for d in data[job.job]:
+            ref += d
+            abs_sum += np.abs(d)
+        first = ops[job.workers[0].port]
+        exponents[job.job] = first.exponent
+        bound = result_bound(ref, abs_sum, first.exponent, len(job.workers))
+        for w in job.workers:
+            out = ops[w.port].result()
+            if not np.array_equal(out.view(np.uint32), first.result().view(np.uint32)):
+                ok = False  # every worker of a job must hold the same sum, bit for bit
+            err = np.abs(out - ref)
+            if err.size:
+                i = int(np.argmax(err / bound))
+                worst_ratio = max(worst_ratio, float(err[i] / bound[i]))
+                if err[i] >= max_err:
+                    max_err, bound_at_max = float(err[i]), float(bound[i])
+                ok &= bool((err <= bound).all())
+    host = Tally()
+    for op in ops.values():
+        host.update(op.worker.stats)
+    host_drops = {k.name: v for k, v in host.items() if isinstance(k, Counter)}
+    drops = {c.name: v for c, v in counters.items() if v and (c.name.startswith("DROP_") or c == Counter.EXC_REFUSED)}
+    payload = cfg.size * len(ops)
+    return {
+        "ok": bool(ok and worst_ratio <= 1.0),
+        "net": cfg.net, "switch": cfg.switch, "workers": cfg.workers, "jobs": cfg.jobs,
+        "size_bytes": cfg.size, "chunk_bytes": cfg.chunk_bytes, "window": cfg.window,
+        "faults": {"loss": cfg.loss, "dup": cfg.dup, "reorder": cfg.reorder, "corrupt": cfg.corrupt},
+        "seed": cfg.seed,
+        "exponents": exponents,
+        "max_error": max_err,
+        "bound_at_max_error": bound_at_max,
+        "worst_error_to_bound": worst_ratio,
+        "wall_time_s": stats.wall_time,
+        "goodput_gbit_s": payload * 8 / stats.wall_time / 1e9 if stats.wall_time else 0.0,
+        "packets": {
+            "contributions_sent": host["sent"],
+            "retransmissions": host["resent"],
+            "results_placed": host["results"],
+            "duplicate_results": host["duplicate"],
+            "unexpected_results": host["unexpected"],
+            "fp32_results": host["fp32_results"],
+            "frames_to_switch": stats.to_switch,
+            "frames_to_hosts": stats.to_hosts,
+        },
+        "switch_counters": {c.name: v for c, v in counters.items()},
+        "promoted_chunks": counters[Counter.PROMOTED],
+        "drops": {"switch": drops, "hosts": host_drops, "link": stats.link},
+    }
+
+
+def format_summary(s: dict) -> None:
+    """Print the summary as a table (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="inagg demo", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    f = s["faults"]
+    t.add_row("setup", f"{s['jobs']} job(s) x {s['workers']} workers, {s['size_bytes'] / 2**20:.2f} MiB float32 per "
+                       f"worker, {s['net']} network, {s['switch']} switch, window {s['window']}, "
+                       f"{s['chunk_bytes']} B chunks")
+    t.add_row("faults", ", ".join(f"{k} {v:g}" for k, v in f.items()) + f", seed {s['seed']}")
+    verdict = "[green]PASS[/green]" if s["ok"] else "[red]FAIL[/red]"
+    t.add_row("max error", f"{s['max_error']:.3g} (bound there {s['bound_at_max_error']:.3g}; worst error/bound "
+                           f"{s['worst_error_to_bound']:.3f}) {verdict}")
+    t.add_row("scale", ", ".join(f"job {j}: 2**{e}" for j, e in s["exponents"].items()))
+    t.add_row("time", f"{s['wall_time_s']:.2f} s, goodput {s['goodput_gbit_s']:.3f} Gb/s "
+                      "(tensor bytes of all workers / wall time)")
+    pk = s["packets"]
+    t.add_row("packets", f"{pk['contributions_sent']} contributions sent ({pk['retransmissions']} retransmissions), "
+                         f"{pk['results_placed']} results placed, {pk['duplicate_results']} duplicate and "
+                         f"{pk['unexpected_results']} unexpected results ignored")
+    t.add_row("promoted", f"{s['promoted_chunks']} chunks ({pk['fp32_results']} FP32 results)")
+    d = s["drops"]
+    for where in ("switch", "hosts", "link"):
+        t.add_row(f"drops ({where})", ", ".join(f"{k} {v}" for k, v in sorted(d[where].items())) or "none")
+    Console().print(t)

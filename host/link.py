@@ -1,0 +1,88 @@
+"""A lossy link: loss, duplication, reordering and bit corruption at given rates, seeded.
+
+Every transport puts one between the workers and the switch (the kernel here
+has no netem), so the same faults -- and, for a seed and a frame sequence,
+the same fault pattern -- hit the in-memory network and the namespaces.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Faults", "LossyLink"]
+
+_DRAWS = 4096
+
+
+def _rate(name: str, x: object) -> None:
+    if not isinstance(x, (int, float)) or not 0.0 <= x < 1.0:
+        raise ValueError(f"{name} rate must be a number in [0, 1), not {x!r}")
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Per-frame probabilities of each fault, and how long a reordered frame is held back.
+
+    A frame is lost with probability ``loss``; a frame that survives is
+    corrupted (one random bit flipped) with probability ``corrupt``,
+    held back by ``reorder_delay`` (so later frames overtake it) with
+    probability ``reorder``, and sent twice with probability ``dup``.
+    """
+
+    loss: float = 0.0
+    dup: float = 0.0
+    reorder: float = 0.0
+    corrupt: float = 0.0
+    reorder_delay: float = 50e-6
+
+    def __post_init__(self) -> None:
+        for name in ("loss", "dup", "reorder", "corrupt"):
+            _rate(name, getattr(self, name))
+        if not isinstance(self.reorder_delay, (int, float)) or not self.reorder_delay > 0:
+            raise ValueError(f"reorder_delay must be a positive number, not {self.reorder_delay!r}")
+
+    @property
+    def clean(self) -> bool:
+        """True when the link never touches a frame."""
+        return not (self.loss or self.dup or self.reorder or self.corrupt)
+
+
+class LossyLink:
+    """Applies :class:`Faults` to a stream of frames; ``stats`` counts what it did."""
+
+    def __init__(self, faults: Faults | None = None, seed: int = 0):
+        self.faults = faults or Faults()
+        self.stats: Tally = Tally()
+        self._rng = np.random.default_rng(seed)
+        self._u = np.empty((0, 4))
+        self._i = 0
+
+    def transmit(self, frame: bytes) -> list[tuple[float, bytes]]:
+        """What comes out of the link for ``frame``: (extra delay, frame) pairs, possibly none."""
+        f = self.faults
+        if f.clean:
+            return [(0.0, frame)]
+        if self._i == len(self._u):
+            self._u, self._i = self._rng.random((_DRAWS, 4)), 0
+        u = self._u[self._i]
+        self._i += 1
+        if u[0] < f.loss:
+            self.stats["lost"] += 1
+            return []
+        if u[1] < f.corrupt:
+            self.stats["corrupted"] += 1
+            b = bytearray(frame)
+            bit = int(self._rng.integers(8 * len(b)))
+            b[bit >> 3] ^= 1 << (bit & 7)
+            frame = bytes(b)
+        delay = 0.0
+        if u[2] < f.reorder:
+            self.stats["reordered"] += 1
+            delay = f.reorder_delay
+        if u[3] < f.dup:
+            self.stats["duplicated"] += 1
+            return [(delay, frame), (delay, frame)]
+        return [(delay, frame)]

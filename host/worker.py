@@ -1,0 +1,391 @@
+"""The worker's Mode II protocol as sans-IO state machines.
+
+Nothing here owns a socket, a clock or a thread. A driver (a transport, a
+test, the model checker) feeds events in and carries frames out:
+
+* ``submit`` / ``start`` (time ``now``): begin work; returns frames to send.
+* ``receive(now, frame)``: a frame arrived; returns frames to send.
+* ``on_timer(now)``: the clock reached :attr:`deadline`; returns frames to send.
+* :attr:`deadline`: when ``on_timer`` must be called next (None: no timer).
+
+:class:`Worker` is the reliable chunk stream of ``docs/protocol.md`` sections
+3 and 3.1 for one worker of one job: a window of ``job.window`` chunks
+outstanding, one timer per chunk with exponential backoff, duplicate and
+late results ignored and counted, INT32 and FP32 results accepted.
+
+:class:`AllReduce` is one all-reduce of a float32 vector on top of it: the
+scale agreement round of section 2.1 (which also checks that every rank
+passed the same number of elements), quantization, the data chunks, and
+dequantization of the sum.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter as Tally
+from dataclasses import dataclass
+
+import numpy as np
+
+from inagg.models import quant
+from inagg.models.job import JobSpec, SwitchSpec
+from inagg.models.protocol import IMM_CHUNK_MASK, Counter
+
+from .fastpath import ContribTemplate, Result, ResultParser
+
+__all__ = [
+    "Timing", "Worker", "AllReduce", "ProtocolError", "ChunkTimeoutError", "LengthMismatchError",
+    "SaturatedResultError", "AGREE_EXP_LANES", "AGREE_LEN_BITS", "agreement_chunks",
+]
+
+_CHUNK_MOD = 1 << 32
+# Frames of a batch are built this many chunks at a time, as the window reaches them.
+_BLOCK = 512
+
+
+class ProtocolError(Exception):
+    """An all-reduce that cannot complete."""
+
+
+class ChunkTimeoutError(ProtocolError, TimeoutError):
+    """A chunk got no result after the configured number of tries."""
+
+    def __init__(self, job: int, rank: int, chunk: int, tries: int):
+        self.job, self.rank, self.chunk, self.tries = job, rank, chunk, tries
+        super().__init__(f"job {job} worker {rank}: no result for chunk {chunk} after {tries} tries "
+                         "(switch unreachable, or another worker of the job is missing)")
+
+
+class LengthMismatchError(ProtocolError, ValueError):
+    """The ranks of an all-reduce passed arrays of different lengths."""
+
+
+class SaturatedResultError(ProtocolError):
+    """The switch saturated a lane although the agreed scale rules overflow out."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Retransmission parameters (seconds, or the driver's unit of time).
+
+    A chunk's first timeout is ``timeout``; each resend multiplies it by
+    ``backoff`` up to ``max_timeout``; after ``tries`` sends without a
+    result the all-reduce fails with :class:`ChunkTimeoutError`.
+    """
+
+    timeout: float = 0.005
+    backoff: float = 2.0
+    max_timeout: float = 0.2
+    tries: int = 10
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.timeout, (int, float)) or not self.timeout > 0:
+            raise ValueError(f"timeout must be a positive number, not {self.timeout!r}")
+        if not isinstance(self.backoff, (int, float)) or not self.backoff >= 1:
+            raise ValueError(f"backoff must be a number >= 1, not {self.backoff!r}")
+        if not isinstance(self.max_timeout, (int, float)) or not self.max_timeout >= self.timeout:
+            raise ValueError(f"max_timeout must be a number >= timeout ({self.timeout}), not {self.max_timeout!r}")
+        if not isinstance(self.tries, int) or self.tries < 1:
+            raise ValueError(f"tries must be a positive integer, not {self.tries!r}")
+
+    def after(self, sends: int) -> float:
+        """The timeout that follows the ``sends``-th send of a chunk."""
+        return min(self.timeout * self.backoff ** (sends - 1), self.max_timeout)
+
+
+class Worker:
+    """The Mode II chunk stream of worker ``rank`` of ``job`` (sans-IO).
+
+    A batch of chunks (int32 lanes, one row per chunk) is numbered with the
+    job's chunk sequence, which runs on from batch to batch
+    (``docs/protocol.md`` section 1.5), starting at ``first_chunk``. One
+    batch is in progress at a time; :meth:`results` returns it once
+    :attr:`done`.
+
+    ``stats`` counts frames sent and resent, results placed, and every
+    ignored frame by reason: the :class:`~inagg.models.protocol.Counter`
+    of a malformed or misaddressed frame, ``"duplicate"`` for a result
+    already held, ``"unexpected"`` for a chunk outside the window.
+    """
+
+    def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, *, timing: Timing | None = None,
+                 first_chunk: int = 0):
+        if not isinstance(first_chunk, int) or not 0 <= first_chunk < _CHUNK_MOD:
+            raise ValueError(f"first_chunk must be an integer in 0..2**32-1, not {first_chunk!r}")
+        self.switch, self.job, self.rank = switch, job, rank
+        self.timing = timing or Timing()
+        self.template = ContribTemplate(switch, job, rank)
+        self.parser = ResultParser(switch, job, rank)
+        self.window = job.window
+        self.next_chunk = first_chunk
+        self.stats: Tally = Tally()
+        self._k = 0
+        self._lanes = np.zeros((0, switch.lanes), np.int32)
+        self._words = np.zeros((0, switch.lanes), np.uint32)
+        self._fp32 = np.zeros(0, bool)
+        self._saturated = np.zeros(0, bool)
+        self._got = np.zeros(0, bool)
+        self._low = self._sent = 0
+        self._sends: dict[int, int] = {}      # batch index -> sends so far, for chunks without result
+        self._due: dict[int, float] = {}      # batch index -> its timer's deadline
+        self._heap: list[tuple[float, int]] = []
+        self._blocks: dict[int, np.ndarray] = {}
+
+    # -- the batch ------------------------------------------------------
+
+    @property
+    def base(self) -> int:
+        """Chunk sequence of the current batch's first chunk."""
+        return (self.next_chunk - self._k) % _CHUNK_MOD
+
+    @property
+    def done(self) -> bool:
+        """True when every chunk of the current batch has its result."""
+        return self._low == self._k
+
+    @property
+    def deadline(self) -> float | None:
+        """Time of the earliest chunk timer, or None when nothing is outstanding."""
+        heap = self._heap
+        while heap and self._due.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def submit(self, now: float, lanes: np.ndarray) -> list[bytes]:
+        """Start a batch: the chunks ``lanes`` (int32, shape (k, lanes)); returns the first frames."""
+        if not self.done:
+            raise RuntimeError(f"worker {self.rank}: the previous batch is not complete")
+        lanes = np.asarray(lanes)
+        if lanes.dtype != np.int32 or lanes.ndim != 2 or lanes.shape[1] != self.switch.lanes:
+            raise ValueError(f"lanes must be int32 of shape (k, {self.switch.lanes}), not {lanes.dtype} {lanes.shape}")
+        k = lanes.shape[0]
+        self._k, self._lanes = k, lanes
+        self._words = np.zeros((k, self.switch.lanes), np.uint32)
+        self._fp32 = np.zeros(k, bool)
+        self._saturated = np.zeros(k, bool)
+        self._got = np.zeros(k, bool)
+        self._low = self._sent = 0
+        self._blocks.clear()
+        self.next_chunk = (self.next_chunk + k) % _CHUNK_MOD
+        return self._fill(now)
+
+    def results(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(words uint32 (k, lanes), fp32 flag per chunk, saturated flag per chunk) of the finished batch."""
+        if not self.done:
+            raise RuntimeError(f"worker {self.rank}: the batch is not complete")
+        return self._words, self._fp32, self._saturated
+
+    # -- events ---------------------------------------------------------
+
+    def receive(self, now: float, frame: bytes) -> list[bytes]:
+        """Handle one received frame; returns the frames the freed window lets out."""
+        r = self.parser.parse(frame)
+        if isinstance(r, Counter):
+            self.stats[r] += 1
+            return []
+        return self._place(now, r)
+
+    def on_timer(self, now: float) -> list[bytes]:
+        """Resend every chunk whose timer expired at ``now``; raises :class:`ChunkTimeoutError` after the last try."""
+        out = []
+        while (d := self.deadline) is not None and d <= now:
+            _, i = heapq.heappop(self._heap)
+            sends = self._sends[i]
+            if sends >= self.timing.tries:
+                raise ChunkTimeoutError(self.job.job, self.rank, (self.base + i) % _CHUNK_MOD, sends)
+            self.stats["resent"] += 1
+            out.append(self._send(now, i))
+        return out
+
+    # -- internals ------------------------------------------------------
+
+    def _place(self, now: float, r: Result) -> list[bytes]:
+        i = (r.chunk30 - self.base) & IMM_CHUNK_MASK
+        if i >= self._sent:
+            self.stats["unexpected"] += 1
+            return []
+        if self._got[i]:
+            self.stats["duplicate"] += 1
+            return []
+        self._words[i] = r.words
+        self._fp32[i] = r.fp32
+        self._saturated[i] = r.saturated
+        self._got[i] = True
+        del self._sends[i], self._due[i]
+        self.stats["results"] += 1
+        if r.fp32:
+            self.stats["fp32_results"] += 1
+        if i == self._low:
+            got = self._got
+            low = self._low + 1
+            while low < self._k and got[low]:
+                low += 1
+            self._low = low
+            for b in [b for b in self._blocks if (b + 1) * _BLOCK <= low]:
+                del self._blocks[b]
+            return self._fill(now)
+        return []
+
+    def _fill(self, now: float) -> list[bytes]:
+        """Send new chunks up to the window rule: at most ``window`` chunks past the oldest without result."""
+        stop = min(self._k, self._low + self.window)
+        out = [self._send(now, i) for i in range(self._sent, stop)]
+        self._sent = max(self._sent, stop)
+        return out
+
+    def _send(self, now: float, i: int) -> bytes:
+        sends = self._sends.get(i, 0) + 1
+        self._sends[i] = sends
+        due = now + self.timing.after(sends)
+        self._due[i] = due
+        heapq.heappush(self._heap, (due, i))
+        self.stats["sent"] += 1
+        return self._frame(i)
+
+    def _frame(self, i: int) -> bytes:
+        b = i // _BLOCK
+        block = self._blocks.get(b)
+        if block is None:
+            lo, hi = b * _BLOCK, min(self._k, (b + 1) * _BLOCK)
+            chunks = (self.base + np.arange(lo, hi, dtype=np.int64)) % _CHUNK_MOD
+            block = self._blocks[b] = self.template.build(chunks, self._lanes[lo:hi])
+        return block[i - b * _BLOCK].tobytes()
+
+    def fingerprint(self, now: float) -> tuple:
+        """A hashable summary of the protocol state, timers relative to ``now``.
+
+        Two workers of the same job and rank with equal fingerprints react the
+        same to every future event; the model checker merges such states.
+        """
+        return (self.next_chunk, self._k, self._low, self._sent, self._words.tobytes(), self._fp32.tobytes(),
+                self._got.tobytes(), tuple(sorted((i, s, self._due[i] - now) for i, s in self._sends.items())))
+
+
+# Agreement round (docs/protocol.md section 2.1): lanes 0..255 are the
+# exponent histogram, lanes 256 + 2*b + bit for the 64 bits of the element
+# count check that every rank passed the same length.
+AGREE_EXP_LANES = 256
+AGREE_LEN_BITS = 64
+
+
+def agreement_chunks(lanes: int) -> int:
+    """Chunks the agreement round takes for chunks of ``lanes`` lanes."""
+    return -(-(AGREE_EXP_LANES + 2 * AGREE_LEN_BITS) // lanes)
+
+
+class AllReduce:
+    """One all-reduce (sum) of a float32 vector through the switch (sans-IO).
+
+    Drives a :class:`Worker` through two batches: the agreement round, then
+    the quantized data. :attr:`done` is True when :meth:`result` holds the
+    float32 sum of every rank's vector.
+    """
+
+    def __init__(self, worker: Worker, data: np.ndarray):
+        data = np.asarray(data)
+        if data.dtype != np.float32:
+            raise TypeError(f"allreduce takes a float32 array, not {data.dtype}")
+        if data.ndim != 1:
+            raise ValueError(f"allreduce takes a 1-D array, not shape {data.shape}")
+        finite = np.isfinite(data)
+        if not finite.all():
+            bad = int(np.flatnonzero(~finite)[0])
+            raise ValueError(f"data holds NaN or infinity (first at index {bad}); refusing to send it")
+        self.worker = worker
+        self.data = data
+        self.exponent: int | None = None
+        self._phase = "idle"
+        self._result: np.ndarray | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._phase == "done"
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.done else self.worker.deadline
+
+    def start(self, now: float) -> list[bytes]:
+        """Send the agreement round."""
+        if self._phase != "idle":
+            raise RuntimeError("this all-reduce has started already")
+        self._phase = "agree"
+        return self.worker.submit(now, self._agreement_lanes())
+
+    def receive(self, now: float, frame: bytes) -> list[bytes]:
+        return self._advance(now, self.worker.receive(now, frame))
+
+    def on_timer(self, now: float) -> list[bytes]:
+        return self._advance(now, self.worker.on_timer(now))
+
+    def result(self) -> np.ndarray:
+        """The float32 sum over the ranks."""
+        if self._result is None:
+            raise RuntimeError("the all-reduce is not complete")
+        return self._result
+
+    def error_bound(self) -> float:
+        """Bound on the error of the sum against the exact sum, before its rounding to float32 (quant.error_bound)."""
+        if self.exponent is None:
+            raise RuntimeError("the scale is not agreed yet")
+        return quant.error_bound(self.exponent, len(self.worker.job.workers))
+
+    def _agreement_lanes(self) -> np.ndarray:
+        lanes = self.worker.switch.lanes
+        flat = np.zeros(agreement_chunks(lanes) * lanes, np.int32)
+        amax = float(np.max(np.abs(self.data))) if self.data.size else 0.0
+        if amax > 0:
+            flat[min(max(math.floor(math.log2(amax)) + 127, 0), AGREE_EXP_LANES - 1)] = 1
+        n = self.data.size
+        bits = ((np.uint64(n) >> np.arange(AGREE_LEN_BITS, dtype=np.uint64)) & np.uint64(1)).astype(np.int64)
+        flat[AGREE_EXP_LANES + 2 * np.arange(AGREE_LEN_BITS) + bits] = 1
+        return flat.reshape(-1, lanes)
+
+    def _advance(self, now: float, out: list[bytes]) -> list[bytes]:
+        w = self.worker
+        if not w.done or self._phase in ("idle", "done"):
+            return out
+        words, fp32, saturated = w.results()
+        if saturated.any():
+            chunk = (w.base + int(np.flatnonzero(saturated)[0])) % _CHUNK_MOD
+            raise SaturatedResultError(f"job {w.job.job} worker {w.rank}: the switch saturated chunk {chunk}, "
+                                       "but the agreed scale cannot overflow: switch and hosts disagree")
+        if self._phase == "agree":
+            return out + self._agreed(now, words, fp32)
+        self._result = self._dequantize(words, fp32)
+        self._phase = "done"
+        return out
+
+    def _agreed(self, now: float, words: np.ndarray, fp32: np.ndarray) -> list[bytes]:
+        w = self.worker
+        n_workers = len(w.job.workers)
+        counts = np.where(fp32[:, None], words.view(np.float32), words.view(np.int32)).astype(np.int64).ravel()
+        pairs = counts[AGREE_EXP_LANES:AGREE_EXP_LANES + 2 * AGREE_LEN_BITS].reshape(AGREE_LEN_BITS, 2)
+        if (pairs.sum(axis=1) != n_workers).any():
+            raise ProtocolError(f"job {w.job.job} worker {w.rank}: the agreement round does not add up to "
+                                f"{n_workers} workers: {pairs.sum(axis=1).tolist()}")
+        if (pairs > 0).all(axis=1).any():
+            bit = int(np.flatnonzero((pairs > 0).all(axis=1))[0])
+            raise LengthMismatchError(f"job {w.job.job} worker {w.rank}: the ranks passed arrays of different "
+                                      f"lengths (this rank {self.data.size} elements; they differ in bit {bit})")
+        hist = np.flatnonzero(counts[:AGREE_EXP_LANES])
+        # The highest exponent lane i bounds every rank's data: amax < 2**(i - 126).
+        self.exponent = quant.choose_exponent(2.0 ** (int(hist[-1]) - 126), n_workers) if hist.size else 0
+        lanes = w.switch.lanes
+        k = -(-self.data.size // lanes)
+        padded = np.zeros(k * lanes, np.float32)
+        padded[:self.data.size] = self.data
+        self._phase = "data"
+        out = w.submit(now, quant.quantize(padded, self.exponent).reshape(k, lanes))
+        if w.done:  # an empty vector has no data chunks
+            self._result = np.zeros(0, np.float32)
+            self._phase = "done"
+        return out
+
+    def _dequantize(self, words: np.ndarray, fp32: np.ndarray) -> np.ndarray:
+        out = np.empty(words.shape, np.float32)
+        e = self.exponent
+        out[~fp32] = quant.dequantize(words[~fp32].view(np.int32), e)
+        out[fp32] = quant.dequantize(words[fp32].view(np.float32), e)
+        return out.ravel()[:self.data.size]
