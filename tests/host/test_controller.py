@@ -1,0 +1,39 @@
+"""The controller plans disjoint job regions and unique addresses, and configures the model switch."""
+
+import pytest
+
+from inagg.host.controller import Controller, plan
+from inagg.models.switch import ModelSwitch
+
+
+def test_plan_gives_disjoint_regions_and_unique_addresses():
+    p = plan([4, 2, 3], window=8)
+    assert p.switch.slots == 64 and p.switch.ports == 9
+    regions = [(j.slot_base, j.slot_base + j.slots) for j in p.jobs]
+    assert regions == [(0, 16), (16, 32), (32, 48)]
+    workers = [w for j in p.jobs for w in j.workers]
+    for attr in ("port", "mac", "ip", "qpn", "rkey"):
+        assert len({getattr(w, attr) for w in workers}) == 9
+    assert len({j.rkey for j in p.jobs}) == 3 and [j.window for j in p.jobs] == [8, 8, 8]
+
+
+def test_controller_configures_and_tears_down():
+    p = plan([2, 2])
+    sw = ModelSwitch(p.switch)
+    with Controller(sw, p):
+        assert sorted(sw.jobs) == [1, 2]
+    assert sw.jobs == {}
+
+
+@pytest.mark.parametrize("args, kw, match", [
+    ([[]], {}, "plan needs at least one job"),
+    ([[0]], {}, "a job has 1..64 workers, not 0"),
+    ([[65]], {}, "a job has 1..64 workers, not 65"),
+    ([[2]], dict(window=6), "window must be a power of two >= 1, not 6"),
+    ([[2, 2]], dict(first_job=1023), r"jobs 1023..1024 do not fit the 1024 job numbers"),
+    ([[64] * 4], {}, r"256 workers do not fit one /24 beside the switch \(at most 253\)"),
+    ([[2]], dict(chunk_bytes=100), r"chunk_bytes must be one of \(256, 512, 1024, 2048, 4096\), not 100"),
+])
+def test_plan_is_validated(args, kw, match):
+    with pytest.raises(ValueError, match=match):
+        plan(*args, **kw)

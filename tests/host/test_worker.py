@@ -1,0 +1,199 @@
+"""The sans-IO worker: window rule, retransmission with backoff, duplicates, FP32 results, chunk sequence."""
+
+import numpy as np
+import pytest
+
+from inagg.host.controller import Controller, plan
+from inagg.host.fastpath import ResultParser
+from inagg.host.link import Faults
+from inagg.host.memnet import MemoryNetwork
+from inagg.host.worker import (
+    AllReduce, ChunkTimeoutError, LengthMismatchError, Timing, Worker, agreement_chunks,
+)
+from inagg.models import arith
+from inagg.models.protocol import Counter
+from inagg.models.switch import ModelSwitch
+
+PLAN = plan([2], window=2, chunk_bytes=256)
+SW, JOB = PLAN.switch, PLAN.jobs[0]
+L = SW.lanes
+
+
+class Batch:
+    """A Worker with one batch, as a MemoryNetwork endpoint."""
+
+    def __init__(self, worker, lanes):
+        self.worker, self.lanes = worker, lanes
+
+    done = property(lambda self: self.worker.done)
+    deadline = property(lambda self: self.worker.deadline)
+
+    def start(self, now):
+        return self.worker.submit(now, self.lanes)
+
+    def receive(self, now, frame):
+        return self.worker.receive(now, frame)
+
+    def on_timer(self, now):
+        return self.worker.on_timer(now)
+
+
+def switch():
+    sw = ModelSwitch(SW)
+    Controller(sw, PLAN).configure()
+    return sw
+
+
+def lanes(k, seed):
+    return np.random.default_rng(seed).integers(-1000, 1000, (k, L)).astype(np.int32)
+
+
+def test_window_limits_outstanding_chunks():
+    w = Worker(SW, JOB, 0)
+    assert len(w.submit(0.0, lanes(5, 0))) == JOB.window == 2
+    assert w.deadline == pytest.approx(Timing().timeout)
+
+
+def test_results_free_the_window_in_order():
+    sw = switch()
+    ws = [Worker(SW, JOB, r) for r in range(2)]
+    data = [lanes(3, r) for r in range(2)]
+    sent = [w.submit(0.0, d) for w, d in zip(ws, data)]
+    results = [f for r in range(2) for f in sw.receive(r, sent[r][0])]
+    assert len(results) == 2
+    more = ws[0].receive(1.0, results[0][1])
+    assert len(more) == 1 and ws[0]._low == 1
+
+
+def test_timeout_resends_with_backoff_then_fails_naming_chunk_and_worker():
+    t = Timing(timeout=1.0, backoff=2.0, max_timeout=3.0, tries=4)
+    w = Worker(SW, JOB, 1, timing=t, first_chunk=41)
+    first = w.submit(0.0, lanes(1, 0))
+    deadlines = [w.deadline]
+    for _ in range(3):
+        assert w.on_timer(deadlines[-1] - 1e-9) == []
+        assert w.on_timer(deadlines[-1]) == first  # the same frame, byte for byte
+        deadlines.append(w.deadline)
+    assert np.diff([0.0] + deadlines).tolist() == [1.0, 2.0, 3.0, 3.0]
+    with pytest.raises(ChunkTimeoutError, match=r"job 1 worker 1: no result for chunk 41 after 4 tries"):
+        w.on_timer(deadlines[-1])
+    assert w.stats["resent"] == 3
+
+
+def test_duplicate_and_unexpected_results_are_ignored_and_counted():
+    sw = switch()
+    ws = [Worker(SW, JOB, r) for r in range(2)]
+    first = [w.submit(0.0, lanes(2, r)) for r, w in enumerate(ws)]
+    res = [f for r in range(2) for f in sw.receive(r, first[r][0])]
+    ws[0].receive(0.0, res[0][1])
+    ws[0].receive(0.0, res[0][1])
+    assert ws[0].stats["duplicate"] == 1
+    # The result of chunk 0 is not expected by a worker whose batch starts at chunk 5.
+    late = Worker(SW, JOB, 0, first_chunk=5)
+    late.submit(0.0, lanes(1, 0))
+    late.receive(0.0, res[0][1])
+    assert late.stats["unexpected"] == 1 and late.stats["results"] == 0
+    ws[1].receive(0.0, res[0][1])  # addressed to worker 0
+    assert ws[1].stats[Counter.DROP_UNKNOWN_QPN] == 1
+
+
+def run(endpoints, **kw):
+    return MemoryNetwork(switch(), **kw).run(endpoints)
+
+
+def test_fp32_results_are_accepted():
+    big = np.full((2, L), 2**31 - 10, np.int32)
+    eps = {r: Batch(Worker(SW, JOB, r), big) for r in range(2)}
+    run(eps)
+    words, fp32, _ = eps[0].worker.results()
+    assert fp32.all() and eps[0].worker.stats["fp32_results"] == 2
+    for row in words.view(np.float32):
+        assert np.array_equal(row, arith.aggregate(np.stack([big[0], big[0]])))
+
+
+@pytest.mark.parametrize("first", [0, 2**32 - 3])
+def test_chunk_sequence_runs_on_across_batches_and_wraps(first):
+    data = [[lanes(3, 10 * r + b) for b in range(2)] for r in range(2)]
+    ws = [Worker(SW, JOB, r, first_chunk=first) for r in range(2)]
+    for b in range(2):
+        run({r: Batch(ws[r], data[r][b]) for r in range(2)})
+        assert ws[0].base == (first + 3 * b) % 2**32
+        assert np.array_equal(ws[0].results()[0].view(np.int32), data[0][b] + data[1][b])
+    assert ws[0].next_chunk == (first + 6) % 2**32
+
+
+def test_exact_sums_under_faults():
+    data = [lanes(40, r) for r in range(2)]
+    eps = {r: Batch(Worker(SW, JOB, r, timing=Timing(timeout=1e-4)), data[r]) for r in range(2)}
+    stats = run(eps, faults=Faults(loss=0.1, dup=0.1, reorder=0.2, corrupt=0.05), seed=3)
+    assert stats.link["lost"] and stats.link["duplicated"] and stats.link["corrupted"]
+    for r in range(2):
+        assert np.array_equal(eps[r].worker.results()[0].view(np.int32), data[0] + data[1])
+
+
+def test_submit_checks_its_input_and_the_previous_batch():
+    w = Worker(SW, JOB, 0)
+    with pytest.raises(ValueError, match=r"lanes must be int32 of shape \(k, 64\), not float32 \(1, 64\)"):
+        w.submit(0.0, np.zeros((1, L), np.float32))
+    w.submit(0.0, lanes(1, 0))
+    with pytest.raises(RuntimeError, match="worker 0: the previous batch is not complete"):
+        w.submit(0.0, lanes(1, 0))
+    with pytest.raises(ValueError, match=r"first_chunk must be an integer in 0..2\*\*32-1, not -1"):
+        Worker(SW, JOB, 0, first_chunk=-1)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(timeout=0), "timeout must be a positive number, not 0"),
+    (dict(backoff=0.5), "backoff must be a number >= 1, not 0.5"),
+    (dict(timeout=2.0, max_timeout=1.0), r"max_timeout must be a number >= timeout \(2.0\), not 1.0"),
+    (dict(tries=0), "tries must be a positive integer, not 0"),
+])
+def test_timing_is_validated(kw, match):
+    with pytest.raises(ValueError, match=match):
+        Timing(**kw)
+
+
+def allreduce(data, **kw):
+    ops = {r: AllReduce(Worker(SW, JOB, r), d) for r, d in enumerate(data)}
+    run(ops, **kw)
+    return ops
+
+
+@pytest.mark.parametrize("n", [0, 1, L - 1, L, 3 * L + 5])
+def test_allreduce_sums_any_length(n):
+    rng = np.random.default_rng(n)
+    data = [(rng.standard_normal(n) * 100).astype(np.float32) for _ in range(2)]
+    ops = allreduce(data)
+    ref = data[0].astype(np.float64) + data[1]
+    for op in ops.values():
+        assert op.result().shape == (n,)
+        assert np.all(np.abs(op.result() - ref) <= op.error_bound() + 2.0**-24 * np.abs(ref))
+    assert ops[0].worker.next_chunk == agreement_chunks(L) + -(-n // L)
+
+
+def test_allreduce_of_zeros_and_tiny_values():
+    tiny = np.float32(2.0**-100)  # the scale goes up to its ceiling, 2**126, and the sum is exact
+    ops = allreduce([np.zeros(5, np.float32), np.full(5, tiny)])
+    assert ops[1].exponent == 126 and np.array_equal(ops[1].result(), np.full(5, tiny))
+    assert allreduce([np.zeros(3, np.float32)] * 2)[0].exponent == 0
+
+
+def test_mismatched_lengths_fail_on_every_rank():
+    ops = {r: AllReduce(Worker(SW, JOB, r), np.ones(n, np.float32)) for r, n in enumerate((10, 12))}
+    with pytest.raises(LengthMismatchError, match=r"job 1 worker 0: the ranks passed arrays of different lengths "
+                                                  r"\(this rank 10 elements; they differ in bit 1\)"):
+        run(ops)
+
+
+@pytest.mark.parametrize("data, err, match", [
+    (np.ones(3, np.float64), TypeError, "allreduce takes a float32 array, not float64"),
+    (np.ones((2, 2), np.float32), ValueError, r"allreduce takes a 1-D array, not shape \(2, 2\)"),
+    (np.array([1, np.nan, np.inf], np.float32), ValueError, r"data holds NaN or infinity \(first at index 1\)"),
+])
+def test_allreduce_refuses_bad_data(data, err, match):
+    with pytest.raises(err, match=match):
+        AllReduce(Worker(SW, JOB, 0), data)
+
+
+def test_result_parser_ring_addressing_uses_the_job_region():
+    assert ResultParser(SW, JOB, 0)._ring == JOB.slots
