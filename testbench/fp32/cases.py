@@ -12,8 +12,8 @@ import numpy as np
 from inagg.models.arith import fp32_add, int_to_fp32
 
 __all__ = [
-    "adder_edge_cases", "adder_random", "adder_expected", "adder_mismatches",
-    "int_edge_cases", "int_random", "int_expected",
+    "adder_edge_cases", "adder_random", "adder_expected", "adder_mismatches", "adder_report",
+    "int_edge_cases", "int_random", "int_expected", "int_report", "valid_pattern",
 ]
 
 _MAX = 0x7F7F_FFFF      # largest finite
@@ -22,6 +22,21 @@ _MAX_SUB = 0x007F_FFFF
 _MIN_SUB = 0x0000_0001
 _INF = 0x7F80_0000
 _SIGN = 0x8000_0000
+
+
+def valid_pattern(rng: np.random.Generator, n: int, head: int = 64) -> np.ndarray:
+    """The cycles that carry ``n`` operands: ``head`` of them back to back, the rest with idle gaps.
+
+    After the back-to-back run, one operand in eight follows a gap of one
+    to three idle cycles, so the pipeline sees every mix of full and empty
+    stages.
+    """
+    head = min(n, head)
+    gap = (rng.random(n - head) < 0.125) * rng.integers(1, 4, n - head)
+    where = np.concatenate([np.arange(head), head + np.cumsum(1 + gap) - 1])
+    valid = np.zeros(where[-1] + 1 if n else 0, bool)
+    valid[where] = True
+    return valid
 
 
 def _bits(*values: float) -> list[int]:
@@ -138,6 +153,16 @@ def adder_mismatches(a: np.ndarray, b: np.ndarray, got: np.ndarray) -> np.ndarra
     return np.flatnonzero(~ok)
 
 
+def adder_report(a: np.ndarray, b: np.ndarray, got: np.ndarray, limit: int = 10) -> str:
+    """Empty when ``got`` is the model's sums of ``a`` and ``b``; else the count and the first mismatches."""
+    bad = adder_mismatches(a, b, got)
+    want = adder_expected(a, b)
+    if not len(bad):
+        return ""
+    return "\n".join([f"{len(bad)} of {len(a)} sums differ from numpy:"] + [
+        f"  {a[i]:#010x} + {b[i]:#010x} = {got[i]:#010x}, numpy {want[i]:#010x}" for i in bad[:limit]])
+
+
 def int_edge_cases(width: int) -> np.ndarray:
     """The named corner cases of integer to binary32 conversion for a ``width``-bit input."""
     top = 1 << (width - 1)
@@ -175,3 +200,13 @@ def int_random(rng: np.random.Generator, n: int, width: int) -> np.ndarray:
 def int_expected(x: np.ndarray) -> np.ndarray:
     """The model's conversions of ``x`` (int64) as binary32 bit patterns."""
     return int_to_fp32(np.asarray(x, np.int64)).view(np.uint32)
+
+
+def int_report(x: np.ndarray, got: np.ndarray, limit: int = 10) -> str:
+    """Empty when ``got`` is the model's conversions of ``x``; else the count and the first mismatches."""
+    want = int_expected(x)
+    bad = np.flatnonzero(got != want)
+    if not len(bad):
+        return ""
+    return "\n".join([f"{len(bad)} of {len(x)} conversions differ from numpy:"] + [
+        f"  {x[i]} -> {got[i]:#010x}, numpy {want[i]:#010x}" for i in bad[:limit]])

@@ -1,0 +1,86 @@
+"""cocotb driver for a free-running pipeline with ``i_valid``/``o_valid``: one operand per cycle in.
+
+Inputs are written on the falling edge before the rising edge that takes
+them, outputs sampled on the falling edge after it, so neither races the
+clock. Sample ``t`` is the state after rising edge ``t``: with latency
+``L``, an operand taken at edge ``t`` comes out at sample ``t + L - 1``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge
+
+__all__ = ["settings", "start", "run", "expected_valid"]
+
+
+def settings() -> tuple[int, int, np.random.Generator]:
+    """The build's latency, the number of random operands and a generator seeded as the runner says."""
+    seed = int(os.environ["FP32_SEED"])
+    return int(os.environ["FP32_LATENCY"]), int(os.environ["FP32_RANDOM"]), np.random.default_rng(seed)
+
+
+async def start(dut) -> None:
+    """Start a 4 ns clock and hold reset for two cycles with nothing valid."""
+    Clock(dut.clk, 4, unit="ns").start()
+    dut.i_valid.value = 0
+    dut.rst.value = 1
+    for _ in range(2):
+        await FallingEdge(dut.clk)
+    dut.rst.value = 0
+
+
+async def run(dut, operands: dict[str, np.ndarray], valid: np.ndarray, rng: np.random.Generator,
+              reset: np.ndarray | None = None, extra: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Drive ``operands`` (port -> values, in order) on the cycles where ``valid`` is set.
+
+    Idle cycles carry random garbage on the operand ports. ``reset`` (one
+    flag per cycle) asserts ``rst`` on those cycles. Runs ``len(valid) +
+    extra`` cycles and returns ``o`` and ``o_valid`` of every sample.
+    """
+    cycles = len(valid) + extra
+    where = np.flatnonzero(valid)
+    lanes = {}
+    for port, values in operands.items():
+        width = len(getattr(dut, port))
+        garbage = rng.integers(0, 1 << min(width, 63), cycles, dtype=np.uint64)
+        garbage[where] = np.asarray(values).astype(np.uint64) & np.uint64((1 << width) - 1)
+        lanes[port] = [int(v) for v in garbage]
+    handles = [(getattr(dut, port), lanes[port]) for port in operands]
+    in_valid = [int(v) for v in valid] + [0] * extra
+    in_reset = [0] * cycles if reset is None else [int(r) for r in reset] + [0] * (cycles - len(reset))
+    o, o_valid = np.zeros(cycles, np.uint32), np.zeros(cycles, bool)
+    clk, i_valid, rst, out, out_valid = dut.clk, dut.i_valid, dut.rst, dut.o, dut.o_valid
+    for t in range(cycles + 1):
+        await FallingEdge(clk)
+        if t:
+            o[t - 1], o_valid[t - 1] = out.value.to_unsigned(), bool(out_valid.value)
+        if t < cycles:
+            for handle, values in handles:
+                handle.value = values[t]
+            i_valid.value = in_valid[t]
+            rst.value = in_reset[t]
+    return o, o_valid
+
+
+def expected_valid(valid: np.ndarray, latency: int, cycles: int,
+                   reset: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``o_valid`` per sample, and the operand (index into the driven ones) of each valid sample.
+
+    A reset edge clears every stage, so an operand comes out only if none of
+    the ``latency`` edges from the one that took it onwards is a reset edge.
+    """
+    taken = np.zeros(cycles, bool)
+    taken[:len(valid)] = valid
+    operand = np.cumsum(taken) - 1
+    if reset is not None:
+        r = np.zeros(cycles + latency, np.int64)
+        r[:len(reset)] = reset
+        c = np.concatenate([[0], np.cumsum(r)])
+        taken &= (c[latency:latency + cycles] - c[:cycles]) == 0
+    o_valid = np.zeros(cycles, bool)
+    o_valid[latency - 1:] = taken[:cycles - latency + 1]
+    return o_valid, operand[np.flatnonzero(taken[:cycles - latency + 1])]
