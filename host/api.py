@@ -1,0 +1,173 @@
+"""The worker API: ``allreduce(array, group)``.
+
+A :class:`Group` names one worker of one job on one switch and the
+:class:`Port` its frames go through (an AF_PACKET socket in a namespace, a
+TAP device, or a port of the in-process :class:`MemoryFabric`). It keeps the
+job's chunk sequence from call to call, as the protocol requires. Each call
+drives the sans-IO :class:`~inagg.host.worker.AllReduce` with a real clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from inagg.models.job import JobSpec, SwitchSpec
+
+from .link import Faults, LossyLink
+from .worker import AllReduce, Timing, Worker
+
+__all__ = ["Port", "Group", "allreduce", "MemoryFabric"]
+
+
+class Port(Protocol):
+    """Where a worker's frames go in and out."""
+
+    def send(self, frame: bytes) -> None: ...
+
+    def recv(self, timeout: float) -> bytes | None:
+        """The next frame, or None when ``timeout`` seconds pass without one."""
+
+
+class Group:
+    """Worker ``rank`` of ``job`` on ``switch``, attached through ``port``.
+
+    Every rank of the job makes the same sequence of :func:`allreduce` calls
+    with arrays of the same length; the group numbers their chunks from
+    ``first_chunk`` on.
+    """
+
+    def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, port: Port, *, timing: Timing | None = None,
+                 first_chunk: int = 0):
+        self.switch, self.job, self.rank, self.port = switch, job, rank, port
+        self.worker = Worker(switch, job, rank, timing=timing, first_chunk=first_chunk)
+
+    @property
+    def size(self) -> int:
+        """Workers in the job."""
+        return len(self.job.workers)
+
+
+def allreduce(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
+    """The element-wise sum of ``array`` over every rank of ``group``'s job, as float32 of the same shape.
+
+    Raises ``TypeError`` for a non-float32 array, ``ValueError`` for NaN or
+    infinity, :class:`~inagg.host.worker.LengthMismatchError` when the ranks
+    passed different sizes, and :class:`~inagg.host.worker.ChunkTimeoutError`
+    (naming the chunk and the worker) when the switch does not answer.
+    """
+    a = np.asarray(array)
+    if a.dtype != np.float32:
+        raise TypeError(f"allreduce takes a float32 array, not {a.dtype}")
+    op = AllReduce(group.worker, a.ravel())
+    port = group.port
+    for f in op.start(clock()):
+        port.send(f)
+    while not op.done:
+        deadline = op.deadline
+        frame = port.recv(max(0.0, deadline - clock()) if deadline is not None else 1.0)
+        now = clock()
+        out = op.receive(now, frame) if frame is not None else []
+        if not op.done and (d := op.deadline) is not None and d <= now:
+            out += op.on_timer(now)
+        for f in out:
+            port.send(f)
+    return op.result().reshape(a.shape)
+
+
+class _QueuePort:
+    def __init__(self, fabric: "MemoryFabric", port: int):
+        self._fabric, self._port = fabric, port
+        self._q: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+
+    def send(self, frame: bytes) -> None:
+        self._fabric._to_switch(self._port, frame)
+
+    def recv(self, timeout: float) -> bytes | None:
+        try:
+            return self._q.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+
+class MemoryFabric:
+    """A switch and its ports in one process, in real time, for workers on threads.
+
+    ``port(n)`` is the :class:`Port` of switch port ``n``. A frame sent on a
+    port crosses the lossy link, the switch handles it in the sender's
+    thread (under a lock), and its results cross the link to their ports'
+    queues. Frames the link holds back are released by a timer thread.
+    """
+
+    def __init__(self, switch, *, faults: Faults | None = None, seed: int = 0):
+        self.switch = switch
+        self._link = LossyLink(faults, seed)
+        self._lock = threading.Lock()
+        self._ports: dict[int, _QueuePort] = {}
+        self._held: list[tuple[float, int, int, int, bytes]] = []
+        self._seq = 0
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._timer = threading.Thread(target=self._release, daemon=True, name="inagg-fabric-timer")
+        self._timer.start()
+
+    @property
+    def link_stats(self) -> dict:
+        return dict(self._link.stats)
+
+    def port(self, n: int) -> Port:
+        if n not in self._ports:
+            self._ports[n] = _QueuePort(self, n)
+        return self._ports[n]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+        self._timer.join()
+
+    def __enter__(self) -> "MemoryFabric":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _to_switch(self, port: int, frame: bytes) -> None:
+        with self._lock:
+            self._cross(0, port, frame)
+
+    def _cross(self, direction: int, port: int, frame: bytes) -> None:
+        """Put a frame on the link (lock held); direction 0 is towards the switch."""
+        for delay, f in self._link.transmit(frame):
+            if delay:
+                self._seq += 1
+                heapq.heappush(self._held, (time.monotonic() + delay, self._seq, direction, port, f))
+                self._wake.notify()
+            else:
+                self._arrive(direction, port, f)
+
+    def _arrive(self, direction: int, port: int, frame: bytes) -> None:
+        if direction == 0:
+            for out_port, out in self.switch.receive(port, frame):
+                self._cross(1, out_port, out)
+        elif port in self._ports:
+            self._ports[port]._q.put(frame)
+
+    def _release(self) -> None:
+        with self._lock:
+            while not self._closed:
+                if not self._held:
+                    self._wake.wait()
+                    continue
+                wait = self._held[0][0] - time.monotonic()
+                if wait > 0:
+                    self._wake.wait(wait)
+                    continue
+                _, _, direction, port, f = heapq.heappop(self._held)
+                self._arrive(direction, port, f)
