@@ -19,6 +19,7 @@ __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 
 COMMAND_MODULES = (
     "inagg.host.demo",
+    "inagg.hdl.synth.cli",
 )
 
 

