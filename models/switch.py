@@ -195,7 +195,7 @@ class ModelSwitch:
             self.counters[Counter.TX_RESENDS] += 1
             return [self._result(job, worker, slot)]
         x = np.frombuffer(payload, ">i4").astype(np.int32)
-        arith.accumulate(slot.lanes, x, first=(slot.count == 0))
+        self._accumulate(slot.lanes, x, first=(slot.count == 0))
         slot.bitmap |= bit
         slot.count += 1
         self.counters[Counter.RX_CONTRIB] += 1
@@ -203,15 +203,27 @@ class ModelSwitch:
             return []
         slot.state = SlotState.DONE
         self.counters[Counter.COMPLETED] += 1
-        if slot.lanes.promoted.any():
+        if any(self._lanes_out(slot.lanes)[1:]):
             self.counters[Counter.PROMOTED] += 1
         return [self._result(job, w, slot) for w in range(len(spec.workers))]
 
+    # Lane arithmetic is the one rule the profiles of docs/protocol.md section 8
+    # differ in; a profile's switch overrides these two methods and nothing else
+    # of the slot logic.
+
+    def _accumulate(self, lanes: arith.LaneState, x: np.ndarray, first: bool) -> None:
+        """Add contribution ``x`` (int32 lanes) into a slot's lanes: INT32, promoted to FP32 on overflow."""
+        arith.accumulate(lanes, x, first=first)
+
+    def _lanes_out(self, lanes: arith.LaneState) -> tuple[bytes, bool, bool]:
+        """A slot's result payload and its ImmDt flags (FP32, SATURATED)."""
+        out = arith.emit(lanes)
+        fp32 = out.dtype == np.float32
+        return out.astype(">f4" if fp32 else ">i4").tobytes(), fp32, False
+
     def _result(self, job: _Job, worker: int, slot: Slot) -> tuple[int, bytes]:
         w = job.spec.workers[worker]
-        out = arith.emit(slot.lanes)
-        fp32 = out.dtype == np.float32
-        payload = out.astype(">f4" if fp32 else ">i4").tobytes()
+        payload, fp32, saturated = self._lanes_out(slot.lanes)
         psn = job.result_psn[worker]
         job.result_psn[worker] = (psn + 1) & 0xFFFFFF
         self.counters[Counter.TX_RESULTS] += 1
@@ -219,6 +231,6 @@ class ModelSwitch:
             eth_dst=wire.mac_bytes(w.mac), eth_src=self._mac, ip_src=self._ip, ip_dst=wire.ip_bytes(w.ip),
             udp_sport=result_udp_sport(w.qpn), opcode=Opcode.UC_RDMA_WRITE_ONLY_IMM, dest_qpn=w.qpn,
             psn=psn, va=w.result_va + (slot.chunk & (job.spec.slots - 1)) * self.spec.chunk_bytes,
-            rkey=w.rkey, payload=payload, imm=encode_imm(slot.chunk, fp32),
+            rkey=w.rkey, payload=payload, imm=encode_imm(slot.chunk, fp32, saturated),
         )
         return w.port, frame
