@@ -1,0 +1,305 @@
+"""Building blocks shared by the generators.
+
+Most all-reduce algorithms of the literature are one *peer pattern* (who
+talks to whom in step s) turned into a schedule in one of two ways:
+
+* **latency-optimal**: in every step each node sends its whole current
+  vector to its peers and adds what it receives. Correct when the sets of
+  ranks that reach a node through different steps are disjoint, i.e. for the
+  power-of-two (recursive doubling, Swing) or power-of-three (Trivance) sizes.
+* **bandwidth-optimal**: a reduce-scatter in which block d travels, for every
+  d, along a spanning tree of the pattern rooted at rank d, followed by the
+  mirror-image all-gather. :func:`pattern_trees` finds those trees by a
+  reverse breadth-first search (last step first), so a node forwards block d
+  only after it has received all of its subtree's contributions; where two
+  routes would reach the same rank (non-power sizes) only the first is kept,
+  which is what makes the construction correct for any size the pattern
+  covers. Every rank sends each foreign block exactly once: ``(p-1)/p`` of the
+  vector per phase, the bandwidth lower bound.
+
+Sizes a pattern does not cover are handled by :func:`fold_plan`: the extra
+ranks first hand their data to an active neighbour and get the result back at
+the end (two more steps), as MPICH does for non-power-of-two recursive
+halving.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .ir import Buffer, Row, ScheduleBuilder
+
+__all__ = [
+    "Pattern",
+    "ilog",
+    "is_power",
+    "check_ranks",
+    "pattern_trees",
+    "Blocks",
+    "emit_tree_reduce_scatter",
+    "emit_tree_allgather",
+    "emit_full_exchange",
+    "FoldPlan",
+    "fold_plan",
+]
+
+
+def check_ranks(nranks, algo: str, minimum: int = 1) -> int:
+    """Validate a rank count (an int >= ``minimum``) and return it."""
+    if not isinstance(nranks, (int, np.integer)) or isinstance(nranks, bool):
+        raise TypeError(f"{algo}: the number of ranks must be an integer, not {nranks!r}")
+    if nranks < minimum:
+        raise ValueError(f"{algo}: needs at least {minimum} rank{'s' if minimum > 1 else ''}, not {nranks}")
+    return int(nranks)
+
+
+def ilog(n: int, base: int) -> int:
+    """floor(log_base(n)) for n >= 1, exactly."""
+    k, x = 0, 1
+    while x * base <= n:
+        x *= base
+        k += 1
+    return k
+
+
+def clog(n: int, base: int) -> int:
+    """ceil(log_base(n)) for n >= 1, exactly."""
+    k, x = 0, 1
+    while x < n:
+        x *= base
+        k += 1
+    return k
+
+
+def is_power(n: int, base: int) -> bool:
+    return n >= 1 and base ** ilog(n, base) == n
+
+
+@dataclasses.dataclass
+class Pattern:
+    """Who sends to whom: ``send_to[s]`` is an ``(m, k)`` array, ``-1`` for no peer.
+
+    ``m`` virtual nodes, ``len(send_to)`` steps, up to ``k`` peers per node
+    and step (Trivance has two). ``dims_used[s]`` records which torus
+    dimension step s uses (for documentation and plots).
+    """
+
+    m: int
+    send_to: list[np.ndarray]
+    dims_used: list[int] | None = None
+
+    @property
+    def nsteps(self) -> int:
+        return len(self.send_to)
+
+    def recv_from(self, s: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(receiver, sender)`` pairs of step s, one array pair per peer slot."""
+        out = []
+        for j in range(self.send_to[s].shape[1]):
+            dst = self.send_to[s][:, j]
+            ok = dst >= 0
+            out.append((dst[ok], np.flatnonzero(ok)))
+        return out
+
+
+def pattern_trees(pat: Pattern) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Spanning trees of the pattern, one rooted at every node.
+
+    Returns ``(parent, step, covered)``: ``parent[d, y]`` is the node y sends
+    block d to, in step ``step[d, y]`` (both -1 for y == d or when y is not
+    reached); ``covered`` tells whether every tree spans all nodes.
+    """
+    m = pat.m
+    reached = np.eye(m, dtype=bool)
+    parent = np.full((m, m), -1, dtype=np.int32)
+    step = np.full((m, m), -1, dtype=np.int16 if pat.nsteps < 32000 else np.int32)
+    for s in range(pat.nsteps - 1, -1, -1):
+        snap = reached.copy()  # a node reached in this step cannot forward in it
+        for receiver, sender in pat.recv_from(s):
+            pending = np.ones(len(receiver), dtype=bool)
+            while pending.any():
+                # one sender may feed several receivers (non-injective patterns):
+                # give each sender to its first receiver, then retry the rest
+                idx = np.flatnonzero(pending)
+                _, first = np.unique(sender[idx], return_index=True)
+                take = idx[first]
+                x, y = receiver[take], sender[take]
+                new = snap[:, x] & ~reached[:, y]
+                reached[:, y] |= new
+                parent[:, y] = np.where(new, x[None, :], parent[:, y])
+                step[:, y] = np.where(new, s, step[:, y])
+                pending[take] = False
+    return parent, step, bool(reached.all())
+
+
+@dataclasses.dataclass
+class Blocks:
+    """Which chunks make up block d (CSR): ``idx[ptr[d]:ptr[d+1]]``."""
+
+    ptr: np.ndarray
+    idx: np.ndarray
+
+    @classmethod
+    def uniform(cls, m: int, per_block: int, offset: int = 0) -> "Blocks":
+        idx = np.arange(m * per_block, dtype=np.int64) + offset
+        return cls(np.arange(m + 1, dtype=np.int64) * per_block, idx)
+
+    @classmethod
+    def from_lists(cls, lists) -> "Blocks":
+        lens = np.array([len(x) for x in lists], dtype=np.int64)
+        ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        idx = np.concatenate([np.asarray(x, dtype=np.int64) for x in lists]) if lists else np.empty(0, np.int64)
+        return cls(ptr, idx)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.ptr)
+
+    def gather(self, ds: np.ndarray) -> np.ndarray:
+        """Concatenated chunks of blocks ``ds`` (vectorized)."""
+        lens = self.sizes[ds]
+        starts = self.ptr[ds]
+        base = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+        return self.idx[base + np.arange(int(lens.sum()))]
+
+
+def _tree_edges(parent: np.ndarray, step: np.ndarray, s: int):
+    """Edges of step s grouped by (sender, receiver): ``(ys, xs, group sizes, blocks in group order)``."""
+    d, y = np.nonzero(step == s)
+    if not len(d):
+        return None
+    x = parent[d, y]
+    order = np.lexsort((d, x, y))
+    d, y, x = d[order], y[order], x[order]
+    cut = np.flatnonzero((np.diff(y) != 0) | (np.diff(x) != 0)) + 1
+    starts = np.concatenate([[0], cut])
+    sizes = np.diff(np.concatenate([starts, [len(d)]]))
+    return y[starts], x[starts], sizes, d
+
+
+def emit_tree_reduce_scatter(b: ScheduleBuilder, parent, step, nsteps: int, blocks: Blocks, ranks: np.ndarray,
+                             step0: int, channel: int = 0, buf: Buffer = Buffer.OUTPUT) -> int:
+    """Reduce-scatter along the trees; block d ends reduced on virtual node d. Returns the next free step."""
+    sizes = blocks.sizes
+    for s in range(nsteps):
+        e = _tree_edges(parent, step, s)
+        if e is None:
+            continue
+        ys, xs, gsize, ds = e
+        group = np.repeat(np.arange(len(ys)), gsize)
+        counts = np.bincount(group, weights=sizes[ds], minlength=len(ys)).astype(np.int64)
+        flat = None if b.abstract else blocks.gather(ds)
+        b.add_rows(Row.TRANSFER_REDUCE, step0 + s, ranks[ys], ranks[xs], counts, flat,
+                   src_buf=buf, dst_buf=buf, channel=channel)
+    return step0 + nsteps
+
+
+def emit_tree_allgather(b: ScheduleBuilder, parent, step, nsteps: int, blocks: Blocks, ranks: np.ndarray,
+                        step0: int, channel: int = 0, buf: Buffer = Buffer.OUTPUT) -> int:
+    """The mirror image: block d spreads from virtual node d down its tree. Returns the next free step."""
+    sizes = blocks.sizes
+    for s in range(nsteps - 1, -1, -1):
+        e = _tree_edges(parent, step, s)
+        if e is None:
+            continue
+        ys, xs, gsize, ds = e
+        group = np.repeat(np.arange(len(ys)), gsize)
+        counts = np.bincount(group, weights=sizes[ds], minlength=len(ys)).astype(np.int64)
+        flat = None if b.abstract else blocks.gather(ds)
+        b.add_rows(Row.TRANSFER, step0 + (nsteps - 1 - s), ranks[xs], ranks[ys], counts, flat,
+                   src_buf=buf, dst_buf=buf, channel=channel)
+    return step0 + nsteps
+
+
+def emit_full_exchange(b: ScheduleBuilder, pat: Pattern, chunks: np.ndarray, ranks: np.ndarray, step0: int,
+                       channel: int = 0) -> int:
+    """Latency-optimal all-reduce: every step, send all of ``chunks`` to each peer and add what arrives."""
+    for s in range(pat.nsteps):
+        for receiver, sender in pat.recv_from(s):
+            if not len(sender):
+                continue
+            if b.abstract:
+                b.add_rows(Row.TRANSFER_REDUCE, step0 + s, ranks[sender], ranks[receiver], len(chunks),
+                           channel=channel)
+            else:
+                b.add_rows(Row.TRANSFER_REDUCE, step0 + s, ranks[sender], ranks[receiver], len(chunks),
+                           np.tile(chunks, len(sender)), channel=channel)
+    return step0 + pat.nsteps
+
+
+@dataclasses.dataclass
+class FoldPlan:
+    """Active ranks (evenly spread over the ring) and the extras folded into them."""
+
+    active: np.ndarray   # physical rank of virtual rank v
+    extras: np.ndarray   # physical ranks not active
+    partner: np.ndarray  # active physical rank each extra folds into
+
+    @property
+    def trivial(self) -> bool:
+        return len(self.extras) == 0
+
+
+def fold_plan(p: int, m: int) -> FoldPlan:
+    """Keep ``m <= p`` ranks spread evenly; fold every other rank into the active rank before it."""
+    if not 1 <= m <= p:
+        raise ValueError(f"cannot keep {m} of {p} ranks")
+    active = (np.arange(m, dtype=np.int64) * p) // m
+    mask = np.ones(p, dtype=bool)
+    mask[active] = False
+    extras = np.flatnonzero(mask)
+    partner = active[np.searchsorted(active, extras, side="right") - 1]
+    return FoldPlan(active, extras, partner)
+
+
+def emit_fold_in(b: ScheduleBuilder, plan: FoldPlan, chunks: np.ndarray, step: int, reduce: bool = True) -> None:
+    """Extras hand ``chunks`` (one array, or one per extra) to their partners."""
+    if plan.trivial:
+        return
+    if chunks.ndim == 1:
+        chunks = np.broadcast_to(chunks, (len(plan.extras), len(chunks)))
+    if b.abstract:
+        b.add_rows(Row.TRANSFER_REDUCE if reduce else Row.TRANSFER, step, plan.extras, plan.partner, chunks.shape[1])
+    else:
+        b.transfer(step, plan.extras, plan.partner, np.ascontiguousarray(chunks), reduce=reduce)
+
+
+def emit_fold_out(b: ScheduleBuilder, plan: FoldPlan, chunks: np.ndarray, step: int) -> None:
+    """Partners hand the results (``chunks``: one array, or one per extra) back to the extras."""
+    if plan.trivial:
+        return
+    if chunks.ndim == 1:
+        chunks = np.broadcast_to(chunks, (len(plan.extras), len(chunks)))
+    if b.abstract:
+        b.add_rows(Row.TRANSFER, step, plan.partner, plan.extras, chunks.shape[1])
+    else:
+        b.transfer(step, plan.partner, plan.extras, np.ascontiguousarray(chunks))
+
+
+def torus_coords(dims: tuple[int, ...]) -> np.ndarray:
+    """``(p, D)`` coordinates of every rank, last dimension fastest (C order)."""
+    p = math.prod(dims)
+    return np.stack(np.unravel_index(np.arange(p), dims), axis=1).astype(np.int64)
+
+
+def torus_index(coords: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
+    return np.ravel_multi_index(tuple(coords.T), dims).astype(np.int64)
+
+
+def dimension_sequence(dims: tuple[int, ...], steps_per_dim: list[int], start: int) -> list[tuple[int, int]]:
+    """``(dimension, step within that dimension)`` for every step: dimensions in
+    turn starting at ``start``, skipping the ones that have used up their steps."""
+    used = [0] * len(dims)
+    out = []
+    d = start % len(dims)
+    total = sum(steps_per_dim)
+    while len(out) < total:
+        if used[d] < steps_per_dim[d]:
+            out.append((d, used[d]))
+            used[d] += 1
+        d = (d + 1) % len(dims)
+    return out

@@ -1,0 +1,251 @@
+"""Hierarchical in-network aggregation (EPIC's IncTree view).
+
+Ranks are ``servers x gpus_per_server``; GPU g of every server owns *shard g*
+of the vector and sits on *rail g*. The vector is cut into one block per
+rank and shard g is the blocks of rail g's ranks, so a reduce-scatter leaves
+every rank its own block.
+
+All-reduce: (1) reduce-scatter inside each server over the scale-up links
+(GPU j sends shard i to GPU i); (2) every GPU sends its shard up its rail's
+switch tree, where each switch is a node of the schedule that adds its
+children's contributions (first child overwrites, the rest reduce, in one
+step); (3) the root switch sends the sum back down; (4) all-gather inside
+each server. A rail's tree is one switch, or, with ``hosts_per_leaf``,
+leaf switches under one spine (a two-tier Clos).
+
+The other collectives are derived the way EPIC derives them: Reduce sends
+the result down only towards the root's server and gathers it on the root;
+Broadcast goes from the root's server up to each rail's top switch and down
+to everyone; ReduceScatter sends every block down only to its owner;
+AllGather is one Broadcast per rank on the same trees (switches collect
+blocks instead of adding them); Barrier all-reduces a one-chunk token through
+GPU 0 of every server.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .common import check_ranks
+from .ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
+
+__all__ = ["ina", "rail_trees"]
+
+_COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST, Collective.REDUCE_SCATTER,
+                Collective.ALLGATHER, Collective.BARRIER)
+
+
+def rail_trees(servers: int, gpus: int, hosts_per_leaf: int | None):
+    """Switch trees of every rail.
+
+    Returns ``(parent, roles)``: ``parent`` maps every tree member (the rank
+    ids ``0..n-1`` and switch ids ``n..``) to its parent (-1 for a root, and
+    for ranks not in any tree); ``roles`` names each switch:
+    ``("rail", g)``, ``("leaf", g, l)`` or ``("spine", g)``.
+    """
+    n = servers * gpus
+    roles: list[tuple] = []
+    parent: dict[int, int] = {}
+    for g in range(gpus):
+        members = [s * gpus + g for s in range(servers)]
+        if hosts_per_leaf is None or servers <= hosts_per_leaf:
+            sw = n + len(roles)
+            roles.append(("rail", g))
+            parent[sw] = -1
+            for m in members:
+                parent[m] = sw
+            continue
+        spine = n + len(roles)
+        roles.append(("spine", g))
+        parent[spine] = -1
+        for l in range(0, servers, hosts_per_leaf):
+            leaf = n + len(roles)
+            roles.append(("leaf", g, l // hosts_per_leaf))
+            parent[leaf] = spine
+            for m in members[l:l + hosts_per_leaf]:
+                parent[m] = leaf
+    out = np.full(n + len(roles), -1, dtype=np.int64)
+    for k, v in parent.items():
+        out[k] = v
+    return out, roles
+
+
+def ina(nranks: int, *, gpus_per_server: int = 1, hosts_per_leaf: int | None = None,
+        collective=Collective.ALLREDUCE, root: int = 0, chunks_per_block: int = 1,
+        placement=None) -> Schedule:
+    """Hierarchical in-network collective (see the module docstring)."""
+    algo = "ina"
+    n = check_ranks(nranks, algo)
+    coll = Collective.parse(collective)
+    if coll not in _COLLECTIVES:
+        raise ValueError(f"ina implements {', '.join(c.value for c in _COLLECTIVES)}, not {coll.value}")
+    G = int(gpus_per_server)
+    if G < 1 or n % G:
+        raise ValueError(f"ina: {n} ranks are not a whole number of servers of {gpus_per_server} GPUs")
+    if hosts_per_leaf is not None and int(hosts_per_leaf) < 1:
+        raise ValueError(f"ina: hosts_per_leaf must be positive, not {hosts_per_leaf}")
+    if not 0 <= int(root) < n:
+        raise ValueError(f"ina: root must be a rank in 0..{n - 1}, not {root}")
+    root = int(root)
+    S = n // G
+    k = int(chunks_per_block)
+    if k < 1:
+        raise ValueError(f"ina: chunks_per_block must be positive, not {chunks_per_block}")
+    parent, roles = rail_trees(S, G, hosts_per_leaf)
+    W = len(roles)
+    b = ScheduleBuilder(algo, coll, n)
+    ranks = np.arange(n)
+    server, gpu = ranks // G, ranks % G
+    lane = np.arange(k)
+
+    def blocks_of(rs) -> np.ndarray:
+        rs = np.atleast_1d(rs)
+        return (rs[:, None] * k + lane).reshape(-1)
+
+    shard = [blocks_of(np.arange(S) * G + g) for g in range(G)]  # chunks of shard g
+    size = n * k
+
+    if coll is Collective.BARRIER:
+        return _barrier(b, n, G, S, parent, roles, placement)
+
+    depth = _depths(parent)
+    H = int(depth[:n].max())  # hops from a rank to its rail's top switch
+    switches = np.arange(n, n + W)
+    rail = np.concatenate([gpu, [r[1] for r in roles]]).astype(np.int64)
+    under = {x: _below(parent, x, n) for x in range(n + W)}
+    rs = int(server[root]) * G  # first rank of the root's server
+
+    def intra(step: int, pairs, reduce: bool) -> None:
+        """One scale-up step: ``(a, c)`` sends shard gpu[chunk owner] from a to c."""
+        if not pairs:
+            return
+        a = np.array([p[0] for p in pairs])
+        c = np.array([p[1] for p in pairs])
+        owner = np.array([p[2] for p in pairs])
+        b.add_rows(Row.TRANSFER_REDUCE if reduce else Row.TRANSFER, step, a, c, len(shard[0]),
+                   np.concatenate([shard[o] for o in owner]))
+
+    step = 0
+    if coll in (Collective.ALLREDUCE, Collective.REDUCE, Collective.REDUCE_SCATTER) and G > 1:
+        # (1) intra-server reduce-scatter: GPU j sends shard i to GPU i
+        intra(step, [(r, server[r] * G + i, i) for r in ranks for i in range(G) if i != gpu[r]], True)
+        step += 1
+    if coll is Collective.BROADCAST and G > 1:
+        # the root hands shard g to GPU g of its server, which takes it up rail g
+        intra(step, [(root, rs + g, g) for g in range(G) if rs + g != root], False)
+        step += 1
+
+    # (2) up the trees
+    source_path = set()
+    for lvl in range(H, 0, -1):
+        st = step + H - lvl
+        for sw in switches:
+            kids = [int(x) for x in np.flatnonzero(parent == sw) if depth[x] == lvl]
+            g = int(rail[sw])
+            if coll is Collective.BROADCAST:
+                kids = [x for x in kids if rs + g in under[x]]
+                source_path.update(kids)
+            for i, x in enumerate(kids):
+                if coll is Collective.ALLGATHER:
+                    chunks = blocks_of(under[x])   # switches collect distinct blocks
+                    red = False
+                elif coll is Collective.BROADCAST:
+                    chunks, red = shard[g], False
+                else:
+                    chunks, red = shard[g], i > 0  # the first child overwrites, the others add
+                b.transfer(st, [x], [sw], chunks[None, :], reduce=red, src_buf=_buf(x, n), dst_buf=Buffer.SCRATCH)
+    step += H
+
+    # (3) down the trees
+    for sw in switches:
+        g = int(rail[sw])
+        for x in (int(v) for v in np.flatnonzero(parent == sw)):
+            if coll is Collective.REDUCE:
+                if rs + g not in under[x]:
+                    continue
+                chunks = shard[g]
+            elif coll is Collective.REDUCE_SCATTER:
+                chunks = blocks_of(under[x])
+            elif coll is Collective.ALLGATHER:
+                chunks = np.setdiff1d(shard[g], blocks_of(under[x]))
+            elif coll is Collective.BROADCAST:
+                if x in source_path:
+                    continue
+                chunks = shard[g]
+            else:
+                chunks = shard[g]
+            if len(chunks):
+                b.transfer(step + int(depth[sw]), [sw], [x], chunks[None, :], src_buf=Buffer.SCRATCH,
+                           dst_buf=_buf(x, n))
+    step += H
+
+    # (4) inside the servers
+    if G > 1:
+        if coll in (Collective.ALLREDUCE, Collective.ALLGATHER):
+            intra(step, [(r, server[r] * G + i, gpu[r]) for r in ranks for i in range(G) if i != gpu[r]], False)
+        elif coll is Collective.BROADCAST:
+            intra(step, [(r, server[r] * G + i, gpu[r]) for r in ranks for i in range(G)
+                         if i != gpu[r] and server[r] * G + i != root], False)
+        elif coll is Collective.REDUCE:
+            intra(step, [(rs + g, root, g) for g in range(G) if rs + g != root], False)
+    meta = dict(roles=roles, servers=S, gpus_per_server=G)
+    return b.build(size_chunks=size, in_chunks=0, out_chunks=size, nswitches=W, switch_scratch_chunks=size,
+                   root=root if coll in (Collective.REDUCE, Collective.BROADCAST) else None, meta=meta,
+                   placement=placement)
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    depth = np.zeros(len(parent), dtype=np.int64)
+    for x in range(len(parent)):
+        d, y = 0, x
+        while parent[y] >= 0:
+            y = parent[y]
+            d += 1
+        depth[x] = d
+    return depth
+
+
+def _below(parent: np.ndarray, x: int, n: int) -> np.ndarray:
+    """Ranks in the subtree of tree node x."""
+    if x < n:
+        return np.array([x])
+    kids = np.flatnonzero(parent == x)
+    if not len(kids):
+        return np.empty(0, dtype=np.int64)
+    return np.concatenate([_below(parent, int(c), n) for c in kids])
+
+
+def _buf(x: int, n: int) -> Buffer:
+    return Buffer.OUTPUT if x < n else Buffer.SCRATCH
+
+
+def _barrier(b: ScheduleBuilder, n: int, G: int, S: int, parent, roles, placement) -> Schedule:
+    """A token: reduced into GPU 0 of each server, up and down rail 0's tree, and back out."""
+    ranks = np.arange(n)
+    lead = (ranks // G) * G
+    step = 0
+    others = ranks[ranks != lead]
+    if len(others):
+        b.transfer(step, others, lead[others], np.zeros((len(others), 1), np.int64), reduce=True)
+        step += 1
+    depth = _depths(parent)
+    W = len(roles)
+    members = [x for x in range(n + W) if (x < n and x % G == 0) or (x >= n and roles[x - n][1] == 0)]
+    H = int(max(depth[x] for x in members if x < n))
+    token = np.zeros((1, 1), np.int64)
+    for lvl in range(H, 0, -1):
+        for sw in {int(parent[x]) for x in members if depth[x] == lvl}:
+            kids = [x for x in members if parent[x] == sw]
+            for i, x in enumerate(kids):
+                b.transfer(step + H - lvl, [x], [sw], token, reduce=i > 0, src_buf=_buf(x, n),
+                           dst_buf=Buffer.SCRATCH)
+    step += H
+    for x in members:
+        if parent[x] >= 0:
+            b.transfer(step + int(depth[parent[x]]), [parent[x]], [x], token, src_buf=Buffer.SCRATCH,
+                       dst_buf=_buf(x, n))
+    step += H
+    if len(others):
+        b.transfer(step, lead[others], others, np.zeros((len(others), 1), np.int64))
+    return b.build(size_chunks=1, in_chunks=0, out_chunks=1, nswitches=W, switch_scratch_chunks=1,
+                   meta=dict(roles=roles, servers=S, gpus_per_server=G), placement=placement)
