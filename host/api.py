@@ -40,13 +40,15 @@ class Group:
 
     Every rank of the job makes the same sequence of :func:`allreduce` calls
     with arrays of the same length; the group numbers their chunks from
-    ``first_chunk`` on.
+    ``first_chunk`` on. ``last_exponent`` is the scale exponent the last
+    call agreed on (its sum is exact to ``workers * 2**-(e+1)``).
     """
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, port: Port, *, timing: Timing | None = None,
                  first_chunk: int = 0):
         self.switch, self.job, self.rank, self.port = switch, job, rank, port
         self.worker = Worker(switch, job, rank, timing=timing, first_chunk=first_chunk)
+        self.last_exponent: int | None = None
 
     @property
     def size(self) -> int:
@@ -78,6 +80,7 @@ def allreduce(array: np.ndarray, group: Group, *, clock: Callable[[], float] = t
             out += op.on_timer(now)
         for f in out:
             port.send(f)
+    group.last_exponent = op.exponent
     return op.result().reshape(a.shape)
 
 

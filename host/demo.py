@@ -77,8 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dup", type=_rate_arg, default=0.0, help="frame duplication rate (default 0)")
     p.add_argument("--reorder", type=_rate_arg, default=0.0, help="rate of frames held back and overtaken (default 0)")
     p.add_argument("--corrupt", type=_rate_arg, default=0.0, help="rate of frames with one bit flipped (default 0)")
-    p.add_argument("--net", choices=("memory",), default="memory",
-                   help="memory: one process, virtual time (default)")
+    p.add_argument("--net", choices=("memory", "netns"), default="memory",
+                   help="memory: one process, virtual time (default); netns: a Linux namespace per worker and "
+                        "for the switch, veth pairs, AF_PACKET (needs root)")
     p.add_argument("--switch", choices=("model",), default="model",
                    help="the switch implementation: the numpy model (the RTL joins with its bridge)")
     p.add_argument("--window", type=_positive_int, default=128,
@@ -108,9 +109,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         summary = run_demo(cfg, progress=progress)
     except Exception as e:  # a protocol failure ends the demo with its message, not a traceback
+        from .netns import NetnsUnavailable
         from .worker import ProtocolError
 
-        if isinstance(e, ProtocolError):
+        if isinstance(e, (ProtocolError, NetnsUnavailable)):
             print(f"inagg demo: error: {e}", file=sys.stderr)
             return 1
         raise

@@ -41,8 +41,8 @@ class DemoConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.size, int) or self.size < 0 or self.size % 4:
             raise ValueError(f"size must be a non-negative multiple of 4 bytes, not {self.size!r}")
-        if self.net not in ("memory",):
-            raise ValueError(f"net must be 'memory', not {self.net!r}")
+        if self.net not in ("memory", "netns"):
+            raise ValueError(f"net must be 'memory' or 'netns', not {self.net!r}")
         if self.switch != "model":
             raise ValueError(f"switch must be 'model', not {self.switch!r}")
         # plan() and Faults() validate the rest with their own messages.
@@ -102,12 +102,35 @@ def _progress_bar(enabled: bool, total: int):
         yield lambda done: bar.update(task, completed=done)
 
 
+@dataclass
+class _Outcome:
+    """What one worker brings back: its sum, its scale exponent, its protocol counters."""
+
+    result: np.ndarray
+    exponent: int
+    stats: Tally
+
+
+@dataclass
+class _Moved:
+    to_switch: int
+    to_hosts: int
+    wall_time: float
+    link: dict
+
+
 def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
     """Run the demo described by ``cfg``; returns the summary (``summary["ok"]``: every sum within its bound)."""
     p = cfg.plan()
+    data = {job.job: _tensors(cfg, j) for j, job in enumerate(p.jobs)}
+    run = _run_netns if cfg.net == "netns" else _run_memory
+    outcomes, counters, moved = run(cfg, p, data, progress)
+    return _summarize(cfg, p, data, outcomes, counters, moved)
+
+
+def _run_memory(cfg, p, data, progress):
     switch = ModelSwitch(p.switch)
     timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
-    data = {job.job: _tensors(cfg, j) for j, job in enumerate(p.jobs)}
     ops = {}
     for job in p.jobs:
         for r, w in enumerate(job.workers):
@@ -119,10 +142,98 @@ def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
         tick = None if bar is None else (lambda now: bar(sum(op.worker.stats["results"] for op in ops.values())))
         stats = net.run(ops, progress=tick)
         counters = dict(switch.counters)
-    return _summarize(cfg, p, data, ops, counters, stats)
+    outcomes = {port: _Outcome(op.result(), op.exponent, op.worker.stats) for port, op in ops.items()}
+    return outcomes, counters, _Moved(stats.to_switch, stats.to_hosts, stats.wall_time, stats.link)
 
 
-def _summarize(cfg, p, data, ops, counters, stats) -> dict:
+def _run_netns(cfg, p, data, progress):
+    import multiprocessing as mp
+    import time
+
+    from . import netns
+
+    netns.require_root()
+    # fork: the children inherit the tensors instead of receiving them pickled.
+    ctx = mp.get_context("fork")
+    # Real time: the Python switch queues a window of every worker, so a round trip takes tens of ms.
+    timing = Timing(timeout=0.3, max_timeout=2.0, tries=20)
+    procs = []
+    try:
+        with netns.Topology(p) as topo:
+            stop = ctx.Event()
+            sw_conn, child = ctx.Pipe()
+            procs.append(ctx.Process(target=_switch_proc, name="inagg-switch",
+                                     args=(topo, p, cfg.faults(), cfg.seed, cfg.pcap, stop, child)))
+            procs[0].start()
+            if sw_conn.recv() != "ready":
+                raise RuntimeError("the switch process did not start")
+            conns = {}
+            go = ctx.Event()  # released when every worker has its socket: no start-up skew hits the timers
+            for job in p.jobs:
+                for r, w in enumerate(job.workers):
+                    parent, child = ctx.Pipe()
+                    conns[w.port] = parent
+                    procs.append(ctx.Process(target=_worker_proc, name=f"inagg-worker{w.port}",
+                                             args=(topo.worker_ns(w.port), topo.worker_if, p.switch, job, r,
+                                                   data[job.job][r], timing, go, child)))
+                    procs[-1].start()
+            for conn in conns.values():
+                kind, value = conn.recv()
+                if kind == "error":
+                    raise value
+            start = time.perf_counter()
+            go.set()
+            outcomes = {}
+            for port, conn in conns.items():
+                kind, value = conn.recv()
+                if kind == "error":
+                    raise value
+                outcomes[port] = value
+            wall = time.perf_counter() - start
+            stop.set()
+            counters, link = sw_conn.recv()
+            for proc in procs:
+                proc.join()
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+    moved = _Moved(counters[Counter.RX_FRAMES], counters[Counter.TX_RESULTS], wall, link)
+    return outcomes, counters, moved
+
+
+def _switch_proc(topo, p, faults, seed, pcap, stop, conn):
+    from . import netns
+
+    netns.enter(topo.switch_ns)
+    switch = ModelSwitch(p.switch)
+    Controller(switch, p).configure()
+    ports = {port: netns.PacketPort(topo.switch_if(port)) for port in topo.ports}
+    conn.send("ready")
+    with _pcap(pcap) as capture:
+        link = netns.serve_switch(switch, ports, faults=faults, seed=seed, stop=stop.is_set, capture=capture)
+    conn.send((dict(switch.counters), link))
+
+
+def _worker_proc(ns, ifname, switch_spec, job, rank, data, timing, go, conn):
+    from . import netns
+    from .api import Group, allreduce
+
+    try:
+        netns.enter(ns)
+        port = netns.PacketPort(ifname)
+        group = Group(switch_spec, job, rank, port, timing=timing)
+        conn.send(("ready", None))
+        go.wait()
+        op_result = allreduce(data, group)
+        exponent = group.last_exponent
+        conn.send(("ok", _Outcome(op_result, exponent, group.worker.stats)))
+    except Exception as e:  # the parent raises it
+        conn.send(("error", e))
+
+
+def _summarize(cfg, p, data, outcomes, counters, moved) -> dict:
     ok = True
     max_err, worst_ratio, bound_at_max = 0.0, 0.0, 0.0
     exponents = {}
@@ -132,12 +243,12 @@ def _summarize(cfg, p, data, ops, counters, stats) -> dict:
         for d in data[job.job]:
             ref += d
             abs_sum += np.abs(d)
-        first = ops[job.workers[0].port]
+        first = outcomes[job.workers[0].port]
         exponents[job.job] = first.exponent
         bound = result_bound(ref, abs_sum, first.exponent, len(job.workers))
         for w in job.workers:
-            out = ops[w.port].result()
-            if not np.array_equal(out.view(np.uint32), first.result().view(np.uint32)):
+            out = outcomes[w.port].result
+            if not np.array_equal(out.view(np.uint32), first.result.view(np.uint32)):
                 ok = False  # every worker of a job must hold the same sum, bit for bit
             err = np.abs(out - ref)
             if err.size:
@@ -147,11 +258,11 @@ def _summarize(cfg, p, data, ops, counters, stats) -> dict:
                     max_err, bound_at_max = float(err[i]), float(bound[i])
                 ok &= bool((err <= bound).all())
     host = Tally()
-    for op in ops.values():
-        host.update(op.worker.stats)
+    for o in outcomes.values():
+        host.update(o.stats)
     host_drops = {k.name: v for k, v in host.items() if isinstance(k, Counter)}
     drops = {c.name: v for c, v in counters.items() if v and (c.name.startswith("DROP_") or c == Counter.EXC_REFUSED)}
-    payload = cfg.size * len(ops)
+    payload = cfg.size * len(outcomes)
     return {
         "ok": bool(ok and worst_ratio <= 1.0),
         "net": cfg.net, "switch": cfg.switch, "workers": cfg.workers, "jobs": cfg.jobs,
@@ -162,8 +273,8 @@ def _summarize(cfg, p, data, ops, counters, stats) -> dict:
         "max_error": max_err,
         "bound_at_max_error": bound_at_max,
         "worst_error_to_bound": worst_ratio,
-        "wall_time_s": stats.wall_time,
-        "goodput_gbit_s": payload * 8 / stats.wall_time / 1e9 if stats.wall_time else 0.0,
+        "wall_time_s": moved.wall_time,
+        "goodput_gbit_s": payload * 8 / moved.wall_time / 1e9 if moved.wall_time else 0.0,
         "packets": {
             "contributions_sent": host["sent"],
             "retransmissions": host["resent"],
@@ -171,12 +282,12 @@ def _summarize(cfg, p, data, ops, counters, stats) -> dict:
             "duplicate_results": host["duplicate"],
             "unexpected_results": host["unexpected"],
             "fp32_results": host["fp32_results"],
-            "frames_to_switch": stats.to_switch,
-            "frames_to_hosts": stats.to_hosts,
+            "frames_to_switch": moved.to_switch,
+            "frames_to_hosts": moved.to_hosts,
         },
         "switch_counters": {c.name: v for c, v in counters.items()},
         "promoted_chunks": counters[Counter.PROMOTED],
-        "drops": {"switch": drops, "hosts": host_drops, "link": stats.link},
+        "drops": {"switch": drops, "hosts": host_drops, "link": moved.link},
     }
 
 

@@ -1,0 +1,233 @@
+"""The Linux network-namespace transport: one namespace per worker and one for the switch.
+
+:class:`Topology` creates, with pyroute2, a namespace per worker and one for
+the switch, and a veth pair per worker: ``eth0`` in the worker's namespace,
+``sw<port>`` in the switch's. Each end carries the MAC of the plan
+(:mod:`inagg.host.controller`), IPv6 is off (no router solicitations on the
+links) and no IPv4 address is assigned: frames are sent and received whole on
+AF_PACKET sockets (:class:`PacketPort`), as a RoCE NIC would, and the kernel
+stack, having no address, ignores them instead of answering with ICMP.
+Destroying the topology removes the namespaces, which removes the veths; it
+runs on errors and on Ctrl-C too (``with Topology(...)``).
+
+:func:`serve_switch` is the switch process's loop: the model switch behind
+one AF_PACKET socket per port, with the lossy link applied on the switch
+side in both directions (this kernel has no netem).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import selectors
+import socket
+import time
+import uuid
+from collections.abc import Callable
+
+from .controller import Plan
+from .link import Faults, LossyLink
+
+__all__ = ["NetnsUnavailable", "Topology", "PacketPort", "serve_switch", "enter", "require_root"]
+
+_ETH_P_ALL = 0x0003
+_PACKET_OUTGOING = 4
+_SOL_SOCKET_RCVBUFFORCE = 33
+_SO_SNDBUFFORCE = 32
+_MTU = 9000
+
+
+class NetnsUnavailable(RuntimeError):
+    """The namespace transport cannot run here."""
+
+
+def require_root() -> None:
+    """Raise :class:`NetnsUnavailable` unless this process may create namespaces."""
+    if os.geteuid() != 0:
+        raise NetnsUnavailable("the netns transport needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) to create network "
+                               "namespaces and veth pairs; run as root, or use the memory transport (--net memory)")
+
+
+def enter(name: str) -> None:
+    """Move this (single-threaded) process into namespace ``name``."""
+    from pyroute2 import netns
+
+    netns.setns(name)
+
+
+class Topology:
+    """Namespaces and veth pairs for every worker port of a :class:`~inagg.host.controller.Plan`."""
+
+    def __init__(self, plan: Plan, *, tag: str | None = None):
+        require_root()
+        self.plan = plan
+        tag = tag or uuid.uuid4().hex[:6]
+        self.switch_ns = f"inagg-{tag}-sw"
+        self.ports = [w.port for j in plan.jobs for w in j.workers]
+        self._created: list[str] = []
+
+    def worker_ns(self, port: int) -> str:
+        return f"{self.switch_ns[:-3]}-w{port}"
+
+    @staticmethod
+    def switch_if(port: int) -> str:
+        return f"sw{port}"
+
+    worker_if = "eth0"
+
+    def create(self) -> "Topology":
+        from pyroute2 import IPRoute, NetNS, netns
+
+        try:
+            for name in [self.switch_ns] + [self.worker_ns(p) for p in self.ports]:
+                netns.create(name)
+                self._created.append(name)
+                _disable_ipv6(name)
+            macs = {w.port: w.mac for j in self.plan.jobs for w in j.workers}
+            with IPRoute() as ipr:
+                for p in self.ports:
+                    tmp = f"inagg{os.getpid() % 100000}x{p}"[:15]
+                    ipr.link("add", ifname=tmp, kind="veth",
+                             peer={"ifname": self.switch_if(p), "net_ns_fd": self.switch_ns})
+                    ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=self.worker_ns(p))
+                    with NetNS(self.worker_ns(p)) as ns:
+                        i = ns.link_lookup(ifname=tmp)[0]
+                        ns.link("set", index=i, ifname=self.worker_if, address=macs[p], mtu=_MTU)
+                        ns.link("set", index=i, state="up")
+            with NetNS(self.switch_ns) as ns:
+                for p in self.ports:
+                    i = ns.link_lookup(ifname=self.switch_if(p))[0]
+                    ns.link("set", index=i, address=self.plan.switch.mac, mtu=_MTU)
+                    ns.link("set", index=i, state="up")
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def destroy(self) -> None:
+        """Remove every namespace this topology created (their veths go with them)."""
+        from pyroute2 import netns
+
+        while self._created:
+            name = self._created.pop()
+            try:
+                netns.remove(name)
+            except OSError:
+                pass  # already gone
+
+    def __enter__(self) -> "Topology":
+        return self.create()
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+
+def _disable_ipv6(name: str) -> None:
+    from pyroute2 import netns
+
+    netns.pushns(name)
+    try:
+        for conf in ("all", "default"):
+            with open(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6", "w") as f:
+                f.write("1")
+    finally:
+        netns.popns()
+
+
+class PacketPort:
+    """A :class:`~inagg.host.api.Port` on an AF_PACKET socket bound to ``ifname`` in the current namespace.
+
+    Frames this host sends itself (which AF_PACKET also reports) are skipped.
+    """
+
+    def __init__(self, ifname: str, *, buffer: int = 8 << 20):
+        self.ifname = ifname
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ETH_P_ALL))
+        try:
+            # Root may exceed rmem_max: a window of results arrives in one burst.
+            self.sock.setsockopt(socket.SOL_SOCKET, _SOL_SOCKET_RCVBUFFORCE, buffer)
+            self.sock.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, buffer)
+            self.sock.bind((ifname, 0))
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, frame: bytes) -> None:
+        self.sock.send(frame)
+
+    def recv(self, timeout: float) -> bytes | None:
+        end = time.monotonic() + timeout
+        while True:
+            self.sock.settimeout(max(0.0, end - time.monotonic()))
+            try:
+                frame, addr = self.sock.recvfrom(65536)
+            except (TimeoutError, BlockingIOError):
+                return None
+            if addr[2] != _PACKET_OUTGOING:
+                return frame
+
+    def recv_nowait(self) -> bytes | None:
+        """A frame if one is queued, else None."""
+        while True:
+            try:
+                frame, addr = self.sock.recvfrom(65536, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return None
+            if addr[2] != _PACKET_OUTGOING:
+                return frame
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None = None, seed: int = 0,
+                 stop: Callable[[], bool], capture: Callable[[float, bytes], None] | None = None) -> dict:
+    """Run ``switch`` (a ModelSwitch) on ``ports`` until ``stop()`` is true; returns the link's fault counts.
+
+    Every frame crosses the lossy link on its way in and again on its way out;
+    frames the link holds back are released when their delay has passed.
+    """
+    link = LossyLink(faults, seed)
+    held: list[tuple[float, int, int, int, bytes]] = []
+    seq = 0
+    sel = selectors.DefaultSelector()
+    for p, port in ports.items():
+        sel.register(port, selectors.EVENT_READ, p)
+
+    def cross(direction: int, port: int, frame: bytes) -> None:
+        nonlocal seq
+        for delay, f in link.transmit(frame):
+            if delay:
+                seq += 1
+                heapq.heappush(held, (time.monotonic() + delay, seq, direction, port, f))
+            else:
+                arrive(direction, port, f)
+
+    def arrive(direction: int, port: int, frame: bytes) -> None:
+        if direction == 0:
+            for out_port, out in switch.receive(port, frame):
+                cross(1, out_port, out)
+        else:
+            if capture is not None:
+                capture(time.time(), frame)
+            ports[port].send(frame)
+
+    try:
+        while not stop():
+            wait = 0.05 if not held else max(0.0, min(0.05, held[0][0] - time.monotonic()))
+            for key, _ in sel.select(wait):
+                p = key.data
+                while (frame := ports[p].recv_nowait()) is not None:
+                    if capture is not None:
+                        capture(time.time(), frame)
+                    cross(0, p, frame)
+            now = time.monotonic()
+            while held and held[0][0] <= now:
+                _, _, direction, port, f = heapq.heappop(held)
+                arrive(direction, port, f)
+    finally:
+        sel.close()
+    return dict(link.stats)

@@ -1,0 +1,93 @@
+"""The namespace transport: topology set-up and teardown, AF_PACKET ports, the demo over veth."""
+
+import json
+import os
+
+import pytest
+
+from inagg import cli
+from inagg.host.controller import plan
+
+pytestmark = pytest.mark.netns
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create network namespaces "
+                                "(the memory transport covers the protocol without it)")
+
+
+def namespaces():
+    from pyroute2 import netns
+
+    return set(netns.listnetns())
+
+
+@needs_root
+def test_topology_is_torn_down_also_on_errors():
+    from inagg.host.netns import Topology
+
+    before = namespaces()
+    with pytest.raises(KeyboardInterrupt):
+        with Topology(plan([2])) as topo:
+            assert {topo.switch_ns, topo.worker_ns(0), topo.worker_ns(1)} <= namespaces()
+            raise KeyboardInterrupt
+    assert namespaces() == before
+
+
+@needs_root
+def test_packet_ports_carry_frames_across_a_veth():
+    import multiprocessing as mp
+
+    from inagg.host.netns import PacketPort, Topology, enter
+
+    frame = bytes.fromhex("020000000001" "0200000000fe" "0800") + bytes(range(100))
+
+    def echo(ns, ifname, conn):
+        enter(ns)
+        port = PacketPort(ifname)
+        conn.send("ready")
+        got = port.recv(5.0)
+        port.send(got[::-1] if got else b"")
+
+    ctx = mp.get_context("fork")
+    with Topology(plan([1])) as topo:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=echo, args=(topo.switch_ns, topo.switch_if(0), child))
+        proc.start()
+        assert parent.recv() == "ready"
+        enter_and_send = ctx.Pipe()
+        here, there = enter_and_send
+
+        def worker(conn):
+            enter(topo.worker_ns(0))
+            port = PacketPort(topo.worker_if)
+            port.send(frame)
+            conn.send(port.recv(5.0))
+
+        w = ctx.Process(target=worker, args=(there,))
+        w.start()
+        assert here.recv() == frame[::-1]
+        w.join()
+        proc.join()
+
+
+@needs_root
+def test_demo_over_namespaces_with_loss(capsys):
+    before = namespaces()
+    rc = cli.main(["demo", "--net", "netns", "--size", "64KiB", "--workers", "3", "--loss", "0.02", "--json"])
+    s = json.loads(capsys.readouterr().out)
+    assert rc == 0 and s["ok"] and s["net"] == "netns"
+    assert s["packets"]["results_placed"] == 3 * (64 + 2)
+    assert namespaces() == before
+
+
+def test_without_root_the_message_points_to_the_memory_transport(monkeypatch):
+    from inagg.host import netns
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(netns.NetnsUnavailable, match=r"needs root .* or use the memory transport \(--net memory\)"):
+        netns.Topology(plan([2]))
+
+
+def test_demo_without_root_exits_with_the_message(monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cli.main(["demo", "--net", "netns", "--size", "4KiB"]) == 1
+    assert "use the memory transport (--net memory)" in capsys.readouterr().err
