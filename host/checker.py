@@ -1,0 +1,236 @@
+"""Explicit-state model checking of the sans-IO worker protocol with the model switch.
+
+The checker runs the real code -- :class:`~inagg.host.worker.Worker` and
+:class:`~inagg.models.switch.ModelSwitch`, exchanging real frames -- and
+explores every interleaving within a small :class:`Scope`, after EPIC's TLA+
+check of its Mode II protocol:
+
+* Every frame in flight may be delivered next, in any order (reordering is
+  therefore always on).
+* A fault may hit any frame in flight -- lost, or duplicated -- at most one
+  per timeout round (between two advances of the clock), and at most
+  ``faults`` in a run.
+* Time is discrete: frames take no time, and the clock advances to the next
+  timer only when nothing is in flight (timeouts are longer than a round
+  trip). Any timer that is due may fire at any point, also between
+  deliveries.
+
+Every explored run must end -- no frame in flight, no timer armed -- with
+every worker holding the exact aggregate of every chunk, and no worker may
+give up (:class:`~inagg.host.worker.ChunkTimeoutError`). The state graph is
+acyclic (each step consumes a frame or advances a send counter or the
+clock), so "no state without a successor other than a correct final state"
+means every run terminates correctly.
+
+States that differ only in the PSNs of results and the switch's counters are
+merged: the worker ignores result PSNs (``docs/protocol.md`` section 1.4),
+and counters do not steer the switch.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from inagg.models import arith
+from inagg.models.switch import ModelSwitch, Slot
+
+from .controller import Controller, plan
+from .worker import ProtocolError, Timing, Worker
+
+__all__ = ["Scope", "CheckResult", "Violation", "check"]
+
+_TO_SWITCH, _TO_HOST = 0, 1
+# The result PSN and the ICRC (which covers it) are masked in state keys.
+_PSN = slice(51, 54)
+
+
+class Violation(AssertionError):
+    """A reachable state breaks the protocol's guarantees; the message holds the trace."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the checker explores.
+
+    ``workers`` in one job, ``chunks`` chunks each, ``window`` chunks
+    outstanding (the job region is ``2 * window`` slots), ``faults``
+    losses or duplications per run. With ``promote`` one lane overflows
+    INT32 so the results go out as FP32 (2 workers: the promoted sum does
+    not depend on arrival order).
+    """
+
+    workers: int = 2
+    chunks: int = 3
+    window: int = 2
+    faults: int = 1
+    promote: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workers, int) or not 1 <= self.workers <= 4:
+            raise ValueError(f"workers must be an integer in 1..4, not {self.workers!r}")
+        if not isinstance(self.chunks, int) or not 1 <= self.chunks <= 8:
+            raise ValueError(f"chunks must be an integer in 1..8, not {self.chunks!r}")
+        if not isinstance(self.faults, int) or not 0 <= self.faults <= 4:
+            raise ValueError(f"faults must be an integer in 0..4, not {self.faults!r}")
+        if self.promote and self.workers != 2:
+            raise ValueError("promote needs exactly 2 workers (the FP32 sum of more depends on arrival order)")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What an exploration covered."""
+
+    scope: Scope
+    states: int
+    transitions: int
+    final_states: int
+    max_depth: int
+    seconds: float
+
+
+class _State:
+    __slots__ = ("workers", "switch", "flight", "clock", "faults", "fault_this_round", "depth")
+
+    def clone(self) -> "_State":
+        s = _State()
+        s.workers = [w.fork() for w in self.workers]
+        s.switch = _fork_switch(self.switch)
+        s.flight, s.clock, s.faults = self.flight, self.clock, self.faults
+        s.fault_this_round, s.depth = self.fault_this_round, self.depth + 1
+        return s
+
+    def key(self) -> tuple:
+        sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes(), s.lanes.promoted.tobytes())
+                   for s in self.switch.fast)
+        flight = tuple(sorted((d, p, f[:_PSN.start] + f[_PSN.stop:-4] if d == _TO_HOST else f)
+                              for d, p, f in self.flight))
+        return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, flight, self.faults,
+                self.fault_this_round)
+
+
+def _fork_switch(sw: ModelSwitch) -> ModelSwitch:
+    """A copy of a model switch without exception path: its slots, result PSNs and counters are its state."""
+    t = copy.copy(sw)
+    t.fast = [Slot(s.lanes.copy(), s.state, s.job, s.chunk, s.bitmap, s.count) for s in sw.fast]
+    t.jobs = {k: dataclasses.replace(j, result_psn=list(j.result_psn)) for k, j in sw.jobs.items()}
+    t.counters = dict(sw.counters)
+    return t
+
+
+def _lanes(scope: Scope, lanes: int) -> list[np.ndarray]:
+    data = []
+    for r in range(scope.workers):
+        x = (np.arange(scope.chunks * lanes, dtype=np.int32).reshape(scope.chunks, lanes) % 7 + 10 * r + 1)
+        if scope.promote:
+            x[:, 0] = 2**31 - 1 - r  # lane 0 overflows on the second contribution
+        data.append(x.astype(np.int32))
+    return data
+
+
+def check(scope: Scope = Scope(), *, timing: Timing | None = None, max_states: int = 2_000_000) -> CheckResult:
+    """Explore every run of ``scope``; raises :class:`Violation` with a trace on the first bad state.
+
+    ``timing`` defaults to more tries than the scope has faults, so that a
+    worker giving up is a violation, not a consequence of the faults.
+    """
+    start = time.perf_counter()
+    p = plan([scope.workers], window=scope.window, chunk_bytes=256)
+    job = p.jobs[0]
+    timing = timing or Timing(timeout=1.0, backoff=2.0, max_timeout=4.0, tries=scope.faults + 3)
+    data = _lanes(scope, p.switch.lanes)
+    rows = [np.stack([d[c] for d in data]) for c in range(scope.chunks)]
+    expect = np.stack([arith.aggregate(r) for r in rows])
+
+    init = _State()
+    init.switch = ModelSwitch(p.switch)
+    Controller(init.switch, p).configure()
+    init.workers = [Worker(p.switch, job, r, timing=timing) for r in range(scope.workers)]
+    init.flight = tuple(sorted((_TO_SWITCH, r, f) for r, w in enumerate(init.workers)
+                               for f in w.submit(0.0, data[r])))
+    init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
+
+    seen = {init.key()}
+    frontier = deque([(init, ())])
+    transitions = finals = max_depth = 0
+    while frontier:
+        s, trace = frontier.popleft()
+        max_depth = max(max_depth, s.depth)
+        succ = list(_successors(s, scope, trace))
+        if not succ:
+            _check_final(s, expect, trace)
+            finals += 1
+        for t, label in succ:
+            transitions += 1
+            k = t.key()
+            if k not in seen:
+                seen.add(k)
+                if len(seen) > max_states:
+                    raise RuntimeError(f"more than {max_states} states: choose a smaller scope")
+                frontier.append((t, trace + (label,)))
+    return CheckResult(scope, len(seen), transitions, finals, max_depth, time.perf_counter() - start)
+
+
+def _successors(s: _State, scope: Scope, trace: tuple):
+    distinct = sorted(set(s.flight))
+    for item in distinct:
+        d, port, frame = item
+        t = s.clone()
+        t.flight = _remove(s.flight, item)
+        if d == _TO_SWITCH:
+            out = [(_TO_HOST, q, f) for q, f in t.switch.receive(port, frame)]
+            label = f"switch <- w{port}"
+        else:
+            out = [(_TO_SWITCH, port, f) for f in _guard(t.workers[port].receive, t.clock, frame, trace)]
+            label = f"w{port} <- result"
+        t.flight = tuple(sorted(t.flight + tuple(out)))
+        yield t, label
+        if s.faults < scope.faults and not s.fault_this_round:
+            for kind in ("lose", "duplicate"):
+                t = s.clone()
+                t.flight = _remove(s.flight, item) if kind == "lose" else tuple(sorted(s.flight + (item,)))
+                t.faults += 1
+                t.fault_this_round = True
+                yield t, f"{kind} {'contribution of' if d == _TO_SWITCH else 'result to'} w{port}"
+    due = [r for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock]
+    for r in due:
+        t = s.clone()
+        out = [(_TO_SWITCH, r, f) for f in _guard(t.workers[r].on_timer, t.clock, None, trace)]
+        t.flight = tuple(sorted(t.flight + tuple(out)))
+        yield t, f"w{r} timer at {s.clock:g}"
+    if not s.flight and not due:
+        deadlines = [dl for w in s.workers if (dl := w.deadline) is not None]
+        if deadlines:
+            t = s.clone()
+            t.depth -= 1
+            t.clock = min(deadlines)
+            t.fault_this_round = False
+            yield t, f"clock -> {t.clock:g}"
+
+
+def _guard(fn, now, frame, trace):
+    try:
+        return fn(now) if frame is None else fn(now, frame)
+    except ProtocolError as e:
+        raise Violation(f"{e}\ntrace:\n  " + "\n  ".join(trace)) from e
+
+
+def _remove(flight: tuple, item: tuple) -> tuple:
+    i = flight.index(item)
+    return flight[:i] + flight[i + 1:]
+
+
+def _check_final(s: _State, expect: np.ndarray, trace: tuple) -> None:
+    for r, w in enumerate(s.workers):
+        if not w.done:
+            raise Violation(f"run ends with worker {r} missing results\ntrace:\n  " + "\n  ".join(trace))
+        words, fp32, _ = w.results()
+        got = np.where(fp32[:, None], words.view(np.float32), words.view(np.int32).astype(np.float32)) \
+            if fp32.any() else words.view(np.int32)
+        if fp32.any() != (expect.dtype == np.float32) or not np.array_equal(got, expect):
+            raise Violation(f"worker {r} ends with a wrong aggregate\ntrace:\n  " + "\n  ".join(trace))
