@@ -1,0 +1,134 @@
+"""Congestion-aware alpha-beta cost of a schedule on a topology.
+
+A schedule's communication steps run one after the other. In a step every
+transfer follows its route (:mod:`inagg.host.schedules.topology`); a link's
+*load* is the bytes of all transfers of the step that cross it. A transfer
+takes
+
+    endpoint_alpha + sum(alpha of its links) + max over its links (beta * load)
+
+and the step takes as long as its slowest transfer: the busiest link on a
+path sets the byte term, so two messages that share a link each see half
+its bandwidth. Local copies and reduces are free.
+
+*Congestion deficiency* Xi (Swing, NSDI 2024): the byte term the schedule
+pays, divided by the byte term it would pay if every message crossed only
+its first link (the load each node puts on each of its own ports). 1 means
+no message ever waits for another one; a ring algorithm on a ring has
+Xi = 1, recursive doubling on a 2-D torus about 1.5.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .ir import Collective, Schedule
+from .topology import Topology
+
+__all__ = ["Cost", "evaluate", "allreduce_lower_bound", "ina_lower_bound"]
+
+
+@dataclasses.dataclass
+class Cost:
+    """What :func:`evaluate` reports for one schedule, topology and size."""
+
+    algo: str
+    collective: str
+    ranks: int
+    topology: str
+    size_bytes: float
+    steps: int
+    bytes_per_rank: float
+    time_s: float
+    xi: float
+    step_time_s: np.ndarray
+    byte_term_s: float
+    latency_term_s: float
+
+    def as_dict(self) -> dict:
+        """JSON-friendly summary (the CLI's ``--json``)."""
+        return {"algo": self.algo, "collective": self.collective, "ranks": self.ranks, "topology": self.topology,
+                "size_bytes": self.size_bytes, "steps": self.steps, "bytes_per_rank": self.bytes_per_rank,
+                "time_s": self.time_s, "xi": self.xi, "byte_term_s": self.byte_term_s,
+                "latency_term_s": self.latency_term_s}
+
+
+def _nodes(schedule: Schedule, topo: Topology) -> np.ndarray:
+    """Topology node of every schedule node."""
+    if schedule.nranks > topo.nhosts:
+        raise ValueError(f"schedule has {schedule.nranks} ranks but {topo.spec} has {topo.nhosts} hosts")
+    nodes = np.arange(schedule.nnodes, dtype=np.int64)
+    if schedule.nswitches:
+        if schedule.placement is None:
+            raise ValueError(f"schedule {schedule.name!r} has switch nodes but no placement on a topology")
+        nodes[schedule.nranks:] = schedule.placement
+    return nodes
+
+
+def evaluate(schedule: Schedule, topo: Topology, size_bytes: float) -> Cost:
+    """Cost of ``schedule`` on ``topo`` when the collective's size is ``size_bytes``."""
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"evaluate needs a Schedule, not {type(schedule).__name__}")
+    if not isinstance(topo, Topology):
+        raise TypeError(f"evaluate needs a Topology, not {type(topo).__name__}")
+    if not np.isscalar(size_bytes) or size_bytes < 0:
+        raise ValueError(f"size_bytes must be a non-negative number, not {size_bytes!r}")
+    nodes = _nodes(schedule, topo)
+    per_chunk = float(size_bytes) / schedule.size_chunks if schedule.size_chunks else 0.0
+    xfer = np.flatnonzero(schedule.is_transfer)
+    src = nodes[schedule.src[xfer]]
+    dst = nodes[schedule.dst[xfer]]
+    nbytes = schedule.count[xfer] * per_chunk
+    step = schedule.step[xfer]
+    # transfers between two nodes mapped onto the same topology node (none in practice) are free
+    moving = src != dst
+    xfer, src, dst, nbytes, step = xfer[moving], src[moving], dst[moving], nbytes[moving], step[moving]
+    ptr, links = topo.route(src, dst)
+    hops = np.diff(ptr)
+    owner = np.repeat(np.arange(len(src)), hops)
+    alpha_path = np.bincount(owner, weights=topo.link_alpha[links], minlength=len(src))
+    steps = np.unique(step)
+    times = np.zeros(len(steps))
+    byte_terms = np.zeros(len(steps))
+    ideal_terms = np.zeros(len(steps))
+    order = np.argsort(step, kind="stable")
+    cuts = np.searchsorted(step[order], steps)
+    bounds = np.append(cuts, len(order))
+    for i in range(len(steps)):
+        t = order[bounds[i]:bounds[i + 1]]
+        # links of this step's transfers
+        lo, hi = ptr[t], ptr[t + 1]
+        lens = hi - lo
+        base = np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+        flat = base + np.arange(int(lens.sum()))
+        lk = links[flat]
+        who = np.repeat(np.arange(len(t)), lens)
+        load = np.bincount(lk, weights=nbytes[t][who], minlength=topo.nlinks) * topo.link_beta
+        wait = np.zeros(len(t))
+        np.maximum.at(wait, who, load[lk])
+        times[i] = (topo.endpoint_alpha + alpha_path[t] + wait).max()
+        byte_terms[i] = load.max()
+        first = links[lo]
+        ideal_terms[i] = (np.bincount(first, weights=nbytes[t], minlength=topo.nlinks) * topo.link_beta).max()
+    sent = schedule.bytes_sent(size_bytes)[:schedule.nranks]
+    byte_total = float(byte_terms.sum())
+    ideal = float(ideal_terms.sum())
+    return Cost(
+        algo=schedule.name, collective=schedule.collective.value, ranks=schedule.nranks, topology=topo.spec,
+        size_bytes=float(size_bytes), steps=int(schedule.num_steps), bytes_per_rank=float(sent.max()) if len(sent) else 0.0,
+        time_s=float(times.sum()), xi=byte_total / ideal if ideal > 0 else 1.0, step_time_s=times,
+        byte_term_s=byte_total, latency_term_s=float(times.sum()) - byte_total,
+    )
+
+
+def allreduce_lower_bound(nranks: int, size_bytes: float) -> float:
+    """Bytes every rank must send (and receive) in an endpoint all-reduce: 2 (n-1)/n S."""
+    return 2.0 * (nranks - 1) / nranks * size_bytes
+
+
+def ina_lower_bound(nranks: int, size_bytes: float) -> float:
+    """With in-network aggregation a rank sends its vector once and receives the sum once: S per direction
+    (the (n-1)/n factor of the endpoint bound disappears with the second pass)."""
+    return float(size_bytes)
