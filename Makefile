@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.inagg-installed
 
-.PHONY: demo test venv clean bench
+.PHONY: demo test venv clean bench synth-report
 
 venv: $(STAMP)
 
@@ -30,3 +30,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build sim_build .pytest_cache
+
+synth-report: $(STAMP)
+	$(BIN)/python bench/synth.py

@@ -53,13 +53,14 @@ def tool_env() -> dict[str, str]:
 
 
 def tool_versions(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The first line of ``--version`` of yosys and nextpnr-ecp5."""
+    """Versions of yosys and nextpnr-ecp5, as the tools print them ("Yosys 0.57 ...", "nextpnr-0.11.1")."""
     env = env or tool_env()
     out = {}
-    for name, var, flag in (("yosys", "YOSYS", "-V"), ("nextpnr-ecp5", "NEXTPNR_ECP5", "--version")):
+    for name, var, flag, pattern in (("yosys", "YOSYS", "-V", r"(Yosys [\w.+-]+)"),
+                                     ("nextpnr-ecp5", "NEXTPNR_ECP5", "--version", r"Version (nextpnr-[\w.+-]+)")):
         p = subprocess.run([env[var], flag], capture_output=True, text=True)
-        text = (p.stdout + p.stderr).strip().splitlines()
-        out[name] = next((t for t in text if re.search(r"\d+\.\d+", t)), "?")
+        found = re.search(pattern, p.stdout + p.stderr)
+        out[name] = found.group(1) if found else "?"
     return out
 
 
