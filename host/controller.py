@@ -8,19 +8,25 @@ rings (R_Key and virtual address) and disjoint slot regions. The same plan
 configures every switch implementation through :class:`Controller`, which
 talks to a target with the control-plane interface of
 :class:`~inagg.models.switch.ModelSwitch` (``add_job`` / ``remove_job``);
-the hosts derive their frames from the same plan.
+the hosts derive their frames from the same plan. :class:`RegisterTarget` is
+that interface on the RTL's AXI4-Lite register map
+(:class:`inagg.models.regmap.RegMap`), for any bus with a synchronous
+``write(address, value)``; :func:`register_writes` lists the same writes for
+a bus that is driven asynchronously (a cocotb AXI4-Lite master).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
 from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_JOBS, MAX_WORKERS
+from inagg.models.regmap import RegMap
 
-__all__ = ["Plan", "plan", "ConfigTarget", "Controller", "worker_mac", "worker_ip", "SWITCH_MAC", "SWITCH_IP"]
+__all__ = ["Plan", "plan", "ConfigTarget", "Controller", "RegisterTarget", "register_writes", "worker_mac",
+           "worker_ip", "SWITCH_MAC", "SWITCH_IP"]
 
 SWITCH_MAC = "02:00:00:00:00:fe"
 SWITCH_IP = "10.0.0.254"
@@ -118,3 +124,39 @@ class Controller:
 
     def __exit__(self, *exc: object) -> None:
         self.teardown()
+
+
+def register_writes(plan: Plan, regmap: RegMap) -> list[tuple[int, int]]:
+    """Every (address, value) write that configures ``plan`` on an RTL switch, in order.
+
+    The switch's addresses and P_Key first, then each job as
+    :meth:`~inagg.models.regmap.RegMap.job_writes` orders it (its CTRL last).
+    """
+    out = regmap.switch_writes(plan.switch)
+    for job in plan.jobs:
+        out += regmap.job_writes(job, plan.switch)
+    return out
+
+
+class RegisterTarget:
+    """A :class:`ConfigTarget` that writes the RTL switch's register map through ``write(address, value)``.
+
+    The first :meth:`add_job` also writes the switch-wide registers (MAC, IP,
+    P_Key) of ``spec``; :meth:`remove_job` clears the job's CTRL, which
+    disables it and lets the gateware release its slots.
+    """
+
+    def __init__(self, write: Callable[[int, int], None], regmap: RegMap, spec: SwitchSpec):
+        self._write, self.regmap, self.spec = write, regmap, spec
+        self._switch_written = False
+
+    def add_job(self, job: JobSpec) -> None:
+        writes = self.regmap.job_writes(job, self.spec)  # validates before anything is written
+        if not self._switch_written:
+            writes = self.regmap.switch_writes(self.spec) + writes
+            self._switch_written = True
+        for addr, value in writes:
+            self._write(addr, value)
+
+    def remove_job(self, job: int) -> None:
+        self._write(self.regmap.job(job, "CTRL"), 0)

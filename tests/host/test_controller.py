@@ -37,3 +37,29 @@ def test_controller_configures_and_tears_down():
 def test_plan_is_validated(args, kw, match):
     with pytest.raises(ValueError, match=match):
         plan(*args, **kw)
+
+
+def test_register_target_writes_the_rtl_register_map():
+    from inagg.host.controller import RegisterTarget, register_writes
+    from inagg.models.regmap import RegMap
+
+    p = plan([2, 3], window=4)
+    rm = RegMap(jobs=4, workers=4)
+    log = []
+    with Controller(RegisterTarget(lambda a, v: log.append((a, v)), rm, p.switch), p):
+        assert log == register_writes(p, rm)
+        assert log[-1] == (rm.job(2, "CTRL"), 1 | 3 << 8)
+        assert (rm.switch("IP"), 0x0A0000FE) in log
+        n = len(log)
+    assert log[n:] == [(rm.job(2, "CTRL"), 0), (rm.job(1, "CTRL"), 0)]
+
+
+def test_register_target_refuses_a_job_the_geometry_cannot_hold_before_writing():
+    from inagg.host.controller import RegisterTarget
+    from inagg.models.regmap import RegMap
+
+    p = plan([3])
+    log = []
+    with pytest.raises(ValueError, match="job 1 has 3 workers, the switch at most 2"):
+        Controller(RegisterTarget(lambda a, v: log.append((a, v)), RegMap(jobs=2, workers=2), p.switch), p).configure()
+    assert log == []
