@@ -1,1 +1,25 @@
-"""GPU-side collective schedules: an IR, generators, an executor and a cost model."""
+"""GPU-side collective schedules: an IR, generators, an executor and a cost model.
+
+One representation (:class:`~inagg.host.schedules.ir.Schedule`, a table of
+send / receive / receive-reduce / copy rows per step over buffer chunks) is
+produced by every generator and is then executed and checked
+(:mod:`.executor`), costed on a topology (:mod:`.cost`, :mod:`.topology`)
+and plotted. :func:`generate` is the entry point by algorithm name::
+
+    from inagg.host.schedules import generate, check, evaluate, topology
+    topo = topology.parse("torus:8x8")
+    s = generate("swing-bw", topo=topo)
+    check(s)
+    print(evaluate(s, topo, 1 << 20).time_s)
+"""
+
+from .cost import Cost, allreduce_lower_bound, evaluate, ina_lower_bound
+from .executor import ScheduleError, check, execute, expected, make_inputs
+from .ir import Buffer, Collective, Op, OpKind, Row, Schedule, ScheduleBuilder
+from .registry import ALGORITHMS, applicable, generate
+
+__all__ = [
+    "ALGORITHMS", "Buffer", "Collective", "Cost", "Op", "OpKind", "Row", "Schedule", "ScheduleBuilder",
+    "ScheduleError", "allreduce_lower_bound", "applicable", "check", "evaluate", "execute", "expected",
+    "generate", "ina_lower_bound", "make_inputs",
+]
