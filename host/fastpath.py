@@ -99,11 +99,12 @@ class ContribTemplate:
         c = chunks.astype(np.uint64)
         out[:, _PSN:_PSN + 3] = (c & 0xFFFFFF).astype(">u4").view(np.uint8).reshape(k, 4)[:, 1:]
         out[:, _VA:_VA + 8] = (c * np.uint64(self.chunk_bytes)).astype(">u8").view(np.uint8).reshape(k, 8)
-        out[:, CONTRIB_HDR_LEN:-ICRC_LEN] = lanes.astype(">i4").view(np.uint8).reshape(k, self.chunk_bytes)
+        # One pass: the big-endian view of the payload bytes takes the int32 lanes as they are.
+        out[:, CONTRIB_HDR_LEN:-ICRC_LEN].view(">i4")[...] = lanes
         flat = memoryview(out).cast("B")
-        n, end, crc0 = self.frame_len, self.frame_len - ICRC_LEN, self._crc0
-        crcs = np.fromiter((zlib.crc32(flat[i * n + _CONST_END:i * n + end], crc0) for i in range(k)),
-                           np.uint32, count=k)
+        n, crc0, crc32 = self.frame_len, self._crc0, zlib.crc32
+        tail = n - ICRC_LEN - _CONST_END
+        crcs = np.array([crc32(flat[o:o + tail], crc0) for o in range(_CONST_END, k * n, n)], np.uint32)
         out[:, -ICRC_LEN:] = crcs.astype("<u4").view(np.uint8).reshape(k, ICRC_LEN)
         return out
 
