@@ -20,6 +20,7 @@ __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 COMMAND_MODULES = (
     "inagg.host.demo",
     "inagg.hdl.synth.cli",
+    "inagg.host.service_cli",
 )
 
 

@@ -1,0 +1,691 @@
+"""The switch as a service: the model switch behind VXLAN, with a control endpoint for jobs.
+
+:class:`SwitchService` runs one switch for many clients, in one thread and
+one ``selectors`` loop:
+
+* **data**: one UDP socket (the VXLAN endpoint, port 4789 by default) for
+  every switch port. A switch port is bound to the worker's UDP endpoint
+  (its VTEP) when the worker attaches; a datagram from an endpoint that is
+  bound to no port is dropped and counted. Frames cross the same
+  :class:`~inagg.host.link.LossyLink` as on every other transport, on the
+  way in and again on the way out, so loss, duplication, reordering and
+  corruption can be injected here too.
+* **control**: a TCP endpoint speaking JSON lines, one request and one
+  answer per line (``docs/scaleout.md`` lists the requests). A client
+  creates a job and receives its :class:`Ticket`: the switch and job
+  descriptions, the VXLAN address and VNI, and the job's **token**. Every
+  later request on that job (attach a worker, read counters, remove the job)
+  must carry the token; a wrong token is refused, logged and counted. A job
+  lives as long as the control connection that created it, so a training
+  run that dies does not leak switch ports or slots.
+
+Jobs get disjoint ports and slot regions and random R_Keys; data frames of
+one job carrying another job's QPN or R_Key are dropped and counted by the
+switch itself (``DROP_UNKNOWN_QPN``, ``DROP_BAD_RKEY``).
+
+The client side is :class:`SwitchClient`, :func:`join` (a
+:class:`~inagg.host.api.Group` over VXLAN for one rank of a ticket) and
+:func:`group_from_env` (the same from ``INAGG_TICKET`` and ``INAGG_RANK``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import secrets
+import selectors
+import socket
+import threading
+import time
+from collections import Counter as Tally
+from dataclasses import dataclass
+
+from inagg import __version__
+from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec, WorkerSpec
+from inagg.models.protocol import MAX_JOBS, MAX_WORKERS
+
+from .api import Group
+from .controller import RESULT_VA, worker_ip, worker_mac
+from .link import Faults, LossyLink
+from .vxlan import VXLAN_PORT, Capture, VxlanDrop, VxlanPort, check_vni, decap, encap
+from .worker import Timing
+
+__all__ = [
+    "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES",
+    "ServiceError", "SwitchUnavailableError", "Ticket", "SwitchService", "SwitchClient",
+    "parse_address", "join", "group_from_env",
+]
+
+log = logging.getLogger("inagg.switch")
+
+ENV_SWITCH = "INAGG_SWITCH"   # HOST:PORT of the control endpoint
+ENV_TICKET = "INAGG_TICKET"   # a ticket's JSON, or @FILE holding it
+ENV_RANK = "INAGG_RANK"       # this worker's rank in the ticket's job
+# Worker addresses are 10.0.0.(port+1) in the switch's /24, the switch is .254.
+MAX_SERVICE_PORTS = 253
+MAX_REQUEST_BYTES = 1 << 16
+MAX_CONNECTIONS = 256
+_WORKER_QPN = 0x01_0000
+# Datagrams read per wake-up before the loop looks at control and timers again.
+_BURST = 256
+_SOCKET_BUFFER = 8 << 20
+
+
+class ServiceError(Exception):
+    """The switch service refused a request; the message is the service's."""
+
+
+class SwitchUnavailableError(ServiceError, ConnectionError):
+    """The switch service cannot be reached."""
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` as ``(host, port)``; host an IPv4 address or a name, port 0..65535."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"address must be HOST:PORT with a port in 0..65535, not {text!r}")
+    return host, int(port)
+
+
+def _switch_dict(s: SwitchSpec) -> dict:
+    return dataclasses.asdict(s)
+
+
+def _switch_from(d: dict) -> SwitchSpec:
+    d = dict(d)
+    if d.get("exception") is not None:
+        d["exception"] = ExceptionSpec(**d["exception"])
+    return SwitchSpec(**d)
+
+
+def _job_dict(j: JobSpec) -> dict:
+    return dataclasses.asdict(j)
+
+
+def _job_from(d: dict) -> JobSpec:
+    d = dict(d)
+    d["workers"] = tuple(WorkerSpec(**w) for w in d["workers"])
+    return JobSpec(**d)
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """Everything a rank needs to take part in a job on a switch service.
+
+    ``token`` authorizes control requests on the job: share the ticket with
+    the job's ranks only (``to_json`` / ``from_json``, e.g. through the torch
+    store).
+    """
+
+    switch: SwitchSpec
+    job: JobSpec
+    token: str
+    vxlan: tuple[str, int]
+    vni: int
+    control: tuple[str, int]
+
+    def to_json(self) -> str:
+        return json.dumps({"switch": _switch_dict(self.switch), "job": _job_dict(self.job), "token": self.token,
+                           "vxlan": list(self.vxlan), "vni": self.vni, "control": list(self.control)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Ticket":
+        try:
+            d = json.loads(text)
+            return cls(switch=_switch_from(d["switch"]), job=_job_from(d["job"]), token=str(d["token"]),
+                       vxlan=(d["vxlan"][0], int(d["vxlan"][1])), vni=check_vni(d["vni"]),
+                       control=(d["control"][0], int(d["control"][1])))
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise ValueError(f"not an inagg job ticket: {e}") from None
+
+
+# -- the service -----------------------------------------------------------
+
+
+class _Refused(Exception):
+    """A control request the service answers with an error."""
+
+
+@dataclass
+class _Job:
+    spec: JobSpec
+    token: str
+    owner: "_Conn"
+
+
+class _Conn:
+    def __init__(self, sock: socket.socket, addr: tuple[str, int]):
+        self.sock, self.name = sock, f"{addr[0]}:{addr[1]}"
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.jobs: set[int] = set()
+        self.closing = False  # close once the answers are out
+        self.closed = False
+
+
+def _int(req: dict, name: str, lo: int, hi: int, default: int | None = None) -> int:
+    x = req.get(name, default)
+    if not isinstance(x, int) or isinstance(x, bool) or not lo <= x <= hi:
+        raise _Refused(f"{name} must be an integer in {lo}..{hi}, not {x!r}")
+    return x
+
+
+class SwitchService:
+    """A switch serving many clients over VXLAN, with a token-checked control endpoint.
+
+    Parameters
+    ----------
+    spec:
+        The switch (ports, slots, chunk size, addresses). Its ports are the
+        workers the service can hold at once, at most 253.
+    control:
+        ``(host, port)`` the control endpoint listens on (port 0: a free one).
+    vxlan:
+        ``(host, port)`` of the VXLAN endpoint, UDP 4789 by default.
+    vni:
+        The fabric's VXLAN network identifier.
+    faults, seed:
+        Faults of the lossy link between the VXLAN endpoint and the switch.
+    capture:
+        Called as ``capture(src, dst, datagram)`` for every datagram received
+        and sent (e.g. :class:`~inagg.host.vxlan.PcapWriter`).
+    switch:
+        The switch implementation; a :class:`~inagg.models.switch.ModelSwitch`
+        of ``spec`` when None. Anything with ``receive``, ``add_job``,
+        ``remove_job`` and ``counters`` serves.
+
+    :meth:`serve` runs the loop in the calling thread until :meth:`shutdown`
+    (callable from any thread or a signal handler); :meth:`start` runs it
+    in a thread. ``stats`` counts datagrams, drops by reason and refused
+    requests.
+    """
+
+    def __init__(self, spec: SwitchSpec, *, control: tuple[str, int] = ("127.0.0.1", 0),
+                 vxlan: tuple[str, int] = ("127.0.0.1", VXLAN_PORT), vni: int = 1, faults: Faults | None = None,
+                 seed: int = 0, capture: Capture | None = None, switch=None):
+        if not isinstance(spec, SwitchSpec):
+            raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
+        if spec.ports > MAX_SERVICE_PORTS:
+            raise ValueError(f"a switch service has at most {MAX_SERVICE_PORTS} ports (one /24 of worker "
+                             f"addresses beside the switch), not {spec.ports}")
+        self.vni = check_vni(vni)
+        if switch is None:
+            from inagg.models.switch import ModelSwitch
+
+            switch = ModelSwitch(spec)
+        self.spec, self.switch, self.capture = spec, switch, capture
+        self.link = LossyLink(faults, seed)
+        self.stats: Tally = Tally()
+        self._jobs: dict[int, _Job] = {}
+        self._endpoint_of: dict[int, tuple[str, int]] = {}  # switch port -> worker VTEP
+        self._port_of: dict[tuple[str, int], int] = {}
+        self._held: list[tuple[float, int, int, int, bytes]] = []
+        self._seq = 0
+        self._conns: dict[int, _Conn] = {}
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._sel = selectors.DefaultSelector()
+        self._udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._wake_r, self._wake_w = socket.socketpair()
+        try:
+            for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+                self._udp.setsockopt(socket.SOL_SOCKET, opt, _SOCKET_BUFFER)
+            self._udp.bind(vxlan)
+            self._udp.setblocking(False)
+            self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._tcp.bind(control)
+            self._tcp.listen(64)
+            self._tcp.setblocking(False)
+            self._wake_r.setblocking(False)
+            self._wake_w.setblocking(False)
+        except BaseException:
+            self._close_sockets()
+            raise
+        self._sel.register(self._udp, selectors.EVENT_READ, "udp")
+        self._sel.register(self._tcp, selectors.EVENT_READ, "listen")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self.vxlan_address: tuple[str, int] = self._udp.getsockname()
+        self.control_address: tuple[str, int] = self._tcp.getsockname()
+
+    # -- running ----------------------------------------------------------
+
+    def serve(self) -> None:
+        """Run until :meth:`shutdown`; then tear every job down and close every socket."""
+        log.info("listening: control %s:%d, vxlan %s:%d, vni %d, %d ports, %d slots of %d bytes",
+                 *self.control_address, *self.vxlan_address, self.vni, self.spec.ports, self.spec.slots,
+                 self.spec.chunk_bytes)
+        try:
+            while not self._stop:
+                wait = 0.5 if not self._held else max(0.0, min(0.5, self._held[0][0] - time.monotonic()))
+                for key, events in self._sel.select(wait):
+                    if key.data == "udp":
+                        self._on_udp()
+                    elif key.data == "listen":
+                        self._on_accept()
+                    elif key.data == "wake":
+                        self._drain_wake()
+                    else:
+                        self._on_conn(key.data, events)
+                now = time.monotonic()
+                while self._held and self._held[0][0] <= now:
+                    _, _, direction, port, f = heapq.heappop(self._held)
+                    self._arrive(direction, port, f)
+        finally:
+            self._teardown()
+
+    def shutdown(self) -> None:
+        """Ask the loop to stop (safe from any thread and from a signal handler)."""
+        self._stop = True
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # already closed, or the wake-up is pending anyway
+            pass
+
+    def start(self) -> "SwitchService":
+        """Run :meth:`serve` in a daemon thread."""
+        self._thread = threading.Thread(target=self.serve, daemon=True, name="inagg-switch-service")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """:meth:`shutdown` and wait for the loop's thread."""
+        self.shutdown()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> "SwitchService":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _teardown(self) -> None:
+        for job in sorted(self._jobs):
+            self._remove(job, "the service is shutting down")
+        for conn in list(self._conns.values()):
+            self._close_conn(conn)
+        self._close_sockets()
+        counters = ", ".join(f"{c.name} {v}" for c, v in self.switch.counters.items() if v)
+        log.info("stopped: %s; switch counters: %s", dict(self.stats) or "no traffic", counters or "all zero")
+
+    def _close_sockets(self) -> None:
+        self._sel.close()
+        for s in (self._udp, self._tcp, self._wake_r, self._wake_w):
+            s.close()
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    # -- data plane -------------------------------------------------------
+
+    def _on_udp(self) -> None:
+        for _ in range(_BURST):
+            try:
+                datagram, src = self._udp.recvfrom(65535)
+            except BlockingIOError:
+                return
+            except OSError as e:  # an ICMP error of an earlier send, reported late
+                self.stats["rx_errors"] += 1
+                log.debug("vxlan receive error: %s", e)
+                continue
+            self.stats["rx_datagrams"] += 1
+            if self.capture is not None:
+                self.capture(src, self.vxlan_address, datagram)
+            inner = decap(datagram, self.vni)
+            if isinstance(inner, VxlanDrop):
+                self.stats[inner.value] += 1
+                continue
+            port = self._port_of.get(src)
+            if port is None:
+                self.stats["unbound_source"] += 1
+                continue
+            self._cross(0, port, inner)
+
+    def _cross(self, direction: int, port: int, frame: bytes) -> None:
+        """Put a frame on the lossy link; direction 0 is towards the switch."""
+        for delay, f in self.link.transmit(frame):
+            if delay:
+                self._seq += 1
+                heapq.heappush(self._held, (time.monotonic() + delay, self._seq, direction, port, f))
+            else:
+                self._arrive(direction, port, f)
+
+    def _arrive(self, direction: int, port: int, frame: bytes) -> None:
+        if direction == 0:
+            for out_port, out in self.switch.receive(port, frame):
+                self._cross(1, out_port, out)
+            return
+        dst = self._endpoint_of.get(port)
+        if dst is None:
+            self.stats["tx_unbound_port"] += 1
+            return
+        datagram = encap(frame, self.vni)
+        try:
+            self._udp.sendto(datagram, dst)
+        except OSError as e:  # a full socket buffer or a vanished route: the worker's timer resends
+            self.stats["tx_errors"] += 1
+            log.debug("vxlan send to %s:%d failed: %s", *dst, e)
+            return
+        self.stats["tx_datagrams"] += 1
+        if self.capture is not None:
+            self.capture(self.vxlan_address, dst, datagram)
+
+    # -- control plane ----------------------------------------------------
+
+    def _on_accept(self) -> None:
+        try:
+            sock, addr = self._tcp.accept()
+        except BlockingIOError:
+            return
+        if len(self._conns) >= MAX_CONNECTIONS:
+            log.warning("control %s:%d: refused, %d connections open already", *addr, MAX_CONNECTIONS)
+            sock.close()
+            return
+        sock.setblocking(False)
+        conn = _Conn(sock, addr)
+        self._conns[sock.fileno()] = conn
+        self._sel.register(sock, selectors.EVENT_READ, conn)
+        log.debug("control %s: connected", conn.name)
+
+    def _on_conn(self, conn: _Conn, events: int) -> None:
+        if events & selectors.EVENT_WRITE:
+            self._flush(conn)
+        if not events & selectors.EVENT_READ or conn.closing or conn.closed:
+            return
+        try:
+            data = conn.sock.recv(MAX_REQUEST_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close_conn(conn)
+            return
+        conn.inbuf += data
+        while not conn.closed and (nl := conn.inbuf.find(b"\n")) >= 0:
+            line = bytes(conn.inbuf[:nl])
+            del conn.inbuf[:nl + 1]
+            self._reply(conn, self._request(conn, line))
+        if not conn.closed and len(conn.inbuf) > MAX_REQUEST_BYTES:
+            log.warning("control %s: request longer than %d bytes; closing", conn.name, MAX_REQUEST_BYTES)
+            self._reply(conn, {"ok": False, "error": f"request longer than {MAX_REQUEST_BYTES} bytes"})
+            conn.closing = True
+            self._flush(conn)
+
+    def _reply(self, conn: _Conn, answer: dict) -> None:
+        if conn.closed:
+            return
+        conn.outbuf += json.dumps(answer).encode() + b"\n"
+        self._flush(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        try:
+            while conn.outbuf:
+                n = conn.sock.send(conn.outbuf)
+                del conn.outbuf[:n]
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._close_conn(conn)
+            return
+        if conn.closing and not conn.outbuf:
+            self._close_conn(conn)
+            return
+        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
+        self._sel.modify(conn.sock, want, conn)
+
+    def _close_conn(self, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        del self._conns[conn.sock.fileno()]
+        for job in sorted(conn.jobs):
+            self._remove(job, f"its owner's control connection {conn.name} closed")
+        self._sel.unregister(conn.sock)
+        conn.sock.close()
+        log.debug("control %s: closed", conn.name)
+
+    def _request(self, conn: _Conn, line: bytes) -> dict:
+        try:
+            req = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            return {"ok": False, "error": "a request is one JSON object per line"}
+        if not isinstance(req, dict):
+            return {"ok": False, "error": "a request is one JSON object per line"}
+        op = req.get("op")
+        handler = self._OPS.get(op) if isinstance(op, str) else None
+        if handler is None:
+            return {"ok": False, "error": f"unknown op {op!r}; known: {', '.join(sorted(self._OPS))}"}
+        try:
+            return {"ok": True, **handler(self, conn, req)}
+        except _Refused as e:
+            return {"ok": False, "error": str(e)}
+
+    def _authorized(self, conn: _Conn, req: dict) -> _Job:
+        """The job a request names, after checking its token."""
+        job = _int(req, "job", 0, MAX_JOBS - 1)
+        j = self._jobs.get(job)
+        token = req.get("token")
+        if j is None:
+            raise _Refused(f"job {job} is not configured")
+        if not isinstance(token, str) or not hmac.compare_digest(token.encode(), j.token.encode()):
+            self.stats["refused_requests"] += 1
+            log.warning("control %s: refused %s on job %d: wrong token", conn.name, req["op"], job)
+            raise _Refused(f"job {job}: wrong token")
+        return j
+
+    def _op_hello(self, conn: _Conn, req: dict) -> dict:
+        free = self.spec.ports - sum(len(j.spec.workers) for j in self._jobs.values())
+        return {"service": "inagg switch", "version": __version__, "vxlan": list(self.vxlan_address),
+                "vni": self.vni, "switch": _switch_dict(self.spec), "jobs": len(self._jobs), "free_ports": free}
+
+    def _op_create_job(self, conn: _Conn, req: dict) -> dict:
+        n = _int(req, "workers", 1, MAX_WORKERS)
+        window = _int(req, "window", 1, self.spec.slots // 2, default=32)
+        if window & (window - 1):
+            raise _Refused(f"window must be a power of two, not {window}")
+        used = {w.port for j in self._jobs.values() for w in j.spec.workers}
+        free = [p for p in range(self.spec.ports) if p not in used]
+        if len(free) < n:
+            raise _Refused(f"a job of {n} workers needs {n} free switch ports; {len(free)} of "
+                           f"{self.spec.ports} are free")
+        region = 2 * window
+        base = self._free_region(region)
+        if base is None:
+            raise _Refused(f"no free region of {region} slots (window {window}) in the switch's "
+                           f"{self.spec.slots} slots")
+        number = next((k for k in range(1, MAX_JOBS) if k not in self._jobs), None)
+        if number is None:
+            raise _Refused(f"all {MAX_JOBS - 1} job numbers are in use")
+        workers = tuple(WorkerSpec(port=p, mac=worker_mac(p), ip=worker_ip(p), qpn=_WORKER_QPN + p,
+                                   rkey=secrets.randbits(32), result_va=RESULT_VA) for p in free[:n])
+        spec = JobSpec(job=number, rkey=secrets.randbits(32), slot_base=base, slots=region, workers=workers)
+        try:
+            self.switch.add_job(spec)
+        except ValueError as e:
+            raise _Refused(f"the switch refused job {number}: {e}") from None
+        token = secrets.token_hex(16)
+        self._jobs[number] = _Job(spec, token, conn)
+        conn.jobs.add(number)
+        log.info("job %d created by %s: %d workers on ports %s, slots %d..%d", number, conn.name, n,
+                 ",".join(str(w.port) for w in workers), base, base + region - 1)
+        ticket = Ticket(self.spec, spec, token, self.vxlan_address, self.vni, self.control_address)
+        return {"ticket": json.loads(ticket.to_json())}
+
+    def _free_region(self, size: int) -> int | None:
+        taken = [(j.spec.slot_base, j.spec.slot_base + j.spec.slots) for j in self._jobs.values()]
+        for base in range(0, self.spec.slots - size + 1, size):
+            if all(base + size <= lo or hi <= base for lo, hi in taken):
+                return base
+        return None
+
+    def _op_attach(self, conn: _Conn, req: dict) -> dict:
+        j = self._authorized(conn, req)
+        rank = _int(req, "rank", 0, len(j.spec.workers) - 1)
+        ep = req.get("endpoint")
+        try:
+            host, port = ep
+            endpoint = (str(ipaddress.IPv4Address(host)), int(port))
+        except (TypeError, ValueError):
+            raise _Refused(f"endpoint must be [IPv4 address, UDP port], not {ep!r}") from None
+        switch_port = j.spec.workers[rank].port
+        other = self._port_of.get(endpoint)
+        if other is not None and other != switch_port:
+            raise _Refused(f"endpoint {endpoint[0]}:{endpoint[1]} is attached to switch port {other} already")
+        old = self._endpoint_of.pop(switch_port, None)
+        if old is not None:
+            del self._port_of[old]
+        self._endpoint_of[switch_port] = endpoint
+        self._port_of[endpoint] = switch_port
+        log.info("job %d rank %d attached from %s:%d (switch port %d)", j.spec.job, rank, *endpoint, switch_port)
+        return {"port": switch_port}
+
+    def _op_counters(self, conn: _Conn, req: dict) -> dict:
+        self._authorized(conn, req)
+        return {"switch": {c.name: v for c, v in self.switch.counters.items()}, "service": dict(self.stats),
+                "link": dict(self.link.stats)}
+
+    def _op_remove_job(self, conn: _Conn, req: dict) -> dict:
+        j = self._authorized(conn, req)
+        self._remove(j.spec.job, f"removed by {conn.name}")
+        return {}
+
+    _OPS = {"hello": _op_hello, "create_job": _op_create_job, "attach": _op_attach, "counters": _op_counters,
+            "remove_job": _op_remove_job}
+
+    def _remove(self, job: int, why: str) -> None:
+        j = self._jobs.pop(job)
+        j.owner.jobs.discard(job)
+        self.switch.remove_job(job)
+        for w in j.spec.workers:
+            ep = self._endpoint_of.pop(w.port, None)
+            if ep is not None:
+                del self._port_of[ep]
+        log.info("job %d torn down: %s", job, why)
+
+
+# -- the client ------------------------------------------------------------
+
+
+class SwitchClient:
+    """A control connection to a :class:`SwitchService`.
+
+    ``address`` is ``"HOST:PORT"`` or ``(host, port)``; None reads it from
+    ``INAGG_SWITCH``. Every request waits at most ``timeout`` seconds for
+    its answer. A job created through this client lives until
+    :meth:`remove_job` or until the client is closed.
+    """
+
+    def __init__(self, address: str | tuple[str, int] | None = None, *, timeout: float = 10.0):
+        if address is None:
+            address = os.environ.get(ENV_SWITCH)
+            if not address:
+                raise SwitchUnavailableError(f"no switch service address: pass one or set {ENV_SWITCH}=HOST:PORT")
+        self.address = parse_address(address) if isinstance(address, str) else (str(address[0]), int(address[1]))
+        self.timeout = timeout
+        try:
+            self._sock = socket.create_connection(self.address, timeout=timeout)
+        except OSError as e:
+            raise SwitchUnavailableError(f"cannot reach the inagg switch service at "
+                                         f"{self.address[0]}:{self.address[1]}: {e}") from None
+        self._buf = bytearray()
+
+    def request(self, op: str, **fields) -> dict:
+        """Send one request; return the answer, or raise :class:`ServiceError` with the service's refusal."""
+        try:
+            self._sock.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
+            deadline = time.monotonic() + self.timeout
+            while (nl := self._buf.find(b"\n")) < 0:
+                left = deadline - time.monotonic()
+                if left <= 0 or len(self._buf) > MAX_REQUEST_BYTES:
+                    raise TimeoutError(f"no answer to {op!r} within {self.timeout} s")
+                self._sock.settimeout(left)
+                data = self._sock.recv(MAX_REQUEST_BYTES)
+                if not data:
+                    raise ConnectionResetError("the service closed the connection")
+                self._buf += data
+        except OSError as e:
+            raise SwitchUnavailableError(f"inagg switch service at {self.address[0]}:{self.address[1]}: "
+                                         f"{op} failed: {e}") from None
+        answer = json.loads(self._buf[:nl])
+        del self._buf[:nl + 1]
+        if not answer.get("ok"):
+            raise ServiceError(f"inagg switch service refused {op}: {answer.get('error')}")
+        return answer
+
+    def hello(self) -> dict:
+        """The service's description: version, VXLAN endpoint, VNI, switch, free ports."""
+        return self.request("hello")
+
+    def create_job(self, workers: int, *, window: int = 32) -> Ticket:
+        """A new job of ``workers`` ranks, each with ``window`` chunks outstanding."""
+        d = self.request("create_job", workers=workers, window=window)["ticket"]
+        # A service bound to the wildcard address is reached where this client reached it.
+        for key in ("vxlan", "control"):
+            if d[key][0] in ("0.0.0.0", ""):
+                d[key][0] = self.address[0]
+        return Ticket.from_json(json.dumps(d))
+
+    def attach(self, ticket: Ticket, rank: int, endpoint: tuple[str, int]) -> int:
+        """Bind rank ``rank``'s switch port to its VXLAN ``endpoint``; returns the switch port."""
+        return self.request("attach", job=ticket.job.job, token=ticket.token, rank=rank,
+                            endpoint=list(endpoint))["port"]
+
+    def counters(self, job: int, token: str) -> dict:
+        """The switch's counters (by :class:`~inagg.models.protocol.Counter` name) and the service's."""
+        return self.request("counters", job=job, token=token)
+
+    def remove_job(self, job: int, token: str) -> None:
+        self.request("remove_job", job=job, token=token)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> "SwitchClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple[str, int] | None = None) -> Group:
+    """The :class:`~inagg.host.api.Group` of rank ``rank`` of ``ticket``'s job, over VXLAN.
+
+    Opens the rank's UDP endpoint and attaches it to the rank's switch
+    port. ``group.port.close()`` releases the socket.
+    """
+    if not isinstance(rank, int) or not 0 <= rank < len(ticket.job.workers):
+        raise ValueError(f"rank must be an integer in 0..{len(ticket.job.workers) - 1}, not {rank!r}")
+    port = VxlanPort(ticket.vxlan, ticket.vni, bind=bind)
+    try:
+        with SwitchClient(ticket.control) as client:
+            client.attach(ticket, rank, port.address)
+        return Group(ticket.switch, ticket.job, rank, port, timing=timing)
+    except BaseException:
+        port.close()
+        raise
+
+
+def group_from_env(*, timing: Timing | None = None) -> Group:
+    """:func:`join` with the ticket of ``INAGG_TICKET`` (JSON, or ``@FILE``) and the rank of ``INAGG_RANK``."""
+    text = os.environ.get(ENV_TICKET)
+    rank = os.environ.get(ENV_RANK)
+    if not text or rank is None:
+        raise SwitchUnavailableError(f"set {ENV_TICKET} (a job ticket, or @FILE) and {ENV_RANK} to join a job")
+    if text.startswith("@"):
+        with open(text[1:], encoding="utf-8") as f:
+            text = f.read()
+    if not rank.isdigit():
+        raise ValueError(f"{ENV_RANK} must be a non-negative integer, not {rank!r}")
+    return join(Ticket.from_json(text), int(rank), timing=timing)
+

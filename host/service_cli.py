@@ -1,0 +1,108 @@
+"""``inagg switch serve``: the switch as a long-lived service (see :mod:`inagg.host.service`).
+
+Only argparse is imported at module import time: ``inagg --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["register"]
+
+
+def _address(text: str) -> tuple[str, int]:
+    from .service import parse_address
+
+    try:
+        return parse_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _int_in(lo: int, hi: int):
+    def parse(text: str) -> int:
+        try:
+            x = int(text)
+        except ValueError:
+            x = None
+        if x is None or not lo <= x <= hi:
+            raise argparse.ArgumentTypeError(f"expected an integer in {lo}..{hi}, not {text!r}")
+        return x
+    return parse
+
+
+def _rate(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not 0.0 <= x < 1.0:
+        raise argparse.ArgumentTypeError(f"a rate is a number in [0, 1), not {text!r}")
+    return x
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``inagg switch serve`` to the command line."""
+    p = subparsers.add_parser("switch", help="run a switch for workers in other processes and machines",
+                              description="Run an inagg switch as a service.")
+    sub = p.add_subparsers(dest="switch_command", metavar="COMMAND", required=True)
+    s = sub.add_parser(
+        "serve", help="serve the switch over VXLAN, with a control endpoint for jobs",
+        description="Serve the switch: workers reach it over VXLAN (UDP), the controller configures and tears "
+                    "down jobs on the control endpoint (JSON lines over TCP, a token per job). SIGINT or "
+                    "SIGTERM stop it gracefully.")
+    s.add_argument("--listen", type=_address, required=True, metavar="HOST:PORT",
+                   help="control endpoint (port 0: any free port; the log says which)")
+    s.add_argument("--vxlan", type=_address, metavar="HOST:PORT",
+                   help="VXLAN endpoint (default: the --listen host, UDP port 4789)")
+    s.add_argument("--vni", type=_int_in(0, (1 << 24) - 1), default=1, help="VXLAN network identifier (default 1)")
+    s.add_argument("--backend", choices=("model",), default="model",
+                   help="the switch implementation: the numpy model (the RTL joins with its bridge)")
+    s.add_argument("--ports", type=_int_in(1, 253), default=64, help="switch ports: workers at once (default 64)")
+    s.add_argument("--slots", type=_int_in(2, 1 << 20), default=4096,
+                   help="slots of the switch, a power of two (default 4096)")
+    s.add_argument("--chunk-bytes", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096),
+                   help="payload bytes per packet (default 1024)")
+    for fault in ("loss", "dup", "reorder", "corrupt"):
+        s.add_argument(f"--{fault}", type=_rate, default=0.0, help=f"{fault} rate of the link (default 0)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the link faults (default 0)")
+    s.add_argument("--pcap", metavar="FILE", help="write every datagram in and out to FILE (pcap, Ethernet)")
+    s.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
+                   help="log level (default info); logs go to stderr")
+    s.set_defaults(func=_cmd_serve)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from inagg.models.job import SwitchSpec
+
+    from .link import Faults
+    from .service import SwitchService
+    from .vxlan import VXLAN_PORT, PcapWriter
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        spec = SwitchSpec(ports=args.ports, slots=args.slots, chunk_bytes=args.chunk_bytes)
+        faults = Faults(loss=args.loss, dup=args.dup, reorder=args.reorder, corrupt=args.corrupt)
+    except ValueError as e:
+        print(f"inagg switch serve: error: {e}", file=sys.stderr)
+        return 2
+    capture = PcapWriter(args.pcap) if args.pcap else None
+    try:
+        service = SwitchService(spec, control=args.listen, vxlan=args.vxlan or (args.listen[0], VXLAN_PORT),
+                                vni=args.vni, faults=faults, seed=args.seed, capture=capture)
+    except OSError as e:
+        print(f"inagg switch serve: error: cannot listen: {e}", file=sys.stderr)
+        return 1
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: service.shutdown())
+    try:
+        service.serve()
+    finally:
+        if capture is not None:
+            capture.close()
+    return 0

@@ -1,0 +1,194 @@
+"""The VXLAN transport: each Ethernet frame in one UDP datagram behind an RFC 7348 header.
+
+A worker in another process, or on another machine, reaches the switch with
+an ordinary UDP socket, without root: :class:`VxlanPort` is a
+:class:`~inagg.host.api.Port` that sends each RoCEv2 frame as::
+
+    UDP(dport 4789) | VXLAN(8: flags 0x08, VNI) | Ethernet | IPv4 | UDP(4791) | BTH | ...
+
+and unwraps what comes back. The switch side is :mod:`inagg.host.service`.
+The VNI names one fabric (one switch): a datagram with another VNI, or
+without the I flag, is not for this fabric and is dropped and counted, as
+are datagrams too short to hold a header.
+
+The switch listens on UDP 4789, the IANA port of VXLAN; a worker is a VTEP
+on a port of its own (several share a host), so every datagram has 4789 on
+one side and Wireshark or tshark decode VXLAN and then the inner RoCEv2
+frame with no options. :func:`outer_frame` and :class:`PcapWriter` record
+datagrams as full Ethernet/IPv4/UDP frames so that a capture shows both
+layers.
+
+Per RFC 7348 section 5 the reserved bits are sent as zero and ignored on
+receipt, and the inner frame carries no FCS.
+"""
+
+from __future__ import annotations
+
+import enum
+import socket
+import struct
+import time
+from collections import Counter as Tally
+from collections.abc import Callable
+
+from inagg.models import wire
+from inagg.models.protocol import ETH_TYPE_IPV4, IP_PROTO_UDP, IPV4_LEN, UDP_LEN
+
+__all__ = ["VXLAN_PORT", "VXLAN_HDR_LEN", "MAX_VNI", "VxlanDrop", "encap", "decap", "check_vni", "VxlanPort",
+           "outer_frame", "PcapWriter", "Capture"]
+
+VXLAN_PORT = 4789
+VXLAN_HDR_LEN = 8
+MAX_VNI = (1 << 24) - 1
+_I_FLAG = 0x08
+# Larger than any jumbo frame a transport of ours carries.
+_MAX_DATAGRAM = 65535
+
+
+class VxlanDrop(enum.Enum):
+    """Why a received datagram was not handed on."""
+
+    NOT_VXLAN = "not_vxlan"     # shorter than the header, or I flag clear
+    WRONG_VNI = "wrong_vni"     # another fabric's datagram
+
+
+def check_vni(vni: object) -> int:
+    """``vni`` if it is a valid VXLAN network identifier (0..2**24-1), else ``ValueError``."""
+    if not isinstance(vni, int) or isinstance(vni, bool) or not 0 <= vni <= MAX_VNI:
+        raise ValueError(f"VNI must be an integer in 0..{MAX_VNI}, not {vni!r}")
+    return vni
+
+
+def encap(frame: bytes, vni: int) -> bytes:
+    """The VXLAN datagram payload carrying Ethernet frame ``frame`` on network ``vni``."""
+    return struct.pack("!B3xI", _I_FLAG, vni << 8) + frame
+
+
+def decap(datagram: bytes, vni: int) -> bytes | VxlanDrop:
+    """The inner Ethernet frame of ``datagram``, or why it is not one of network ``vni``."""
+    if len(datagram) < VXLAN_HDR_LEN or not datagram[0] & _I_FLAG:
+        return VxlanDrop.NOT_VXLAN
+    if int.from_bytes(datagram[4:7], "big") != vni:
+        return VxlanDrop.WRONG_VNI
+    return datagram[VXLAN_HDR_LEN:]
+
+
+class VxlanPort:
+    """A worker's :class:`~inagg.host.api.Port` to a switch over VXLAN on UDP.
+
+    Parameters
+    ----------
+    switch:
+        ``(host, port)`` of the switch's VXLAN endpoint.
+    vni:
+        The fabric's VXLAN network identifier.
+    bind:
+        Local ``(host, port)``; port 0 takes a free one. By default the
+        socket binds where the route to ``switch`` leaves the host.
+
+    The socket is connected to the switch, so the kernel delivers datagrams
+    from the switch only. ``stats`` counts datagrams sent and received,
+    drops by :class:`VxlanDrop`, and ``"unreachable"`` for every ICMP port
+    unreachable the kernel reported (no switch listening).
+    """
+
+    def __init__(self, switch: tuple[str, int], vni: int, *, bind: tuple[str, int] | None = None):
+        self.vni = check_vni(vni)
+        self.stats: Tally = Tally()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            if bind is not None:
+                self.sock.bind(bind)
+            self.sock.connect(switch)
+        except BaseException:
+            self.sock.close()
+            raise
+        self.switch = self.sock.getpeername()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The local ``(host, port)``: the endpoint the switch sends this worker's results to."""
+        return self.sock.getsockname()
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, frame: bytes) -> None:
+        try:
+            self.sock.send(encap(frame, self.vni))
+        except ConnectionRefusedError:
+            # An earlier datagram met a closed port; the protocol's timers retry.
+            self.stats["unreachable"] += 1
+            return
+        self.stats["sent"] += 1
+
+    def recv(self, timeout: float) -> bytes | None:
+        end = time.monotonic() + timeout
+        while True:
+            self.sock.settimeout(max(0.0, end - time.monotonic()))
+            try:
+                datagram = self.sock.recv(_MAX_DATAGRAM)
+            except (TimeoutError, BlockingIOError):
+                return None
+            except ConnectionRefusedError:
+                self.stats["unreachable"] += 1
+                if time.monotonic() >= end:
+                    return None
+                continue
+            inner = decap(datagram, self.vni)
+            if isinstance(inner, VxlanDrop):
+                self.stats[inner.value] += 1
+                continue
+            self.stats["received"] += 1
+            return inner
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "VxlanPort":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_MAC_SRC = wire.mac_bytes("02:00:00:00:7e:01")
+_MAC_DST = wire.mac_bytes("02:00:00:00:7e:02")
+
+
+def outer_frame(datagram: bytes, src: tuple[str, int], dst: tuple[str, int]) -> bytes:
+    """``datagram`` (UDP payload) as the Ethernet/IPv4/UDP frame it travels in, for a capture.
+
+    The IPv4 header is DF with a valid checksum, the UDP checksum 0 (RFC 7348
+    section 5 allows it for IPv4); the Ethernet addresses are placeholders, the
+    kernel hides the real ones of a UDP socket (on loopback there are none).
+    """
+    udp = struct.pack("!HHHH", src[1], dst[1], UDP_LEN + len(datagram), 0)
+    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, IPV4_LEN + len(udp) + len(datagram), 0, 0x4000, 64,
+                               IP_PROTO_UDP, 0, wire.ip_bytes(src[0]), wire.ip_bytes(dst[0])))
+    struct.pack_into("!H", ip, 10, wire.ipv4_checksum(ip))
+    return _MAC_DST + _MAC_SRC + struct.pack("!H", ETH_TYPE_IPV4) + bytes(ip) + udp + datagram
+
+
+class PcapWriter:
+    """Writes datagrams to a pcap file (Ethernet link type) as :func:`outer_frame` frames.
+
+    Use as ``capture`` of :class:`~inagg.host.service.SwitchService`:
+    ``writer(src, dst, datagram)``.
+    """
+
+    def __init__(self, path: str):
+        from scapy.utils import RawPcapWriter
+
+        self._w = RawPcapWriter(path, linktype=1, nano=True, sync=False)  # 1: DLT_EN10MB
+        self._w.write_header(None)  # an empty capture is still a valid pcap file
+
+    def __call__(self, src: tuple[str, int], dst: tuple[str, int], datagram: bytes) -> None:
+        t = time.time()
+        self._w.write_packet(outer_frame(datagram, src, dst), sec=int(t), usec=round((t % 1) * 1e9))
+
+    def close(self) -> None:
+        self._w.close()
+
+
+Capture = Callable[[tuple[str, int], tuple[str, int], bytes], None]
