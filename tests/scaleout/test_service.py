@@ -1,0 +1,288 @@
+"""The switch service: its control protocol, job isolation, and clients in other processes."""
+
+import json
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from inagg.host import allreduce
+from inagg.host.service import (
+    ENV_RANK, ENV_SWITCH, ENV_TICKET, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket,
+    group_from_env, join, parse_address,
+)
+from inagg.host.vxlan import encap
+from inagg.host.worker import ChunkTimeoutError, Timing
+from inagg.models.job import SwitchSpec
+
+SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)
+
+
+@pytest.fixture
+def service():
+    with SwitchService(SPEC, vxlan=("127.0.0.1", 0)) as s:
+        yield s
+
+
+def raw(service, line: bytes) -> dict:
+    with socket.create_connection(service.control_address, timeout=5) as s:
+        s.sendall(line)
+        return json.loads(s.makefile().readline())
+
+
+def test_hello_describes_the_service(service):
+    with SwitchClient(service.control_address) as c:
+        h = c.hello()
+    assert h["vxlan"] == list(service.vxlan_address) and h["vni"] == 1 and h["free_ports"] == 6
+    assert h["switch"]["ports"] == 6 and h["switch"]["chunk_bytes"] == 256 and h["jobs"] == 0
+
+
+@pytest.mark.parametrize("line, error", [
+    (b"not json\n", "a request is one JSON object per line"),
+    (b"[1, 2]\n", "a request is one JSON object per line"),
+    (b'{"op": "reboot"}\n', "unknown op 'reboot'; known: attach, counters, create_job, hello, remove_job"),
+    (b'{"op": "create_job", "workers": 0}\n', "workers must be an integer in 1..64, not 0"),
+    (b'{"op": "create_job", "workers": 7, "window": 4}\n', "a job of 7 workers needs 7 free switch ports; 6 of 6 are free"),
+    (b'{"op": "create_job", "workers": 2, "window": 3}\n', "window must be a power of two, not 3"),
+    (b'{"op": "create_job", "workers": 2, "window": 32}\n', "window must be an integer in 1..16, not 32"),
+    (b'{"op": "counters", "job": 5, "token": "x"}\n', "job 5 is not configured"),
+    (b'{"op": "remove_job", "job": "1"}\n', "job must be an integer in 0..1023, not '1'"),
+])
+def test_bad_requests_get_exact_errors(service, line, error):
+    assert raw(service, line) == {"ok": False, "error": error}
+
+
+def test_oversized_request_is_refused_and_the_connection_closed(service):
+    with socket.create_connection(service.control_address, timeout=5) as s:
+        s.sendall(b"x" * (70 << 10))
+        f = s.makefile("rb")
+        assert json.loads(f.readline()) == {"ok": False, "error": "request longer than 65536 bytes"}
+        assert f.readline() == b""
+
+
+def test_slot_regions_and_ports_are_disjoint_and_freed(service):
+    with SwitchClient(service.control_address) as a, SwitchClient(service.control_address) as b:
+        t1 = a.create_job(2, window=8)
+        t2 = b.create_job(3, window=4)
+        with pytest.raises(ServiceError, match="no free region of 16 slots"):
+            b.create_job(1, window=8)
+        assert {w.port for w in t1.job.workers}.isdisjoint(w.port for w in t2.job.workers)
+        assert t1.job.slot_base + t1.job.slots <= t2.job.slot_base or t2.job.slot_base + t2.job.slots <= t1.job.slot_base
+        assert t1.job.rkey != t2.job.rkey and t1.token != t2.token
+        b.remove_job(t2.job.job, t2.token)
+        assert b.create_job(3, window=4).job.workers[0].port == t2.job.workers[0].port
+    time.sleep(0.1)  # the owners' connections closed: their jobs go
+    with SwitchClient(service.control_address) as c:
+        assert c.hello()["jobs"] == 0
+
+
+def test_attach_checks_rank_endpoint_and_binding(service):
+    with SwitchClient(service.control_address) as c:
+        t = c.create_job(2, window=4)
+        with pytest.raises(ServiceError, match=r"rank must be an integer in 0..1, not 2"):
+            c.attach(t, 2, ("127.0.0.1", 5000))
+        with pytest.raises(ServiceError, match=r"endpoint must be \[IPv4 address, UDP port\], not \['nowhere', 1\]"):
+            c.attach(t, 0, ("nowhere", 1))
+        assert c.attach(t, 0, ("127.0.0.1", 5000)) == t.job.workers[0].port
+        with pytest.raises(ServiceError, match=rf"endpoint 127.0.0.1:5000 is attached to switch port "
+                                               rf"{t.job.workers[0].port} already"):
+            c.attach(t, 1, ("127.0.0.1", 5000))
+        assert c.attach(t, 0, ("127.0.0.1", 5001)) == t.job.workers[0].port  # a rank may move
+
+
+def test_datagrams_from_unattached_endpoints_or_other_fabrics_are_counted(service):
+    with SwitchClient(service.control_address) as c, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        t = c.create_job(1, window=4)
+        s.sendto(encap(b"\0" * 60, 1), service.vxlan_address)
+        s.sendto(encap(b"\0" * 60, 2), service.vxlan_address)
+        s.sendto(b"\0" * 60, service.vxlan_address)
+        deadline = time.monotonic() + 5
+        while len(stats := c.counters(t.job.job, t.token)["service"]) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert stats == {"rx_datagrams": 3, "unbound_source": 1, "wrong_vni": 1, "not_vxlan": 1}
+
+
+def test_client_errors_name_the_address(monkeypatch, service):
+    monkeypatch.delenv(ENV_SWITCH, raising=False)
+    with pytest.raises(SwitchUnavailableError, match=f"no switch service address: pass one or set {ENV_SWITCH}"):
+        SwitchClient()
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    host, port = s.getsockname()
+    s.close()
+    with pytest.raises(SwitchUnavailableError, match=f"cannot reach the inagg switch service at {host}:{port}"):
+        SwitchClient(f"{host}:{port}")
+    monkeypatch.setenv(ENV_SWITCH, "%s:%d" % service.control_address)
+    with SwitchClient() as c:
+        assert c.hello()["ok"]
+
+
+@pytest.mark.parametrize("text", ["host", ":1", "h:", "h:x", "h:65536"])
+def test_parse_address_refuses(text):
+    with pytest.raises(ValueError, match=rf"^address must be HOST:PORT with a port in 0..65535, not {text!r}$"):
+        parse_address(text)
+
+
+def test_ticket_round_trips_and_refuses_junk(service):
+    with SwitchClient(service.control_address) as c:
+        t = c.create_job(2, window=4)
+    assert Ticket.from_json(t.to_json()) == t
+    with pytest.raises(ValueError, match="^not an inagg job ticket: "):
+        Ticket.from_json('{"switch": {}}')
+
+
+def test_group_from_env_joins_and_sums(monkeypatch, service):
+    with SwitchClient(service.control_address) as c:
+        t = c.create_job(1, window=4)
+        monkeypatch.setenv(ENV_TICKET, t.to_json())
+        monkeypatch.setenv(ENV_RANK, "0")
+        g = group_from_env()
+        try:
+            assert np.array_equal(allreduce(np.arange(100, dtype=np.float32), g), np.arange(100, dtype=np.float32))
+        finally:
+            g.port.close()
+    monkeypatch.delenv(ENV_TICKET)
+    with pytest.raises(SwitchUnavailableError, match=f"set {ENV_TICKET} .* and {ENV_RANK} to join a job"):
+        group_from_env()
+
+
+def test_a_stopped_service_fails_the_allreduce_with_a_clear_error():
+    service = SwitchService(SPEC, vxlan=("127.0.0.1", 0)).start()
+    client = SwitchClient(service.control_address)
+    t = client.create_job(1, window=4)
+    g = join(t, 0, timing=Timing(timeout=0.01, max_timeout=0.01, tries=3))
+    service.stop()
+    with pytest.raises(ChunkTimeoutError, match=f"job {t.job.job} worker 0: no result for chunk 0 after 3 tries"):
+        allreduce(np.ones(10, np.float32), g)
+    assert g.port.stats["unreachable"] >= 1
+    g.port.close()
+    client.close()
+
+
+# -- clients in other processes -------------------------------------------------
+
+OWNER = r"""
+import json, sys, threading
+import numpy as np
+from inagg.host import allreduce
+from inagg.host.service import SwitchClient, join
+
+client = SwitchClient()                         # INAGG_SWITCH
+ticket = client.create_job(2, window=4)
+print(json.dumps({"job": ticket.job.job, "token": ticket.token, "rkey": ticket.job.rkey}), flush=True)
+groups = [join(ticket, r) for r in range(2)]
+rng = np.random.default_rng(ticket.job.job)
+for line in sys.stdin:                          # one all-reduce per line, until stdin closes
+    data = [rng.integers(-99, 99, 1000).astype(np.float32) for _ in range(2)]
+    out = [None, None]
+    threads = [threading.Thread(target=lambda r: out.__setitem__(r, allreduce(data[r], groups[r])), args=(r,))
+               for r in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(json.dumps({"ok": all(np.array_equal(o, data[0] + data[1]) for o in out)}), flush=True)
+"""
+
+INTRUDER = r"""
+import json, os, time
+import numpy as np
+from inagg.host.service import ServiceError, SwitchClient, join
+from inagg.models import wire
+from inagg.models.protocol import Opcode, switch_qpn
+
+victim = int(os.environ["VICTIM_JOB"])
+client = SwitchClient()
+mine = client.create_job(1, window=4)
+out = {"own_job": mine.job.job, "refused": []}
+for op, fields in [("remove_job", {"token": mine.token}), ("counters", {"token": "0" * 32}),
+                   ("attach", {"token": mine.token, "rank": 0, "endpoint": ["127.0.0.1", 9]})]:
+    try:
+        client.request(op, job=victim, **fields)
+    except ServiceError as e:
+        out["refused"].append(str(e))
+g = join(mine, 0)
+sw, me = mine.switch, mine.job.workers[0]
+def frame(qpn, rkey):
+    return wire.build(eth_dst=wire.mac_bytes(sw.mac), eth_src=wire.mac_bytes(me.mac), ip_src=wire.ip_bytes(me.ip),
+                      ip_dst=wire.ip_bytes(sw.ip), udp_sport=0xC000, opcode=Opcode.UC_RDMA_WRITE_ONLY, dest_qpn=qpn,
+                      psn=0, va=0, rkey=rkey, payload=bytes(sw.chunk_bytes))
+before = client.counters(mine.job.job, mine.token)["switch"]
+g.port.send(frame(switch_qpn(victim, 0), mine.job.rkey))     # the victim's QPN with our R_Key
+g.port.send(frame(switch_qpn(victim, 9), mine.job.rkey))     # a worker the victim does not have
+deadline = time.monotonic() + 5
+while time.monotonic() < deadline:
+    after = client.counters(mine.job.job, mine.token)["switch"]
+    if after["RX_FRAMES"] - before["RX_FRAMES"] == 2:
+        break
+    time.sleep(0.01)
+out["delta"] = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+print(json.dumps(out), flush=True)
+"""
+
+
+def _spawn(code: str, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+
+
+def _readline(p: subprocess.Popen, timeout: float = 30) -> dict:
+    ready, _, _ = select.select([p.stdout], [], [], timeout)
+    assert ready, f"no answer from the client process within {timeout} s"
+    line = p.stdout.readline()
+    assert line, f"the client process died: {p.stderr.read()}"
+    return json.loads(line)
+
+
+def test_two_client_processes_two_jobs_and_a_wrong_token(tmp_path):
+    """`inagg switch serve` as a process; job A's owner, and a second client that tries to touch job A."""
+    log = open(tmp_path / "serve.log", "w+")
+    serve = subprocess.Popen([sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen", "127.0.0.1:0",
+                              "--vxlan", "127.0.0.1:0", "--ports", "4", "--slots", "64", "--chunk-bytes", "256"],
+                             stderr=log)
+    owner = intruder = None
+    try:
+        deadline = time.monotonic() + 30
+        while not (m := re.search(r"listening: control ([\d.]+:\d+)", open(log.name).read())):
+            assert serve.poll() is None and time.monotonic() < deadline, open(log.name).read()
+            time.sleep(0.05)
+        env = {ENV_SWITCH: m.group(1)}
+        owner = _spawn(OWNER, env)
+        job_a = _readline(owner)
+        owner.stdin.write("go\n")
+        owner.stdin.flush()
+        assert _readline(owner) == {"ok": True}
+
+        intruder = _spawn(INTRUDER, {**env, "VICTIM_JOB": str(job_a["job"])})
+        seen = _readline(intruder)
+        assert intruder.wait(30) == 0
+        a = job_a["job"]
+        assert seen["refused"] == [f"inagg switch service refused {op}: job {a}: wrong token"
+                                   for op in ("remove_job", "counters", "attach")]
+        # The model switch drops and counts the frames that name job A without its key or worker.
+        assert seen["delta"] == {"RX_FRAMES": 2, "DROP_BAD_RKEY": 1, "DROP_UNKNOWN_QPN": 1}
+
+        owner.stdin.write("again\n")  # job A is intact
+        owner.stdin.flush()
+        assert _readline(owner) == {"ok": True}
+        owner.stdin.close()
+        assert owner.wait(30) == 0
+    finally:
+        for p in (owner, intruder):
+            if p is not None and p.poll() is None:
+                p.kill()
+        serve.send_signal(signal.SIGTERM)
+        rc = serve.wait(30)
+    text = open(log.name).read()
+    assert rc == 0, text
+    b = seen["own_job"]
+    for op in ("remove_job", "counters", "attach"):
+        assert re.search(rf"WARNING control 127\.0\.0\.1:\d+: refused {op} on job {a}: wrong token", text)
+    assert re.search(rf"job {a} torn down: its owner's control connection 127\.0\.0\.1:\d+ closed", text)
+    assert re.search(rf"job {b} torn down: its owner's control connection", text)
+    assert "inagg.switch INFO stopped: " in text and "refused_requests': 3" in text

@@ -1,0 +1,166 @@
+"""The VXLAN transport: header bytes against scapy, the port on real UDP sockets, captures, faults."""
+
+import socket
+import struct
+import threading
+
+import numpy as np
+import pytest
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.layers.vxlan import VXLAN
+from scapy.utils import rdpcap
+
+from inagg.host import allreduce
+from inagg.host.controller import plan
+from inagg.host.link import Faults
+from inagg.host.roce import RETH, contribution
+from inagg.host.service import SwitchClient, SwitchService, join
+from inagg.host.vxlan import VXLAN_PORT, PcapWriter, VxlanDrop, VxlanPort, check_vni, decap, encap, outer_frame
+from inagg.host.worker import Timing
+from inagg.models.job import SwitchSpec
+
+PLAN = plan([2], window=4, chunk_bytes=256)
+FRAME = bytes(contribution(PLAN.switch, PLAN.jobs[0], 1, 7, bytes(range(256))))
+
+
+def test_header_is_rfc7348_as_scapy_builds_it():
+    for vni in (0, 1, 0x123456, (1 << 24) - 1):
+        # flags given: scapy otherwise sets VXLAN-GPE's P bit for an Ethernet payload.
+        assert encap(FRAME, vni) == bytes(VXLAN(flags="Instance", vni=vni) / Ether(FRAME))
+        assert encap(FRAME, vni)[:8] == bytes([0x08, 0, 0, 0]) + vni.to_bytes(3, "big") + b"\0"
+
+
+def test_scapy_decodes_the_inner_roce_frame():
+    pkt = VXLAN(encap(FRAME, 42))
+    assert pkt.vni == 42
+    assert pkt[BTH].opcode == 0x2A and pkt[BTH].dqpn == PLAN.jobs[0].qpn(1)
+    assert pkt[RETH].va == 7 * 256 and pkt[RETH].rkey == PLAN.jobs[0].rkey
+
+
+def test_decap_drops_what_is_not_this_fabric_and_ignores_reserved_bits():
+    d = encap(FRAME, 5)
+    assert decap(d, 5) == FRAME
+    assert decap(d, 6) is VxlanDrop.WRONG_VNI
+    assert decap(d[:7], 5) is VxlanDrop.NOT_VXLAN
+    assert decap(b"\x00" + d[1:], 5) is VxlanDrop.NOT_VXLAN  # I flag clear
+    reserved = bytes([0xFF, 0xAB, 0xCD, 0xEF]) + d[4:7] + b"\x99" + FRAME
+    assert decap(reserved, 5) == FRAME
+
+
+@pytest.mark.parametrize("vni", [-1, 1 << 24, 1.0, True, "1"])
+def test_vni_is_validated(vni):
+    with pytest.raises(ValueError, match=rf"^VNI must be an integer in 0..16777215, not {vni!r}$"):
+        check_vni(vni)
+
+
+@pytest.fixture
+def peer():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.settimeout(2)
+    yield s
+    s.close()
+
+
+def test_port_round_trip_on_udp(peer):
+    with VxlanPort(peer.getsockname(), 9) as port:
+        port.send(FRAME)
+        datagram, src = peer.recvfrom(65535)
+        assert datagram == encap(FRAME, 9) and src == port.address
+        peer.sendto(encap(FRAME[::-1], 8), src)   # another fabric: dropped
+        peer.sendto(b"\x08\x00", src)             # too short: dropped
+        peer.sendto(encap(FRAME[::-1], 9), src)
+        assert port.recv(2.0) == FRAME[::-1]
+        assert port.recv(0.01) is None
+        assert port.stats == {"sent": 1, "received": 1, "wrong_vni": 1, "not_vxlan": 1}
+
+
+def test_port_counts_datagrams_from_elsewhere_not_at_all(peer):
+    """The socket is connected to the switch: the kernel keeps other senders out."""
+    with VxlanPort(peer.getsockname(), 9) as port, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
+        other.sendto(encap(FRAME, 9), port.address)
+        assert port.recv(0.05) is None
+        assert not port.stats
+
+
+def test_port_counts_an_unreachable_switch():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    closed = s.getsockname()
+    s.close()
+    with VxlanPort(closed, 1) as port:
+        port.send(FRAME)
+        assert port.recv(0.05) is None
+        port.send(FRAME)
+        assert port.stats["unreachable"] >= 1
+
+
+def test_outer_frame_is_a_valid_ipv4_udp_vxlan_frame():
+    d = encap(FRAME, 3)
+    f = Ether(outer_frame(d, ("127.0.0.1", 50000), ("127.0.0.2", VXLAN_PORT)))
+    assert f[IP].src == "127.0.0.1" and f[IP].dst == "127.0.0.2" and f[IP].flags == "DF"
+    ip = bytes(f[IP])[:20]
+    assert sum(struct.unpack("!10H", ip)) % 0xFFFF == 0  # the header checksum verifies
+    assert f[UDP].sport == 50000 and f[UDP].dport == VXLAN_PORT and f[UDP].len == 8 + len(d)
+    assert f[VXLAN].vni == 3 and bytes(f[VXLAN].payload) == FRAME
+
+
+def _sum_over_service(service: SwitchService, n: int, arrays, timing=None):
+    with SwitchClient(service.control_address) as client:
+        ticket = client.create_job(n, window=4)
+        out, errors = {}, {}
+
+        def rank(r):
+            g = join(ticket, r, timing=timing)
+            try:
+                out[r] = [allreduce(a, g) for a in arrays[r]]
+            except Exception as e:  # collected for the test to inspect
+                errors[r] = e
+            finally:
+                g.port.close()
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        counters = client.counters(ticket.job.job, ticket.token)
+    return out, errors, counters
+
+
+def test_capture_decodes_as_vxlan_then_roce(tmp_path):
+    path = tmp_path / "vxlan.pcap"
+    writer = PcapWriter(str(path))
+    spec = SwitchSpec(ports=2, slots=16, chunk_bytes=256)
+    with SwitchService(spec, vxlan=("127.0.0.1", 0), vni=77, capture=writer) as service:
+        out, errors, _ = _sum_over_service(service, 2, [[np.ones(64, np.float32)]] * 2)
+    writer.close()
+    assert not errors and all(np.array_equal(o[0], np.full(64, 2, np.float32)) for o in out.values())
+    pkts = rdpcap(str(path))
+    to_switch = [p for p in pkts if p[UDP].dport == service.vxlan_address[1]]
+    from_switch = [p for p in pkts if p[UDP].sport == service.vxlan_address[1]]
+    assert to_switch and from_switch and len(to_switch) + len(from_switch) == len(pkts)
+    for p in pkts:
+        inner = VXLAN(bytes(p[UDP].payload))  # an ephemeral test port: scapy binds VXLAN to 4789 only
+        assert inner.vni == 77 and inner[UDP].dport == 4791
+    assert {VXLAN(bytes(p[UDP].payload))[BTH].opcode for p in to_switch} == {0x2A}
+    assert {VXLAN(bytes(p[UDP].payload))[BTH].opcode for p in from_switch} == {0x2B}
+
+
+def test_faults_on_the_vxlan_link_leave_sums_exact():
+    spec = SwitchSpec(ports=3, slots=16, chunk_bytes=256)
+    rng = np.random.default_rng(1)
+    arrays = [[rng.integers(-1000, 1000, 700).astype(np.float32) for _ in range(2)] for _ in range(3)]
+    faults = Faults(loss=0.05, dup=0.05, reorder=0.05, corrupt=0.02, reorder_delay=2e-3)
+    timing = Timing(timeout=0.01, max_timeout=0.1, tries=30)
+    with SwitchService(spec, vxlan=("127.0.0.1", 0), faults=faults, seed=3) as service:
+        out, errors, counters = _sum_over_service(service, 3, arrays, timing)
+    assert not errors
+    for call in range(2):
+        ref = sum(arrays[r][call] for r in range(3))
+        for r in range(3):
+            assert np.array_equal(out[r][call], ref)
+    assert set(counters["link"]) == {"lost", "duplicated", "reordered", "corrupted"}
+    assert counters["switch"]["DROP_BAD_ICRC"] > 0 and counters["switch"]["DUP_CONTRIB"] > 0
