@@ -2,6 +2,8 @@
 
 import json
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -79,3 +81,24 @@ def test_demo_reports_bad_combinations(capsys):
 @pytest.mark.parametrize("text, n", [("16MiB", 16 << 20), ("4096", 4096), ("1 GB", 10**9), ("8KiB", 8192)])
 def test_parse_size(text, n):
     assert parse_size(text) == n
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed (Debian: apt-get install tshark)")
+def test_demo_pcap_decodes_as_roce_in_tshark(tmp_path, capsys):
+    from scapy.utils import rdpcap
+
+    path = tmp_path / "run.pcap"
+    assert run_cli(capsys, "--size", "2KiB", "--workers", "2", "--pcap", str(path), "--json")[0] == 0
+    fields = ["frame.protocols", "infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.reth.dmalen",
+              "infiniband.invariant.crc"]
+    out = subprocess.run(["tshark", "-r", str(path), "-T", "fields", *sum((["-e", f] for f in fields), [])],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line.split("\t") for line in out.splitlines()]
+    frames = [bytes(p) for p in rdpcap(str(path))]
+    assert len(rows) == len(frames) == 16
+    for (protocols, opcode, qpn, dmalen, crc), frame in zip(rows, frames):
+        assert protocols.startswith("eth:ethertype:ip:udp:infiniband")
+        assert int(opcode) == frame[42] and int(opcode) in (0x2A, 0x2B)
+        assert int(qpn, 16) == int.from_bytes(frame[47:50], "big")
+        assert int(dmalen) == 1024
+        assert int(crc, 16) == int.from_bytes(frame[-4:], "big") and icrc.check(frame)
