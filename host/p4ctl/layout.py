@@ -1,0 +1,143 @@
+"""Target-neutral configuration of the inagg P4 programs.
+
+:func:`plan` turns a switch and its jobs into the entries the programs of
+``p4/`` need: one ``workers`` entry per (job, worker) keyed on the switch
+QPN, one ``results`` entry per (job, worker) for the egress rewrite, one
+multicast group per job with one replica per worker (replication id = worker
+index), and the initial result PSN of every worker. The renderers in
+:mod:`.bmv2` and :mod:`.bfrt` only spell these out; the names they use are
+the ones declared in ``p4/v1model/inagg.p4`` and ``p4/tna/inagg.p4``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inagg.models import wire
+from inagg.models.job import JobSpec, SwitchSpec
+from inagg.models.p4profile import P4Target
+
+__all__ = ["WorkerEntry", "ResultEntry", "McastGroup", "Plan", "plan", "mcast_group_id", "psn_index"]
+
+
+def mcast_group_id(job: int) -> int:
+    """Multicast group of a job's results (group 0 means "no multicast" on both targets)."""
+    return job + 1
+
+
+def psn_index(target: P4Target, job: int, worker: int) -> int:
+    """Entry of the ``result_psn`` register that holds (job, worker)'s next result PSN."""
+    return job * target.max_workers + worker
+
+
+@dataclass(frozen=True)
+class WorkerEntry:
+    """``workers`` table: the switch QPN of (job, worker) and what the ingress needs of them."""
+
+    qpn: int
+    job: int
+    worker: int
+    rkey: int
+    slot_base: int
+    slot_mask: int
+    nworkers: int
+    port: int
+
+    @property
+    def wbit(self) -> int:
+        return 1 << self.worker
+
+    @property
+    def full(self) -> int:
+        """The bitmap of a complete slot."""
+        return (1 << self.nworkers) - 1
+
+
+@dataclass(frozen=True)
+class ResultEntry:
+    """``results`` table: how the copy of a result for (job, worker) is rewritten."""
+
+    job: int
+    worker: int
+    mac: int
+    ip: int
+    qpn: int
+    rkey: int
+    result_va: int
+
+
+@dataclass(frozen=True)
+class McastGroup:
+    """One job's multicast group: (replication id = worker index, port) per worker."""
+
+    group: int
+    nodes: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a target program needs for one switch and its jobs."""
+
+    target: P4Target
+    spec: SwitchSpec
+    switch_mac: int
+    switch_ip: int
+    workers: tuple[WorkerEntry, ...]
+    results: tuple[ResultEntry, ...]
+    groups: tuple[McastGroup, ...]
+    psns: tuple[tuple[int, int], ...]   # (result_psn index, initial PSN)
+
+
+def _check_regions(jobs: list[JobSpec], spec: SwitchSpec) -> None:
+    seen: dict[int, JobSpec] = {}
+    for job in jobs:
+        if job.job in seen:
+            raise ValueError(f"job {job.job} is given twice")
+        seen[job.job] = job
+        if job.slot_base + job.slots > spec.slots:
+            raise ValueError(f"job {job.job}'s slots {job.slot_base}..{job.slot_base + job.slots - 1} "
+                             f"exceed the switch's {spec.slots} slots")
+        for other in jobs:
+            if other.job != job.job and job.slot_base < other.slot_base + other.slots \
+                    and other.slot_base < job.slot_base + job.slots:
+                raise ValueError(f"job {job.job}'s slot region overlaps job {other.job}'s and the P4 "
+                                 "programs have no exception path")
+        for w in job.workers:
+            if w.port >= spec.ports:
+                raise ValueError(f"worker port {w.port} does not exist: the switch has {spec.ports} ports")
+
+
+def plan(target: P4Target, spec: SwitchSpec, jobs: list[JobSpec] | tuple[JobSpec, ...]) -> Plan:
+    """The configuration of ``target``'s program for ``spec`` and ``jobs``.
+
+    Raises ValueError when the program cannot carry them: a chunk size or
+    worker count the target does not build, an exception path, regions that
+    overlap or leave the slot memory, and on Tofino a result ring that is not
+    aligned to its size (the TNA egress adds the ring offset with an OR).
+    """
+    if not isinstance(target, P4Target):
+        raise TypeError(f"target must be a P4Target, not {type(target).__name__}")
+    target.validate(spec)
+    jobs = list(jobs)
+    for job in jobs:
+        target.validate_job(job)
+    _check_regions(jobs, spec)
+    workers, results, groups, psns = [], [], [], []
+    ring_align = target.name == "tna"
+    for job in sorted(jobs, key=lambda j: j.job):
+        n = len(job.workers)
+        for i, w in enumerate(job.workers):
+            ring = job.slots * spec.chunk_bytes
+            if ring_align and w.result_va % ring:
+                raise ValueError(f"job {job.job} worker {i}: result_va 0x{w.result_va:x} must be a multiple of "
+                                 f"the ring size {ring} on tna")
+            workers.append(WorkerEntry(qpn=job.qpn(i), job=job.job, worker=i, rkey=job.rkey,
+                                       slot_base=job.slot_base, slot_mask=job.slots - 1, nworkers=n, port=w.port))
+            results.append(ResultEntry(job=job.job, worker=i, mac=int.from_bytes(wire.mac_bytes(w.mac), "big"),
+                                       ip=int.from_bytes(wire.ip_bytes(w.ip), "big"), qpn=w.qpn, rkey=w.rkey,
+                                       result_va=w.result_va))
+            psns.append((psn_index(target, job.job, i), w.result_psn))
+        groups.append(McastGroup(mcast_group_id(job.job), tuple((i, w.port) for i, w in enumerate(job.workers))))
+    return Plan(target=target, spec=spec, switch_mac=int.from_bytes(wire.mac_bytes(spec.mac), "big"),
+                switch_ip=int.from_bytes(wire.ip_bytes(spec.ip), "big"), workers=tuple(workers),
+                results=tuple(results), groups=tuple(groups), psns=tuple(psns))
