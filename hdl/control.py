@@ -1,0 +1,236 @@
+"""Control and status: the AXI4-Lite register interface, the job and worker tables, the counters.
+
+The register map is :mod:`inagg.models.regmap`; this block decodes it. The
+tables are read combinationally by the data path (ingress checks, result
+emitters); the controller writes a job's fields and its workers' before it
+sets the job's enable bit, and leaves them alone while the job has traffic.
+"""
+
+from __future__ import annotations
+
+from amaranth import Array, Cat, Const, Module, Signal
+from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..models import regmap as rm
+from ..models.protocol import DEFAULT_PKEY, MAX_JOBS, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
+
+__all__ = ["AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead", "SwitchConfig", "Control",
+           "N_COUNTERS"]
+
+N_COUNTERS = len(Counter)
+_OKAY, _SLVERR = 0b00, 0b10
+
+
+class AXILiteSignature(wiring.Signature):
+    """AXI4-Lite, from the manager's side (the register block takes it flipped)."""
+
+    def __init__(self, addr_width: int):
+        super().__init__({
+            "awaddr": Out(addr_width), "awvalid": Out(1), "awready": In(1),
+            "wdata": Out(32), "wstrb": Out(4), "wvalid": Out(1), "wready": In(1),
+            "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+            "araddr": Out(addr_width), "arvalid": Out(1), "arready": In(1),
+            "rdata": In(32), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
+        })
+
+
+JobEntry = data.StructLayout({"valid": 1, "workers": range(MAX_WORKERS + 1), "rkey": 32,
+                              "slot_base": 16, "slots": 17})
+"""A job as the data path sees it."""
+
+WorkerEntry = data.StructLayout({"mac": 48, "ip": 32, "qpn": 24, "rkey": 32, "va": 64, "psn": 24})
+"""Where one worker's results go (its port is in :attr:`Control.ports`)."""
+
+SwitchConfig = data.StructLayout({"mac": 48, "ip": 32, "pkey": 16})
+
+
+class JobRead(wiring.Signature):
+    """A combinational read of the job table, from the reader's side."""
+
+    def __init__(self):
+        super().__init__({"index": Out(QPN_JOB_BITS), "entry": In(JobEntry)})
+
+
+class WorkerRead(wiring.Signature):
+    """A combinational read of the worker table and a result-PSN increment, from the reader's side."""
+
+    def __init__(self):
+        super().__init__({"index": Out(QPN_JOB_BITS + QPN_WORKER_BITS), "entry": In(WorkerEntry),
+                          "psn_inc": Out(1)})
+
+
+class Control(wiring.Component):
+    """Register block of the switch.
+
+    Parameters
+    ----------
+    ports, width, slots, chunk_bytes:
+        The switch's geometry, reported in ``GEOMETRY``.
+    jobs, workers:
+        Jobs the tables hold and workers per job.
+    job_readers:
+        Number of job-table read ports.
+    event_sources:
+        Number of counter event inputs.
+
+    Members
+    -------
+    axil : In(AXILiteSignature(addr_width))
+        The register interface.
+    switch : Out(SwitchConfig)
+        The switch's own MAC, IP and P_Key.
+    job_rd : In(JobRead()).array(job_readers)
+    worker_rd : In(WorkerRead()).array(ports)
+        Worker-table reads, one per result emitter. ``index`` is
+        ``job * workers + worker``; ``psn_inc`` advances that worker's
+        result PSN by one.
+    ports : Out(jobs * workers * port_bits)
+        The switch port of every worker, at ``(job * workers + worker) * port_bits``.
+    events : In(N_COUNTERS).array(event_sources)
+        Counter strobes: bit ``c`` of a source adds one to ``protocol.Counter`` ``c``.
+    """
+
+    def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int, jobs: int, workers: int,
+                 job_readers: int, event_sources: int):
+        self.regmap = rm.RegMap(jobs, workers)
+        self._ports, self._width, self._slots, self._chunk = ports, width, slots, chunk_bytes
+        self._jobs, self._workers = jobs, workers
+        self.port_bits = max(1, (ports - 1).bit_length())
+        super().__init__({
+            "axil": In(AXILiteSignature(self.regmap.addr_width)),
+            "switch": Out(SwitchConfig),
+            "job_rd": In(JobRead()).array(job_readers),
+            "worker_rd": In(WorkerRead()).array(ports),
+            "ports": Out(jobs * workers * self.port_bits),
+            "events": In(N_COUNTERS).array(event_sources),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.axil
+        jobs, workers, entries = self._jobs, self._workers, self._jobs * self._workers
+
+        mac = Signal(48)
+        ip = Signal(32)
+        pkey = Signal(16, init=DEFAULT_PKEY)
+        m.d.comb += [self.switch.mac.eq(mac), self.switch.ip.eq(ip), self.switch.pkey.eq(pkey)]
+
+        # Job table: registers, read by every ingress port at once.
+        j_ctrl = Array(Signal(15, name=f"job{j}_ctrl") for j in range(jobs))
+        j_rkey = Array(Signal(32, name=f"job{j}_rkey") for j in range(jobs))
+        j_base = Array(Signal(16, name=f"job{j}_slot_base") for j in range(jobs))
+        j_slots = Array(Signal(17, name=f"job{j}_slots") for j in range(jobs))
+        for rd in self.job_rd:
+            known = rd.index < jobs
+            idx = rd.index[:max(1, (jobs - 1).bit_length())]
+            m.d.comb += [
+                rd.entry.valid.eq(known & j_ctrl[idx][0]),
+                rd.entry.workers.eq(j_ctrl[idx][8:15]),
+                rd.entry.rkey.eq(j_rkey[idx]),
+                rd.entry.slot_base.eq(j_base[idx]),
+                rd.entry.slots.eq(j_slots[idx]),
+            ]
+
+        # Worker table: one memory per 32-bit field, a read port per emitter.
+        w_port = Array(Signal(self.port_bits, name=f"worker{i}_port") for i in range(entries))
+        m.d.comb += self.ports.eq(Cat(*w_port))
+        fields = {name: memory.Memory(shape=bits, depth=entries, init=[])
+                  for name, bits in (("MAC_HI", 16), ("MAC_LO", 32), ("IP", 32), ("QPN", 24), ("RKEY", 32),
+                                     ("VA_HI", 32), ("VA_LO", 32), ("PSN", 24))}
+        for name, mem in fields.items():
+            m.submodules[f"worker_{name.lower()}"] = mem
+        wr = {name: mem.write_port() for name, mem in fields.items()}
+        for i, rd in enumerate(self.worker_rd):
+            r = {name: mem.read_port(domain="comb") for name, mem in fields.items()}
+            for p in r.values():
+                m.d.comb += p.addr.eq(rd.index)
+            m.d.comb += [
+                rd.entry.mac.eq(Cat(r["MAC_LO"].data, r["MAC_HI"].data)),
+                rd.entry.ip.eq(r["IP"].data), rd.entry.qpn.eq(r["QPN"].data), rd.entry.rkey.eq(r["RKEY"].data),
+                rd.entry.va.eq(Cat(r["VA_LO"].data, r["VA_HI"].data)), rd.entry.psn.eq(r["PSN"].data),
+            ]
+            inc = fields["PSN"].write_port()
+            m.d.comb += [inc.addr.eq(rd.index), inc.data.eq(r["PSN"].data + 1), inc.en.eq(rd.psn_inc)]
+
+        # Counters: every source may strobe any counter in the same cycle.
+        counters = [Signal(32, name=f"count_{c.name.lower()}") for c in Counter]
+        for c, reg in zip(Counter, counters):
+            m.d.sync += reg.eq(reg + sum(src[c] for src in self.events))
+
+        # AXI4-Lite writes: address and data together, one at a time.
+        bvalid, bresp = Signal(), Signal(2)
+        m.d.comb += [bus.bvalid.eq(bvalid), bus.bresp.eq(bresp)]
+        do_write = bus.awvalid & bus.wvalid & ~bvalid
+        m.d.comb += [bus.awready.eq(do_write), bus.wready.eq(do_write)]
+        with m.If(bvalid & bus.bready):
+            m.d.sync += bvalid.eq(0)
+        addr, wdata = bus.awaddr, bus.wdata
+        job_hit = (addr >= rm.JOB_BASE) & (addr < rm.JOB_BASE + rm.JOB_STRIDE * jobs)
+        jidx = (addr - rm.JOB_BASE)[5:]
+        wk_hit = (addr >= rm.WORKER_BASE) & (addr < rm.WORKER_BASE + rm.WORKER_STRIDE * entries)
+        widx = (addr - rm.WORKER_BASE)[6:]
+        for name, port in wr.items():
+            m.d.comb += [port.addr.eq(widx), port.data.eq(wdata),
+                         port.en.eq(do_write & wk_hit & (addr[:6] == rm.WORKER_FIELDS[name][0]))]
+        with m.If(do_write):
+            m.d.sync += [bvalid.eq(1), bresp.eq(_OKAY)]
+            sw = {name: off for name, (off, _, _) in rm.SWITCH_FIELDS.items()}
+            with m.If(job_hit):
+                with m.Switch(addr[:5]):
+                    for name, reg in (("CTRL", j_ctrl), ("RKEY", j_rkey), ("SLOT_BASE", j_base), ("SLOTS", j_slots)):
+                        with m.Case(rm.JOB_FIELDS[name][0]):
+                            m.d.sync += reg[jidx].eq(wdata)
+                    with m.Default():
+                        m.d.sync += bresp.eq(_SLVERR)
+            with m.Elif(wk_hit):
+                with m.Switch(addr[:6]):
+                    with m.Case(rm.WORKER_FIELDS["PORT"][0]):
+                        m.d.sync += w_port[widx].eq(wdata)
+                    with m.Case(*[off for name, (off, _, _) in rm.WORKER_FIELDS.items() if name != "PORT"]):
+                        pass  # the field memories' write ports take it
+                    with m.Default():
+                        m.d.sync += bresp.eq(_SLVERR)
+            with m.Elif(addr == sw["MAC_HI"]):
+                m.d.sync += mac[32:].eq(wdata)
+            with m.Elif(addr == sw["MAC_LO"]):
+                m.d.sync += mac[:32].eq(wdata)
+            with m.Elif(addr == sw["IP"]):
+                m.d.sync += ip.eq(wdata)
+            with m.Elif(addr == sw["PKEY"]):
+                m.d.sync += pkey.eq(wdata)
+            with m.Else():
+                m.d.sync += bresp.eq(_SLVERR)
+
+        # AXI4-Lite reads: one at a time, answered the next cycle.
+        rvalid, rdata, rresp = Signal(), Signal(32), Signal(2)
+        m.d.comb += [bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp),
+                     bus.arready.eq(~rvalid)]
+        with m.If(rvalid & bus.rready):
+            m.d.sync += rvalid.eq(0)
+        raddr = bus.araddr
+        rjidx = (raddr - rm.JOB_BASE)[5:]
+        cidx = (raddr - rm.COUNTER_BASE)[2:]
+        geometry = Const(self._ports | (self._width // 64) << 8 | (self._slots.bit_length() - 1) << 16
+                         | (self._chunk.bit_length() - 1) << 24, 32)
+        with m.If(bus.arvalid & ~rvalid):
+            m.d.sync += [rvalid.eq(1), rresp.eq(_OKAY), rdata.eq(0)]
+            with m.If((raddr >= rm.COUNTER_BASE) & (raddr < rm.COUNTER_BASE + 4 * N_COUNTERS) & (raddr[:2] == 0)):
+                m.d.sync += rdata.eq(Array(counters)[cidx])
+            with m.Elif((raddr >= rm.JOB_BASE) & (raddr < rm.JOB_BASE + rm.JOB_STRIDE * jobs)):
+                with m.Switch(raddr[:5]):
+                    for name, reg in (("CTRL", j_ctrl), ("RKEY", j_rkey), ("SLOT_BASE", j_base), ("SLOTS", j_slots)):
+                        with m.Case(rm.JOB_FIELDS[name][0]):
+                            m.d.sync += rdata.eq(reg[rjidx])
+                    with m.Default():
+                        m.d.sync += rresp.eq(_SLVERR)
+            with m.Else():
+                with m.Switch(raddr):
+                    for name, value in (("ID", Const(rm.ID_VALUE, 32)), ("GEOMETRY", geometry),
+                                        ("JOBS", Const(jobs | workers << 16, 32)), ("MAC_HI", mac[32:]),
+                                        ("MAC_LO", mac[:32]), ("IP", ip), ("PKEY", pkey)):
+                        with m.Case(rm.SWITCH_FIELDS[name][0]):
+                            m.d.sync += rdata.eq(value)
+                    with m.Default():
+                        m.d.sync += rresp.eq(_SLVERR)
+        return m

@@ -1,0 +1,238 @@
+"""Result emitter of one egress port: RDMA WRITE WITH IMMEDIATE frames, headers rewritten, ICRC fresh.
+
+The slot engine broadcasts every result payload to all emitters; an emitter
+keeps it when one of the result's workers sits on its port, in one of two
+buffer entries, and sends one frame per such worker, in worker-index
+order, as :mod:`inagg.models.switch` does. Frames start while the payload
+is still being written (the header covers the engine's lead), so a result
+leaves a few cycles after its last contribution's lanes are added.
+
+Each frame goes through a one-beat register before the port: the ICRC
+generator has then seen the frame's last data bytes when the beat that
+carries the ICRC leaves.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..models.protocol import (
+    DEFAULT_TTL, ETH_TYPE_IPV4, ICRC_LEN, IMM_CHUNK_MASK, IP_PROTO_UDP, IPV4_LEN, RESULT_HDR_LEN, ROCE_UDP_PORT,
+    Counter, Opcode,
+)
+from .axis import be_bytes, beat_signature, check_width
+from .control import N_COUNTERS, SwitchConfig, WorkerRead
+from .engine import result_desc_layout, result_signature
+from .icrc import ICRCGenerator
+from .ingress import check_chunk_bytes, check_slots
+
+__all__ = ["ipv4_checksum", "ResultEmitter"]
+
+_ENTRIES = 2
+
+
+def ipv4_checksum(words):
+    """The IPv4 header checksum of 16-bit ``words`` (checksum field as 0), as ``wire.ipv4_checksum`` folds it."""
+    total = sum(words)
+    fold1 = (total[:16] + total[16:])
+    fold2 = (fold1[:16] + fold1[16:])[:16]
+    return ~fold2
+
+
+class _State(enum.Enum):
+    IDLE = 0
+    PICK = 1
+    LOAD = 2
+    FRAME = 3
+
+
+class ResultEmitter(wiring.Component):
+    """The result frames of one port (see the module docstring).
+
+    Parameters
+    ----------
+    width, chunk_bytes, slots:
+        The switch's beat width, chunk size and slot count.
+    jobs, workers:
+        Geometry of the worker table.
+    port:
+        This emitter's port number.
+    port_bits:
+        Width of a worker's port number in ``ports``.
+
+    Members
+    -------
+    i : In(result_signature(width, slots))
+        Every result payload of the engine.
+    o : Out(beat_signature(width))
+        Frames to the port.
+    space : Out(1)
+        A buffer entry is free: the engine may start one more contribution.
+    worker : Out(WorkerRead())
+        The worker table, read for the worker of the frame being sent.
+    ports : In(jobs * workers * port_bits)
+        Every worker's port.
+    switch : In(SwitchConfig)
+        The switch's own addresses and P_Key.
+    events : Out(N_COUNTERS)
+        ``TX_RESULTS`` strobes.
+    """
+
+    def __init__(self, *, width: int, chunk_bytes: int, slots: int, jobs: int, workers: int, port: int,
+                 port_bits: int):
+        self._width = check_width(width)
+        self._chunk = check_chunk_bytes(chunk_bytes)
+        self._slots = check_slots(slots)
+        self._jobs, self._workers, self._port, self._port_bits = jobs, workers, port, port_bits
+        super().__init__({
+            "i": In(result_signature(width, slots)),
+            "o": Out(beat_signature(width)),
+            "space": Out(1),
+            "worker": Out(WorkerRead()),
+            "ports": In(jobs * workers * port_bits),
+            "switch": In(SwitchConfig),
+            "events": Out(N_COUNTERS),
+        })
+
+    def _header(self, entry, switch, psn, ring, chunk):
+        """The 74 header bytes of a result to the worker ``entry`` describes."""
+        c = self._chunk
+        total = RESULT_HDR_LEN - 14 + c + ICRC_LEN
+        sw_ip, w_ip = switch.ip, entry.ip
+        csum = ipv4_checksum([Const(0x4500, 16), Const(total, 16), Const(0, 16), Const(0x4000, 16),
+                              Const(DEFAULT_TTL << 8 | IP_PROTO_UDP, 16),
+                              sw_ip[16:], sw_ip[:16], w_ip[16:], w_ip[:16]])
+        va = Signal(64)
+        fields = [
+            (entry.mac, 6), (switch.mac, 6), (ETH_TYPE_IPV4, 2),
+            (0x4500, 2), (total, 2), (0, 2), (0x4000, 2), (DEFAULT_TTL, 1), (IP_PROTO_UDP, 1), (csum, 2),
+            (sw_ip, 4), (w_ip, 4),
+            (Cat(entry.qpn[:14], Const(0b11, 2)), 2), (ROCE_UDP_PORT, 2), (total - IPV4_LEN, 2), (0, 2),
+            (Opcode.UC_RDMA_WRITE_ONLY_IMM, 1), (0x40, 1), (switch.pkey, 2), (0, 1), (entry.qpn, 3), (0, 1),
+            (psn, 3),
+            (va, 8), (entry.rkey, 4), (c, 4),
+            (chunk & IMM_CHUNK_MASK, 4),
+        ]
+        out = []
+        for value, n in fields:
+            out += be_bytes(int(value) if isinstance(value, int) else value, n)
+        assert len(out) == RESULT_HDR_LEN
+        return Cat(*out), va
+
+    def elaborate(self, platform):
+        m = Module()
+        nb = self._width // 8
+        beats = self._chunk // nb
+        workers = self._workers
+        m.submodules.buf = buf = memory.Memory(shape=self._width, depth=_ENTRIES * beats, init=[])
+        qlayout = data.StructLayout({"desc": result_desc_layout(self._slots), "mask": workers})
+        m.submodules.queue = queue = fifo.SyncFIFO(width=qlayout.size, depth=_ENTRIES)
+        m.submodules.icrc = gen = ICRCGenerator(self._width, RESULT_HDR_LEN + self._chunk)
+
+        def port_of(job, w):
+            return self.ports.word_select(job * workers + w, self._port_bits)
+
+        # -- take the results that have a worker on this port --
+        used = Signal(range(_ENTRIES + 1))
+        m.d.comb += self.space.eq(used < _ENTRIES)
+        d = self.i.p.desc
+        mask = Signal(workers)
+        with m.If(d.all):
+            m.d.comb += mask.eq(Cat(*[(w < d.workers) & (port_of(d.job, w) == self._port) for w in range(workers)]))
+        with m.Else():
+            m.d.comb += mask.eq((port_of(d.job, d.worker) == self._port) << d.worker)
+        wr = buf.write_port()
+        wr_entry = Signal(range(_ENTRIES))
+        wj = Signal(range(beats))
+        mine = Signal()
+        start = self.i.valid & self.i.p.first & (mask != 0)
+        keep = self.i.valid & Mux(self.i.p.first, mask != 0, mine)
+        m.d.comb += [wr.addr.eq(Cat(wj, wr_entry)), wr.data.eq(self.i.p.data), wr.en.eq(keep),
+                     queue.w_data.eq(Cat(d, mask)), queue.w_en.eq(start)]
+        with m.If(self.i.valid & self.i.p.first):
+            m.d.sync += mine.eq(mask != 0)
+        with m.If(keep):
+            m.d.sync += wj.eq(Mux(self.i.p.last, 0, wj + 1))
+            with m.If(self.i.p.last):
+                m.d.sync += wr_entry.eq(wr_entry + 1)
+        done_entry = Signal()
+        m.d.sync += used.eq(used + start - done_entry)
+
+        # -- send one frame per worker of the head result --
+        head = data.View(qlayout, queue.r_data)
+        rd_entry = Signal(range(_ENTRIES))
+        rem = Signal(workers)
+        w = Signal(range(workers))
+        psn = Signal(24)
+        q, r = divmod(RESULT_HDR_LEN, nb)
+        n_beats = q + beats + 1
+        i = Signal(range(n_beats + 1))
+        entry = self.worker.entry
+        m.d.comb += self.worker.index.eq(head.desc.job * workers + w)
+        hdr, va = self._header(entry, self.switch, psn, head.desc.ring, head.desc.chunk)
+        m.d.comb += va.eq(entry.va + head.desc.ring * self._chunk)
+
+        cur = buf.read_port(domain="comb")
+        prv = buf.read_port(domain="comb")
+        m.d.comb += [cur.addr.eq(Cat((i - q)[:len(wj)], rd_entry)), prv.addr.eq(Cat((i - q - 1)[:len(wj)], rd_entry))]
+        split = 8 * (nb - r)
+        hdr_pad = Cat(hdr, Const(0, (q + 1) * self._width - len(hdr)))
+        g_data = Signal(self._width)
+        g_keep = Signal(nb)
+        g_last = i == n_beats - 1
+        with m.If(i < q):
+            m.d.comb += g_data.eq(hdr_pad.word_select(i, self._width))
+        with m.Elif(i == q):
+            m.d.comb += g_data.eq(Cat(hdr_pad[q * self._width:len(hdr)], cur.data[:split]))
+        with m.Elif(g_last):
+            m.d.comb += g_data.eq(prv.data[split:])
+        with m.Else():
+            m.d.comb += g_data.eq(Cat(prv.data[split:], cur.data[:split]))
+        m.d.comb += g_keep.eq(Mux(g_last, (1 << (r + ICRC_LEN)) - 1, (1 << nb) - 1))
+
+        o_valid, o_last = Signal(), Signal()
+        o_data = Signal(self._width)
+        o_keep = Signal(nb)
+        g_valid = Signal()
+        adv = g_valid & (~o_valid | self.o.ready)
+        m.d.comb += [gen.valid.eq(adv), gen.beat.eq(i), gen.data.eq(g_data)]
+        with m.If(self.o.ready):
+            m.d.sync += o_valid.eq(0)
+        with m.If(adv):
+            m.d.sync += [o_valid.eq(1), o_data.eq(g_data), o_keep.eq(g_keep), o_last.eq(g_last)]
+        m.d.comb += [
+            self.o.valid.eq(o_valid), self.o.p.keep.eq(o_keep), self.o.p.last.eq(o_last),
+            self.o.p.data.eq(Mux(o_last, o_data | (gen.value << (8 * r)), o_data)),
+        ]
+
+        with m.FSM():
+            with m.State(_State.IDLE):
+                with m.If(queue.r_rdy):
+                    m.d.sync += rem.eq(head.mask)
+                    m.next = _State.PICK
+            with m.State(_State.PICK):
+                with m.If(rem == 0):
+                    m.d.comb += [queue.r_en.eq(1), done_entry.eq(1)]
+                    m.d.sync += rd_entry.eq(rd_entry + 1)
+                    m.next = _State.IDLE
+                with m.Else():
+                    for k in reversed(range(workers)):
+                        with m.If(rem[k]):
+                            m.d.sync += w.eq(k)
+                    m.next = _State.LOAD
+            with m.State(_State.LOAD):
+                m.d.sync += [psn.eq(entry.psn), i.eq(0)]
+                m.d.comb += [self.worker.psn_inc.eq(1), self.events[Counter.TX_RESULTS].eq(1)]
+                m.next = _State.FRAME
+            with m.State(_State.FRAME):
+                m.d.comb += g_valid.eq(1)
+                with m.If(adv):
+                    m.d.sync += i.eq(i + 1)
+                    with m.If(g_last):
+                        m.d.sync += rem.eq(rem & ~(Const(1, workers) << w)[:workers])
+                        m.next = _State.PICK
+        return m

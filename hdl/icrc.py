@@ -1,0 +1,206 @@
+"""The RoCEv2 invariant CRC at W bits per cycle: checker and generator.
+
+Both run one :class:`amaranth.lib.crc.Processor` over whole beats, as they
+come, and reach exact byte boundaries with two facts of CRC algebra instead
+of a CRC unit per byte count:
+
+* **Leading bytes.** The ICRC starts at the IPv4 header (frame byte 14),
+  after 8 bytes of ones, while beats start at the Ethernet header. The
+  Ethernet bytes are fed as zeros and the CRC register starts from
+  :data:`ETH_SKIP_INIT`, the state that 14 zero bytes carry into the state
+  after 8 bytes of ones (feeding zero bytes is an invertible linear map of
+  the register).
+* **Trailing bytes.** The beat that holds the end of the IP datagram is fed
+  with the bytes after the end replaced by zeros. ``k`` trailing zeros turn
+  the register into a fixed linear function of the true one, so the
+  checker compares with the residue carried through ``k`` zeros
+  (:data:`RESIDUES`, one constant per ``k``), and the generator, whose
+  frames all have the same length, undoes the ``k`` zeros with one constant
+  32x32 bit matrix (:func:`unzero_matrix`).
+
+The variant fields (TOS, TTL, IPv4 checksum, UDP checksum, BTH resv8a) are
+fed as ones, as ``docs/protocol.md`` section 1.8 and
+:mod:`inagg.models.icrc` define.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import crc, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..models.protocol import ETH_LEN, IPV4_LEN, UDP_LEN
+from .axis import check_width
+
+__all__ = ["ETH_SKIP_INIT", "RESIDUES", "unzero_matrix", "icrc_mask", "ICRCChecker", "ICRCGenerator"]
+
+_ONES = 0xFFFFFFFF
+# Frame byte offsets of the fields the ICRC masks to ones.
+_MASKED_FF = (ETH_LEN + 1, ETH_LEN + 8, ETH_LEN + 10, ETH_LEN + 11,
+              ETH_LEN + IPV4_LEN + 6, ETH_LEN + IPV4_LEN + 7, ETH_LEN + IPV4_LEN + UDP_LEN + 4)
+
+
+def _zero_map(k: int) -> list[int]:
+    """Columns of the linear map that ``k`` zero bytes apply to zlib's raw CRC register."""
+    return [zlib.crc32(b"\0" * k, (1 << i) ^ _ONES) ^ _ONES for i in range(32)]
+
+
+def _gf2_inverse(cols: list[int]) -> list[int]:
+    """Columns of the inverse of a 32x32 GF(2) matrix given by its columns."""
+    # Gauss-Jordan on rows of the augmented matrix [A | I].
+    rows = [sum(((cols[c] >> r) & 1) << c for c in range(32)) | (1 << (32 + r)) for r in range(32)]
+    for c in range(32):
+        p = next(r for r in range(c, 32) if rows[r] >> c & 1)
+        rows[c], rows[p] = rows[p], rows[c]
+        for r in range(32):
+            if r != c and rows[r] >> c & 1:
+                rows[r] ^= rows[c]
+    inv_rows = [row >> 32 for row in rows]
+    return [sum(((inv_rows[r] >> c) & 1) << r for r in range(32)) for c in range(32)]
+
+
+def _apply(cols: list[int], x: int) -> int:
+    out = 0
+    for i in range(32):
+        if x >> i & 1:
+            out ^= cols[i]
+    return out
+
+
+def unzero_matrix(k: int) -> list[int]:
+    """Rows of the matrix that maps (CRC after ``k`` extra zero bytes) ^ ones to (true CRC) ^ ones.
+
+    Row ``j`` is the mask of input bits whose parity is output bit ``j``.
+    """
+    inv = _gf2_inverse(_zero_map(k))
+    return [sum(((inv[i] >> j) & 1) << i for i in range(32)) for j in range(32)]
+
+
+def _eth_skip_init() -> int:
+    target = zlib.crc32(b"\xff" * 8) ^ _ONES  # raw register after the LRH stand-in
+    raw = _apply(_gf2_inverse(_zero_map(ETH_LEN)), target)
+    return int(f"{raw:032b}"[::-1], 2)  # amaranth keeps the register unreflected
+
+
+ETH_SKIP_INIT = _eth_skip_init()
+"""Initial CRC register (amaranth's convention) that makes 14 zero bytes equal 8 bytes of ones."""
+
+RESIDUES = tuple(zlib.crc32(b"\0" * k, 0x2144DF1C) for k in range(65))
+"""Processor output over a datagram with a good ICRC followed by ``k`` zero bytes."""
+
+_ALGORITHM = crc.Algorithm(crc_width=32, polynomial=0x04C11DB7, initial_crc=ETH_SKIP_INIT,
+                           reflect_input=True, reflect_output=True, xor_output=_ONES)
+
+
+def icrc_mask(data: Value, beat: Value, width: int) -> Value:
+    """``data``, beat number ``beat`` of a frame, as the ICRC sees it: Ethernet bytes zero, variant fields ones."""
+    nbytes = width // 8
+    out = []
+    for j in range(nbytes):
+        b = data.word_select(j, 8)
+        # Absolute offsets that can fall on byte j: one per beat that holds them.
+        for off in range(j, ETH_LEN, nbytes):
+            b = Mux(beat == off // nbytes, 0, b)
+        for off in _MASKED_FF:
+            if off % nbytes == j:
+                b = Mux(beat == off // nbytes, 0xFF, b)
+        out.append(b)
+    return Cat(*out)
+
+
+def _tail_zero(data: Value, nbytes: int, valid_bytes: Value) -> Value:
+    return Cat(*[Mux(j < valid_bytes, data.word_select(j, 8), 0) for j in range(nbytes)])
+
+
+class ICRCChecker(wiring.Component):
+    """Checks the ICRC of one frame at a time, beat by beat.
+
+    Parameters
+    ----------
+    width:
+        Beat width in bits (64, 256 or 512).
+
+    Members
+    -------
+    valid : In(1)
+        A beat is accepted this cycle.
+    beat : In(16)
+        Its number within the frame (0 for the first).
+    data : In(width)
+        Its data.
+    end : In(16)
+        Frame byte offset just after the IP datagram (14 + IPv4 total length),
+        needed from the beat that holds it onwards; any value on earlier beats.
+    ok : Out(1)
+        From the cycle after the beat that holds ``end - 1`` until the next
+        frame starts: the ICRC (the datagram's last 4 bytes) is right.
+    """
+
+    def __init__(self, width: int):
+        self._width = check_width(width)
+        super().__init__({"valid": In(1), "beat": In(16), "data": In(width), "end": In(16), "ok": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        nbytes = self._width // 8
+        m.submodules.crc = proc = _ALGORITHM(self._width).create()
+        beat_start = self.beat * nbytes
+        inside = beat_start < self.end
+        left = Signal(16)
+        m.d.comb += left.eq(self.end - beat_start)
+        zeros = Signal(range(nbytes))
+        with m.If(self.valid & inside):
+            m.d.sync += zeros.eq(Mux(left < nbytes, nbytes - left, 0))
+        m.d.comb += [
+            proc.start.eq(self.valid & (self.beat == 0)),
+            proc.valid.eq(self.valid & inside),
+            proc.data.eq(_tail_zero(icrc_mask(self.data, self.beat, self._width), nbytes, left)),
+            self.ok.eq(proc.crc == Array(Const(r, 32) for r in RESIDUES[:nbytes])[zeros]),
+        ]
+        return m
+
+
+class ICRCGenerator(wiring.Component):
+    """Computes the ICRC of frames of one fixed length, beat by beat.
+
+    Parameters
+    ----------
+    width:
+        Beat width in bits (64, 256 or 512).
+    end:
+        Frame byte offset where the ICRC goes (14 + IPv4 total length - 4).
+
+    Members
+    -------
+    valid, beat, data : In
+        As for :class:`ICRCChecker`; bytes at and after ``end`` are ignored.
+    value : Out(32)
+        After the beat holding byte ``end - 1`` was accepted: the ICRC as a
+        32-bit integer (sent least significant byte first).
+    """
+
+    def __init__(self, width: int, end: int):
+        self._width = check_width(width)
+        if not isinstance(end, int) or end <= ETH_LEN + IPV4_LEN + UDP_LEN:
+            raise ValueError(f"ICRC offset must be an integer above {ETH_LEN + IPV4_LEN + UDP_LEN}, not {end!r}")
+        self._end = end
+        super().__init__({"valid": In(1), "beat": In(16), "data": In(width), "value": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        nbytes = self._width // 8
+        m.submodules.crc = proc = _ALGORITHM(self._width).create()
+        last_beat, tail = divmod(self._end - 1, nbytes)
+        zeros = nbytes - 1 - tail
+        data = icrc_mask(self.data, self.beat, self._width)
+        m.d.comb += [
+            proc.start.eq(self.valid & (self.beat == 0)),
+            proc.valid.eq(self.valid & (self.beat <= last_beat)),
+            proc.data.eq(Mux(self.beat == last_beat, _tail_zero(data, nbytes, tail + 1), data)),
+        ]
+        raw = proc.crc ^ _ONES
+        rows = unzero_matrix(zeros)
+        m.d.comb += self.value.eq(Cat(*[(raw & row).xor() for row in rows]) ^ _ONES)
+        return m

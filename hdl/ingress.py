@@ -1,0 +1,250 @@
+"""One ingress port: frame checks, ICRC, and a store-and-forward payload buffer.
+
+A frame's verdict needs its ICRC, which is known only after its last beat.
+So the port keeps each frame's payload, realigned to lane boundaries, in a
+buffer of its own, and hands a frame to the slot engine only after every
+check of ``docs/protocol.md`` section 5 up to the address check passed: a
+bad frame never reaches slot memory, whatever byte of it is wrong. Frames
+that fail are counted here and their buffered beats are discarded here, at
+the port's own rate, without taking a cycle from the shared slot pipeline.
+
+The buffer holds two payloads, so a port takes a frame while the engine
+drains the previous one; when it is full, ``i.ready`` falls (backpressure,
+never a drop).
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..models.protocol import (
+    BTH_LEN, CHUNK_BYTES_ALLOWED, CONTRIB_HDR_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMMDT_LEN, IP_PROTO_UDP,
+    IPV4_LEN, QPN_JOB_BITS, QPN_PREFIX, QPN_WORKER_BITS, RETH_LEN, ROCE_UDP_PORT, UDP_LEN, Counter, Opcode,
+)
+from .axis import be_get, beat_signature, check_width
+from .control import JobRead, N_COUNTERS
+from .icrc import ICRCChecker
+
+__all__ = ["frame_desc_layout", "frame_signature", "IngressPort", "check_chunk_bytes", "check_slots"]
+
+_HDR_LEN = CONTRIB_HDR_LEN  # bytes the checks read: Ethernet up to the end of RETH
+_BTH = ETH_LEN + IPV4_LEN + UDP_LEN
+_RETH = _BTH + BTH_LEN
+_RETH_OPS = (Opcode.RC_RDMA_WRITE_ONLY, Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC_RDMA_WRITE_ONLY,
+             Opcode.UC_RDMA_WRITE_ONLY_IMM)
+_IMM_OPS = (Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC_RDMA_WRITE_ONLY_IMM)
+_FIFO_DESCS = 8
+
+
+def check_chunk_bytes(chunk_bytes: object) -> int:
+    if not isinstance(chunk_bytes, int) or chunk_bytes not in CHUNK_BYTES_ALLOWED:
+        raise ValueError(f"Chunk size must be one of {CHUNK_BYTES_ALLOWED}, not {chunk_bytes!r}")
+    return chunk_bytes
+
+
+def check_slots(slots: object) -> int:
+    if not isinstance(slots, int) or slots < 2 or slots & (slots - 1) or slots > 1 << 16:
+        raise ValueError(f"Slot count must be a power of two from 2 to 65536, not {slots!r}")
+    return slots
+
+
+def frame_desc_layout(slots: int) -> data.StructLayout:
+    """What the engine needs of an accepted contribution, besides its lanes."""
+    return data.StructLayout({
+        "job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "chunk": 32, "slot": range(slots),
+        "workers": QPN_WORKER_BITS + 1, "slots": 17,
+    })
+
+
+def frame_signature(width: int, slots: int) -> stream.Signature:
+    """Accepted contributions: ``chunk_bytes * 8 / width`` beats of lanes each, the descriptor on every beat."""
+    return stream.Signature(data.StructLayout({"data": width, "last": 1, "desc": frame_desc_layout(slots)}))
+
+
+class IngressPort(wiring.Component):
+    """Checks and buffers the frames of one port (see the module docstring).
+
+    Parameters
+    ----------
+    width:
+        Beat width in bits (64, 256 or 512).
+    chunk_bytes:
+        Payload bytes of a contribution, C.
+    slots:
+        Slots of the switch (the descriptor's slot number).
+
+    Members
+    -------
+    i : In(beat_signature(width))
+        Frames from the MAC, without FCS.
+    o : Out(frame_signature(width, slots))
+        Contributions that passed every stateless check, in arrival order.
+    job : Out(JobRead())
+        The job table, read at each frame's verdict.
+    pkey : In(16)
+        The P_Key contributions must carry.
+    events : Out(N_COUNTERS)
+        Counter strobes: ``RX_FRAMES`` and the drop reason of each frame.
+    """
+
+    def __init__(self, width: int, chunk_bytes: int, slots: int):
+        self._width = check_width(width)
+        self._chunk = check_chunk_bytes(chunk_bytes)
+        self._slots = check_slots(slots)
+        super().__init__({
+            "i": In(beat_signature(width)),
+            "o": Out(frame_signature(width, slots)),
+            "job": Out(JobRead()),
+            "pkey": In(16),
+            "events": Out(N_COUNTERS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nb = self._width // 8
+        beats = self._chunk // nb
+        lg_chunk = self._chunk.bit_length() - 1
+        m.submodules.payload = pay = fifo.SyncFIFOBuffered(width=self._width, depth=2 * beats)
+        desc_layout = data.StructLayout({"take": 1, "stored": range(beats + 1),
+                                         "desc": frame_desc_layout(self._slots)})
+        m.submodules.descs = dq = fifo.SyncFIFOBuffered(width=desc_layout.size, depth=_FIFO_DESCS)
+        m.submodules.icrc = icrc = ICRCChecker(self._width)
+
+        # -- receive: count beats, capture the headers, realign the payload --
+        beat = Signal(16)
+        hdr = Signal(8 * _HDR_LEN)
+        prev = Signal(self._width)
+        stored = Signal(range(beats + 1))
+        # A verdict is pending for one cycle after a last beat: keep room for it.
+        m.d.comb += self.i.ready.eq(pay.w_rdy & (dq.level < _FIFO_DESCS - 1))
+        accept = self.i.valid & self.i.ready
+        bdata = self.i.p.data
+        hdr_now = Cat(*[Mux(beat == k // nb, bdata.word_select(k % nb, 8), hdr.word_select(k, 8))
+                        for k in range(_HDR_LEN)])
+        m.d.comb += [
+            icrc.valid.eq(accept), icrc.beat.eq(beat), icrc.data.eq(bdata),
+            # Beats before the total length arrives lie wholly inside any datagram long enough to matter.
+            icrc.end.eq(Mux(beat >= (ETH_LEN + 3) // nb, ETH_LEN + be_get(hdr_now, ETH_LEN + 2, 2), 0xFFFF)),
+        ]
+        q, r = divmod(_HDR_LEN, nb)
+        push = accept & (beat > q) & (beat <= q + beats)
+        m.d.comb += [pay.w_data.eq(Cat(prev[8 * r:], bdata[:8 * r])), pay.w_en.eq(push)]
+        frame_len = Signal(24)
+        m.d.comb += frame_len.eq(beat * nb + sum(self.i.p.keep))
+        v_fire = Signal()
+        v_len = Signal(24)
+        v_stored = Signal(range(beats + 1))
+        m.d.sync += v_fire.eq(0)
+        with m.If(accept):
+            m.d.sync += [hdr.eq(hdr_now), prev.eq(bdata), stored.eq(stored + push)]
+            with m.If(self.i.p.last):
+                m.d.sync += [beat.eq(0), stored.eq(0), v_fire.eq(1), v_len.eq(frame_len),
+                             v_stored.eq(stored + push)]
+            with m.Elif(beat != 0xFFFF):
+                m.d.sync += beat.eq(beat + 1)
+
+        # -- verdict: the checks of protocol.md section 5, in order --
+        total = be_get(hdr, ETH_LEN + 2, 2)
+        end = ETH_LEN + total
+        ip_words = [be_get(hdr, ETH_LEN + 2 * k, 2) for k in range(IPV4_LEN // 2)]
+        csum = Signal(20)
+        fold1 = Signal(17)
+        fold2 = Signal(16)
+        m.d.comb += [csum.eq(sum(ip_words)), fold1.eq(csum[:16] + csum[16:]), fold2.eq(fold1[:16] + fold1[16:])]
+        opcode = hdr.word_select(_BTH, 8)
+        bth_flags = hdr.word_select(_BTH + 1, 8)
+        pad = bth_flags[4:6]
+        qpn = be_get(hdr, _BTH + 5, 3)
+        job_no = qpn[QPN_WORKER_BITS:QPN_WORKER_BITS + QPN_JOB_BITS]
+        worker = qpn[:QPN_WORKER_BITS]
+        va = be_get(hdr, _RETH, 8)
+        rkey = be_get(hdr, _RETH + 8, 4)
+        dma_len = be_get(hdr, _RETH + 12, 4)
+        has_reth = opcode.matches(*_RETH_OPS)
+        has_imm = opcode.matches(*_IMM_OPS)
+        # Bytes left for the payload after RETH (and ImmDt) and the pad.
+        dma_expect = Signal(signed(19))
+        m.d.comb += dma_expect.eq(total - (IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
+                                  - Mux(has_imm, IMMDT_LEN, 0) - pad)
+        m.d.comb += self.job.index.eq(job_no)
+        entry = self.job.entry
+        chunk = va[lg_chunk:lg_chunk + 32]
+
+        code = Signal(range(N_COUNTERS))
+        take = Signal()
+        n = v_len
+        with m.If(n < ETH_LEN):
+            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
+        with m.Elif(be_get(hdr, 12, 2) != ETH_TYPE_IPV4):
+            m.d.comb += code.eq(Counter.DROP_NON_ROCE)
+        with m.Elif(n < ETH_LEN + IPV4_LEN):
+            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
+        with m.Elif((hdr.word_select(ETH_LEN, 8) != 0x45) | (be_get(hdr, ETH_LEN + 6, 2)[:14] != 0)
+                    | (fold2 != 0xFFFF)):
+            m.d.comb += code.eq(Counter.DROP_BAD_HEADER)
+        with m.Elif(hdr.word_select(ETH_LEN + 9, 8) != IP_PROTO_UDP):
+            m.d.comb += code.eq(Counter.DROP_NON_ROCE)
+        with m.Elif((total < IPV4_LEN + UDP_LEN) | (end > n)):
+            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
+        with m.Elif(be_get(hdr, ETH_LEN + IPV4_LEN + 2, 2) != ROCE_UDP_PORT):
+            m.d.comb += code.eq(Counter.DROP_NON_ROCE)
+        with m.Elif((be_get(hdr, ETH_LEN + IPV4_LEN + 4, 2) != total - IPV4_LEN)
+                    | (total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN)):
+            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
+        with m.Elif(~icrc.ok):
+            m.d.comb += code.eq(Counter.DROP_BAD_ICRC)
+        with m.Elif((bth_flags[:4] != 0) | (be_get(hdr, _BTH + 2, 2) != self.pkey)):
+            m.d.comb += code.eq(Counter.DROP_BAD_HEADER)
+        with m.Elif(has_reth & ((total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
+                                | (has_imm & (total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + IMMDT_LEN + ICRC_LEN))
+                                | (dma_expect < 0) | (dma_len != dma_expect[:18]))):
+            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
+        with m.Elif(opcode != Opcode.UC_RDMA_WRITE_ONLY):
+            m.d.comb += code.eq(Counter.DROP_BAD_OPCODE)
+        with m.Elif((dma_len != self._chunk) | (pad != 0)):
+            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
+        with m.Elif((qpn[16:] != QPN_PREFIX) | ~entry.valid | (worker >= entry.workers)):
+            m.d.comb += code.eq(Counter.DROP_UNKNOWN_QPN)
+        with m.Elif(rkey != entry.rkey):
+            m.d.comb += code.eq(Counter.DROP_BAD_RKEY)
+        with m.Elif((va[:lg_chunk] != 0) | (va[lg_chunk + 32:] != 0)):
+            m.d.comb += code.eq(Counter.DROP_BAD_ADDRESS)
+        with m.Else():
+            m.d.comb += take.eq(1)
+
+        verdict = Signal(desc_layout)
+        m.d.comb += [
+            verdict.take.eq(take), verdict.stored.eq(v_stored),
+            verdict.desc.job.eq(job_no), verdict.desc.worker.eq(worker), verdict.desc.chunk.eq(chunk),
+            verdict.desc.slot.eq(entry.slot_base + (chunk & (entry.slots - 1))),
+            verdict.desc.workers.eq(entry.workers), verdict.desc.slots.eq(entry.slots),
+            dq.w_data.eq(verdict), dq.w_en.eq(v_fire),
+        ]
+        m.d.comb += self.events[Counter.RX_FRAMES].eq(v_fire)
+        for c in Counter:
+            if c != Counter.RX_FRAMES:
+                m.d.comb += self.events[c].eq(v_fire & ~take & (code == c))
+
+        # -- send: contributions to the engine, dropped frames' beats to nowhere --
+        head = data.View(desc_layout, dq.r_data)
+        sent = Signal(range(beats + 1))
+        with m.If(dq.r_rdy & head.take):
+            last = sent == beats - 1
+            m.d.comb += [
+                self.o.valid.eq(pay.r_rdy), self.o.p.data.eq(pay.r_data), self.o.p.last.eq(last),
+                self.o.p.desc.eq(head.desc), pay.r_en.eq(self.o.ready),
+            ]
+            with m.If(self.o.valid & self.o.ready):
+                m.d.sync += sent.eq(Mux(last, 0, sent + 1))
+                m.d.comb += dq.r_en.eq(last)
+        with m.Elif(dq.r_rdy):
+            with m.If(sent == head.stored):
+                m.d.sync += sent.eq(0)
+                m.d.comb += dq.r_en.eq(1)
+            with m.Else():
+                m.d.comb += pay.r_en.eq(1)
+                with m.If(pay.r_rdy):
+                    m.d.sync += sent.eq(sent + 1)
+        return m

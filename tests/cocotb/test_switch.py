@@ -1,0 +1,23 @@
+"""The switch top on Verilator under cocotb, compared with the model switch (see cocotb_switch.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cocotb
+
+BUILDS = {
+    "w64": dict(ports=2, width=64, slots=16, chunk_bytes=256, jobs=4, workers=8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_switch(name):
+    from inagg.testbench.sim import build_switch, run
+
+    params = BUILDS[name]
+    runner, build_dir = build_switch(**params)
+    run(runner, build_dir, "cocotb_switch", Path(__file__).parent, INAGG_PARAMS=json.dumps(params))
