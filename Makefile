@@ -33,3 +33,9 @@ clean:
 
 synth-report: $(STAMP)
 	$(BIN)/python bench/synth.py
+
+# Compile-check p4/ with the P4 compilers that are installed (p4test, p4c-bm2-ss,
+# p4c-barefoot); prints which checks ran and which were skipped and why.
+.PHONY: p4-check
+p4-check: $(STAMP)
+	$(BIN)/python p4/check.py

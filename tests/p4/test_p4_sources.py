@@ -1,0 +1,66 @@
+"""The P4 sources: constants agree with the models, and they compile where a P4 compiler is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from inagg.models import protocol
+from inagg.models.protocol import Counter, Opcode
+from inagg.models.switch import SlotState
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMON = (ROOT / "p4" / "common" / "protocol.p4").read_text()
+
+
+def p4_const(name: str) -> int:
+    m = re.search(rf"const bit<\d+>\s+{name}\s*=\s*(0x[0-9A-Fa-f]+|\d+);", COMMON)
+    assert m, f"{name} is not declared in p4/common/protocol.p4"
+    return int(m.group(1), 0)
+
+
+def test_constants_match_the_protocol_model():
+    assert p4_const("ETHERTYPE_IPV4") == protocol.ETH_TYPE_IPV4
+    assert p4_const("IP_PROTO_UDP") == protocol.IP_PROTO_UDP
+    assert p4_const("ROCE_UDP_PORT") == protocol.ROCE_UDP_PORT
+    assert p4_const("QPN_PREFIX") == protocol.QPN_PREFIX
+    assert p4_const("OP_RC_WRITE_ONLY") == Opcode.RC_RDMA_WRITE_ONLY
+    assert p4_const("OP_RC_WRITE_ONLY_IMM") == Opcode.RC_RDMA_WRITE_ONLY_IMM
+    assert p4_const("OP_UC_WRITE_ONLY") == Opcode.UC_RDMA_WRITE_ONLY
+    assert p4_const("OP_UC_WRITE_ONLY_IMM") == Opcode.UC_RDMA_WRITE_ONLY_IMM
+    assert p4_const("IMM_SATURATED") == protocol.IMM_SATURATED
+    assert p4_const("IMM_CHUNK_MASK") == protocol.IMM_CHUNK_MASK
+    assert p4_const("RESULT_TTL") == protocol.DEFAULT_TTL
+    assert p4_const("RESULT_SPORT_BASE") == protocol.result_udp_sport(0)
+    for n in ("IPV4", "UDP", "BTH", "RETH", "IMMDT", "ICRC"):
+        assert p4_const(f"{n}_LEN") == getattr(protocol, f"{n}_LEN")
+
+
+def test_counter_indices_are_the_register_order():
+    for c in Counter:
+        assert p4_const(f"CNT_{c.name}") == c.value
+    assert p4_const("N_COUNTERS") == len(Counter)
+    for s in SlotState:
+        assert p4_const(f"SLOT_{s.name}") == s.value
+
+
+def _check_module():
+    spec = importlib.util.spec_from_file_location("inagg_p4_check", ROOT / "p4" / "check.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclass looks its module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CHECKS = _check_module().checks()
+
+
+@pytest.mark.parametrize("result", CHECKS, ids=[r.name for r in CHECKS])
+def test_p4_compiles(result):
+    if not result.ran:
+        pytest.skip(result.detail)
+    assert result.ok, result.detail

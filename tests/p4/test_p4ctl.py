@@ -1,0 +1,108 @@
+"""The P4 control plane: generated entries against the job description and the model switch."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from inagg.host.p4ctl import bfrt, bmv2
+from inagg.host.p4ctl.layout import mcast_group_id, plan, psn_index
+from inagg.host.p4ctl.vectors import switch_for
+from inagg.models import wire
+from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec, WorkerSpec
+from inagg.models.p4profile import TNA, V1MODEL, P4ProfileSwitch
+from inagg.models.protocol import split_qpn
+
+
+def jobs_and_spec(target):
+    spec, jobs = switch_for(target)
+    return spec, list(jobs)
+
+
+@pytest.mark.parametrize("target", [V1MODEL, TNA], ids=lambda t: t.name)
+def test_plan_matches_job_description_and_model(target):
+    spec, jobs = jobs_and_spec(target)
+    p = plan(target, spec, jobs)
+    model = P4ProfileSwitch(target, spec)
+    for j in jobs:
+        model.add_job(j)  # the model accepts exactly what the plan accepts
+    assert len(p.workers) == len(p.results) == sum(len(j.workers) for j in jobs)
+    by_job = {j.job: j for j in jobs}
+    for w in p.workers:
+        job = by_job[w.job]
+        assert split_qpn(w.qpn) == (w.job, w.worker)
+        assert (w.rkey, w.slot_base, w.slot_mask + 1, w.nworkers) == (job.rkey, job.slot_base, job.slots, len(job.workers))
+        assert w.port == job.workers[w.worker].port and w.full == (1 << len(job.workers)) - 1
+    for r in p.results:
+        ws = by_job[r.job].workers[r.worker]
+        assert r.mac.to_bytes(6, "big") == wire.mac_bytes(ws.mac) and r.ip.to_bytes(4, "big") == wire.ip_bytes(ws.ip)
+        assert (r.qpn, r.rkey, r.result_va) == (ws.qpn, ws.rkey, ws.result_va)
+    assert [g.group for g in p.groups] == [mcast_group_id(j.job) for j in sorted(jobs, key=lambda j: j.job)]
+    for g, j in zip(p.groups, sorted(jobs, key=lambda j: j.job)):
+        assert g.nodes == tuple((i, w.port) for i, w in enumerate(j.workers))
+    assert dict(p.psns) == {psn_index(target, j.job, i): w.result_psn for j in jobs for i, w in enumerate(j.workers)}
+
+
+def test_bmv2_commands():
+    spec, jobs = jobs_and_spec(V1MODEL)
+    cmds = bmv2.commands(plan(V1MODEL, spec, jobs))
+    assert cmds[:5] == [f"register_reset {r}" for r in bmv2.SLOT_REGISTERS]
+    assert "table_set_default InaggIngress.switch_config InaggIngress.set_switch 0xffff 0x0200000000fe 0x0a0000fe" in cmds
+    j = jobs[0]
+    w = j.workers[1]
+    assert (f"table_add InaggIngress.workers InaggIngress.set_worker 0x{j.qpn(1):06x} => "
+            f"{j.job} 1 0x{j.rkey:08x} {j.slot_base} {j.slots - 1} {len(j.workers)} {w.port}") in cmds
+    rewrite = [c for c in cmds if c.startswith(f"table_add InaggEgress.results InaggEgress.rewrite {j.job} 1 =>")]
+    assert rewrite == [f"table_add InaggEgress.results InaggEgress.rewrite {j.job} 1 => 0x{wire.mac_bytes(w.mac).hex()} "
+                       f"0x{wire.ip_bytes(w.ip).hex()} 0x{w.qpn:06x} 0x{w.rkey:08x} 0x{w.result_va:016x}"]
+    # Node handles count up from 0 and every node joins its job's group.
+    nodes = [c for c in cmds if c.startswith(("mc_mgrp_create", "mc_node_create", "mc_node_associate"))]
+    assert nodes[:3] == ["mc_mgrp_create 2", f"mc_node_create 0 {j.workers[0].port}", "mc_node_associate 2 0"]
+    assert sum(c.startswith("mc_node_associate") for c in cmds) == sum(len(x.workers) for x in jobs)
+    assert f"register_write InaggEgress.result_psn {j.job * 64 + 1} {w.result_psn}" in cmds
+
+
+def test_bfrt_script_is_python_with_every_entry():
+    spec, jobs = jobs_and_spec(TNA)
+    text = bfrt.script(plan(TNA, spec, jobs))
+    compile(text, "bfrt_setup.py", "exec")
+    j = jobs[1]
+    assert f"ing.workers.add_with_set_worker(hdr_bth_dqpn=0x{j.qpn(0):06x}, job={j.job}, worker=0," in text
+    assert len(re.findall(r"egr\.results\.add_with_rewrite\(", text)) == sum(len(x.workers) for x in jobs)
+    assert f"egr.result_psn.mod(REGISTER_INDEX={j.job * 32 + 1}, f1={j.workers[1].result_psn})" in text
+    assert "bfrt.pre.mgid.add(MGID=3, MULTICAST_NODE_ID=[4, 5]," in text
+    assert text.count("ing.lane_0x") == 32
+
+
+def test_plan_refusals_have_exact_messages():
+    spec = SwitchSpec(slots=8, chunk_bytes=256)
+
+    def job(n=2, base=0, slots=4, va=1 << 20, num=1, port=0):
+        return JobSpec(job=num, rkey=1, slot_base=base, slots=slots, workers=tuple(
+            WorkerSpec(port=port, mac="02:00:00:00:00:01", ip="10.0.0.1", qpn=i, rkey=2, result_va=va)
+            for i in range(n)))
+
+    with pytest.raises(ValueError, match="job 1's slot region overlaps job 2's and the P4 programs have no exception path"):
+        plan(V1MODEL, spec, [job(), job(num=2, base=0, slots=2)])
+    with pytest.raises(ValueError, match="job 1 is given twice"):
+        plan(V1MODEL, spec, [job(), job(base=4)])
+    with pytest.raises(ValueError, match=r"job 1's slots 8\.\.11 exceed the switch's 8 slots"):
+        plan(V1MODEL, spec, [job(base=8)])
+    with pytest.raises(ValueError, match="worker port 5 does not exist: the switch has 4 ports"):
+        plan(V1MODEL, spec, [job(port=5)])
+    with pytest.raises(ValueError, match="job 1 worker 0: result_va 0x100 must be a multiple of the ring size 1024 on tna"):
+        plan(TNA, spec, [job(va=0x100)])
+    with pytest.raises(ValueError, match="the tna program takes at most 32 workers per job, not 40"):
+        plan(TNA, spec, [job(n=40)])
+    with pytest.raises(ValueError, match="no exception path"):
+        plan(TNA, SwitchSpec(chunk_bytes=256, exception=ExceptionSpec()), [])
+    with pytest.raises(TypeError, match="target must be a P4Target, not str"):
+        plan("v1model", spec, [])
+    p = plan(V1MODEL, spec, [job()])
+    with pytest.raises(ValueError, match="bfrt_python scripts are for the tna program, not v1model"):
+        bfrt.script(p)
+    with pytest.raises(ValueError, match="simple_switch_CLI commands are for the v1model program, not tna"):
+        bmv2.commands(plan(TNA, spec, [job()]))
+    with pytest.raises(ValueError, match="program must be a Python identifier"):
+        bfrt.script(plan(TNA, spec, [job()]), program="in agg")
