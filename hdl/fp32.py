@@ -9,19 +9,20 @@ for bit equal to :func:`inagg.models.arith.int_to_fp32` and
 
 Both are fully pipelined, free-running data paths: they take a new operand
 every cycle and give its result ``latency`` cycles later, with a valid bit
-that travels beside the data. There is no stall input, because the slot
-pipeline that feeds them never stalls mid-beat; a consumer that needs
-backpressure puts a FIFO after them. Only the valid bits are reset; the data
-registers are not (they carry no state between operands), so ``o`` is
-meaningful only while ``o_valid`` is high.
+that travels beside the data. They have no stall input: a user that must
+stall holds its operands before the unit or queues results after it. Only
+the valid bits are reset; the data registers are not (they carry no state
+from one operand to the next), so ``o`` means something only while
+``o_valid`` is high.
 
-The ``latency`` constructor argument chooses how many of the unit's step
+The ``latency`` constructor argument chooses which of the unit's step
 boundaries get a register (the table of each class says which); the output
-is always registered. The default is the deepest pipeline, whose longest
-step is one barrel shifter or one carry chain of at most 31 bits, short
-enough for the beat clock (250 MHz and more on current FPGAs; on ECP5 see
-``docs/results/fp32.md``). A slot pipeline that must read back a sum within
-fewer cycles picks a smaller latency and a slower clock.
+is always registered. The default is the deepest pipeline: no step holds
+more than one carry chain of at most 33 bits or one barrel shifter, with a
+few LUT levels around it. ``docs/fp32.md`` gives the clock this reaches
+(measured on ECP5 by ``bench/fp32_resources.py``) and the resources; a
+slot pipeline that must read a sum back within fewer cycles picks a smaller
+latency and a slower clock.
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ class FP32Adder(wiring.Component):
     sign give that infinity, and ``inf + (-inf)`` or any NaN input gives the
     canonical quiet NaN ``0x7FC00000`` (the payload of an input NaN is not
     propagated; numpy's NaN payload depends on the CPU, so a result is
-    checked with ``isnan`` there). The switch itself only adds
-    integer-valued sums of INT32 contributions, which are all in range.
+    checked with ``isnan`` there). The switch only ever adds integer-valued
+    floats (converted INT32 contributions and their sums), all finite.
 
     Parameters
     ----------
@@ -120,9 +121,9 @@ class FP32Adder(wiring.Component):
         =======  ===================================================
         latency  registered after
         =======  ===================================================
-        6        swap, align, add, lzc, normalize, round
-        5        swap, align, add, lzc, round
-        4        swap, add, lzc, round
+        6        compare, align, add, lzc, normalize, round
+        5        compare, align, add, lzc, round
+        4        compare, add, lzc, round
         3        align, lzc, round
         2        add, round
         1        round
@@ -130,18 +131,21 @@ class FP32Adder(wiring.Component):
 
         The steps:
 
-        * **swap** -- order the operands by magnitude (one 31-bit compare)
-          so the difference of the mantissas is never negative, and take the
-          exponent difference (subnormals count as exponent 1). A largest
-          operand with exponent 255 marks an infinity or NaN result.
-        * **align** -- shift the smaller mantissa right by the exponent
-          difference, extended by guard and round bits; the bits shifted
-          out are ORed into a sticky bit in the least significant place,
-          which keeps every rounding decision exact.
+        * **compare** -- order the operands by magnitude (one 31-bit
+          compare), so the difference of the mantissas is never negative;
+          take the alignment shift from the sign of an 8-bit exponent
+          difference, beside the compare. A subnormal enters as twice its
+          mantissa at exponent 0, which puts it on the scale of the
+          normals without a special case. Infinity and NaN operands are
+          classified here, from the operands themselves.
+        * **align** -- swap, and shift the smaller mantissa right by the
+          exponent difference, extended by guard and round bits; the bits
+          shifted out are ORed into a sticky bit in the least significant
+          place, which keeps every rounding decision exact.
         * **add** -- one 28-bit addition or subtraction of the mantissas.
-        * **lzc** -- count the leading zeros of the sum (balanced tree) and
-          limit the left shift so the exponent stays at least 1, which makes
-          a tiny result subnormal instead of normal.
+        * **lzc** -- count the leading zeros of the sum (balanced tree),
+          capped so the exponent stays at least 1, which makes a tiny result
+          subnormal instead of normal.
         * **normalize** -- shift the sum left by that count, take the 24
           result bits, the guard bit and the sticky bit, and form the
           exponent; a sum that carries into exponent 255 is an overflow.
@@ -172,9 +176,9 @@ class FP32Adder(wiring.Component):
         1: ("round",),
         2: ("add", "round"),
         3: ("align", "lzc", "round"),
-        4: ("swap", "add", "lzc", "round"),
-        5: ("swap", "align", "add", "lzc", "round"),
-        6: ("swap", "align", "add", "lzc", "normalize", "round"),
+        4: ("compare", "add", "lzc", "round"),
+        5: ("compare", "align", "add", "lzc", "round"),
+        6: ("compare", "align", "add", "lzc", "normalize", "round"),
     }
 
     def __init__(self, latency: int = 6):
@@ -192,74 +196,94 @@ class FP32Adder(wiring.Component):
         m = Module()
         p = _Pipeline(m, self._CUTS[self.latency], self.i_valid)
 
-        # swap
+        # compare
         a, b = self.a, self.b
-        a_big = a[:31] >= b[:31]
-        big = Mux(a_big, a, b)
-        small = Mux(a_big, b, a)
         exp_a, exp_b = a[23:31], b[23:31]
-        # A subnormal has the exponent of the smallest normal, without the implicit 1.
-        eff_a = exp_a | (exp_a == 0)
-        eff_b = exp_b | (exp_b == 0)
-        # Both differences in parallel with the compare, instead of after the swap.
-        shift = Mux(a_big, eff_a - eff_b, eff_b - eff_a)[:8]
-        big_exp = big[23:31]
-        s = p.cut(
-            "swap",
-            sign=big[31],
-            exp=Mux(a_big, eff_a, eff_b),
-            big=Cat(big[:23], big_exp != 0),
-            small=Cat(small[:23], small[23:31] != 0),
-            # Any shift of 27 or more moves every bit into the sticky bit.
-            shift=Mux(shift >= 32, 31, shift[:5]),
-            sub=a[31] ^ b[31],
-            # The sign of an exact zero sum under RNE: -0 only for (-0) + (-0) and the like.
-            zero_sign=a[31] & b[31],
-            special=big_exp == 0xFF,
-            # NaN in, or inf - inf (equal magnitudes, opposite signs).
-            nan=(big[:23] != 0) | ((a[31] ^ b[31]) & (a[:31] == b[:31])),
+
+        # A subnormal m * 2**-149 is taken as the mantissa 2m at exponent field 0, which
+        # is the scale of a normal mantissa there, so exponent differences need no
+        # subnormal case on their path.
+        def mantissa(x, exp):
+            return Mux(exp == 0, Cat(Const(0, 1), x[:23]), Cat(x[:23], Const(1, 1)))
+
+        # The alignment shift is the exponent difference capped at 31 (any shift of 27 or
+        # more moves every bit into the sticky bit). It needs the sign of an 8-bit difference,
+        # not the 31-bit compare: with equal exponents either order shifts by 0.
+        def capped(d):
+            return Mux(d[5:8].any(), 31, d[:5])
+
+        diff_ab, diff_ba = exp_a - exp_b, exp_b - exp_a
+        a_big = a[:31] >= b[:31]
+        inf_a, inf_b = (exp_a == 0xFF) & (a[:23] == 0), (exp_b == 0xFF) & (b[:23] == 0)
+        nan_a, nan_b = (exp_a == 0xFF) & (a[:23] != 0), (exp_b == 0xFF) & (b[:23] != 0)
+        c = p.cut(
+            "compare",
+            a_big=a_big,
+            man_a=mantissa(a, exp_a), man_b=mantissa(b, exp_b),
+            exp_a=exp_a, exp_b=exp_b, sign_a=a[31], sign_b=b[31],
+            shift=Mux(diff_ab[8], capped(diff_ba), capped(diff_ab)),
+            # Decided from the operands themselves, not after the compare.
+            special=(exp_a == 0xFF) | (exp_b == 0xFF),
+            nan=nan_a | nan_b | (inf_a & inf_b & (a[31] ^ b[31])),
         )
 
-        # align: mantissas extended by guard, round and sticky bits (27 bits).
-        spill = Cat(Const(0, 32), Const(0, 3), s.small) >> s.shift
-        sticky = spill[:32].any()
+        # align: swap, then extend the mantissas by guard, round and sticky bits (27 bits).
+        # The sticky bit comes from a mask of the bits the shift drops, beside the shifter,
+        # not after it.
+        small = Cat(Const(0, 3), Mux(c.a_big, c.man_b, c.man_a))
+        dropped = ~(Const((1 << 27) - 1, 27) << c.shift)[:27]
+        sticky = (small & dropped).any()
+        aligned = (small >> c.shift)[:27]
         al = p.cut(
             "align",
-            sign=s.sign, exp=s.exp, sub=s.sub, zero_sign=s.zero_sign, special=s.special, nan=s.nan,
-            big=Cat(Const(0, 3), s.big),
-            small=Cat(spill[32] | sticky, spill[33:]),
+            sign=Mux(c.a_big, c.sign_a, c.sign_b), exp=Mux(c.a_big, c.exp_a, c.exp_b),
+            sub=c.sign_a ^ c.sign_b,
+            # The sign of an exact zero sum under RNE: -0 only for (-0) + (-0) and the like.
+            zero_sign=c.sign_a & c.sign_b,
+            special=c.special, nan=c.nan,
+            big=Cat(Const(0, 3), Mux(c.a_big, c.man_a, c.man_b)),
+            small=aligned | sticky,
         )
 
         # add: subtraction as big + ~small + 1, the carry-in riding in an extra low bit
         # so it stays one carry chain.
         invert = al.sub.replicate(28)
         total = (Cat(al.sub, al.big, Const(0, 1)) + Cat(al.sub, al.small ^ invert))[1:29]
+        # Bit j of `below_cap` is set for j <= min(exp, 27): a decoder of the exponent, no carry chain.
+        cap = Mux(al.exp >= 27, 27, al.exp[:5])
+        below_cap = Cat(Const(1, 1), ~(Const((1 << 27) - 1, 27) << cap)[:27])
         ad = p.cut(
             "add",
             sign=al.sign, exp=al.exp, zero_sign=al.zero_sign, special=al.special, nan=al.nan,
             sum=total,
+            # The bits of the sum whose leading 1 can move up to bit 27 with the exponent
+            # staying at least 1; decoded here from the exponent alone, beside the adder.
+            reach=Cat(*reversed(list(below_cap))),
         )
 
-        # lzc: bit 26 of the sum is the implicit 1 at exponent `exp`, bit 27 a carry.
-        zeros, nonzero = _leading_zeros(ad.sum)
+        # lzc: bit 26 of the sum is the implicit 1 at exponent `exp`, bit 27 a carry. A 1
+        # ORed in at the lowest bit of `reach` caps the count at `exp` without a compare
+        # after the counter: the capped shift leaves the exponent field 0, a subnormal.
+        floor = ad.reach & ~Cat(Const(0, 1), ad.reach[:27])
+        zeros, _ = _leading_zeros(ad.sum | floor)
+        nonzero = ad.sum.any()
         lz = p.cut(
             "lzc",
             sign=Mux(nonzero | ad.special, ad.sign, ad.zero_sign),
             exp_plus1=ad.exp + 1, special=ad.special, nan=ad.nan,
-            sum=ad.sum, zero=~nonzero,
-            # Shifting by `exp` leaves the exponent field 0: a subnormal.
-            shift=Mux(zeros <= ad.exp, zeros, ad.exp)[:5],
+            sum=ad.sum, shift=zeros,
+            normal=(ad.sum & ad.reach).any(),
+            # Only a carry out of exponent 254 passes 254: decided here, off the shifter's path.
+            overflow=(ad.exp == 0xFE) & ad.sum[27],
         )
 
-        # normalize: after the shift, bit 27 is the implicit 1 unless the result is
-        # subnormal or zero, whose exponent field is 0.
+        # normalize: after the shift, bit 27 is the implicit 1 of a normal result.
         norm = (lz.sum << lz.shift)[:28]
-        exp = Mux(norm[27], lz.exp_plus1 - lz.shift, 0)[:9]
+        exp = Mux(lz.normal, lz.exp_plus1 - lz.shift, 0)[:8]
         nm = p.cut(
             "normalize",
-            sign=lz.sign, special=lz.special, nan=lz.nan,
-            overflow=exp >= 0xFF,
-            packed=Cat(norm[4:27], exp[:8]),
+            sign=lz.sign, special=lz.special, nan=lz.nan, overflow=lz.overflow,
+            packed=Cat(norm[4:27], exp),
             round_up=norm[3] & (norm[:3].any() | norm[4]),
         )
 
