@@ -1,0 +1,98 @@
+"""FAST, the direct all-to-all and hierarchical in-network aggregation."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from inagg.host.schedules import Collective, check, evaluate, generate
+from inagg.host.schedules import alltoall as F
+from inagg.host.schedules import ina
+from inagg.host.schedules import topology as T
+
+
+@settings(max_examples=25)
+@given(servers=st.integers(1, 5), gpus=st.integers(1, 4), hi=st.integers(1, 4), seed=st.integers(0, 100))
+def test_fast_and_direct_compute_alltoallv(servers, gpus, hi, seed):
+    n = servers * gpus
+    counts = np.random.default_rng(seed).integers(0, hi + 1, size=(n, n))
+    if not counts.any():
+        counts[0, -1] = 1
+    check(F.direct(counts))
+    s = F.fast(counts, gpus)
+    check(s)
+    assert s.meta["stage_chunks"] == s.meta["lower_bound_chunks"]
+
+
+@pytest.mark.parametrize("servers,gpus", [(4, 8), (8, 8), (40, 8)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fast_makespan_is_the_lower_bound(servers, gpus, seed):
+    m = F.zipf_matrix(servers * gpus, 0.8, seed=seed)
+    plan = F.fast_plan(m, gpus)
+    assert sum(w for _, w in plan.stages) == plan.lower_bound_bytes
+    assert plan.makespan(50e9) == plan.lower_bound(50e9)
+    b = plan.server_bytes
+    assert plan.lower_bound_bytes == max(b.sum(axis=0).max(), b.sum(axis=1).max())
+    for perm, w in plan.stages:  # one-to-one stages: no incast
+        assert sorted(perm) == list(range(servers)) and w > 0
+
+
+def test_birkhoff_reconstructs_the_padded_matrix():
+    b = np.array([[0, 5, 1], [2, 0, 2], [3, 1, 0]])
+    stages, L = F.birkhoff(b)
+    assert L == 6
+    acc = np.zeros_like(b)
+    for perm, w in stages:
+        acc[np.arange(3), perm] += w
+    assert (acc >= b).all() and (acc.sum(axis=0) == L).all() and (acc.sum(axis=1) == L).all()
+
+
+def test_fast_input_errors():
+    with pytest.raises(ValueError, match="square"):
+        F.fast_plan(np.ones((2, 3), dtype=int), 1)
+    with pytest.raises(TypeError, match="integers"):
+        F.fast_plan(np.ones((2, 2)), 1)
+    with pytest.raises(ValueError, match="whole number of servers"):
+        F.fast_plan(np.ones((6, 6), dtype=int), 4)
+
+
+COLLS = [Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST, Collective.REDUCE_SCATTER,
+         Collective.ALLGATHER, Collective.BARRIER]
+
+
+@pytest.mark.parametrize("servers,gpus,leaf", [(1, 1, None), (2, 1, None), (3, 2, None), (4, 4, None),
+                                               (5, 2, 2), (7, 1, 3), (13, 1, 4)])
+@pytest.mark.parametrize("coll", COLLS, ids=lambda c: c.value)
+def test_ina_collectives(servers, gpus, leaf, coll):
+    n = servers * gpus
+    for root in {0, n - 1, n // 2}:
+        check(ina.ina(n, gpus_per_server=gpus, hosts_per_leaf=leaf, collective=coll, root=root),
+              dtype=np.float32)
+
+
+def test_ina_barrier_check_fails_without_the_way_back():
+    s = ina.ina(4, gpus_per_server=2, collective=Collective.BARRIER)
+    # keep only the upward half: nobody hears back
+    keep = s.step <= 1
+    from inagg.host.schedules.ir import Schedule
+    cols = {k: getattr(s, k)[keep] for k in ("kind", "step", "src", "dst", "channel", "src_buf", "dst_buf", "count")}
+    ptr = np.zeros(keep.sum() + 1, dtype=np.int64)
+    np.cumsum(cols["count"], out=ptr[1:])
+    half = Schedule(name="half", collective=Collective.BARRIER, nranks=4, size_chunks=1, in_chunks=0, out_chunks=1,
+                    nswitches=s.nswitches, switch_scratch_chunks=1, ptr=ptr, src_idx=np.zeros(ptr[-1], int),
+                    dst_idx=np.zeros(ptr[-1], int), **cols)
+    from inagg.host.schedules import ScheduleError
+    with pytest.raises(ScheduleError, match="barrier is incomplete"):
+        check(half)
+
+
+def test_ina_on_topologies():
+    for spec in ("multirail:4x8", "clos:4x4:1", "clos:1x8:2"):
+        topo = T.parse(spec)
+        s = generate("ina", topo=topo)
+        check(s)
+        c = evaluate(s, topo, 1 << 20)
+        assert c.xi == pytest.approx(1.0)
+    # the GPU sends S/G up its rail: per rank on the NIC that is S/G, the in-network bound per NIC
+    topo = T.parse("multirail:4x8")
+    s = generate("ina", topo=topo)
+    assert s.placement is not None and len(s.placement) == 8
