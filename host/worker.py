@@ -37,7 +37,7 @@ from .fastpath import ContribTemplate, Result, ResultParser
 
 __all__ = [
     "Timing", "Worker", "AllReduce", "ProtocolError", "ChunkTimeoutError", "LengthMismatchError",
-    "SaturatedResultError", "AGREE_EXP_LANES", "AGREE_LEN_BITS", "agreement_chunks",
+    "SaturatedResultError", "QuantizedChunks", "AGREE_EXP_LANES", "AGREE_LEN_BITS", "agreement_chunks",
 ]
 
 _CHUNK_MOD = 1 << 32
@@ -153,11 +153,16 @@ class Worker:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def submit(self, now: float, lanes: np.ndarray) -> list[bytes]:
-        """Start a batch: the chunks ``lanes`` (int32, shape (k, lanes)); returns the first frames."""
+    def submit(self, now: float, lanes: "np.ndarray | QuantizedChunks") -> list[bytes]:
+        """Start a batch: the chunks ``lanes`` (int32, shape (k, lanes)); returns the first frames.
+
+        ``lanes`` may also be a :class:`QuantizedChunks`, whose rows are
+        computed only as the window reaches them.
+        """
         if not self.done:
             raise RuntimeError(f"worker {self.rank}: the previous batch is not complete")
-        lanes = np.asarray(lanes)
+        if not isinstance(lanes, QuantizedChunks):
+            lanes = np.asarray(lanes)
         if lanes.dtype != np.int32 or lanes.ndim != 2 or lanes.shape[1] != self.switch.lanes:
             raise ValueError(f"lanes must be int32 of shape (k, {self.switch.lanes}), not {lanes.dtype} {lanes.shape}")
         k = lanes.shape[0]
@@ -275,6 +280,31 @@ class Worker:
                 self._got.tobytes(), tuple(sorted((i, s, self._due[i] - now) for i, s in self._sends.items())))
 
 
+class QuantizedChunks:
+    """float32 data quantized at scale ``2**e`` as int32 chunk rows, each block when it is first sliced.
+
+    The first window goes out after quantizing its own rows, not the whole
+    tensor, so workers that agree on the scale at different moments start
+    sending together instead of one waiting for the slowest to quantize.
+    """
+
+    dtype = np.dtype(np.int32)
+    ndim = 2
+
+    def __init__(self, data: np.ndarray, exponent: int, lanes: int):
+        self._data, self._e, self._lanes = data, exponent, lanes
+        self.shape = (-(-data.size // lanes), lanes)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        lo, hi, step = rows.indices(self.shape[0])
+        if step != 1:
+            raise ValueError("QuantizedChunks takes contiguous row slices")
+        flat = np.zeros((hi - lo) * self._lanes, np.float32)
+        part = self._data[lo * self._lanes:hi * self._lanes]
+        flat[:part.size] = part  # the last chunk is padded with zeros
+        return quant.quantize(flat, self._e).reshape(hi - lo, self._lanes)
+
+
 # Agreement round (docs/protocol.md section 2.1): lanes 0..255 are the
 # exponent histogram, lanes 256 + 2*b + bit for the 64 bits of the element
 # count check that every rank passed the same length.
@@ -385,12 +415,8 @@ class AllReduce:
         hist = np.flatnonzero(counts[:AGREE_EXP_LANES])
         # The highest exponent lane i bounds every rank's data: amax < 2**(i - 126).
         self.exponent = quant.choose_exponent(2.0 ** (int(hist[-1]) - 126), n_workers) if hist.size else 0
-        lanes = w.switch.lanes
-        k = -(-self.data.size // lanes)
-        padded = np.zeros(k * lanes, np.float32)
-        padded[:self.data.size] = self.data
         self._phase = "data"
-        out = w.submit(now, quant.quantize(padded, self.exponent).reshape(k, lanes))
+        out = w.submit(now, QuantizedChunks(self.data, self.exponent, w.switch.lanes))
         if w.done:  # an empty vector has no data chunks
             self._result = np.zeros(0, np.float32)
             self._phase = "done"

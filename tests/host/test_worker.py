@@ -197,3 +197,18 @@ def test_allreduce_refuses_bad_data(data, err, match):
 
 def test_result_parser_ring_addressing_uses_the_job_region():
     assert ResultParser(SW, JOB, 0)._ring == JOB.slots
+
+
+def test_quantized_chunks_match_whole_tensor_quantization():
+    from inagg.host.worker import QuantizedChunks
+    from inagg.models import quant
+
+    data = np.random.default_rng(1).standard_normal(3 * L + 7).astype(np.float32)
+    q = QuantizedChunks(data, 20, L)
+    padded = np.zeros(4 * L, np.float32)
+    padded[:data.size] = data
+    whole = quant.quantize(padded, 20).reshape(4, L)
+    assert q.shape == (4, L)
+    assert np.array_equal(np.concatenate([q[0:1], q[1:4]]), whole)
+    with pytest.raises(ValueError, match="QuantizedChunks takes contiguous row slices"):
+        q[0:4:2]
