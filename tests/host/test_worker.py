@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from inagg.host.controller import Controller, plan
-from inagg.host.fastpath import ResultParser
 from inagg.host.link import Faults
 from inagg.host.memnet import MemoryNetwork
 from inagg.host.worker import (
@@ -194,9 +193,6 @@ def test_allreduce_refuses_bad_data(data, err, match):
     with pytest.raises(err, match=match):
         AllReduce(Worker(SW, JOB, 0), data)
 
-
-def test_result_parser_ring_addressing_uses_the_job_region():
-    assert ResultParser(SW, JOB, 0)._ring == JOB.slots
 
 
 def test_quantized_chunks_match_whole_tensor_quantization():
