@@ -26,7 +26,7 @@ from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_JOBS, MAX_WORKERS
 from inagg.models.regmap import RegMap
 
 __all__ = ["Plan", "plan", "ConfigTarget", "Controller", "RegisterTarget", "register_writes", "worker_mac",
-           "worker_ip", "SWITCH_MAC", "SWITCH_IP"]
+           "worker_ip", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS"]
 
 SWITCH_MAC = "02:00:00:00:00:fe"
 SWITCH_IP = "10.0.0.254"
@@ -35,6 +35,8 @@ RESULT_VA = 0x7F00_0000_0000
 _JOB_RKEY = 0x4A0B_0000
 _RESULT_RKEY = 0x5E5E_0000
 _WORKER_QPN = 0x01_0000
+# Slot memory of the largest switch a plan describes (the model allocates every slot).
+MAX_SLOTS = 1 << 16
 
 
 def worker_mac(port: int) -> str:
@@ -79,6 +81,9 @@ def plan(workers: Sequence[int], *, window: int = 128, chunk_bytes: int = CHUNK_
         raise ValueError(f"{ports} workers do not fit one /24 beside the switch (at most 253)")
     region = 2 * window
     slots = 1 << max(1, (region * len(workers) - 1).bit_length())
+    if slots > MAX_SLOTS:
+        raise ValueError(f"{len(workers)} job(s) with window {window} need {slots} slots, more than the "
+                         f"{MAX_SLOTS} a plan may use")
     switch = SwitchSpec(mac=SWITCH_MAC, ip=SWITCH_IP, ports=max(ports, 1), slots=slots, chunk_bytes=chunk_bytes)
     jobs, port = [], 0
     for j, n in enumerate(workers):

@@ -30,6 +30,7 @@ def test_controller_configures_and_tears_down():
     ([[0]], {}, "a job has 1..64 workers, not 0"),
     ([[65]], {}, "a job has 1..64 workers, not 65"),
     ([[2]], dict(window=6), "window must be a power of two >= 1, not 6"),
+    ([[2, 2, 2]], dict(window=2**14), "3 job\\(s\\) with window 16384 need 131072 slots, more than the 65536 a plan may use"),
     ([[2, 2]], dict(first_job=1023), r"jobs 1023..1024 do not fit the 1024 job numbers"),
     ([[64] * 4], {}, r"256 workers do not fit one /24 beside the switch \(at most 253\)"),
     ([[2]], dict(chunk_bytes=100), r"chunk_bytes must be one of \(256, 512, 1024, 2048, 4096\), not 100"),
