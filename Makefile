@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@command -v perl >/dev/null || { echo "error: perl not found: Verilator's front end is a perl script (Debian/Ubuntu: apt-get install perl)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,synth]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,synth,torch]'
 	@touch $@
 
 demo: $(STAMP)

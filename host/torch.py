@@ -1,0 +1,213 @@
+"""PyTorch DistributedDataParallel through inagg (the optional extra ``torch``).
+
+Two pieces:
+
+* :func:`group_from_process_group` turns a ``torch.distributed`` process
+  group into the inagg :class:`~inagg.host.api.Group` of this rank: rank 0
+  creates the job on the switch service, the job's ticket (switch and job
+  descriptions, VXLAN address, token) goes to the other ranks through the
+  process group's store, and every rank attaches its own VXLAN endpoint.
+* :func:`allreduce_hook`, registered with ``ddp.register_comm_hook(state,
+  allreduce_hook)``, all-reduces each gradient bucket through the switch and
+  returns the average, as DDP expects. Every bucket is one
+  :func:`~inagg.host.api.allreduce`, so each gets its own quantization scale
+  from the agreement round of ``docs/protocol.md`` section 2.1, and INT32
+  and FP32-promoted results are dequantized alike. Buckets of float32,
+  bfloat16 and float16 are reduced in float32 and returned in their own type.
+
+Where the switch is: ``switch="HOST:PORT"``, else ``INAGG_SWITCH``, else,
+when every rank runs on this machine (torchrun's ``LOCAL_WORLD_SIZE`` equals
+``WORLD_SIZE``), a switch service that rank 0 starts in a thread on
+loopback. So ``torchrun --nproc-per-node 4 train.py`` needs nothing more,
+and the same script reaches an ``inagg switch serve`` on another machine
+with ``INAGG_SWITCH`` set.
+
+When the switch is unreachable or refuses the job, every rank raises
+:class:`~inagg.host.service.SwitchUnavailableError` with rank 0's reason;
+with ``fallback=True`` every rank instead warns once and the hook uses the
+process group's own all-reduce. The decision is made at set-up, on all ranks
+together: a failure later, in the middle of training, fails the backward
+pass with an error naming the bucket (ranks cannot switch transports in
+agreement half-way through a step).
+"""
+
+# No ``from __future__ import annotations``: DDP checks the hook's annotations as objects.
+import itertools
+import os
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as e:  # the optional extra is not installed
+    raise ImportError("inagg.host.torch needs PyTorch: pip install 'inagg[torch]'") from e
+
+from inagg.models.job import SwitchSpec
+
+from .api import Group, allreduce
+from .service import ENV_SWITCH, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket, join
+from .worker import Timing
+
+__all__ = ["DDP_TIMING", "DistGroup", "InaggFallbackWarning", "group_from_process_group", "allreduce_hook"]
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# Ranks of a training job share a busy machine or a network: retry longer than the worker's default.
+DDP_TIMING = Timing(timeout=0.02, max_timeout=0.5, tries=20)
+# Every call takes fresh store keys; all ranks call in the same order, as for any collective.
+_calls = itertools.count()
+
+
+class InaggFallbackWarning(RuntimeWarning):
+    """The switch could not take the job; the process group's own all-reduce is used instead."""
+
+
+class DistGroup:
+    """The inagg side of a ``torch.distributed`` process group, and the state of :func:`allreduce_hook`.
+
+    ``group`` is this rank's :class:`~inagg.host.api.Group` (None after a
+    fallback, then ``fallback_reason`` says why). Rank 0 also holds the
+    control connection that owns the job, and the embedded service if it
+    started one: :meth:`close` (or the end of the process) releases them.
+    """
+
+    def __init__(self, process_group, group: Group | None, *, fallback_reason: str | None = None,
+                 owner: SwitchClient | None = None, service: SwitchService | None = None):
+        self.process_group = process_group
+        self.rank = dist.get_rank(process_group)
+        self.size = dist.get_world_size(process_group)
+        self.group = group
+        self.fallback_reason = fallback_reason
+        self._owner, self._service = owner, service
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inagg-ddp")
+
+    def reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The average of ``tensor`` over the ranks through the switch, in ``tensor``'s dtype and on its device."""
+        if tensor.dtype not in _DTYPES:
+            raise TypeError(f"inagg all-reduces float32, bfloat16 and float16 tensors, not {tensor.dtype}")
+        if self.group is None:
+            raise RuntimeError(f"rank {self.rank}: no inagg group: {self.fallback_reason}")
+        data = tensor.detach().to(device="cpu", dtype=torch.float32).numpy().ravel()
+        total = allreduce(data, self.group)
+        avg = torch.from_numpy(total / np.float32(self.size)).reshape(tensor.shape)
+        return avg.to(device=tensor.device, dtype=tensor.dtype)
+
+    def close(self) -> None:
+        """Release the VXLAN socket, the job (rank 0) and the embedded service."""
+        self._executor.shutdown(wait=True)
+        if self.group is not None:
+            self.group.port.close()
+        if self._owner is not None:
+            self._owner.close()
+        if self._service is not None:
+            self._service.stop()
+
+
+def _resolve_switch(switch: str | None, size: int, window: int) -> tuple[SwitchClient, SwitchService | None]:
+    """Rank 0's control connection, and the service it started when there is none to reach."""
+    if switch is None:
+        switch = os.environ.get(ENV_SWITCH)
+    if switch is None:
+        local, world = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("WORLD_SIZE")
+        if local is None or local != world:
+            raise SwitchUnavailableError(f"no switch service: set {ENV_SWITCH}=HOST:PORT (an `inagg switch serve` "
+                                         "every rank reaches), or pass switch=; an embedded switch serves only "
+                                         "ranks on one machine")
+        switch = "embedded"
+    if switch != "embedded":
+        return SwitchClient(switch), None
+    slots = 1 << max(1, (2 * window - 1).bit_length())
+    service = SwitchService(SwitchSpec(ports=size, slots=slots), vxlan=("127.0.0.1", 0)).start()
+    try:
+        return SwitchClient(service.control_address), service
+    except BaseException:
+        service.stop()
+        raise
+
+
+def group_from_process_group(process_group=None, *, switch: str | None = None, window: int = 32,
+                             timing: Timing | None = None, store=None, fallback: bool = False) -> DistGroup:
+    """This rank's inagg group for ``process_group`` (the default group when None); every rank calls it.
+
+    ``switch`` is the switch service's ``"HOST:PORT"``, ``"embedded"``, or
+    None (see the module docstring). ``window`` is the chunks each rank keeps
+    outstanding, ``timing`` its retransmission timers (:data:`DDP_TIMING`
+    when None). ``store`` defaults to the process group's own store.
+    Raises :class:`~inagg.host.service.SwitchUnavailableError` on every rank
+    when rank 0 cannot set the job up, unless ``fallback`` is true: then each
+    rank warns once (:class:`InaggFallbackWarning`) and the returned group
+    falls back to the process group's all-reduce.
+    """
+    if not dist.is_initialized():
+        raise RuntimeError("torch.distributed is not initialized: call torch.distributed.init_process_group first")
+    pg = process_group if process_group is not None else dist.group.WORLD
+    rank, size = dist.get_rank(pg), dist.get_world_size(pg)
+    if store is None:
+        from torch.distributed.distributed_c10d import _get_process_group_store
+
+        store = _get_process_group_store(pg)
+    store = dist.PrefixStore(f"inagg/{next(_calls)}", store)
+    owner = service = None
+    if rank == 0:
+        try:
+            owner, service = _resolve_switch(switch, size, window)
+            ticket = owner.create_job(size, window=window)
+            store.set("ticket", ticket.to_json())
+        except (ServiceError, OSError) as e:
+            if owner is not None:
+                owner.close()
+            if service is not None:
+                service.stop()
+            store.set("ticket", "error:" + str(e))
+            return _failed(pg, str(e), fallback)
+    else:
+        text = store.get("ticket").decode()
+        if text.startswith("error:"):
+            return _failed(pg, f"rank 0 could not set up the inagg job: {text[6:]}", fallback)
+        ticket = Ticket.from_json(text)
+    group = join(ticket, rank, timing=timing or DDP_TIMING)
+    # Results to a rank that has not attached yet would be dropped: start when all have.
+    store.set(f"attached/{rank}", "1")
+    store.wait([f"attached/{r}" for r in range(size)])
+    return DistGroup(pg, group, owner=owner, service=service)
+
+
+def _failed(pg, reason: str, fallback: bool) -> DistGroup:
+    if not fallback:
+        raise SwitchUnavailableError(reason)
+    warnings.warn(f"inagg: {reason}; gradients are all-reduced by the process group instead",
+                  InaggFallbackWarning, stacklevel=3)
+    return DistGroup(pg, None, fallback_reason=reason)
+
+
+def allreduce_hook(state: DistGroup, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: the bucket averaged over the ranks through the switch.
+
+    Register with ``ddp.register_comm_hook(state, allreduce_hook)`` where
+    ``state`` is :func:`group_from_process_group`'s result. Buckets are
+    reduced one at a time on a helper thread, in the order DDP hands them
+    over (the same on every rank), so backward computation overlaps the
+    all-reduce. A failure fails the backward pass with an error naming the
+    bucket and the rank.
+    """
+    tensor = bucket.buffer()
+    if state.group is None:
+        tensor.div_(state.size)
+        work = dist.all_reduce(tensor, group=state.process_group, async_op=True)
+        return work.get_future().then(lambda f: f.value()[0])
+    fut: torch.futures.Future = torch.futures.Future()
+    index = bucket.index()
+    # The copy is taken here, before DDP goes on: the thread reads only its own.
+    data = tensor.detach().clone()
+
+    def run() -> None:
+        try:
+            fut.set_result(state.reduce(data))
+        except Exception as e:  # handed to DDP, which raises it from backward()
+            fut.set_exception(RuntimeError(f"inagg: rank {state.rank}: all-reduce of DDP bucket {index} failed: "
+                                           f"{type(e).__name__}: {e}"))
+
+    state._executor.submit(run)
+    return fut

@@ -1,0 +1,157 @@
+"""PyTorch DDP through inagg: set-up through the store, the hook, fallbacks, and torchrun runs against gloo."""
+
+import copy
+import json
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'inagg[torch]' (CI installs it)")
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+from inagg.host.service import ENV_SWITCH, SwitchClient, SwitchService, SwitchUnavailableError  # noqa: E402
+from inagg.host.torch import InaggFallbackWarning, allreduce_hook, group_from_process_group  # noqa: E402
+from inagg.host.worker import Timing  # noqa: E402
+from inagg.models.job import SwitchSpec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def world(monkeypatch):
+    """A one-rank gloo world in this process; no switch address in the environment."""
+    for var in (ENV_SWITCH, "LOCAL_WORLD_SIZE", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _closed_address() -> str:
+    return f"127.0.0.1:{_free_port()}"
+
+
+def test_unreachable_switch_fails_setup_with_the_address(world):
+    addr = _closed_address()
+    with pytest.raises(SwitchUnavailableError, match=f"cannot reach the inagg switch service at {addr}"):
+        group_from_process_group(switch=addr)
+
+
+def test_embedded_switch_needs_every_rank_on_this_machine(world):
+    with pytest.raises(SwitchUnavailableError, match=f"no switch service: set {ENV_SWITCH}=HOST:PORT"):
+        group_from_process_group()
+
+
+def test_refused_job_names_the_reason(world):
+    with SwitchService(SwitchSpec(ports=1, slots=64), vxlan=("127.0.0.1", 0)) as service, \
+            SwitchClient(service.control_address) as squatter:
+        squatter.create_job(1, window=4)
+        with pytest.raises(SwitchUnavailableError, match="refused create_job: a job of 1 workers needs 1 free "
+                                                         "switch ports; 0 of 1 are free"):
+            group_from_process_group(switch="%s:%d" % service.control_address, window=4)
+
+
+def _step(ddp: DDP) -> None:
+    ddp.zero_grad()
+    ddp(torch.ones(4, 3)).sum().backward()
+
+
+def test_fallback_warns_once_and_uses_the_process_group(world):
+    torch.manual_seed(0)
+    ddp = DDP(nn.Linear(3, 2))
+    with pytest.warns(InaggFallbackWarning, match="gradients are all-reduced by the process group instead") as w:
+        state = group_from_process_group(switch=_closed_address(), fallback=True)
+    assert len(w) == 1 and state.group is None
+    ddp.register_comm_hook(state, allreduce_hook)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _step(ddp)
+    assert torch.equal(ddp.module.weight.grad, torch.full((2, 3), 4.0))
+
+
+def test_hook_averages_buckets_and_keeps_their_dtype(world):
+    state = group_from_process_group(switch="embedded", window=4)
+    try:
+        for dtype, rtol in ((torch.float32, 2**-23), (torch.bfloat16, 2**-8)):
+            torch.manual_seed(1)
+            model = nn.Linear(300, 7).to(dtype)
+            ref = copy.deepcopy(model)
+            ddp = DDP(model)
+            ddp.register_comm_hook(state, allreduce_hook)
+            x = torch.randn(5, 300).to(dtype)
+            ddp(x).square().sum().backward()
+            ref(x).square().sum().backward()
+            got, want = model.weight.grad, ref.weight.grad
+            assert got.dtype == dtype
+            # One rank: the average is its own gradient, on the quantization grid of its largest element.
+            atol = float(want.abs().max()) * 2.0**-30
+            assert torch.allclose(got.float(), want.float(), rtol=rtol, atol=atol)
+        with pytest.raises(TypeError, match="inagg all-reduces float32, bfloat16 and float16 tensors, not "
+                                            "torch.float64"):
+            state.reduce(torch.ones(3, dtype=torch.float64))
+    finally:
+        state.close()
+
+
+def test_a_switch_lost_mid_run_fails_backward_naming_the_bucket(world):
+    service = SwitchService(SwitchSpec(ports=1, slots=64), vxlan=("127.0.0.1", 0)).start()
+    state = group_from_process_group(switch="%s:%d" % service.control_address, window=4,
+                                     timing=Timing(timeout=0.01, max_timeout=0.01, tries=3))
+    ddp = DDP(nn.Linear(3, 2))
+    ddp.register_comm_hook(state, allreduce_hook)
+    _step(ddp)
+    service.stop()
+    with pytest.raises(RuntimeError, match=r"inagg: rank 0: all-reduce of DDP bucket 0 failed: ChunkTimeoutError: "
+                                           r"job \d+ worker 0: no result for chunk \d+ after 3 tries"):
+        _step(ddp)
+    state.close()
+
+
+def _torchrun(nproc: int, *args: str, env=None) -> dict:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
+           str(ROOT / "examples" / "ddp_train.py"), "--json", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(next(line for line in p.stdout.splitlines() if line.startswith("{")))
+
+
+def _check(summary: dict, world_size: int) -> None:
+    inagg, gloo = summary["runs"]["inagg"], summary["runs"]["gloo"]
+    assert summary["ok"] and summary["world_size"] == world_size
+    assert inagg["gradient_check"]["ok"] and inagg["gradient_check"]["worst_error_to_bound"] <= 1
+    assert summary["max_loss_rel_diff"] <= 1e-4
+    assert inagg["losses"][-1] < inagg["losses"][0]  # it trains
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_float32_matches_gloo():
+    _check(_torchrun(2, "--backend", "both", "--steps", "4"), 2)
+
+
+@pytest.mark.slow
+def test_torchrun_four_ranks_bfloat16_through_a_served_switch_matches_gloo():
+    serve = subprocess.Popen([sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen", "127.0.0.1:0",
+                              "--vxlan", "127.0.0.1:0", "--ports", "4", "--slots", "64"],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        line = serve.stderr.readline()
+        addr = line.split("listening: control ")[1].split(",")[0]
+        _check(_torchrun(4, "--backend", "both", "--steps", "3", "--dtype", "bfloat16", "--window", "16",
+                         env={ENV_SWITCH: addr}), 4)
+    finally:
+        serve.terminate()
+        assert serve.wait(30) == 0
