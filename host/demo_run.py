@@ -161,9 +161,10 @@ def _run_netns(cfg, p, data, progress):
     try:
         with netns.Topology(p) as topo:
             stop = ctx.Event()
+            completed = ctx.Value("q", 0, lock=False)  # chunks the switch completed, for the progress bar
             sw_conn, child = ctx.Pipe()
             procs.append(ctx.Process(target=_switch_proc, name="inagg-switch",
-                                     args=(topo, p, cfg.faults(), cfg.seed, cfg.pcap, stop, child)))
+                                     args=(topo, p, cfg.faults(), cfg.seed, cfg.pcap, stop, completed, child)))
             procs[0].start()
             if sw_conn.recv() != "ready":
                 raise RuntimeError("the switch process did not start")
@@ -184,11 +185,16 @@ def _run_netns(cfg, p, data, progress):
             start = time.perf_counter()
             go.set()
             outcomes = {}
-            for port, conn in conns.items():
-                kind, value = conn.recv()
-                if kind == "error":
-                    raise value
-                outcomes[port] = value
+            lanes = p.switch.lanes
+            total = len(p.jobs) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
+            with _progress_bar(progress, total) as bar:
+                for port, conn in conns.items():
+                    while bar is not None and not conn.poll(0.1):
+                        bar(completed.value)
+                    kind, value = conn.recv()
+                    if kind == "error":
+                        raise value
+                    outcomes[port] = value
             wall = time.perf_counter() - start
             stop.set()
             counters, link = sw_conn.recv()
@@ -203,7 +209,7 @@ def _run_netns(cfg, p, data, progress):
     return outcomes, counters, moved
 
 
-def _switch_proc(topo, p, faults, seed, pcap, stop, conn):
+def _switch_proc(topo, p, faults, seed, pcap, stop, completed, conn):
     from . import netns
 
     netns.enter(topo.switch_ns)
@@ -212,7 +218,11 @@ def _switch_proc(topo, p, faults, seed, pcap, stop, conn):
     ports = {port: netns.PacketPort(topo.switch_if(port)) for port in topo.ports}
     conn.send("ready")
     with _pcap(pcap) as capture:
-        link = netns.serve_switch(switch, ports, faults=faults, seed=seed, stop=stop.is_set, capture=capture)
+        def done() -> bool:
+            completed.value = switch.counters[Counter.COMPLETED]
+            return stop.is_set()
+
+        link = netns.serve_switch(switch, ports, faults=faults, seed=seed, stop=done, capture=capture)
     conn.send((dict(switch.counters), link))
 
 
