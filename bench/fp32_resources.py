@@ -62,25 +62,41 @@ class Registered(wiring.Component):
         return m
 
 
+def run(command: list[str], where: Path) -> None:
+    # YoWASP tools see only their working folder, so every file is named relative to it.
+    subprocess.run(command, cwd=where, check=True, capture_output=True)
+
+
 def cells(yosys: str, il: Path, synth: str) -> dict[str, int]:
     """Cell counts of ``il`` (top module ``top``) after the yosys ``synth`` command."""
     stat = il.with_suffix(f".{synth.split()[0]}.stat.json")
-    subprocess.run([yosys, "-q", "-p", f"read_rtlil {il}; {synth} -top top; tee -q -o {stat} stat -json"],
-                   check=True, capture_output=True)
+    run([yosys, "-q", "-p", f"read_rtlil {il.name}; {synth} -top top; tee -q -o {stat.name} stat -json"], il.parent)
     return json.loads(stat.read_text())["modules"]["\\top"]["num_cells_by_type"]
+
+
+def depth(yosys: str, il: Path) -> int:
+    """Cells on the longest register-to-register path of ``il`` mapped to UltraScale+.
+
+    Deleting the flip-flops cuts every path at its registers, so yosys'
+    longest topological path is then the deepest step: LUTs, MUXF7/8/9 and
+    CARRY4 cells in a row.
+    """
+    log = il.with_suffix(".ltp.txt")
+    run([yosys, "-q", "-p", f"read_rtlil {il.name}; synth_xilinx -family xcup -noiopad -top top; delete t:FD*; "
+         f"tee -q -o {log.name} ltp"], il.parent)
+    return int(re.search(r"length=(\d+)", log.read_text()).group(1))
 
 
 def fmax(yosys: str, nextpnr: str, il: Path, seeds: int) -> list[float]:
     """The clock (MHz) nextpnr-ecp5 reaches for ``il`` after place and route, one per seed."""
     netlist = il.with_suffix(".ecp5.json")
-    subprocess.run([yosys, "-q", "-p", f"read_rtlil {il}; synth_ecp5 -top top -json {netlist}"],
-                   check=True, capture_output=True)
+    run([yosys, "-q", "-p", f"read_rtlil {il.name}; synth_ecp5 -top top -json {netlist.name}"], il.parent)
     found = []
     for seed in range(1, seeds + 1):
         report = il.with_suffix(f".seed{seed}.report.json")
-        subprocess.run([nextpnr, "--85k", "--package", "CABGA381", "--speed", "8", "--json", str(netlist),
-                        "--freq", str(CLOCK_MHZ), "--timing-allow-fail", "--seed", str(seed), "--report", str(report),
-                        "--quiet"], check=True, capture_output=True)
+        run([nextpnr, "--85k", "--package", "CABGA381", "--speed", "8", "--json", netlist.name,
+             "--freq", str(CLOCK_MHZ), "--timing-allow-fail", "--seed", str(seed), "--report", report.name,
+             "--quiet"], il.parent)
         found.append(min(c["achieved"] for c in json.loads(report.read_text())["fmax"].values()))
     return found
 
@@ -106,8 +122,9 @@ def main() -> None:
             il_timed.write_text(rtlil.convert(Registered(make()), name="top"))
             ecp5 = cells(yosys, il_bare, "synth_ecp5")
             xcup = cells(yosys, il_bare, "synth_xilinx -family xcup -noiopad")
+            levels = depth(yosys, il_timed)
             mhz = fmax(yosys, nextpnr, il_timed, args.seeds)
-            rows.append((label, ecp5, xcup, mhz))
+            rows.append((label, ecp5, xcup, levels, mhz))
             print(f"{label}: {ecp5.get('LUT4', 0)} LUT4, {min(mhz):.0f}-{max(mhz):.0f} MHz", flush=True)
 
     def count(d, pattern):
@@ -124,15 +141,18 @@ def main() -> None:
         "-family xcup` (yosys maps carries to CARRY4 there). Fmax: nextpnr-ecp5 on an",
         f"LFE5UM5G-85F-8 (CABGA381), constrained to {CLOCK_MHZ} MHz with `--timing-allow-fail`,",
         f"placement seeds 1 to {args.seeds}, the unit behind one register per input; min / median / max.",
+        "Deepest step: the most cells (LUT, MUXF7/8/9, CARRY4) on one register-to-register path of",
+        "the UltraScale+ netlist, from yosys `ltp` with the flip-flops deleted; a structural figure,",
+        "no open tool times UltraScale+.",
         "",
-        "| unit | ECP5 LUT4 | CCU2C | FF | UltraScale+ LUT | CARRY4 | FF | ECP5 Fmax (MHz) |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| unit | ECP5 LUT4 | CCU2C | FF | ECP5 Fmax (MHz) | UltraScale+ LUT | CARRY4 | FF | deepest step (cells) |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
-    for label, ecp5, xcup, mhz in rows:
+    for label, ecp5, xcup, levels, mhz in rows:
         lines.append(
             f"| `{label}` | {count(ecp5, 'LUT4')} | {count(ecp5, 'CCU2C')} | {count(ecp5, 'TRELLIS_FF')} "
-            f"| {count(xcup, 'LUT[1-6]')} | {count(xcup, 'CARRY[48]')} | {count(xcup, 'FD[A-Z]+')} "
-            f"| {min(mhz):.0f} / {statistics.median(mhz):.0f} / {max(mhz):.0f} |")
+            f"| {min(mhz):.0f} / {statistics.median(mhz):.0f} / {max(mhz):.0f} "
+            f"| {count(xcup, 'LUT[1-6]')} | {count(xcup, 'CARRY[48]')} | {count(xcup, 'FD[A-Z]+')} | {levels} |")
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}")
 

@@ -37,7 +37,7 @@ __all__ = ["FP32Adder", "IntToFP32"]
 
 # Encodings of the special results (sign bit 0).
 _INF = 0x7F80_0000
-_QNAN = 0x7FC0_0000  # the canonical quiet NaN: RISC-V's, and the one numpy prints as nan
+_QNAN = 0x7FC0_0000  # the canonical quiet NaN (RISC-V's default NaN)
 
 
 def _check_latency(latency, table):
@@ -59,6 +59,7 @@ class _Pipeline:
         self.valid = valid
 
     def cut(self, step: str, **values: Value) -> SimpleNamespace:
+        """The ``values`` after the boundary that follows ``step``, as attributes of that name."""
         registered = step in self._cuts
         domain = self._m.d.sync if registered else self._m.d.comb
         out = {}
@@ -249,16 +250,15 @@ class FP32Adder(wiring.Component):
         # so it stays one carry chain.
         invert = al.sub.replicate(28)
         total = (Cat(al.sub, al.big, Const(0, 1)) + Cat(al.sub, al.small ^ invert))[1:29]
-        # Bit j of `below_cap` is set for j <= min(exp, 27): a decoder of the exponent, no carry chain.
+        # The bits of the sum whose leading 1 can move up to bit 27 with the exponent staying
+        # at least 1, bits 27 - min(exp, 27) and up: a decoder of the exponent beside the adder.
         cap = Mux(al.exp >= 27, 27, al.exp[:5])
-        below_cap = Cat(Const(1, 1), ~(Const((1 << 27) - 1, 27) << cap)[:27])
+        up_to_cap = ~(Const((1 << 28) - 1, 28) << (cap + 1))[:28]  # bits 0 .. cap
         ad = p.cut(
             "add",
             sign=al.sign, exp=al.exp, zero_sign=al.zero_sign, special=al.special, nan=al.nan,
             sum=total,
-            # The bits of the sum whose leading 1 can move up to bit 27 with the exponent
-            # staying at least 1; decoded here from the exponent alone, beside the adder.
-            reach=Cat(*reversed(list(below_cap))),
+            reach=Cat(*reversed(list(up_to_cap))),
         )
 
         # lzc: bit 26 of the sum is the implicit 1 at exponent `exp`, bit 27 a carry. A 1
