@@ -379,7 +379,8 @@ class AllReduce:
         flat = np.zeros(agreement_chunks(lanes) * lanes, np.int32)
         amax = float(np.max(np.abs(self.data))) if self.data.size else 0.0
         if amax > 0:
-            flat[min(max(math.floor(math.log2(amax)) + 127, 0), AGREE_EXP_LANES - 1)] = 1
+            # frexp gives amax = m * 2**x with 0.5 <= m < 1 exactly, so floor(log2(amax)) = x - 1.
+            flat[min(max(math.frexp(amax)[1] - 1 + 127, 0), AGREE_EXP_LANES - 1)] = 1
         n = self.data.size
         bits = ((np.uint64(n) >> np.arange(AGREE_LEN_BITS, dtype=np.uint64)) & np.uint64(1)).astype(np.int64)
         flat[AGREE_EXP_LANES + 2 * np.arange(AGREE_LEN_BITS) + bits] = 1

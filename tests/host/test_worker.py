@@ -208,3 +208,10 @@ def test_quantized_chunks_match_whole_tensor_quantization():
     assert np.array_equal(np.concatenate([q[0:1], q[1:4]]), whole)
     with pytest.raises(ValueError, match="QuantizedChunks takes contiguous row slices"):
         q[0:4:2]
+
+
+@pytest.mark.parametrize("amax, lane", [(1.0, 127), (np.nextafter(np.float32(2), np.float32(0)), 127),
+                                        (2.0**-149, 0), (3e38, 254)])
+def test_agreement_lane_is_the_exponent_of_amax(amax, lane):
+    flat = AllReduce(Worker(SW, JOB, 0), np.array([0, -amax], np.float32))._agreement_lanes().ravel()
+    assert np.flatnonzero(flat[:256]).tolist() == [lane]
