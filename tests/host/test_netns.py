@@ -38,35 +38,33 @@ def test_packet_ports_carry_frames_across_a_veth():
 
     from inagg.host.netns import PacketPort, Topology, enter
 
-    frame = bytes.fromhex("020000000001" "0200000000fe" "0800") + bytes(range(100))
+    frame = bytes.fromhex("0200000000fe" "020000000100" "0800") + bytes(range(100))
 
     def echo(ns, ifname, conn):
         enter(ns)
         port = PacketPort(ifname)
         conn.send("ready")
         got = port.recv(5.0)
-        port.send(got[::-1] if got else b"")
+        port.send(got[:14] + got[14:][::-1])
+
+    def worker(ns, ifname, conn):
+        enter(ns)
+        port = PacketPort(ifname)
+        port.send(frame)
+        conn.send(port.recv(5.0))  # its own frame is not reported back: the echo is
 
     ctx = mp.get_context("fork")
     with Topology(plan([1])) as topo:
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=echo, args=(topo.switch_ns, topo.switch_if(0), child))
-        proc.start()
-        assert parent.recv() == "ready"
-        enter_and_send = ctx.Pipe()
-        here, there = enter_and_send
-
-        def worker(conn):
-            enter(topo.worker_ns(0))
-            port = PacketPort(topo.worker_if)
-            port.send(frame)
-            conn.send(port.recv(5.0))
-
-        w = ctx.Process(target=worker, args=(there,))
-        w.start()
-        assert here.recv() == frame[::-1]
-        w.join()
-        proc.join()
+        to_switch, child = ctx.Pipe()
+        switch_side = ctx.Process(target=echo, args=(topo.switch_ns, topo.switch_if(0), child))
+        switch_side.start()
+        assert to_switch.recv() == "ready"
+        to_worker, child = ctx.Pipe()
+        worker_side = ctx.Process(target=worker, args=(topo.worker_ns(0), topo.worker_if, child))
+        worker_side.start()
+        assert to_worker.recv() == frame[:14] + frame[14:][::-1]
+        worker_side.join()
+        switch_side.join()
 
 
 @needs_root
