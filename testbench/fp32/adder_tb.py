@@ -7,7 +7,7 @@ import cocotb
 import numpy as np
 
 from inagg.testbench.fp32 import cases
-from inagg.testbench.fp32.pipe import expected_valid, run, settings, start
+from inagg.testbench.fp32.pipe import run, settings, start
 
 
 @cocotb.test()
@@ -20,7 +20,7 @@ async def edge_cases_then_random_pairs(dut):
     valid = cases.valid_pattern(rng, len(a), head=10_000)
     await start(dut)
     o, o_valid = await run(dut, {"a": a, "b": b}, valid, rng, extra=latency)
-    want_valid, _ = expected_valid(valid, latency, len(o))
+    want_valid, _ = cases.expected_valid(valid, latency, len(o))
     assert (o_valid == want_valid).all(), f"o_valid differs first at sample {np.argmax(o_valid != want_valid)}"
     report = cases.adder_report(a, b, o[o_valid])
     assert not report, report
@@ -37,7 +37,7 @@ async def reset_drops_the_sums_in_flight(dut):
     reset[[100, 200, 201, 300 + latency]] = True
     await start(dut)
     o, o_valid = await run(dut, {"a": a, "b": b}, valid, rng, reset=reset, extra=latency)
-    want_valid, which = expected_valid(valid, latency, len(o), reset)
+    want_valid, which = cases.expected_valid(valid, latency, len(o), reset)
     assert (o_valid == want_valid).all(), f"o_valid differs first at sample {np.argmax(o_valid != want_valid)}"
     report = cases.adder_report(a[which], b[which], o[o_valid])
     assert not report, report

@@ -13,7 +13,8 @@ from inagg.models.arith import fp32_add, int_to_fp32
 
 __all__ = [
     "adder_edge_cases", "adder_random", "adder_expected", "adder_mismatches", "adder_report",
-    "int_edge_cases", "int_random", "int_expected", "int_report", "valid_pattern",
+    "int_edge_cases", "int_random", "int_expected", "int_report",
+    "valid_pattern", "port_values", "expected_valid",
 ]
 
 _MAX = 0x7F7F_FFFF      # largest finite
@@ -37,6 +38,38 @@ def valid_pattern(rng: np.random.Generator, n: int, head: int = 64) -> np.ndarra
     valid = np.zeros(where[-1] + 1 if n else 0, bool)
     valid[where] = True
     return valid
+
+
+def port_values(rng: np.random.Generator, values: np.ndarray, width: int, valid: np.ndarray,
+                cycles: int) -> np.ndarray:
+    """What a ``width``-bit port carries each of ``cycles`` cycles: ``values`` in order where
+    ``valid`` is set, random garbage on the idle cycles (which the unit must ignore)."""
+    lanes = rng.integers(0, 1 << min(width, 63), cycles, dtype=np.uint64)
+    lanes[np.flatnonzero(valid)] = np.asarray(values).astype(np.uint64) & np.uint64((1 << width) - 1)
+    return lanes
+
+
+def expected_valid(valid: np.ndarray, latency: int, cycles: int,
+                   reset: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``o_valid`` after each of ``cycles`` clock edges, and the operand each valid output carries.
+
+    ``valid[t]`` (and ``reset[t]``) hold at edge ``t``; an operand taken at
+    edge ``t`` comes out after edge ``t + latency - 1``. A reset edge clears
+    every stage, so an operand comes out only if none of the ``latency``
+    edges from the one that took it onwards is a reset edge. The operands
+    are numbered in the order they entered.
+    """
+    taken = np.zeros(cycles, bool)
+    taken[:len(valid)] = valid
+    operand = np.cumsum(taken) - 1
+    if reset is not None:
+        r = np.zeros(cycles + latency, np.int64)
+        r[:len(reset)] = reset
+        c = np.concatenate([[0], np.cumsum(r)])
+        taken &= (c[latency:latency + cycles] - c[:cycles]) == 0
+    o_valid = np.zeros(cycles, bool)
+    o_valid[latency - 1:] = taken[:cycles - latency + 1]
+    return o_valid, operand[np.flatnonzero(taken[:cycles - latency + 1])]
 
 
 def _bits(*values: float) -> list[int]:

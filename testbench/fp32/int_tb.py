@@ -9,7 +9,7 @@ import cocotb
 import numpy as np
 
 from inagg.testbench.fp32 import cases
-from inagg.testbench.fp32.pipe import expected_valid, run, settings, start
+from inagg.testbench.fp32.pipe import run, settings, start
 
 
 @cocotb.test()
@@ -21,7 +21,7 @@ async def edge_cases_then_random_integers(dut):
     valid = cases.valid_pattern(rng, len(x), head=10_000)
     await start(dut)
     o, o_valid = await run(dut, {"i": x}, valid, rng, extra=latency)
-    want_valid, _ = expected_valid(valid, latency, len(o))
+    want_valid, _ = cases.expected_valid(valid, latency, len(o))
     assert (o_valid == want_valid).all(), f"o_valid differs first at sample {np.argmax(o_valid != want_valid)}"
     report = cases.int_report(x, o[o_valid])
     assert not report, report

@@ -14,7 +14,9 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge
 
-__all__ = ["settings", "start", "run", "expected_valid"]
+from inagg.testbench.fp32.cases import port_values
+
+__all__ = ["settings", "start", "run"]
 
 
 def settings() -> tuple[int, int, np.random.Generator]:
@@ -42,14 +44,8 @@ async def run(dut, operands: dict[str, np.ndarray], valid: np.ndarray, rng: np.r
     extra`` cycles and returns ``o`` and ``o_valid`` of every sample.
     """
     cycles = len(valid) + extra
-    where = np.flatnonzero(valid)
-    lanes = {}
-    for port, values in operands.items():
-        width = len(getattr(dut, port))
-        garbage = rng.integers(0, 1 << min(width, 63), cycles, dtype=np.uint64)
-        garbage[where] = np.asarray(values).astype(np.uint64) & np.uint64((1 << width) - 1)
-        lanes[port] = [int(v) for v in garbage]
-    handles = [(getattr(dut, port), lanes[port]) for port in operands]
+    handles = [(getattr(dut, port), port_values(rng, values, len(getattr(dut, port)), valid, cycles).tolist())
+               for port, values in operands.items()]
     in_valid = [int(v) for v in valid] + [0] * extra
     in_reset = [0] * cycles if reset is None else [int(r) for r in reset] + [0] * (cycles - len(reset))
     o, o_valid = np.zeros(cycles, np.uint32), np.zeros(cycles, bool)
@@ -64,23 +60,3 @@ async def run(dut, operands: dict[str, np.ndarray], valid: np.ndarray, rng: np.r
             i_valid.value = in_valid[t]
             rst.value = in_reset[t]
     return o, o_valid
-
-
-def expected_valid(valid: np.ndarray, latency: int, cycles: int,
-                   reset: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``o_valid`` per sample, and the operand (index into the driven ones) of each valid sample.
-
-    A reset edge clears every stage, so an operand comes out only if none of
-    the ``latency`` edges from the one that took it onwards is a reset edge.
-    """
-    taken = np.zeros(cycles, bool)
-    taken[:len(valid)] = valid
-    operand = np.cumsum(taken) - 1
-    if reset is not None:
-        r = np.zeros(cycles + latency, np.int64)
-        r[:len(reset)] = reset
-        c = np.concatenate([[0], np.cumsum(r)])
-        taken &= (c[latency:latency + cycles] - c[:cycles]) == 0
-    o_valid = np.zeros(cycles, bool)
-    o_valid[latency - 1:] = taken[:cycles - latency + 1]
-    return o_valid, operand[np.flatnonzero(taken[:cycles - latency + 1])]

@@ -26,20 +26,15 @@ def _simulate(dut, operands, valid, rng):
     so one result leaves per cycle for every operand that entered.
     """
     cycles = len(valid) + dut.latency
-    drive = {}
-    for port, values in operands.items():
-        width = len(getattr(dut, port))
-        lanes = rng.integers(0, 1 << width, cycles, dtype=np.uint64) if width < 64 else \
-            rng.integers(0, 1 << 63, cycles, dtype=np.uint64)
-        lanes[np.flatnonzero(valid)] = np.asarray(values).astype(np.uint64) & np.uint64((1 << width) - 1)
-        drive[port] = lanes
+    drive = {port: cases.port_values(rng, values, len(getattr(dut, port)), valid, cycles).tolist()
+             for port, values in operands.items()}
     o = np.zeros(cycles, np.uint32)
     o_valid = np.zeros(cycles, bool)
 
     async def bench(ctx):
         for t in range(cycles):
             for port, lanes in drive.items():
-                ctx.set(getattr(dut, port), int(lanes[t]))
+                ctx.set(getattr(dut, port), lanes[t])
             ctx.set(dut.i_valid, int(t < len(valid) and valid[t]))
             await ctx.tick()
             o[t], o_valid[t] = ctx.get(dut.o), ctx.get(dut.o_valid)
@@ -48,9 +43,7 @@ def _simulate(dut, operands, valid, rng):
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    expected_valid = np.zeros(cycles, bool)
-    expected_valid[dut.latency - 1: dut.latency - 1 + len(valid)] = valid
-    np.testing.assert_array_equal(o_valid, expected_valid)
+    np.testing.assert_array_equal(o_valid, cases.expected_valid(valid, dut.latency, cycles)[0])
     return o[o_valid]
 
 
