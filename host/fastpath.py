@@ -118,7 +118,7 @@ class Result:
     saturated: bool
     va: int
     psn: int
-    words: np.ndarray  # uint32, host order: INT32 or binary32 bits per lane
+    words: np.ndarray  # the lanes as they are on the wire (a big-endian uint32 view): INT32 or binary32 bits
 
 
 # Ethernet, IPv4, UDP, BTH, RETH, ImmDt of a result, big-endian.
@@ -175,7 +175,7 @@ class ResultParser:
         if udp_len != total - IPV4_LEN or total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN:
             return Counter.DROP_BAD_LENGTH
         end = ETH_LEN + total
-        crc = zlib.crc32(_icrc.masked_header(f[_IP:]), _PREFIX_CRC)
+        crc = zlib.crc32(_icrc.masked_header(f[_IP:_BTH + BTH_LEN]), _PREFIX_CRC)
         if struct.pack("<I", zlib.crc32(f[_BTH + BTH_LEN:end - ICRC_LEN], crc)) != f[end - ICRC_LEN:end]:
             return Counter.DROP_BAD_ICRC
         if flags & 0x0F or pkey != self._pkey:
@@ -197,6 +197,6 @@ class ResultParser:
         chunk30 = imm & IMM_CHUNK_MASK
         if va != self._va + (chunk30 % self._ring) * self.chunk_bytes:
             return Counter.DROP_BAD_ADDRESS
-        words = np.frombuffer(f, ">u4", self.chunk_bytes // 4, RESULT_HDR_LEN).astype(np.uint32)
+        words = np.frombuffer(f, ">u4", self.chunk_bytes // 4, RESULT_HDR_LEN)
         return Result(chunk30, bool(imm & IMM_FP32), bool(imm & IMM_SATURATED), va, psn & 0xFFFFFF, words)
 

@@ -57,7 +57,7 @@ def test_template_frames_are_accepted_by_the_model_switch():
     assert len(out) == 3 and sw.counters[Counter.COMPLETED] == 1
     r = ResultParser(SW, JOB, 0).parse(out[0][1])
     assert r.chunk30 == 5 and not r.fp32
-    assert np.array_equal(r.words.view(np.int32), lanes.sum(axis=0))
+    assert np.array_equal(r.words.view(">i4"), lanes.sum(axis=0))
 
 
 @pytest.mark.parametrize("bad, match", [
