@@ -228,6 +228,7 @@ class SwitchService:
         self._seq = 0
         self._conns: dict[int, _Conn] = {}
         self._stop = False
+        self._served = False
         self._thread: threading.Thread | None = None
         self._sel = selectors.DefaultSelector()
         self._udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -257,6 +258,7 @@ class SwitchService:
 
     def serve(self) -> None:
         """Run until :meth:`shutdown`; then tear every job down and close every socket."""
+        self._served = True
         log.info("listening: control %s:%d, vxlan %s:%d, vni %d, %d ports, %d slots of %d bytes",
                  *self.control_address, *self.vxlan_address, self.vni, self.spec.ports, self.spec.slots,
                  self.spec.chunk_bytes)
@@ -294,10 +296,12 @@ class SwitchService:
         return self
 
     def stop(self) -> None:
-        """:meth:`shutdown` and wait for the loop's thread."""
+        """:meth:`shutdown` and wait for the loop's thread (or, never started, close the sockets)."""
         self.shutdown()
         if self._thread is not None:
             self._thread.join()
+        elif not self._served:
+            self._close_sockets()
 
     def __enter__(self) -> "SwitchService":
         return self.start()

@@ -54,8 +54,10 @@ from .worker import Timing
 __all__ = ["DDP_TIMING", "DistGroup", "InaggFallbackWarning", "group_from_process_group", "allreduce_hook"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# Ranks of a training job share a busy machine or a network: retry longer than the worker's default.
-DDP_TIMING = Timing(timeout=0.02, max_timeout=0.5, tries=20)
+# The worker's default timer is tuned for one process. A switch service shared by the ranks takes
+# several milliseconds to drain the windows of all of them, and a timer shorter than that resends
+# frames that were only queued, which queues more: start at 0.1 s (loopback or a LAN hardly loses).
+DDP_TIMING = Timing(timeout=0.1, max_timeout=1.0, tries=12)
 # Every call takes fresh store keys; all ranks call in the same order, as for any collective.
 _calls = itertools.count()
 
@@ -97,12 +99,7 @@ class DistGroup:
     def close(self) -> None:
         """Release the VXLAN socket, the job (rank 0) and the embedded service."""
         self._executor.shutdown(wait=True)
-        if self.group is not None:
-            self.group.port.close()
-        if self._owner is not None:
-            self._owner.close()
-        if self._service is not None:
-            self._service.stop()
+        _release(self.group, self._owner, self._service)
 
 
 def _resolve_switch(switch: str | None, size: int, window: int) -> tuple[SwitchClient, SwitchService | None]:
@@ -127,7 +124,7 @@ def _resolve_switch(switch: str | None, size: int, window: int) -> tuple[SwitchC
         raise
 
 
-def group_from_process_group(process_group=None, *, switch: str | None = None, window: int = 32,
+def group_from_process_group(process_group=None, *, switch: str | None = None, window: int = 16,
                              timing: Timing | None = None, store=None, fallback: bool = False) -> DistGroup:
     """This rank's inagg group for ``process_group`` (the default group when None); every rank calls it.
 
@@ -156,10 +153,7 @@ def group_from_process_group(process_group=None, *, switch: str | None = None, w
             ticket = owner.create_job(size, window=window)
             store.set("ticket", ticket.to_json())
         except (ServiceError, OSError) as e:
-            if owner is not None:
-                owner.close()
-            if service is not None:
-                service.stop()
+            _release(None, owner, service)
             store.set("ticket", "error:" + str(e))
             return _failed(pg, str(e), fallback)
     else:
@@ -167,11 +161,29 @@ def group_from_process_group(process_group=None, *, switch: str | None = None, w
         if text.startswith("error:"):
             return _failed(pg, f"rank 0 could not set up the inagg job: {text[6:]}", fallback)
         ticket = Ticket.from_json(text)
-    group = join(ticket, rank, timing=timing or DDP_TIMING)
-    # Results to a rank that has not attached yet would be dropped: start when all have.
-    store.set(f"attached/{rank}", "1")
-    store.wait([f"attached/{r}" for r in range(size)])
+    try:
+        group, status = join(ticket, rank, timing=timing or DDP_TIMING), "ok"
+    except (ServiceError, OSError) as e:
+        group, status = None, f"rank {rank} could not attach to the inagg job: {e}"
+    # Results to a rank that has not attached yet would be dropped: start when all have. Every rank
+    # reads every rank's status, so all of them fail (or fall back) together.
+    keys = [f"attached/{r}" for r in range(size)]
+    store.set(keys[rank], status)
+    store.wait(keys)
+    failed = next((v for v in (store.get(k).decode() for k in keys) if v != "ok"), None)
+    if failed is not None:
+        _release(group, owner, service)
+        return _failed(pg, failed, fallback)
     return DistGroup(pg, group, owner=owner, service=service)
+
+
+def _release(group: Group | None, owner: SwitchClient | None, service: SwitchService | None) -> None:
+    if group is not None:
+        group.port.close()
+    if owner is not None:
+        owner.close()
+    if service is not None:
+        service.stop()
 
 
 def _failed(pg, reason: str, fallback: bool) -> DistGroup:
