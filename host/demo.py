@@ -87,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk-bytes", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096),
                    help="payload bytes per packet (default 1024)")
     p.add_argument("--seed", type=int, default=0, help="seed of the tensors and the link faults (default 0)")
-    p.add_argument("--pcap", metavar="FILE", help="write every frame put on the link to FILE (pcap, Ethernet)")
+    p.add_argument("--pcap", metavar="FILE",
+                   help="write every frame on the link (memory) or at the switch's ports (netns) to FILE (pcap)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)

@@ -318,14 +318,15 @@ def format_summary(s: dict) -> None:
     t.add_row("max error", f"{s['max_error']:.3g} (bound there {s['bound_at_max_error']:.3g}; worst error/bound "
                            f"{s['worst_error_to_bound']:.3f}) {verdict}")
     t.add_row("scale", ", ".join(f"job {j}: 2**{e}" for j, e in s["exponents"].items()))
-    t.add_row("time", f"{s['wall_time_s']:.2f} s, goodput {s['goodput_gbit_s']:.3f} Gb/s "
-                      "(tensor bytes of all workers / wall time)")
+    g = s["goodput_gbit_s"]
+    rate = f"{g:.2f} Gb/s" if g >= 1 else f"{g * 1000:.1f} Mb/s"
+    t.add_row("time", f"{s['wall_time_s']:.2f} s, goodput {rate} (tensor bytes of all workers / wall time)")
     pk = s["packets"]
     t.add_row("packets", f"{pk['contributions_sent']} contributions sent ({pk['retransmissions']} retransmissions), "
                          f"{pk['results_placed']} results placed, {pk['duplicate_results']} duplicate and "
                          f"{pk['unexpected_results']} unexpected results ignored")
     t.add_row("promoted", f"{s['promoted_chunks']} chunks ({pk['fp32_results']} FP32 results)")
     d = s["drops"]
-    for where in ("switch", "hosts", "link"):
-        t.add_row(f"drops ({where})", ", ".join(f"{k} {v}" for k, v in sorted(d[where].items())) or "none")
+    for row, where in (("drops (switch)", "switch"), ("drops (hosts)", "hosts"), ("link faults", "link")):
+        t.add_row(row, ", ".join(f"{k} {v}" for k, v in sorted(d[where].items())) or "none")
     Console().print(t)
