@@ -1,8 +1,8 @@
 """The RoCEv2 invariant CRC at W bits per cycle: checker and generator.
 
-Both run one :class:`amaranth.lib.crc.Processor` over whole beats, as they
-come, and reach exact byte boundaries with two facts of CRC algebra instead
-of a CRC unit per byte count:
+Both run one CRC-32 register over whole beats, as they come, and reach
+exact byte boundaries with two facts of CRC algebra instead of a CRC unit
+per byte count:
 
 * **Leading bytes.** The ICRC starts at the IPv4 header (frame byte 14),
   after 8 bytes of ones, while beats start at the Ethernet header. The
@@ -21,6 +21,13 @@ of a CRC unit per byte count:
 The variant fields (TOS, TTL, IPv4 checksum, UDP checksum, BTH resv8a) are
 fed as ones, as ``docs/protocol.md`` section 1.8 and
 :mod:`inagg.models.icrc` define.
+
+The register is zlib's (reflected, before the final XOR), stepped by one
+GF(2) matrix per beat written as one parity per register bit. It is not
+:class:`amaranth.lib.crc.Processor`, which computes the same function but
+emits every term as its own gate: at 512 bits that made the Verilog of one
+CRC about a megabyte and the Verilated build several times slower.
+:data:`ALGORITHM` is the lib.crc description the tests check against.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from amaranth.lib.wiring import In, Out
 from ..models.protocol import ETH_LEN, IPV4_LEN, UDP_LEN
 from .axis import check_width
 
-__all__ = ["ETH_SKIP_INIT", "RESIDUES", "unzero_matrix", "icrc_mask", "ICRCChecker", "ICRCGenerator"]
+__all__ = ["ALGORITHM", "ETH_SKIP_INIT", "RESIDUES", "step_matrix", "unzero_matrix", "icrc_mask", "CRC32",
+           "ICRCChecker", "ICRCGenerator"]
 
 _ONES = 0xFFFFFFFF
 # Frame byte offsets of the fields the ICRC masks to ones.
@@ -78,20 +86,61 @@ def unzero_matrix(k: int) -> list[int]:
     return [sum(((inv[i] >> j) & 1) << i for i in range(32)) for j in range(32)]
 
 
-def _eth_skip_init() -> int:
+def _eth_skip_raw() -> int:
     target = zlib.crc32(b"\xff" * 8) ^ _ONES  # raw register after the LRH stand-in
-    raw = _apply(_gf2_inverse(_zero_map(ETH_LEN)), target)
-    return int(f"{raw:032b}"[::-1], 2)  # amaranth keeps the register unreflected
+    return _apply(_gf2_inverse(_zero_map(ETH_LEN)), target)
 
 
-ETH_SKIP_INIT = _eth_skip_init()
-"""Initial CRC register (amaranth's convention) that makes 14 zero bytes equal 8 bytes of ones."""
+ETH_SKIP_RAW = _eth_skip_raw()
+ETH_SKIP_INIT = int(f"{ETH_SKIP_RAW:032b}"[::-1], 2)
+"""Initial CRC register (amaranth's unreflected convention) that makes 14 zero bytes equal 8 bytes of ones."""
 
 RESIDUES = tuple(zlib.crc32(b"\0" * k, 0x2144DF1C) for k in range(65))
-"""Processor output over a datagram with a good ICRC followed by ``k`` zero bytes."""
+"""CRC (after the final XOR) of a datagram with a good ICRC followed by ``k`` zero bytes."""
 
-_ALGORITHM = crc.Algorithm(crc_width=32, polynomial=0x04C11DB7, initial_crc=ETH_SKIP_INIT,
-                           reflect_input=True, reflect_output=True, xor_output=_ONES)
+ALGORITHM = crc.Algorithm(crc_width=32, polynomial=0x04C11DB7, initial_crc=ETH_SKIP_INIT,
+                          reflect_input=True, reflect_output=True, xor_output=_ONES)
+"""The ICRC with its Ethernet-header skip, as an amaranth.lib.crc algorithm (byte 0 in the low bits)."""
+
+
+def step_matrix(width: int) -> list[int]:
+    """Rows of the raw register's update by one ``width``-bit word: bit ``j`` of the next
+    register is the parity of ``Cat(register, word) & row[j]``."""
+    nb = width // 8
+    cols = [zlib.crc32(bytes(nb), (1 << i) ^ _ONES) ^ _ONES for i in range(32)]
+    cols += [zlib.crc32((1 << i).to_bytes(nb, "little"), _ONES) ^ _ONES for i in range(width)]
+    return [sum(((c >> j) & 1) << i for i, c in enumerate(cols)) for j in range(32)]
+
+
+class CRC32(wiring.Component):
+    """zlib's CRC-32 register, ``width`` bits a cycle, starting from the Ethernet-skip state.
+
+    Members
+    -------
+    start : In(1)
+        Restart from :data:`ETH_SKIP_RAW` (with ``valid``: this word is the first).
+    valid : In(1)
+        Add ``data`` this cycle.
+    data : In(width)
+        Byte 0 in the low bits.
+    crc : Out(32)
+        The CRC of the words added since the last start, after the final XOR.
+    """
+
+    def __init__(self, width: int):
+        self._width = width
+        super().__init__({"start": In(1), "valid": In(1), "data": In(width), "crc": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        raw = Signal(32, init=ETH_SKIP_RAW)
+        source = Cat(Mux(self.start, ETH_SKIP_RAW, raw), self.data)
+        with m.If(self.valid):
+            m.d.sync += raw.eq(Cat(*[(source & row).xor() for row in step_matrix(self._width)]))
+        with m.Elif(self.start):
+            m.d.sync += raw.eq(ETH_SKIP_RAW)
+        m.d.comb += self.crc.eq(raw ^ _ONES)
+        return m
 
 
 def icrc_mask(data: Value, beat: Value, width: int) -> Value:
@@ -145,7 +194,7 @@ class ICRCChecker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         nbytes = self._width // 8
-        m.submodules.crc = proc = _ALGORITHM(self._width).create()
+        m.submodules.crc = proc = CRC32(self._width)
         beat_start = self.beat * nbytes
         inside = beat_start < self.end
         left = Signal(16)
@@ -191,7 +240,7 @@ class ICRCGenerator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         nbytes = self._width // 8
-        m.submodules.crc = proc = _ALGORITHM(self._width).create()
+        m.submodules.crc = proc = CRC32(self._width)
         last_beat, tail = divmod(self._end - 1, nbytes)
         zeros = nbytes - 1 - tail
         data = icrc_mask(self.data, self.beat, self._width)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..models import wire
+from ..models import icrc, wire
 from ..models.job import JobSpec, SwitchSpec, WorkerSpec
-from ..models.protocol import Opcode
+from ..models.protocol import Counter, Opcode
 
-__all__ = ["make_job", "contribution", "lanes"]
+__all__ = ["make_job", "contribution", "lanes", "bad_frames"]
 
 
 def make_job(spec: SwitchSpec, job: int, workers: int, slot_base: int, slots: int, *, ports=None,
@@ -42,3 +42,89 @@ def contribution(spec: SwitchSpec, job: JobSpec, worker: int, chunk: int, values
                   payload=np.asarray(values, ">i4").tobytes(), pkey=spec.pkey)
     fields.update(overrides)
     return wire.build(**fields)
+
+
+def _refresh(frame: bytearray) -> bytes:
+    """Recompute the IPv4 checksum and the ICRC of an edited contribution (datagram extent as its IP length)."""
+    ip = frame[14:34]
+    ip[10:12] = b"\0\0"
+    frame[24:26] = wire.ipv4_checksum(bytes(ip)).to_bytes(2, "big")
+    end = 14 + int.from_bytes(frame[16:18], "big")
+    frame[end - 4:end] = icrc.icrc(bytes(frame[:end - 4]))
+    return bytes(frame)
+
+
+def bad_frames(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> list[tuple[str, bytes, Counter]]:
+    """Malformed and foreign frames, each with the counter ``docs/protocol.md`` section 5 books it under.
+
+    Each is one check failing on an otherwise good contribution of worker 0
+    of ``job`` (a job the switch has), so together they walk the check order.
+    """
+    from scapy.layers.inet import IP, TCP, UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import ARP, Ether
+
+    good = contribution(spec, job, 0, 0, lanes(rng, spec))
+    sw = spec.mac
+    w0 = job.workers[0]
+
+    def edit(offset: int, value: bytes, refresh: bool = True) -> bytes:
+        f = bytearray(good)
+        f[offset:offset + len(value)] = value
+        return _refresh(f) if refresh else bytes(f)
+
+    def contrib(**overrides) -> bytes:
+        return contribution(spec, job, 0, 0, lanes(rng, spec), **overrides)
+
+    payload = bytes(rng.integers(0, 256, 64, dtype=np.uint8))
+    out = [
+        ("runt", good[:10], Counter.DROP_BAD_LENGTH),
+        ("arp", bytes(Ether(dst="ff:ff:ff:ff:ff:ff", src=w0.mac) / ARP(psrc=w0.ip, pdst=spec.ip)), Counter.DROP_NON_ROCE),
+        ("ipv6", bytes(Ether(dst=sw, src=w0.mac) / IPv6(src="fe80::1", dst="fe80::2") / UDP(dport=4791) / payload),
+         Counter.DROP_NON_ROCE),
+        ("short ipv4", good[:30], Counter.DROP_BAD_LENGTH),
+        ("ip options", edit(14, b"\x46", refresh=False), Counter.DROP_BAD_HEADER),
+        ("ip checksum", edit(24, bytes([good[24] ^ 0x01]), refresh=False), Counter.DROP_BAD_HEADER),
+        ("ip fragment", _fix_ip(edit(20, b"\x20\x00", refresh=False)), Counter.DROP_BAD_HEADER),
+        ("tcp", bytes(Ether(dst=sw, src=w0.mac) / IP(src=w0.ip, dst=spec.ip) / TCP(dport=4791) / payload),
+         Counter.DROP_NON_ROCE),
+        ("truncated", good[:-20], Counter.DROP_BAD_LENGTH),
+        ("ip length short", good[:14] + _ip_len_fixed(good, 27), Counter.DROP_BAD_LENGTH),
+        ("ip length long", good[:14] + _ip_len_fixed(good, len(good) - 13), Counter.DROP_BAD_LENGTH),
+        ("other udp", bytes(Ether(dst=sw, src=w0.mac) / IP(src=w0.ip, dst=spec.ip) / UDP(sport=1234, dport=53) / payload),
+         Counter.DROP_NON_ROCE),
+        ("udp length", edit(38, (int.from_bytes(good[38:40], "big") + 4).to_bytes(2, "big")), Counter.DROP_BAD_LENGTH),
+        ("icrc last byte", good[:-1] + bytes([good[-1] ^ 0x80]), Counter.DROP_BAD_ICRC),
+        ("payload bit", edit(100, bytes([good[100] ^ 0x04]), refresh=False), Counter.DROP_BAD_ICRC),
+        ("bth version", edit(43, b"\x41"), Counter.DROP_BAD_HEADER),
+        ("pkey", contrib(pkey=spec.pkey ^ 0x8000), Counter.DROP_BAD_HEADER),
+        ("dma length", edit(66, (spec.chunk_bytes - 4).to_bytes(4, "big")), Counter.DROP_BAD_LENGTH),
+        ("rc opcode", contrib(opcode=Opcode.RC_RDMA_WRITE_ONLY), Counter.DROP_BAD_OPCODE),
+        ("write with imm", contrib(opcode=Opcode.UC_RDMA_WRITE_ONLY_IMM, imm=7), Counter.DROP_BAD_OPCODE),
+        ("chunk size", contrib(payload=good[70:70 + spec.chunk_bytes // 2]), Counter.DROP_BAD_LENGTH),
+        ("qpn prefix", contrib(dest_qpn=job.qpn(0) ^ 0x010000), Counter.DROP_UNKNOWN_QPN),
+        ("job absent", contrib(dest_qpn=job.qpn(0) ^ (1 << 8)), Counter.DROP_UNKNOWN_QPN),
+        ("worker absent", contrib(dest_qpn=job.qpn(len(job.workers))), Counter.DROP_UNKNOWN_QPN),
+        ("rkey", contrib(rkey=job.rkey ^ 1), Counter.DROP_BAD_RKEY),
+        ("va unaligned", contrib(va=spec.chunk_bytes + 4), Counter.DROP_BAD_ADDRESS),
+        ("va too high", contrib(va=(1 << 32) * spec.chunk_bytes), Counter.DROP_BAD_ADDRESS),
+    ]
+    return out
+
+
+def _fix_ip(frame: bytes) -> bytes:
+    f = bytearray(frame)
+    ip = f[14:34]
+    ip[10:12] = b"\0\0"
+    f[24:26] = wire.ipv4_checksum(bytes(ip)).to_bytes(2, "big")
+    return bytes(f)
+
+
+def _ip_len_fixed(good: bytes, total: int) -> bytes:
+    """``good`` after its Ethernet header with IPv4 total length ``total`` and a valid checksum."""
+    f = bytearray(good)
+    f[16:18] = total.to_bytes(2, "big")
+    ip = f[14:34]
+    ip[10:12] = b"\0\0"
+    f[24:26] = wire.ipv4_checksum(bytes(ip)).to_bytes(2, "big")
+    return bytes(f[14:])
