@@ -9,6 +9,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'inagg[torch]' (CI installs it)")
@@ -16,10 +17,13 @@ import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-from inagg.host.service import ENV_SWITCH, SwitchClient, SwitchService, SwitchUnavailableError  # noqa: E402
+from inagg.host.service import (  # noqa: E402
+    ENV_SWITCH, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError,
+)
 from inagg.host.torch import InaggFallbackWarning, allreduce_hook, group_from_process_group  # noqa: E402
 from inagg.host.worker import Timing  # noqa: E402
 from inagg.models.job import SwitchSpec  # noqa: E402
+from inagg.models.switch import ModelSwitch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,6 +68,22 @@ def test_refused_job_names_the_reason(world):
             group_from_process_group(switch="%s:%d" % service.control_address, window=4)
 
 
+def test_a_rank_that_cannot_attach_fails_every_rank_or_falls_back(world, monkeypatch):
+    import inagg.host.torch as inagg_torch
+
+    def refuse(ticket, rank, **kw):
+        raise ServiceError("inagg switch service refused attach: job 1: wrong token")
+
+    monkeypatch.setattr(inagg_torch, "join", refuse)
+    reason = "rank 0 could not attach to the inagg job: inagg switch service refused attach: job 1: wrong token"
+    with pytest.raises(SwitchUnavailableError, match=f"^{reason}$"):
+        group_from_process_group(switch="embedded", window=4)
+    with pytest.warns(InaggFallbackWarning, match=f"^inagg: {reason}; gradients are all-reduced by the process "
+                                                  "group instead$"):
+        state = group_from_process_group(switch="embedded", window=4, fallback=True)
+    assert state.group is None and state.fallback_reason == reason
+
+
 def _step(ddp: DDP) -> None:
     ddp.zero_grad()
     ddp(torch.ones(4, 3)).sum().backward()
@@ -103,6 +123,35 @@ def test_hook_averages_buckets_and_keeps_their_dtype(world):
                                             "torch.float64"):
             state.reduce(torch.ones(3, dtype=torch.float64))
     finally:
+        state.close()
+
+
+class PromotingSwitch(ModelSwitch):
+    """Emits every result as FP32, as the switch does when a lane of the chunk overflowed."""
+
+    def _lanes_out(self, lanes):
+        payload, fp32, saturated = super()._lanes_out(lanes)
+        if not fp32:
+            payload, fp32 = np.frombuffer(payload, ">i4").astype(np.float32).astype(">f4").tobytes(), True
+        return payload, fp32, saturated
+
+
+def test_hook_handles_fp32_promoted_results(world):
+    spec = SwitchSpec(ports=1, slots=64)
+    with SwitchService(spec, vxlan=("127.0.0.1", 0), switch=PromotingSwitch(spec)) as service:
+        state = group_from_process_group(switch="%s:%d" % service.control_address, window=4)
+        torch.manual_seed(2)
+        model = nn.Linear(50, 3)
+        ref = copy.deepcopy(model)
+        ddp = DDP(model)
+        ddp.register_comm_hook(state, allreduce_hook)
+        x = torch.randn(6, 50)
+        ddp(x).square().sum().backward()
+        ref(x).square().sum().backward()
+        assert state.group.worker.stats["fp32_results"] == state.group.worker.stats["results"] > 0
+        # FP32 lanes round the integer sum to 24 bits: relative 2**-24, plus the grid of the largest element.
+        atol = float(ref.weight.grad.abs().max()) * 2.0**-30
+        assert torch.allclose(model.weight.grad, ref.weight.grad, rtol=2**-22, atol=atol)
         state.close()
 
 
