@@ -56,7 +56,7 @@ from .vxlan import VXLAN_PORT, Capture, VxlanDrop, VxlanPort, check_vni, decap, 
 from .worker import Timing
 
 __all__ = [
-    "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES",
+    "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES", "SERVICE_TIMING",
     "ServiceError", "SwitchUnavailableError", "Ticket", "SwitchService", "SwitchClient",
     "parse_address", "join", "group_from_env",
 ]
@@ -71,6 +71,10 @@ MAX_SERVICE_PORTS = 253
 MAX_REQUEST_BYTES = 1 << 16
 MAX_CONNECTIONS = 256
 _WORKER_QPN = 0x01_0000
+# The worker's default timer suits one process. A service shared by many workers takes milliseconds
+# to drain all their windows, and a timer shorter than that resends frames that were only queued,
+# which queues more: start at 0.1 s (loopback and a LAN hardly lose a frame).
+SERVICE_TIMING = Timing(timeout=0.1, max_timeout=1.0, tries=12)
 # Datagrams read per wake-up before the loop looks at control and timers again.
 _BURST = 256
 _SOCKET_BUFFER = 8 << 20
@@ -666,7 +670,8 @@ def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple
     """The :class:`~inagg.host.api.Group` of rank ``rank`` of ``ticket``'s job, over VXLAN.
 
     Opens the rank's UDP endpoint and attaches it to the rank's switch
-    port. ``group.port.close()`` releases the socket.
+    port; ``timing`` is :data:`SERVICE_TIMING` when None.
+    ``group.port.close()`` releases the socket.
     """
     if not isinstance(rank, int) or not 0 <= rank < len(ticket.job.workers):
         raise ValueError(f"rank must be an integer in 0..{len(ticket.job.workers) - 1}, not {rank!r}")
@@ -674,7 +679,7 @@ def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple
     try:
         with SwitchClient(ticket.control) as client:
             client.attach(ticket, rank, port.address)
-        return Group(ticket.switch, ticket.job, rank, port, timing=timing)
+        return Group(ticket.switch, ticket.job, rank, port, timing=timing or SERVICE_TIMING)
     except BaseException:
         port.close()
         raise

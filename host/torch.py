@@ -51,13 +51,9 @@ from .api import Group, allreduce
 from .service import ENV_SWITCH, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket, join
 from .worker import Timing
 
-__all__ = ["DDP_TIMING", "DistGroup", "InaggFallbackWarning", "group_from_process_group", "allreduce_hook"]
+__all__ = ["DistGroup", "InaggFallbackWarning", "group_from_process_group", "allreduce_hook"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# The worker's default timer is tuned for one process. A switch service shared by the ranks takes
-# several milliseconds to drain the windows of all of them, and a timer shorter than that resends
-# frames that were only queued, which queues more: start at 0.1 s (loopback or a LAN hardly loses).
-DDP_TIMING = Timing(timeout=0.1, max_timeout=1.0, tries=12)
 # Every call takes fresh store keys; all ranks call in the same order, as for any collective.
 _calls = itertools.count()
 
@@ -130,8 +126,8 @@ def group_from_process_group(process_group=None, *, switch: str | None = None, w
 
     ``switch`` is the switch service's ``"HOST:PORT"``, ``"embedded"``, or
     None (see the module docstring). ``window`` is the chunks each rank keeps
-    outstanding, ``timing`` its retransmission timers (:data:`DDP_TIMING`
-    when None). ``store`` defaults to the process group's own store.
+    outstanding, ``timing`` its retransmission timers
+    (:data:`~inagg.host.service.SERVICE_TIMING` when None). ``store`` defaults to the process group's own store.
     Raises :class:`~inagg.host.service.SwitchUnavailableError` on every rank
     when rank 0 cannot set the job up, unless ``fallback`` is true: then each
     rank warns once (:class:`InaggFallbackWarning`) and the returned group
@@ -162,7 +158,7 @@ def group_from_process_group(process_group=None, *, switch: str | None = None, w
             return _failed(pg, f"rank 0 could not set up the inagg job: {text[6:]}", fallback)
         ticket = Ticket.from_json(text)
     try:
-        group, status = join(ticket, rank, timing=timing or DDP_TIMING), "ok"
+        group, status = join(ticket, rank, timing=timing), "ok"
     except (ServiceError, OSError) as e:
         group, status = None, f"rank {rank} could not attach to the inagg job: {e}"
     # Results to a rank that has not attached yet would be dropped: start when all have. Every rank
