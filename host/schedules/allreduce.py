@@ -234,7 +234,7 @@ def _bandwidth(algo: str, coll: Collective, n: int, patterns: list[Pattern], pla
         if not covered:
             raise ValueError(f"{algo}: the pattern does not reach every rank in {pat.nsteps} steps "
                              f"for {pat.m} ranks")
-        trees.append((parent, stp, pat.nsteps))
+        trees.append((pat, parent, stp))
     lane = np.arange(k)
 
     def block_chunks(ranks, c):
@@ -251,15 +251,15 @@ def _bandwidth(algo: str, coll: Collective, n: int, patterns: list[Pattern], pla
         step += 1
     if coll in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER):
         nxt = step
-        for c, (parent, stp, ns) in enumerate(trees):
+        for c, (pat, parent, stp) in enumerate(trees):
             blocks = Blocks.from_lists([block_chunks(o, c) for o in owners])
-            nxt = max(nxt, common.emit_tree_reduce_scatter(b, parent, stp, ns, blocks, plan.active, step, c))
+            nxt = max(nxt, common.emit_tree_reduce_scatter(b, pat, parent, stp, blocks, plan.active, step, c))
         step = nxt
     if coll in (Collective.ALLREDUCE, Collective.ALLGATHER):
         nxt = step
-        for c, (parent, stp, ns) in enumerate(trees):
+        for c, (pat, parent, stp) in enumerate(trees):
             blocks = Blocks.from_lists([block_chunks(o, c) for o in owners])
-            nxt = max(nxt, common.emit_tree_allgather(b, parent, stp, ns, blocks, plan.active, step, c))
+            nxt = max(nxt, common.emit_tree_allgather(b, pat, parent, stp, blocks, plan.active, step, c))
         step = nxt
     if not plan.trivial:
         if coll is Collective.REDUCE_SCATTER:

@@ -68,7 +68,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("--size", type=parse_size, default=1 << 20, help="collective size in bytes (default 1MiB)")
     p.add_argument("--sizes", type=parse_sizes, default=None, help="size range for compare (default 1KiB..1GiB)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--export-msccl", metavar="FILE", help="write the schedule as MSCCL XML")
     p.add_argument("--plot", metavar="FILE.png", help="plot the schedule (or, for compare, time against size)")
     p.add_argument("--no-check", action="store_true", help="skip running the schedule through the executor")
     p.set_defaults(func=_cmd_schedule)
@@ -99,7 +98,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
             return _compare(args, topo)
         if not args.algo:
             return _fail("--algo is required (or use `inagg schedule compare`)")
-        concrete = bool(args.export_msccl) or not args.no_check
+        concrete = not args.no_check
         sched = generate(args.algo, args.ranks, topo=topo, collective=args.collective,
                          abstract=not concrete and args.algo not in ("ina", "direct", "fast"))
         if not args.no_check:
@@ -107,13 +106,6 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         c = cost.evaluate(sched, topo, args.size)
     except (ValueError, TypeError) as e:
         return _fail(str(e))
-    if args.export_msccl:
-        from . import msccl
-
-        try:
-            msccl.write(sched, args.export_msccl)
-        except ValueError as e:
-            return _fail(str(e))
     if args.plot:
         from . import plot
 

@@ -108,30 +108,25 @@ class Pattern:
 def pattern_trees(pat: Pattern) -> tuple[np.ndarray, np.ndarray, bool]:
     """Spanning trees of the pattern, one rooted at every node.
 
-    Returns ``(parent, step, covered)``: ``parent[d, y]`` is the node y sends
-    block d to, in step ``step[d, y]`` (both -1 for y == d or when y is not
-    reached); ``covered`` tells whether every tree spans all nodes.
+    Returns ``(parent, step, covered)``, node-major: ``parent[y, d]`` is the
+    node y sends block d to, in step ``step[y, d]`` (both -1 for y == d or
+    when y is not reached); ``covered`` tells whether every tree spans all
+    nodes.
     """
     m = pat.m
+    # node-major (node, root) layout: a step gathers whole rows, which is
+    # contiguous memory, instead of strided columns
     reached = np.eye(m, dtype=bool)
     parent = np.full((m, m), -1, dtype=np.int32)
     step = np.full((m, m), -1, dtype=np.int16 if pat.nsteps < 32000 else np.int32)
     for s in range(pat.nsteps - 1, -1, -1):
         snap = reached.copy()  # a node reached in this step cannot forward in it
         for receiver, sender in pat.recv_from(s):
-            pending = np.ones(len(receiver), dtype=bool)
-            while pending.any():
-                # one sender may feed several receivers (non-injective patterns):
-                # give each sender to its first receiver, then retry the rest
-                idx = np.flatnonzero(pending)
-                _, first = np.unique(sender[idx], return_index=True)
-                take = idx[first]
-                x, y = receiver[take], sender[take]
-                new = snap[:, x] & ~reached[:, y]
-                reached[:, y] |= new
-                parent[:, y] = np.where(new, x[None, :], parent[:, y])
-                step[:, y] = np.where(new, s, step[:, y])
-                pending[take] = False
+            # senders are distinct within one peer slot, so each row is written once
+            new = snap[receiver] & ~reached[sender]
+            reached[sender] |= new
+            parent[sender] = np.where(new, receiver[:, None], parent[sender])
+            step[sender] = np.where(new, s, step[sender])
     return parent, step, bool(reached.all())
 
 
@@ -167,52 +162,43 @@ class Blocks:
         return self.idx[base + np.arange(int(lens.sum()))]
 
 
-def _tree_edges(parent: np.ndarray, step: np.ndarray, s: int):
-    """Edges of step s grouped by (sender, receiver): ``(ys, xs, group sizes, blocks in group order)``."""
-    d, y = np.nonzero(step == s)
-    if not len(d):
-        return None
-    x = parent[d, y]
-    order = np.lexsort((d, x, y))
-    d, y, x = d[order], y[order], x[order]
-    cut = np.flatnonzero((np.diff(y) != 0) | (np.diff(x) != 0)) + 1
-    starts = np.concatenate([[0], cut])
-    sizes = np.diff(np.concatenate([starts, [len(d)]]))
-    return y[starts], x[starts], sizes, d
+def _tree_edges(pat: Pattern, parent: np.ndarray, step: np.ndarray, s: int, blocks: "Blocks", abstract: bool):
+    """Step s of the trees as rows: ``[(senders, receivers, chunk counts, flat chunks or None)]``, one
+    entry per peer slot. A sender sends all its blocks for one receiver in one message."""
+    out = []
+    at_s = step == s
+    for j in range(pat.send_to[s].shape[1]):
+        x = pat.send_to[s][:, j]
+        mask = at_s & (parent == x[:, None])
+        ys, ds = np.nonzero(mask)  # sorted by sender, then block: the message's chunk order
+        if not len(ys):
+            continue
+        senders, first = np.unique(ys, return_index=True)
+        counts = np.add.reduceat(blocks.sizes[ds], first)
+        flat = None if abstract else blocks.gather(ds)
+        out.append((senders, x[senders], counts, flat))
+    return out
 
 
-def emit_tree_reduce_scatter(b: ScheduleBuilder, parent, step, nsteps: int, blocks: Blocks, ranks: np.ndarray,
+def emit_tree_reduce_scatter(b: ScheduleBuilder, pat: Pattern, parent, step, blocks: Blocks, ranks: np.ndarray,
                              step0: int, channel: int = 0, buf: Buffer = Buffer.OUTPUT) -> int:
     """Reduce-scatter along the trees; block d ends reduced on virtual node d. Returns the next free step."""
-    sizes = blocks.sizes
-    for s in range(nsteps):
-        e = _tree_edges(parent, step, s)
-        if e is None:
-            continue
-        ys, xs, gsize, ds = e
-        group = np.repeat(np.arange(len(ys)), gsize)
-        counts = np.bincount(group, weights=sizes[ds], minlength=len(ys)).astype(np.int64)
-        flat = None if b.abstract else blocks.gather(ds)
-        b.add_rows(Row.TRANSFER_REDUCE, step0 + s, ranks[ys], ranks[xs], counts, flat,
-                   src_buf=buf, dst_buf=buf, channel=channel)
-    return step0 + nsteps
+    for s in range(pat.nsteps):
+        for ys, xs, counts, flat in _tree_edges(pat, parent, step, s, blocks, b.abstract):
+            b.add_rows(Row.TRANSFER_REDUCE, step0 + s, ranks[ys], ranks[xs], counts, flat,
+                       src_buf=buf, dst_buf=buf, channel=channel)
+    return step0 + pat.nsteps
 
 
-def emit_tree_allgather(b: ScheduleBuilder, parent, step, nsteps: int, blocks: Blocks, ranks: np.ndarray,
+def emit_tree_allgather(b: ScheduleBuilder, pat: Pattern, parent, step, blocks: Blocks, ranks: np.ndarray,
                         step0: int, channel: int = 0, buf: Buffer = Buffer.OUTPUT) -> int:
     """The mirror image: block d spreads from virtual node d down its tree. Returns the next free step."""
-    sizes = blocks.sizes
-    for s in range(nsteps - 1, -1, -1):
-        e = _tree_edges(parent, step, s)
-        if e is None:
-            continue
-        ys, xs, gsize, ds = e
-        group = np.repeat(np.arange(len(ys)), gsize)
-        counts = np.bincount(group, weights=sizes[ds], minlength=len(ys)).astype(np.int64)
-        flat = None if b.abstract else blocks.gather(ds)
-        b.add_rows(Row.TRANSFER, step0 + (nsteps - 1 - s), ranks[xs], ranks[ys], counts, flat,
-                   src_buf=buf, dst_buf=buf, channel=channel)
-    return step0 + nsteps
+    n = pat.nsteps
+    for s in range(n - 1, -1, -1):
+        for ys, xs, counts, flat in _tree_edges(pat, parent, step, s, blocks, b.abstract):
+            b.add_rows(Row.TRANSFER, step0 + (n - 1 - s), ranks[xs], ranks[ys], counts, flat,
+                       src_buf=buf, dst_buf=buf, channel=channel)
+    return step0 + n
 
 
 def emit_full_exchange(b: ScheduleBuilder, pat: Pattern, chunks: np.ndarray, ranks: np.ndarray, step0: int,
