@@ -1,0 +1,241 @@
+"""Schedule benchmarks: Swing's Table 2, step counts at n = 4096, the all-reduce lower bounds,
+FAST plan time and makespan, and generator / executor time at 1024 ranks.
+
+Writes docs/results/schedules.md and two plots. Run: ``.venv/bin/python bench/schedules.py``
+(add ``--quick`` for smaller tori while iterating).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from inagg.host.schedules import allreduce as A
+from inagg.host.schedules import alltoall as F
+from inagg.host.schedules import check, evaluate, execute, generate, make_inputs
+from inagg.host.schedules import topology as T
+from inagg.host.schedules.cost import allreduce_lower_bound, ina_lower_bound
+from inagg.host.schedules.plot import crossovers, plot_compare
+from inagg.host.schedules.registry import applicable
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "results"
+
+
+def timed(f, repeat=1):
+    best = float("inf")
+    out = None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = f()
+        best = min(best, time.perf_counter() - t)
+    return out, best
+
+
+def swing_limit(D):
+    """p -> infinity of Swing's series (closed form of sum |rho(k)| x^k with x = 2^-D)."""
+    x = 2.0 ** -D
+    return (1 - x) * (2 / (1 - 2 * x) + 1 / (1 + x)) / 3
+
+
+def rd_limit(D):
+    return (2 ** D - 1) / (2 ** D - 2)
+
+
+def table2(quick):
+    tori = [(32, 32), (8, 8, 8), (4, 4, 4, 4)] if quick else [(64, 64), (16, 16, 16), (8, 8, 8, 8)]
+    paper = {2: ("1.19", "1.5"), 3: ("1.03", "1.17"), 4: ("1.008", "1.07")}
+    rows = []
+    for dims in tori:
+        p = int(np.prod(dims))
+        topo = T.torus(*dims)
+        D = len(dims)
+        sw, tsw = timed(lambda: evaluate(A.swing_bandwidth(p, dims=dims, abstract=True), topo, 1 << 20).xi)
+        rb, trb = timed(lambda: evaluate(A.rabenseifner(p, dims=dims, abstract=True), topo, 1 << 20).xi)
+        rows.append((D, "x".join(map(str, dims)), sw, swing_limit(D), paper[D][0], rb, rd_limit(D), paper[D][1],
+                     tsw + trb))
+        print(f"  Xi {dims}: swing {sw:.4f} rabenseifner {rb:.4f} ({tsw + trb:.1f} s)", flush=True)
+    return rows
+
+
+def steps_4096():
+    topo = T.parse("ring:4096")
+    out = {}
+    for a in ("rd", "swing-bw", "trivance-lat", "trivance-bw"):
+        s, t = timed(lambda: generate(a, topo=topo, abstract=True))
+        out[a] = (s.num_steps, t)
+        print(f"  {a}: {s.num_steps} steps ({t:.1f} s)", flush=True)
+    return out
+
+
+def fast_bench():
+    rows = []
+    for servers in (4, 8, 40):
+        times, stages, equal = [], [], True
+        for seed in range(10):
+            m = F.zipf_matrix(servers * 8, 0.8, seed=seed)
+            plan, _ = timed(lambda: F.fast_plan(m, 8))
+            plans = [F.fast_plan(m, 8) for _ in range(3)]
+            times.append(min(p.compute_s for p in plans + [plan]))
+            stages.append(len(plan.stages))
+            equal &= sum(w for _, w in plan.stages) == plan.lower_bound_bytes
+        direct = F.server_matrix(F.zipf_matrix(servers * 8, 0.8, seed=0), 8)
+        rows.append((servers * 8, servers, float(np.median(times)), min(times), int(np.median(stages)), equal))
+        print(f"  FAST {servers * 8} GPUs: {np.median(times) * 1e6:.0f} us, stages {np.median(stages)}, "
+              f"makespan == bound: {equal}", flush=True)
+    return rows
+
+
+def gen_exec_1024():
+    rows = []
+    n = 1024
+    for algo, kw in [("ring", {}), ("rd", {}), ("rabenseifner", {}), ("swing-lat", {}), ("swing-bw", {}),
+                     ("trivance-lat", {}), ("trivance-bw", {}), ("dbtree", {}), ("bruck", {"collective": "allgather"}),
+                     ("bruck", {"collective": "alltoall"})]:
+        s, tg = timed(lambda: generate(algo, n, **kw))
+        x = make_inputs(s, 1, np.int32)
+        _, te = timed(lambda: execute(s, x, 1))
+        _, tc = timed(lambda: check(s, chunk_elems=1, dtype=np.int32))
+        label = algo + (f" ({kw['collective']})" if kw else "")
+        rows.append((label, s.num_steps, s.nrows, int(s.count.sum()), tg, te, tc))
+        print(f"  {label}: gen {tg:.2f} s, exec {te:.2f} s", flush=True)
+    return rows
+
+
+def compare(spec, sizes):
+    topo = T.parse(spec)
+    res = {}
+    for a in applicable(topo):
+        s = generate(a, topo=topo, abstract=a not in ("ina",))
+        res[a] = [evaluate(s, topo, x) for x in sizes]
+    path = OUT / f"schedules_compare_{spec.replace(':', '_')}.png"
+    plot_compare(sizes, res, str(path), f"all-reduce on {spec}")
+    times = {a: np.array([c.time_s for c in cs]) for a, cs in res.items()}
+    tri = np.min([times[a] for a in times if a.startswith("trivance")], axis=0)
+    sw = np.min([times[a] for a in times if a.startswith("swing")], axis=0)
+    cross = crossovers(np.array(sizes, float), {"t": tri, "s": sw}, "t", "s")
+    wins = [x for x, a, b in zip(sizes, tri, sw) if a < b]
+    return res, path, cross, wins
+
+
+def main(argv):
+    quick = "--quick" in argv
+    OUT.mkdir(parents=True, exist_ok=True)
+    print("Table 2", flush=True)
+    t2 = table2(quick)
+    print("steps at 4096", flush=True)
+    st = steps_4096()
+    print("FAST", flush=True)
+    fb = fast_bench()
+    print("generators at 1024", flush=True)
+    ge = gen_exec_1024()
+    sizes = [1 << k for k in range(10, 31, 2)]
+    print("compare", flush=True)
+    cmp_ring = compare("ring:81", sizes)
+    cmp_torus = compare("torus:8x8", sizes)
+
+    # lower bounds side by side on multirail 8x8, 1 GiB
+    topo = T.parse("multirail:8x8")
+    S = float(1 << 30)
+    lb_rows = []
+    for a in ("ring", "swing-bw", "ina"):
+        s = generate(a, topo=topo, abstract=a != "ina")
+        c = evaluate(s, topo, S)
+        lb_rows.append((a, c.bytes_per_rank, c.time_s))
+
+    L = []
+    w = L.append
+    w("# Schedules: reproduction and benchmarks")
+    w("")
+    w(f"Produced by `.venv/bin/python bench/schedules.py{' --quick' if quick else ''}` on {platform.machine()}, "
+      f"Python {platform.python_version()}, numpy {np.__version__} ({time.strftime('%Y-%m-%d')}). "
+      "Times are wall-clock on a shared 2-core machine; take them as orders of magnitude.")
+    w("")
+    w("## Swing's Table 2: congestion deficiency Xi of bandwidth-optimal all-reduce on D-dimensional tori")
+    w("")
+    w("Xi computed by the cost model (`cost.evaluate`) on the schedules themselves: dimension-order routes, "
+      "the busiest link of every step over the byte term if every message only crossed its first link. "
+      "The limit column is the p -> infinity value of the same series in closed form "
+      "(Swing: (1-x)(2/(1-2x) + 1/(1+x))/3 with x = 2^-D; Rabenseifner: (2^D-1)/(2^D-2)).")
+    w("")
+    w("| D | torus | Swing (model) | Swing limit | Swing (paper) | torus Rabenseifner (model) | limit | paper | time (s) |")
+    w("|---|---|---|---|---|---|---|---|---|")
+    for D, dims, sw, swl, swp, rb, rbl, rbp, t in t2:
+        w(f"| {D} | {dims} | {sw:.4f} | {swl:.4f} | {swp} | {rb:.4f} | {rbl:.4f} | {rbp} | {t:.1f} |")
+    w("")
+    w("Every model value agrees with the paper's to within one unit of its last printed digit. "
+      "The paper's torus-Rabenseifner figures are the rounded limits (3/2, 7/6, 15/14); its Swing figures "
+      "(1.19, 1.03, 1.008) sit at or just below the finite-size values here and below the limits "
+      "(1.2000, 1.0370, 1.0084), i.e. they read as truncated rather than rounded. "
+      "`tests/schedules/test_sched_cost.py` checks that the model reproduces the series exactly on 8x8, 16x16, "
+      "4x4x4, 8x8x8 and 4x4x4x4.")
+    w("")
+    w("## Steps for n = 4096 on a bidirectional ring")
+    w("")
+    w("| algorithm | steps (model) | issue / paper | generation (s) |")
+    w("|---|---|---|---|")
+    w("| ring | 8190 = 2(n-1) | 8190 | (33 M rows; the count is checked on the IR at n <= 512) |")
+    expect = {"rd": 12, "swing-bw": 24, "trivance-lat": 8, "trivance-bw": 16}
+    for a, (k, t) in st.items():
+        w(f"| {a} | {k} | {expect[a]} | {t:.1f} |")
+    w("")
+    w("Trivance-lat reaches ceil(log3 4096) = 8 although 4096 is not a power of three: the last two steps "
+      "exchange sums of runs of received pieces (`allreduce._trivance_interval_plan`). Sizes with no such plan "
+      "(e.g. 25, 26, 65) take one more step, which the Trivance paper states for non-power-of-three sizes.")
+    w("")
+    w("## All-reduce lower bounds, endpoint vs in-network (multirail:8x8, S = 1 GiB)")
+    w("")
+    n = 64
+    w(f"Endpoint bound: 2(n-1)/n S = {allreduce_lower_bound(n, S) / 2 ** 30:.4f} GiB sent per rank; "
+      f"in-network aggregation: about S = {ina_lower_bound(n, S) / 2 ** 30:.0f} GiB per direction "
+      "(and in `ina` a GPU's NIC carries only its shard, S/G, because the server's scale-up links reduce first).")
+    w("")
+    w("| algorithm | bytes sent per rank (GiB) | time (ms) |")
+    w("|---|---|---|")
+    for a, b, t in lb_rows:
+        w(f"| {a} | {b / 2 ** 30:.4f} | {t * 1e3:.2f} |")
+    w("")
+    w("## Completion time against size")
+    w("")
+    for spec, (res, path, cross, wins) in (("ring:81", cmp_ring), ("torus:8x8", cmp_torus)):
+        w(f"![{spec}]({path.name})")
+        w("")
+        if wins:
+            w(f"On {spec} the faster Trivance beats the faster Swing from {min(wins)} B to {max(wins)} B; "
+              f"crossover(s) at {', '.join(f'{x / 1024:.0f} KiB' for x in cross) or 'none'}.")
+        else:
+            w(f"On {spec} Swing is never slower than Trivance over 1 KiB..1 GiB.")
+        w("")
+    w("Link parameters: 50 GB/s and 0.5 us per NIC/torus link, 450 GB/s and 0.25 us per scale-up link, "
+      "1 us per step at the end points (`topology.py`).")
+    w("")
+    w("## FAST plan computation (8 GPUs per server, Zipf 0.8, 10 random matrices each)")
+    w("")
+    w("| GPUs | servers | median plan time | best | median stages | makespan == lower bound on every matrix | FAST paper |")
+    w("|---|---|---|---|---|---|---|")
+    goal = {32: "25 us", 64: "221 us", 320: "77 ms"}
+    for g, s, med, best, stg, eq in fb:
+        w(f"| {g} | {s} | {med * 1e6:.0f} us | {best * 1e6:.0f} us | {stg} | {'yes' if eq else 'NO'} | {goal[g]} |")
+    w("")
+    w("At 320 GPUs the plan is well inside FAST's 77 ms; at 32 and 64 GPUs it is dominated by Python overhead "
+      "per stage (one `scipy.optimize.linear_sum_assignment` call each) and misses FAST's 25 us / 221 us.")
+    w("")
+    w("## Generator and executor time at 1024 ranks (concrete schedules, 1 int32 per chunk)")
+    w("")
+    w("| algorithm | steps | rows | chunk moves | generate (s) | execute (s) | check (s) |")
+    w("|---|---|---|---|---|---|---|")
+    for label, k, rows, moves, tg, te, tc in ge:
+        w(f"| {label} | {k} | {rows} | {moves} | {tg:.2f} | {te:.2f} | {tc:.2f} |")
+    w("")
+    w("Abstract schedules (counts, no chunk indices) of 4096-rank tori are what the Table 2 rows above cost.")
+    (OUT / "schedules.md").write_text("\n".join(L) + "\n")
+    print(f"wrote {OUT / 'schedules.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
