@@ -231,6 +231,6 @@ class ModelSwitch:
             eth_dst=wire.mac_bytes(w.mac), eth_src=self._mac, ip_src=self._ip, ip_dst=wire.ip_bytes(w.ip),
             udp_sport=result_udp_sport(w.qpn), opcode=Opcode.UC_RDMA_WRITE_ONLY_IMM, dest_qpn=w.qpn,
             psn=psn, va=w.result_va + (slot.chunk & (job.spec.slots - 1)) * self.spec.chunk_bytes,
-            rkey=w.rkey, payload=payload, imm=encode_imm(slot.chunk, fp32, saturated),
+            rkey=w.rkey, payload=payload, imm=encode_imm(slot.chunk, fp32, saturated), pkey=self.spec.pkey,
         )
         return w.port, frame
