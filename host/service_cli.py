@@ -83,26 +83,32 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from .service import SwitchService
     from .vxlan import VXLAN_PORT, PcapWriter
 
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         spec = SwitchSpec(ports=args.ports, slots=args.slots, chunk_bytes=args.chunk_bytes)
         faults = Faults(loss=args.loss, dup=args.dup, reorder=args.reorder, corrupt=args.corrupt)
     except ValueError as e:
         print(f"inagg switch serve: error: {e}", file=sys.stderr)
         return 2
-    capture = PcapWriter(args.pcap) if args.pcap else None
     try:
         service = SwitchService(spec, control=args.listen, vxlan=args.vxlan or (args.listen[0], VXLAN_PORT),
-                                vni=args.vni, faults=faults, seed=args.seed, capture=capture)
+                                vni=args.vni, faults=faults, seed=args.seed)
     except OSError as e:
         print(f"inagg switch serve: error: cannot listen: {e}", file=sys.stderr)
         return 1
+    # The service's logger only: a caller's own logging set-up stays as it is.
+    logger = logging.getLogger("inagg.switch")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(args.log_level.upper())
+    if args.pcap:
+        service.capture = PcapWriter(args.pcap)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: service.shutdown())
     try:
         service.serve()
     finally:
-        if capture is not None:
-            capture.close()
+        logger.removeHandler(handler)
+        if service.capture is not None:
+            service.capture.close()
     return 0

@@ -286,3 +286,40 @@ def test_two_client_processes_two_jobs_and_a_wrong_token(tmp_path):
     assert re.search(rf"job {a} torn down: its owner's control connection 127\.0\.0\.1:\d+ closed", text)
     assert re.search(rf"job {b} torn down: its owner's control connection", text)
     assert "inagg.switch INFO stopped: " in text and "refused_requests': 3" in text
+
+
+def test_service_parameters_are_validated():
+    with pytest.raises(TypeError, match="^spec must be a SwitchSpec, not dict$"):
+        SwitchService({})
+    with pytest.raises(ValueError, match=r"^a switch service has at most 253 ports \(one /24 of worker addresses "
+                                         r"beside the switch\), not 254$"):
+        SwitchService(SwitchSpec(ports=254))
+    with pytest.raises(ValueError, match=r"^VNI must be an integer in 0..16777215, not 16777216$"):
+        SwitchService(SPEC, vni=1 << 24)
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["--listen", "nowhere"], "argument --listen: address must be HOST:PORT with a port in 0..65535, not 'nowhere'"),
+    (["--listen", "127.0.0.1:0", "--ports", "254"], "argument --ports: expected an integer in 1..253, not '254'"),
+    (["--listen", "127.0.0.1:0", "--loss", "1"], "argument --loss: a rate is a number in [0, 1), not '1'"),
+    (["--listen", "127.0.0.1:0", "--slots", "3"], "slots must be a power of two >= 2, not 3"),
+])
+def test_serve_refuses_bad_arguments(capsys, argv, error):
+    from inagg.cli import main
+
+    try:
+        rc = main(["switch", "serve", *argv])
+    except SystemExit as e:  # argparse's own errors
+        rc = e.code
+    assert rc == 2 and error in capsys.readouterr().err
+
+
+def test_serve_reports_a_port_in_use(capsys):
+    from inagg.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        host, port = s.getsockname()
+        assert main(["switch", "serve", "--listen", f"{host}:{port}", "--vxlan", "127.0.0.1:0"]) == 1
+    assert "inagg switch serve: error: cannot listen: [Errno 98] Address already in use" in capsys.readouterr().err
