@@ -133,11 +133,11 @@ def train(args, backend: str, rank: int, world: int) -> dict:
         out["retransmissions"] = w.stats["resent"]
         out["fallback"] = None
         state.close()
-    elif state is not None:
-        out["fallback"] = state.fallback_reason
     else:
         # Includes the barriers' and loss reductions' few bytes per step.
         out["bytes_sent_per_step"] = (_wchar() - wchar0) / args.steps
+        if state is not None:
+            out["fallback"] = state.fallback_reason
     return out
 
 
@@ -177,6 +177,8 @@ def main(argv=None) -> int:
             print(json.dumps(summary))
         else:
             for name, r in runs.items():
+                if r.get("fallback"):
+                    print(f"{name}: fell back to the process group's all-reduce: {r['fallback']}")
                 print(f"{name:5}: loss {r['losses'][0]:.6f} -> {r['losses'][-1]:.6f}, step {r['step_time_s'] * 1e3:.1f} "
                       f"ms, {r.get('bytes_sent_per_step', 0) / 1e3:.1f} kB sent per step")
             if "max_loss_rel_diff" in summary:
