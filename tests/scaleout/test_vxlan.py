@@ -8,6 +8,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -49,6 +51,14 @@ def test_decap_drops_what_is_not_this_fabric_and_ignores_reserved_bits():
     assert decap(b"\x00" + d[1:], 5) is VxlanDrop.NOT_VXLAN  # I flag clear
     reserved = bytes([0xFF, 0xAB, 0xCD, 0xEF]) + d[4:7] + b"\x99" + FRAME
     assert decap(reserved, 5) == FRAME
+
+
+@given(st.binary(max_size=9300), st.integers(0, (1 << 24) - 1), st.integers(0, (1 << 24) - 1))
+def test_decap_inverts_encap_and_tells_fabrics_apart(frame, vni, other):
+    d = encap(frame, vni)
+    assert len(d) == 8 + len(frame) and decap(d, vni) == frame
+    if other != vni:
+        assert decap(d, other) is VxlanDrop.WRONG_VNI
 
 
 @pytest.mark.parametrize("vni", [-1, 1 << 24, 1.0, True, "1"])
