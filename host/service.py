@@ -606,6 +606,8 @@ class SwitchClient:
         except OSError as e:
             raise SwitchUnavailableError(f"cannot reach the inagg switch service at "
                                          f"{self.address[0]}:{self.address[1]}: {e}") from None
+        # A job lives as long as this connection, which may idle for a whole training run.
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self._buf = bytearray()
 
     def request(self, op: str, **fields) -> dict:
