@@ -20,7 +20,9 @@ __all__ = ["main", "build_parser", "COMMAND_MODULES"]
 COMMAND_MODULES = (
     "inagg.host.demo",
     "inagg.hdl.synth.cli",
+    "inagg.host.schedules.cli",
     "inagg.host.service_cli",
+    "inagg.hdl.cli",
 )
 
 

@@ -1,9 +1,6 @@
 """``inagg schedule``, ``inagg schedule compare`` and ``inagg alltoall``.
 
-Wire into the top-level parser with :func:`add_parser`::
-
-    from inagg.host.schedules import cli as schedules_cli
-    schedules_cli.add_parser(sub)
+``inagg.cli`` calls :func:`register` with its subparsers.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import re
 import sys
 import time
 
-__all__ = ["add_parser", "parse_size", "parse_sizes"]
+__all__ = ["register", "parse_size", "parse_sizes"]
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 10 ** 6, "mb": 10 ** 6, "mib": 1 << 20,
           "g": 10 ** 9, "gb": 10 ** 9, "gib": 1 << 30}
@@ -48,7 +45,7 @@ def parse_sizes(text: str) -> list[int]:
 
 
 
-def add_parser(subparsers) -> None:
+def register(subparsers) -> None:
     """Add ``schedule`` and ``alltoall`` to an argparse sub-parser collection."""
     from .registry import ALGORITHMS
     from .topology import GRAMMAR
@@ -171,7 +168,7 @@ def _cmd_alltoall(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run these subcommands on their own (``python -m inagg.host.schedules.cli``)."""
     parser = argparse.ArgumentParser(prog="inagg")
-    add_parser(parser.add_subparsers(dest="command", required=True))
+    register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)
 

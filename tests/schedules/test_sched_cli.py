@@ -58,6 +58,6 @@ def test_sizes():
 
 def test_add_parser_mounts_on_a_parent():
     parser = argparse.ArgumentParser(prog="inagg")
-    cli.add_parser(parser.add_subparsers(dest="command"))
+    cli.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["alltoall", "--servers", "2", "--gpus-per-server", "2"])
     assert args.func is cli._cmd_alltoall
