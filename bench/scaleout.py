@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -60,11 +61,17 @@ print(json.dumps({"ok": all(ok.values()), "resent": sum(g.worker.stats["resent"]
 def ddp(nproc: int) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
            str(ROOT / "examples" / "ddp_train.py"), "--backend", "both", "--steps", str(STEPS), "--json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    # A session of its own, so that a run past its time is killed with every rank it started.
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        out, err = p.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        raise
     if p.returncode:
-        raise RuntimeError(p.stdout + p.stderr)
-    return json.loads(next(line for line in p.stdout.splitlines() if line.startswith("{")))
+        raise RuntimeError(out + err)
+    return json.loads(next(line for line in out.splitlines() if line.startswith("{")))
 
 
 def service_rate(workers: int) -> dict:

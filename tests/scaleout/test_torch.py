@@ -3,6 +3,7 @@
 import copy
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -172,10 +173,17 @@ def test_a_switch_lost_mid_run_fails_backward_naming_the_bucket(world):
 def _torchrun(nproc: int, *args: str, env=None) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
            str(ROOT / "examples" / "ddp_train.py"), "--json", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT,
-                       env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-    assert p.returncode == 0, p.stdout + p.stderr
-    return json.loads(next(line for line in p.stdout.splitlines() if line.startswith("{")))
+    # A session of its own, so that a run past its time is killed with every rank it started.
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    try:
+        out, err = p.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"torchrun did not finish within 180 s:\n{out}{err}")
+    assert p.returncode == 0, out + err
+    return json.loads(next(line for line in out.splitlines() if line.startswith("{")))
 
 
 def _check(summary: dict, world_size: int) -> None:
