@@ -8,7 +8,7 @@ sets the job's enable bit, and leaves them alone while the job has traffic.
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Signal
+from amaranth import Array, Cat, Const, Module, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -16,10 +16,19 @@ from ..models import regmap as rm
 from ..models.protocol import DEFAULT_PKEY, MAX_JOBS, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 
 __all__ = ["AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead", "SwitchConfig", "Control",
-           "N_COUNTERS"]
+           "N_COUNTERS", "event_vector"]
 
 N_COUNTERS = len(Counter)
 _OKAY, _SLVERR = 0b00, 0b10
+
+
+def event_vector(strobes: dict) -> Value:
+    """Counter strobes as the N_COUNTERS-bit vector of :attr:`Control.events`, other counters 0.
+
+    Driving the whole vector at once keeps the Verilog free of constant
+    ``always @*`` blocks, which event-driven simulators never run.
+    """
+    return Cat(*[strobes.get(c, Const(0, 1)) for c in Counter])
 
 
 class AXILiteSignature(wiring.Signature):

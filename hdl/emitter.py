@@ -25,7 +25,7 @@ from ..models.protocol import (
     Counter, Opcode,
 )
 from .axis import be_bytes, beat_signature, check_width
-from .control import N_COUNTERS, SwitchConfig, WorkerRead
+from .control import N_COUNTERS, SwitchConfig, WorkerRead, event_vector
 from .engine import result_desc_layout, result_signature
 from .icrc import ICRCGenerator
 from .ingress import check_chunk_bytes, check_slots
@@ -173,14 +173,17 @@ class ResultEmitter(wiring.Component):
         i = Signal(range(n_beats + 1))
         entry = self.worker.entry
         m.d.comb += self.worker.index.eq(head.desc.job * workers + w)
-        hdr, va = self._header(entry, self.switch, psn, head.desc.ring, head.desc.chunk)
+        header, va = self._header(entry, self.switch, psn, head.desc.ring, head.desc.chunk)
+        hdr = Signal(len(header))  # sliced per beat: a signal, so the header is built once
+        m.d.comb += hdr.eq(header)
         m.d.comb += va.eq(entry.va + head.desc.ring * self._chunk)
 
         cur = buf.read_port(domain="comb")
         prv = buf.read_port(domain="comb")
         m.d.comb += [cur.addr.eq(Cat((i - q)[:len(wj)], rd_entry)), prv.addr.eq(Cat((i - q - 1)[:len(wj)], rd_entry))]
         split = 8 * (nb - r)
-        hdr_pad = Cat(hdr, Const(0, (q + 1) * self._width - len(hdr)))
+        hdr_pad = Signal((q + 1) * self._width)
+        m.d.comb += hdr_pad.eq(hdr)
         g_data = Signal(self._width)
         g_keep = Signal(nb)
         g_last = i == n_beats - 1
@@ -209,6 +212,8 @@ class ResultEmitter(wiring.Component):
             self.o.p.data.eq(Mux(o_last, o_data | (gen.value << (8 * r)), o_data)),
         ]
 
+        sent = Signal()
+        m.d.comb += self.events.eq(event_vector({Counter.TX_RESULTS: sent}))
         with m.FSM():
             with m.State(_State.IDLE):
                 with m.If(queue.r_rdy):
@@ -226,7 +231,7 @@ class ResultEmitter(wiring.Component):
                     m.next = _State.LOAD
             with m.State(_State.LOAD):
                 m.d.sync += [psn.eq(entry.psn), i.eq(0)]
-                m.d.comb += [self.worker.psn_inc.eq(1), self.events[Counter.TX_RESULTS].eq(1)]
+                m.d.comb += [self.worker.psn_inc.eq(1), sent.eq(1)]
                 m.next = _State.FRAME
             with m.State(_State.FRAME):
                 m.d.comb += g_valid.eq(1)

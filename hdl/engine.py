@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 from .axis import check_width, swap_lanes
-from .control import N_COUNTERS
+from .control import N_COUNTERS, event_vector
 from .ingress import check_chunk_bytes, check_slots, frame_signature
 
 __all__ = ["SlotState", "meta_layout", "result_desc_layout", "result_signature", "lane_add", "SlotEngine"]
@@ -203,6 +203,5 @@ class SlotEngine(wiring.Component):
         ]
         ev = {Counter.RX_CONTRIB: out["add"], Counter.DUP_CONTRIB: out["dup"], Counter.TX_RESENDS: out["resend"],
               Counter.COMPLETED: out["complete"], **out["codes"]}
-        for c, sig in ev.items():
-            m.d.comb += self.events[c].eq(decide & sig)
+        m.d.comb += self.events.eq(event_vector({c: decide & sig for c, sig in ev.items()}))
         return m

@@ -23,7 +23,7 @@ fed as ones, as ``docs/protocol.md`` section 1.8 and
 :mod:`inagg.models.icrc` define.
 
 The register is zlib's (reflected, before the final XOR), stepped by one
-GF(2) matrix per beat written as one parity per register bit. It is not
+GF(2) matrix per beat: the XOR of one 32-bit column per input bit. It is not
 :class:`amaranth.lib.crc.Processor`, which computes the same function but
 emits every term as its own gate: at 512 bits that made the Verilog of one
 CRC about a megabyte and the Verilated build several times slower.
@@ -104,12 +104,17 @@ ALGORITHM = crc.Algorithm(crc_width=32, polynomial=0x04C11DB7, initial_crc=ETH_S
 
 
 def step_matrix(width: int) -> list[int]:
-    """Rows of the raw register's update by one ``width``-bit word: bit ``j`` of the next
-    register is the parity of ``Cat(register, word) & row[j]``."""
+    """Columns of the raw register's update by one ``width``-bit word: the next register is
+    the XOR of ``column[i]`` over the set bits ``i`` of ``Cat(register, word)``."""
     nb = width // 8
     cols = [zlib.crc32(bytes(nb), (1 << i) ^ _ONES) ^ _ONES for i in range(32)]
-    cols += [zlib.crc32((1 << i).to_bytes(nb, "little"), _ONES) ^ _ONES for i in range(width)]
-    return [sum(((c >> j) & 1) << i for i, c in enumerate(cols)) for j in range(32)]
+    return cols + [zlib.crc32((1 << i).to_bytes(nb, "little"), _ONES) ^ _ONES for i in range(width)]
+
+
+def _xor_tree(terms: list) -> Value:
+    while len(terms) > 1:
+        terms = [terms[i] ^ terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 class CRC32(wiring.Component):
@@ -136,7 +141,10 @@ class CRC32(wiring.Component):
         raw = Signal(32, init=ETH_SKIP_RAW)
         source = Cat(Mux(self.start, ETH_SKIP_RAW, raw), self.data)
         with m.If(self.valid):
-            m.d.sync += raw.eq(Cat(*[(source & row).xor() for row in step_matrix(self._width)]))
+            # One 32-bit term per input bit: word-wide operations that Verilator handles
+            # far better than 32 parities over scattered bits of a 544-bit vector.
+            m.d.sync += raw.eq(_xor_tree([Mux(source[i], col, 0) for i, col in
+                                          enumerate(step_matrix(self._width)) if col]))
         with m.Elif(self.start):
             m.d.sync += raw.eq(ETH_SKIP_RAW)
         m.d.comb += self.crc.eq(raw ^ _ONES)
@@ -202,10 +210,14 @@ class ICRCChecker(wiring.Component):
         zeros = Signal(range(nbytes))
         with m.If(self.valid & inside):
             m.d.sync += zeros.eq(Mux(left < nbytes, nbytes - left, 0))
+        # Signals, not expressions, wherever a value is sliced: Amaranth would rebuild
+        # the whole expression for every slice of it.
+        masked = Signal(self._width)
+        m.d.comb += masked.eq(icrc_mask(self.data, self.beat, self._width))
         m.d.comb += [
             proc.start.eq(self.valid & (self.beat == 0)),
             proc.valid.eq(self.valid & inside),
-            proc.data.eq(_tail_zero(icrc_mask(self.data, self.beat, self._width), nbytes, left)),
+            proc.data.eq(_tail_zero(masked, nbytes, left)),
             self.ok.eq(proc.crc == Array(Const(r, 32) for r in RESIDUES[:nbytes])[zeros]),
         ]
         return m
@@ -243,7 +255,8 @@ class ICRCGenerator(wiring.Component):
         m.submodules.crc = proc = CRC32(self._width)
         last_beat, tail = divmod(self._end - 1, nbytes)
         zeros = nbytes - 1 - tail
-        data = icrc_mask(self.data, self.beat, self._width)
+        data = Signal(self._width)
+        m.d.comb += data.eq(icrc_mask(self.data, self.beat, self._width))
         m.d.comb += [
             proc.start.eq(self.valid & (self.beat == 0)),
             proc.valid.eq(self.valid & (self.beat <= last_beat)),

@@ -24,7 +24,7 @@ from ..models.protocol import (
     IPV4_LEN, QPN_JOB_BITS, QPN_PREFIX, QPN_WORKER_BITS, RETH_LEN, ROCE_UDP_PORT, UDP_LEN, Counter, Opcode,
 )
 from .axis import be_get, beat_signature, check_width
-from .control import JobRead, N_COUNTERS
+from .control import JobRead, N_COUNTERS, event_vector
 from .icrc import ICRCChecker
 
 __all__ = ["frame_desc_layout", "frame_signature", "IngressPort", "check_chunk_bytes", "check_slots"]
@@ -121,12 +121,17 @@ class IngressPort(wiring.Component):
         m.d.comb += self.i.ready.eq(pay.w_rdy & (dq.level < _FIFO_DESCS - 1))
         accept = self.i.valid & self.i.ready
         bdata = self.i.p.data
-        hdr_now = Cat(*[Mux(beat == k // nb, bdata.word_select(k % nb, 8), hdr.word_select(k, 8))
-                        for k in range(_HDR_LEN)])
+        # A signal, not an expression: every field slices it, and Amaranth would rebuild an
+        # expression for each slice.
+        hdr_now = Signal.like(hdr)
+        m.d.comb += hdr_now.eq(Cat(*[Mux(beat == k // nb, bdata.word_select(k % nb, 8), hdr.word_select(k, 8))
+                                     for k in range(_HDR_LEN)]))
+        end_now = ETH_LEN + be_get(hdr_now, ETH_LEN + 2, 2)
+        length_beat = (ETH_LEN + 3) // nb
         m.d.comb += [
             icrc.valid.eq(accept), icrc.beat.eq(beat), icrc.data.eq(bdata),
             # Beats before the total length arrives lie wholly inside any datagram long enough to matter.
-            icrc.end.eq(Mux(beat >= (ETH_LEN + 3) // nb, ETH_LEN + be_get(hdr_now, ETH_LEN + 2, 2), 0xFFFF)),
+            icrc.end.eq(Mux(beat >= length_beat, end_now, 0xFFFF) if length_beat else end_now),
         ]
         q, r = divmod(_HDR_LEN, nb)
         push = accept & (beat > q) & (beat <= q + beats)
@@ -222,10 +227,8 @@ class IngressPort(wiring.Component):
             verdict.desc.workers.eq(entry.workers), verdict.desc.slots.eq(entry.slots),
             dq.w_data.eq(verdict), dq.w_en.eq(v_fire),
         ]
-        m.d.comb += self.events[Counter.RX_FRAMES].eq(v_fire)
-        for c in Counter:
-            if c != Counter.RX_FRAMES:
-                m.d.comb += self.events[c].eq(v_fire & ~take & (code == c))
+        drops = {c: v_fire & ~take & (code == c) for c in Counter if c != Counter.RX_FRAMES}
+        m.d.comb += self.events.eq(event_vector({Counter.RX_FRAMES: v_fire, **drops}))
 
         # -- send: contributions to the engine, dropped frames' beats to nowhere --
         head = data.View(desc_layout, dq.r_data)

@@ -28,12 +28,16 @@ from .emitter import ResultEmitter
 from .engine import SlotEngine
 from .ingress import IngressPort, check_chunk_bytes, check_slots
 
-__all__ = ["Switch", "SwitchTop", "generate_verilog"]
+__all__ = ["check_parameters", "Switch", "SwitchTop", "generate_verilog"]
 
 
-def _check_geometry(ports, jobs, workers):
+def check_parameters(*, ports, width, slots, chunk_bytes=CHUNK_BYTES_DEFAULT, jobs=4, workers=8) -> None:
+    """Raise ``ValueError`` naming the first parameter of :class:`Switch` that is out of range."""
     if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= 64:
         raise ValueError(f"Port count must be an integer in 1..64, not {ports!r}")
+    check_width(width)
+    check_slots(slots)
+    check_chunk_bytes(chunk_bytes)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= 64:
         raise ValueError(f"Job count must be an integer in 1..64, not {jobs!r}")
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
@@ -74,9 +78,8 @@ class Switch(wiring.Component):
 
     def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
                  jobs: int = 4, workers: int = 8):
-        _check_geometry(ports, jobs, workers)
-        self.ports, self.width = ports, check_width(width)
-        self.slots, self.chunk_bytes = check_slots(slots), check_chunk_bytes(chunk_bytes)
+        check_parameters(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers)
+        self.ports, self.width, self.slots, self.chunk_bytes = ports, width, slots, chunk_bytes
         self.jobs, self.workers = jobs, workers
         self.control = Control(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs,
                                workers=workers, job_readers=ports, event_sources=2 * ports + 1)
@@ -152,7 +155,7 @@ class SwitchTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.switch = sw = self.switch
+        m.submodules.core = sw = self.switch
         for p in range(sw.ports):
             s, o = sw.s[p], sw.m[p]
             m.d.comb += [
@@ -175,4 +178,5 @@ class SwitchTop(wiring.Component):
 
 def generate_verilog(name: str = "inagg_switch", **params) -> str:
     """Verilog of :class:`SwitchTop` with ``params``, as module ``name``."""
+    check_parameters(**params)
     return verilog.convert(SwitchTop(**params), name=name, emit_src=False)

@@ -1,0 +1,41 @@
+"""``inagg verilog``: write the switch top as Verilog (Amaranth is imported only when the command runs)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["register"]
+
+
+def _cmd_verilog(args: argparse.Namespace) -> int:
+    from .switch import generate_verilog
+
+    try:
+        text = generate_verilog(args.name, ports=args.ports, width=args.width, slots=args.slots,
+                                chunk_bytes=args.chunk_bytes, jobs=args.jobs, workers=args.workers)
+    except ValueError as e:
+        print(f"inagg verilog: error: {e}", file=sys.stderr)
+        return 2
+    if args.output == "-":
+        print(text, end="")
+    else:
+        with open(args.output, "w") as f:
+            f.write(text)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``verilog`` to the ``inagg`` command line."""
+    p = subparsers.add_parser("verilog", help="write the Mode II switch RTL as Verilog",
+                              description="Write the switch top (AXI-Stream ports, AXI4-Lite registers) as Verilog; "
+                                          "docs/rtl.md describes its ports and registers.")
+    p.add_argument("--ports", type=int, default=4, help="Ethernet ports (default 4)")
+    p.add_argument("--width", type=int, default=512, choices=(64, 256, 512), help="beat width in bits (default 512)")
+    p.add_argument("--slots", type=int, default=256, help="direct-mapped slots, a power of two (default 256)")
+    p.add_argument("--chunk-bytes", type=int, default=1024, help="payload bytes per contribution (default 1024)")
+    p.add_argument("--jobs", type=int, default=4, help="jobs the tables hold (default 4)")
+    p.add_argument("--workers", type=int, default=8, help="most workers per job (default 8)")
+    p.add_argument("--name", default="inagg_switch", help="Verilog module name (default inagg_switch)")
+    p.add_argument("-o", "--output", default="-", help="output file (default: standard output)")
+    p.set_defaults(func=_cmd_verilog)

@@ -1,0 +1,37 @@
+"""`inagg verilog`: the file it writes, its errors, and Verilator's -Wall lint on it with hdl/lint.vlt."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from inagg.cli import main
+
+LINT_WAIVERS = Path(__file__).resolve().parents[2] / "hdl" / "lint.vlt"
+
+
+def test_writes_the_top(tmp_path):
+    out = tmp_path / "switch.v"
+    assert main(["verilog", "--ports", "2", "--width", "64", "--slots", "8", "--chunk-bytes", "256",
+                 "--jobs", "1", "--workers", "2", "--name", "sw", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "module sw(" in text and "s1_axis_tdata" in text and "s_axil_araddr" in text
+
+
+def test_refuses_bad_parameters(capsys):
+    assert main(["verilog", "--slots", "100", "-o", "-"]) == 2
+    assert capsys.readouterr().err == ("inagg verilog: error: Slot count must be a power of two from 2 to 65536, "
+                                       "not 100\n")
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_lint_is_clean(tmp_path, width):
+    from inagg.testbench import toolchain
+
+    root = toolchain.activate()
+    out = tmp_path / "switch.v"
+    assert main(["verilog", "--ports", "2", "--width", str(width), "--slots", "8", "--chunk-bytes", "256",
+                 "--jobs", "2", "--workers", "4", "-o", str(out)]) == 0
+    lint = subprocess.run([str(root / "bin" / "verilator"), "--lint-only", "-Wall", str(LINT_WAIVERS), str(out)],
+                          capture_output=True, text=True)
+    assert lint.returncode == 0 and "%Warning" not in lint.stderr and "%Error" not in lint.stderr, lint.stderr[:3000]

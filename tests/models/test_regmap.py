@@ -1,0 +1,69 @@
+"""The register map description: addresses, the writes of a job, its checks, and docs/rtl.md in step."""
+
+from pathlib import Path
+
+import pytest
+
+from inagg.models import regmap as rm
+from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
+from inagg.models.protocol import Counter
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "rtl.md"
+
+
+def _job(job=1, workers=2, port=0, slot_base=4, slots=4):
+    ws = tuple(WorkerSpec(port=port, mac=f"02:00:00:00:00:{w + 1:02x}", ip=f"10.0.0.{w + 1}", qpn=0x100 + w,
+                          rkey=0xAB00 + w, result_va=0x1_0000_0000 * (w + 1) + 0x40, result_psn=7 + w)
+               for w in range(workers))
+    return JobSpec(job=job, rkey=0xC0DE, slot_base=slot_base, slots=slots, workers=ws)
+
+
+def test_addresses():
+    m = rm.RegMap(jobs=4, workers=8)
+    assert m.counter(Counter.RX_FRAMES) == 0x100
+    assert m.counter(Counter.EXC_REFUSED) == 0x100 + 4 * 19
+    assert m.job(3, "SLOTS") == 0x1000 + 3 * 0x20 + 0xC
+    assert m.worker(1, 2, "PSN") == 0x8000 + (8 + 2) * 0x40 + 0x20
+    assert m.addr_width == 16
+    offsets = [off for off, _, _ in rm.SWITCH_FIELDS.values()]
+    assert len(set(offsets)) == len(offsets) and max(offsets) < rm.COUNTER_BASE
+    assert rm.COUNTER_BASE + 4 * len(Counter) <= rm.JOB_BASE
+
+
+def test_job_writes_put_ctrl_last_and_split_fields():
+    m = rm.RegMap(jobs=4, workers=8)
+    spec = SwitchSpec(ports=2, slots=16, chunk_bytes=256)
+    writes = m.job_writes(_job(), spec)
+    assert writes[-1] == (m.job(1, "CTRL"), 1 | 2 << 8)
+    w = dict(writes)
+    assert w[m.worker(1, 1, "VA_HI")] == 2 and w[m.worker(1, 1, "VA_LO")] == 0x40
+    assert w[m.worker(1, 0, "MAC_HI")] == 0x0200 and w[m.worker(1, 0, "MAC_LO")] == 0x00000001
+    assert w[m.worker(1, 1, "IP")] == 0x0A000002
+    assert w[m.job(1, "SLOT_BASE")] == 4 and w[m.job(1, "SLOTS")] == 4
+    assert all(value < 1 << 32 for _, value in writes)
+    assert dict(m.switch_writes(spec))[m.switch("IP")] == 0x0A0000FE
+
+
+@pytest.mark.parametrize("job, message", [
+    (_job(job=4), r"^job 4 does not exist: the switch has 4 jobs$"),
+    (_job(workers=9), r"^job 1 has 9 workers, the switch at most 8$"),
+    (_job(slot_base=16, slots=4), r"^job 1's slots 16\.\.19 exceed the switch's 16 slots$"),
+    (_job(port=2), r"^worker port 2 does not exist: the switch has 2 ports$"),
+])
+def test_job_writes_refuse_what_the_switch_cannot_hold(job, message):
+    with pytest.raises(ValueError, match=message):
+        rm.RegMap(jobs=4, workers=8).job_writes(job, SwitchSpec(ports=2, slots=16, chunk_bytes=256))
+
+
+@pytest.mark.parametrize("jobs, workers, message", [
+    (0, 8, r"^jobs must be an integer in 1\.\.1024, not 0$"),
+    (4, 65, r"^workers must be an integer in 1\.\.64, not 65$"),
+    (1000, 8, r"^1000 jobs do not fit the job register block$"),
+])
+def test_geometry_is_checked(jobs, workers, message):
+    with pytest.raises(ValueError, match=message):
+        rm.RegMap(jobs=jobs, workers=workers)
+
+
+def test_docs_hold_the_register_map():
+    assert rm.RegMap(4, 8).markdown() in DOCS.read_text()
