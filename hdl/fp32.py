@@ -253,7 +253,8 @@ class FP32Adder(wiring.Component):
         # The bits of the sum whose leading 1 can move up to bit 27 with the exponent staying
         # at least 1, bits 27 - min(exp, 27) and up: a decoder of the exponent beside the adder.
         cap = Mux(al.exp >= 27, 27, al.exp[:5])
-        up_to_cap = ~(Const((1 << 28) - 1, 28) << (cap + 1))[:28]  # bits 0 .. cap
+        # Bits 0 .. cap; shifting by `cap` rather than `cap + 1` keeps an adder off the path.
+        up_to_cap = Cat(Const(1, 1), ~(Const((1 << 27) - 1, 27) << cap)[:27])
         ad = p.cut(
             "add",
             sign=al.sign, exp=al.exp, zero_sign=al.zero_sign, special=al.special, nan=al.nan,
