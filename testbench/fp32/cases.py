@@ -145,10 +145,10 @@ def adder_random(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarr
     u = rng.integers(0, 1 << 32, (2, k), dtype=np.uint64).astype(np.uint32)
     parts.append(u)
 
-    a = rng.integers(0, 1 << 32, k, dtype=np.uint64).astype(np.uint32) & np.uint32(0xBFFF_FFFF)
-    shift = rng.integers(0, 32, k).astype(np.uint32) << np.uint32(23)
-    b = (a - shift) ^ (rng.integers(0, 1 << 24, k).astype(np.uint32) | (rng.integers(0, 2, k).astype(np.uint32) << np.uint32(31)))
-    parts.append(np.stack([a, b]))
+    exp = rng.integers(32, 255, k)
+    exps = np.stack([exp, exp - rng.integers(0, 32, k)]).astype(np.uint32)
+    signs = rng.integers(0, 2, (2, k)).astype(np.uint32)
+    parts.append((signs << np.uint32(31)) | (exps << np.uint32(23)) | rng.integers(0, 1 << 23, (2, k)).astype(np.uint32))
 
     a = rng.integers(0, 1 << 32, k, dtype=np.uint64).astype(np.uint32) & np.uint32(0xBFFF_FFFF)
     ulps = rng.integers(-4, 5, k).astype(np.int64)
