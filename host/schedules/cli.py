@@ -66,6 +66,10 @@ def register(subparsers) -> None:
     p.add_argument("--sizes", type=parse_sizes, default=None, help="size range for compare (default 1KiB..1GiB)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", metavar="FILE.png", help="plot the schedule (or, for compare, time against size)")
+    p.add_argument("--export-msccl", metavar="FILE.xml",
+                   help="write the schedule as an MSCCL XML algorithm (validated, then read back and checked)")
+    p.add_argument("--msccl-proto", choices=["Simple", "LL", "LL128"], default="Simple",
+                   help="protocol named in the MSCCL file (default Simple)")
     p.add_argument("--no-check", action="store_true", help="skip running the schedule through the executor")
     p.set_defaults(func=_cmd_schedule)
 
@@ -95,13 +99,21 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
             return _compare(args, topo)
         if not args.algo:
             return _fail("--algo is required (or use `inagg schedule compare`)")
-        concrete = not args.no_check
+        concrete = not args.no_check or args.export_msccl
         sched = generate(args.algo, args.ranks, topo=topo, collective=args.collective,
                          abstract=not concrete and args.algo not in ("ina", "direct", "fast"))
         if not args.no_check:
             executor.check(sched)
         c = cost.evaluate(sched, topo, args.size)
-    except (ValueError, TypeError) as e:
+        if args.export_msccl:
+            from . import msccl
+
+            text = msccl.export(sched, proto=args.msccl_proto)
+            if not args.no_check:  # the file itself, read back, must compute the collective
+                executor.check(msccl.load(text))
+            with open(args.export_msccl, "w", encoding="utf-8") as f:
+                f.write(text)
+    except (ValueError, TypeError, OSError) as e:
         return _fail(str(e))
     if args.plot:
         from . import plot
@@ -109,11 +121,15 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         plot.plot_schedule(sched, args.plot, args.size)
     d = c.as_dict()
     d["checked"] = not args.no_check
+    if args.export_msccl:
+        d["msccl"] = args.export_msccl
     if args.json:
         print(json.dumps(d, indent=2))
     else:
         print(f"{c.algo} {c.collective} on {c.topology} ({c.ranks} ranks), {c.size_bytes:.0f} B: "
               f"{c.steps} steps, {c.bytes_per_rank:.0f} B/rank, {c.time_s * 1e6:.2f} us, Xi {c.xi:.3f}")
+        if args.export_msccl:
+            print(f"wrote MSCCL algorithm {args.export_msccl}")
     return 0
 
 
