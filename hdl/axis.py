@@ -1,4 +1,4 @@
-"""Beat streams and byte-vector helpers shared by every block of the switch.
+"""Beat streams, byte-vector helpers and parameter checks shared by every block of the switch.
 
 A frame travels as a stream of *beats*: ``width`` bits of data, one keep bit
 per byte, and ``last`` on the frame's final beat. Byte ``k`` of a beat sits in
@@ -16,7 +16,9 @@ from __future__ import annotations
 from amaranth import Cat, Const, Value
 from amaranth.lib import data, stream
 
-__all__ = ["WIDTHS", "check_width", "beat_layout", "beat_signature", "be_get", "be_bytes", "swap_lanes"]
+from ..models.protocol import CHUNK_BYTES_ALLOWED
+
+__all__ = ["WIDTHS", "check_width", "check_chunk_bytes", "check_slots", "beat_layout", "beat_signature", "be_get", "be_bytes", "swap_lanes"]
 
 WIDTHS = (64, 256, 512)
 
@@ -26,6 +28,20 @@ def check_width(width: object) -> int:
     if not isinstance(width, int) or isinstance(width, bool) or width not in WIDTHS:
         raise ValueError(f"Data width must be one of {WIDTHS}, not {width!r}")
     return width
+
+
+def check_chunk_bytes(chunk_bytes: object) -> int:
+    """Validate a chunk size (``protocol.CHUNK_BYTES_ALLOWED``); return it."""
+    if not isinstance(chunk_bytes, int) or chunk_bytes not in CHUNK_BYTES_ALLOWED:
+        raise ValueError(f"Chunk size must be one of {CHUNK_BYTES_ALLOWED}, not {chunk_bytes!r}")
+    return chunk_bytes
+
+
+def check_slots(slots: object) -> int:
+    """Validate a slot count (a power of two up to 65536); return it."""
+    if not isinstance(slots, int) or slots < 2 or slots & (slots - 1) or slots > 1 << 16:
+        raise ValueError(f"Slot count must be a power of two from 2 to 65536, not {slots!r}")
+    return slots
 
 
 def beat_layout(width: int) -> data.StructLayout:

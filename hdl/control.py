@@ -13,7 +13,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..models import regmap as rm
-from ..models.protocol import DEFAULT_PKEY, MAX_JOBS, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
+from ..models.protocol import DEFAULT_PKEY, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 
 __all__ = ["AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead", "SwitchConfig", "Control",
            "N_COUNTERS", "event_vector"]

@@ -24,11 +24,10 @@ from ..models.protocol import (
     DEFAULT_TTL, ETH_TYPE_IPV4, ICRC_LEN, IMM_CHUNK_MASK, IP_PROTO_UDP, IPV4_LEN, RESULT_HDR_LEN, ROCE_UDP_PORT,
     Counter, Opcode,
 )
-from .axis import be_bytes, beat_signature, check_width
+from .axis import be_bytes, beat_signature, check_chunk_bytes, check_slots, check_width
 from .control import N_COUNTERS, SwitchConfig, WorkerRead, event_vector
 from .engine import result_desc_layout, result_signature
 from .icrc import ICRCGenerator
-from .ingress import check_chunk_bytes, check_slots
 
 __all__ = ["ipv4_checksum", "ResultEmitter"]
 
@@ -98,15 +97,14 @@ class ResultEmitter(wiring.Component):
             "events": Out(N_COUNTERS),
         })
 
-    def _header(self, entry, switch, psn, ring, chunk):
-        """The 74 header bytes of a result to the worker ``entry`` describes."""
+    def _header(self, entry, switch, psn, va, chunk):
+        """The 74 header bytes of a result to the worker ``entry`` describes, its ring entry at ``va``."""
         c = self._chunk
         total = RESULT_HDR_LEN - 14 + c + ICRC_LEN
         sw_ip, w_ip = switch.ip, entry.ip
         csum = ipv4_checksum([Const(0x4500, 16), Const(total, 16), Const(0, 16), Const(0x4000, 16),
                               Const(DEFAULT_TTL << 8 | IP_PROTO_UDP, 16),
                               sw_ip[16:], sw_ip[:16], w_ip[16:], w_ip[:16]])
-        va = Signal(64)
         fields = [
             (entry.mac, 6), (switch.mac, 6), (ETH_TYPE_IPV4, 2),
             (0x4500, 2), (total, 2), (0, 2), (0x4000, 2), (DEFAULT_TTL, 1), (IP_PROTO_UDP, 1), (csum, 2),
@@ -120,8 +118,7 @@ class ResultEmitter(wiring.Component):
         out = []
         for value, n in fields:
             out += be_bytes(int(value) if isinstance(value, int) else value, n)
-        assert len(out) == RESULT_HDR_LEN
-        return Cat(*out), va
+        return Cat(*out)
 
     def elaborate(self, platform):
         m = Module()
@@ -173,10 +170,10 @@ class ResultEmitter(wiring.Component):
         i = Signal(range(n_beats + 1))
         entry = self.worker.entry
         m.d.comb += self.worker.index.eq(head.desc.job * workers + w)
-        header, va = self._header(entry, self.switch, psn, head.desc.ring, head.desc.chunk)
-        hdr = Signal(len(header))  # sliced per beat: a signal, so the header is built once
-        m.d.comb += hdr.eq(header)
+        va = Signal(64)
         m.d.comb += va.eq(entry.va + head.desc.ring * self._chunk)
+        hdr = Signal(8 * RESULT_HDR_LEN)  # sliced per beat: a signal, so the header is built once
+        m.d.comb += hdr.eq(self._header(entry, self.switch, psn, va, head.desc.chunk))
 
         cur = buf.read_port(domain="comb")
         prv = buf.read_port(domain="comb")

@@ -34,9 +34,9 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
-from .axis import check_width, swap_lanes
+from .axis import check_chunk_bytes, check_slots, check_width, swap_lanes
 from .control import N_COUNTERS, event_vector
-from .ingress import check_chunk_bytes, check_slots, frame_signature
+from .ingress import frame_signature
 
 __all__ = ["SlotState", "meta_layout", "result_desc_layout", "result_signature", "lane_add", "SlotEngine"]
 
@@ -88,7 +88,8 @@ class SlotEngine(wiring.Component):
     -------
     i : In(frame_signature(width, slots))
         Accepted contributions. ``i.ready`` is low only on a first beat
-        while ``can_start`` is low.
+        while ``can_start`` is low, and for ``slots`` cycles after reset
+        while the engine marks every slot FREE.
     can_start : In(1)
         Every result emitter can take one more result.
     o : Out(result_signature(width, slots))
@@ -158,10 +159,17 @@ class SlotEngine(wiring.Component):
         m_wr = metas.write_port()
         m_rd = metas.read_port(transparent_for=(m_wr,))
 
+        # After reset every slot is FREE: sweep the metadata before taking a contribution
+        # (the lanes need no clearing, a slot's first contribution is stored as it comes).
+        sweep = Signal(range(self._slots + 1))
+        clearing = sweep != self._slots
+        with m.If(clearing):
+            m.d.sync += sweep.eq(sweep + 1)
+
         # -- stage A --
         j = Signal(range(beats))
         first = j == 0
-        m.d.comb += self.i.ready.eq(~first | self.can_start)
+        m.d.comb += self.i.ready.eq(~clearing & (~first | self.can_start))
         take = self.i.valid & self.i.ready
         desc = self.i.p.desc
         with m.If(take):
@@ -177,7 +185,10 @@ class SlotEngine(wiring.Component):
                      b_x.eq(swap_lanes(self.i.p.data)), b_desc.eq(desc)]
         out, new_meta = self.decide(m, m_rd.data, b_desc)
         decide = b_valid & b_first
-        m.d.comb += [m_wr.addr.eq(b_desc.slot), m_wr.data.eq(new_meta), m_wr.en.eq(decide & out["add"])]
+        with m.If(clearing):
+            m.d.comb += [m_wr.addr.eq(sweep), m_wr.data.eq(0), m_wr.en.eq(1)]
+        with m.Else():
+            m.d.comb += [m_wr.addr.eq(b_desc.slot), m_wr.data.eq(new_meta), m_wr.en.eq(decide & out["add"])]
 
         # What the frame does, held for its later beats.
         f_write, f_store, f_emit, f_all = Signal(), Signal(), Signal(), Signal()

@@ -20,14 +20,14 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..models.protocol import (
-    BTH_LEN, CHUNK_BYTES_ALLOWED, CONTRIB_HDR_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMMDT_LEN, IP_PROTO_UDP,
+    BTH_LEN, CONTRIB_HDR_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMMDT_LEN, IP_PROTO_UDP,
     IPV4_LEN, QPN_JOB_BITS, QPN_PREFIX, QPN_WORKER_BITS, RETH_LEN, ROCE_UDP_PORT, UDP_LEN, Counter, Opcode,
 )
-from .axis import be_get, beat_signature, check_width
+from .axis import be_get, beat_signature, check_chunk_bytes, check_slots, check_width
 from .control import JobRead, N_COUNTERS, event_vector
 from .icrc import ICRCChecker
 
-__all__ = ["frame_desc_layout", "frame_signature", "IngressPort", "check_chunk_bytes", "check_slots"]
+__all__ = ["frame_desc_layout", "frame_signature", "IngressPort"]
 
 _HDR_LEN = CONTRIB_HDR_LEN  # bytes the checks read: Ethernet up to the end of RETH
 _BTH = ETH_LEN + IPV4_LEN + UDP_LEN
@@ -36,18 +36,6 @@ _RETH_OPS = (Opcode.RC_RDMA_WRITE_ONLY, Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC
              Opcode.UC_RDMA_WRITE_ONLY_IMM)
 _IMM_OPS = (Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC_RDMA_WRITE_ONLY_IMM)
 _FIFO_DESCS = 8
-
-
-def check_chunk_bytes(chunk_bytes: object) -> int:
-    if not isinstance(chunk_bytes, int) or chunk_bytes not in CHUNK_BYTES_ALLOWED:
-        raise ValueError(f"Chunk size must be one of {CHUNK_BYTES_ALLOWED}, not {chunk_bytes!r}")
-    return chunk_bytes
-
-
-def check_slots(slots: object) -> int:
-    if not isinstance(slots, int) or slots < 2 or slots & (slots - 1) or slots > 1 << 16:
-        raise ValueError(f"Slot count must be a power of two from 2 to 65536, not {slots!r}")
-    return slots
 
 
 def frame_desc_layout(slots: int) -> data.StructLayout:

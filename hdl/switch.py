@@ -22,11 +22,11 @@ from amaranth.lib.wiring import In, Out
 
 from ..models.protocol import CHUNK_BYTES_DEFAULT, MAX_WORKERS
 from .arbiter import FrameArbiter
-from .axis import beat_signature, check_width
+from .axis import beat_signature, check_chunk_bytes, check_slots, check_width
 from .control import AXILiteSignature, Control
 from .emitter import ResultEmitter
 from .engine import SlotEngine
-from .ingress import IngressPort, check_chunk_bytes, check_slots
+from .ingress import IngressPort
 
 __all__ = ["check_parameters", "Switch", "SwitchTop", "generate_verilog"]
 

@@ -160,9 +160,9 @@ async def registers(dut):
     assert await tb.read(rm.RegMap.switch("PKEY")) == 0x8001
     assert (await tb.axil.read(0x0F00, 4)).resp == 2
     assert (await tb.axil.write(rm.RegMap.switch("ID"), b"\0\0\0\0")).resp == 2
-    job = make_job(tb.spec, 2, 2, 4, 4)
+    job = make_job(tb.spec, 1, 2, 4, 4)
     await tb.add_job(job)
-    assert await tb.read(tb.regmap.job(2, "RKEY")) == job.rkey
+    assert await tb.read(tb.regmap.job(1, "RKEY")) == job.rkey
     rng = np.random.default_rng(2)
     traffic = [(job.workers[w].port, contribution(tb.spec, job, w, 5, lanes(rng, tb.spec))) for w in range(2)]
     traffic.append((0, contribution(tb.spec, job, 0, 6, lanes(rng, tb.spec), pkey=0xFFFF)))
