@@ -37,9 +37,9 @@ def _matrix(m, what: str) -> np.ndarray:
         raise ValueError(f"{what} must be a square matrix, not shape {a.shape}")
     if a.dtype.kind not in "iu":
         raise TypeError(f"{what} must hold integers (bytes or chunks), not {a.dtype}")
-    if (a < 0).any():
+    if a.size and a.min() < 0:
         raise ValueError(f"{what} must be non-negative")
-    return a.astype(np.int64)
+    return a.astype(np.int64, copy=False)
 
 
 def zipf_matrix(gpus: int, skew: float = 0.8, *, mean_bytes: int = 1 << 20, seed: int = 0) -> np.ndarray:
@@ -65,22 +65,26 @@ def server_matrix(m: np.ndarray, gpus_per_server: int) -> np.ndarray:
     if g < 1 or m.shape[0] % g:
         raise ValueError(f"{m.shape[0]} GPUs are not a whole number of servers of {gpus_per_server}")
     s = m.shape[0] // g
-    b = m.reshape(s, g, s, g).sum(axis=(1, 3))
-    np.fill_diagonal(b, 0)
+    # rows of a server first (contiguous memory), then its columns: several times faster than
+    # one reduction over both axes of a (s, g, s, g) view
+    b = m.reshape(s, g, s * g).sum(axis=1).reshape(s, s, g).sum(axis=2)
+    b.flat[::s + 1] = 0
     return b
 
 
-def _pad(b: np.ndarray) -> tuple[np.ndarray, int]:
+def _pad(b: list[list[int]]) -> tuple[list[list[int]], int]:
     """Add non-negative padding so every row and column sums to the largest line sum L."""
-    L = int(max(b.sum(axis=1).max(), b.sum(axis=0).max())) if b.size else 0
-    a = b.copy()
-    rdef = L - a.sum(axis=1)
-    cdef = L - a.sum(axis=0)
+    rows = [sum(r) for r in b]
+    cols = [sum(c) for c in zip(*b)]
+    L = max(rows + cols, default=0)
+    a = [r[:] for r in b]
+    rdef = [L - x for x in rows]
+    cdef = [L - x for x in cols]
     i = j = 0
     n = len(a)
     while i < n and j < n:  # north-west corner rule: total row and column deficits are equal
         x = min(rdef[i], cdef[j])
-        a[i, j] += x
+        a[i][j] += x
         rdef[i] -= x
         cdef[j] -= x
         if rdef[i] == 0:
@@ -90,57 +94,140 @@ def _pad(b: np.ndarray) -> tuple[np.ndarray, int]:
     return a, L
 
 
-def birkhoff(b: np.ndarray) -> tuple[list[tuple[np.ndarray, int]], int]:
+#: From this many servers on, each stage is a maximum-weight matching. Below it, on the Zipf
+#: matrices of bench/schedules.py, every stage empties one entry whichever matching it takes
+#: (both ways reach the S^2 - 2S + 2 bound: 7, 24 and 49 stages at 4, 6 and 8 servers), so a
+#: stage only repairs the matching it had; at 12, 16 and 40 servers the maximum-weight
+#: stages number 106, 155 and 429 against 119, 222 and 1508 repaired ones.
+MAX_WEIGHT_SERVERS = 12
+
+
+def _repaired_stages(a: list[list[int]], L: int) -> tuple[list[list[int]], list[int]]:
+    """Stages from one perfect matching, repaired after each stage by augmenting paths (Kuhn).
+
+    Pure Python on purpose: the matrix has a few servers per side, and a
+    numpy call costs more than a whole row of this work.
+    """
+    n = len(a)
+    match = [-1] * n  # column of every row
+    owner = [-1] * n  # row of every column
+
+    def augment(r: int, seen: list[bool]) -> bool:
+        for c, x in enumerate(a[r]):
+            if x and not seen[c]:
+                seen[c] = True
+                if owner[c] < 0 or augment(owner[c], seen):
+                    match[r] = c
+                    owner[c] = r
+                    return True
+        return False
+
+    perms, weights = [], []
+    lost = range(n)
+    left = L
+    while left:
+        for r in lost:
+            if not augment(r, [False] * n):  # a balanced matrix has one on its support (Koenig)
+                raise AssertionError("no perfect matching in the support of a balanced matrix")
+        w = min([row[c] for row, c in zip(a, match)])
+        perms.append(match[:])
+        weights.append(w)
+        left -= w
+        lost = []
+        for r, c in enumerate(match):
+            row = a[r]
+            row[c] -= w
+            if not row[c]:
+                lost.append(r)
+                owner[c] = -1
+    return perms, weights
+
+
+def _max_weight_stages(a: list[list[int]], L: int) -> tuple[list[np.ndarray], list[float]]:
+    """Stages that are each the permutation of largest total weight on the support.
+
+    Costs are the negated entries with empty ones priced out (``big`` is more
+    than any matching on the support weighs), as exact integers in float64.
+    """
+    n = len(a)
+    big = float(L) * n + 1.0
+    if big >= 2.0 ** 53:
+        raise ValueError(f"server matrix too large for exact planning: line sum {L} x {n} servers >= 2^53")
+    cost = np.array(a, dtype=np.float64)
+    cost = np.where(cost > 0, -cost, big)
+    rows = np.arange(n)
+    perms, weights = [], []
+    left = float(L)
+    while left:
+        match = linear_sum_assignment(cost)[1]
+        v = cost[rows, match]
+        w = -v.max()
+        v += w
+        cost[rows, match] = np.where(v < 0, v, big)
+        perms.append(match)
+        weights.append(w)
+        left -= w
+    return perms, weights
+
+
+def birkhoff(b, method: str = "auto") -> tuple[np.ndarray, np.ndarray, int]:
     """Birkhoff-von Neumann decomposition of an integer matrix after padding.
 
-    Returns ``(stages, L)``: ``stages`` is a list of ``(perm, weight)`` with
-    ``perm[s]`` the server s sends to (``perm[s] == s`` means idle) and the
-    weights summing to L.
+    Returns ``(perms, weights, L)``: stage k sends from server s to
+    ``perms[k, s]`` (``perms[k, s] == s`` means idle) for ``weights[k]``
+    bytes, and the weights sum to L, the largest line sum. ``method`` is
+    ``"repair"`` (one matching, repaired after each stage), ``"max-weight"``
+    (a maximum-weight matching per stage: fewer stages on large matrices) or
+    ``"auto"`` (max-weight from :data:`MAX_WEIGHT_SERVERS` servers on).
     """
-    a, L = _pad(_matrix(b, "server matrix"))
+    return _decompose(_matrix(b, "server matrix"), method)
+
+
+def _decompose(b: np.ndarray, method: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`birkhoff` on a validated matrix."""
+    if method not in ("auto", "repair", "max-weight"):
+        raise ValueError(f"method must be 'auto', 'repair' or 'max-weight', not {method!r}")
+    a, L = _pad(b.tolist())
     n = len(a)
-    rows = np.arange(n)
-    stages = []
-    # Each stage is the permutation of largest total weight on the support
-    # (zeros priced out), which peels off far more per stage than an arbitrary
-    # perfect matching: ~S^2/4 stages instead of the S^2 - 2S + 2 worst case.
-    big = float(L) * n + 1.0
-    while a.any():
-        _, match = linear_sum_assignment(np.where(a > 0, -a.astype(np.float64), big))
-        w = int(a[rows, match].min())
-        if w <= 0:  # cannot happen: a balanced matrix has a perfect matching on its support (Koenig)
-            raise AssertionError("no perfect matching in the support of a balanced matrix")
-        a[rows, match] -= w
-        stages.append((match.astype(np.int64), w))
-    return stages, L
+    if method == "max-weight" or (method == "auto" and n >= MAX_WEIGHT_SERVERS):
+        perms, weights = _max_weight_stages(a, L)
+    else:
+        perms, weights = _repaired_stages(a, L)
+    return (np.array(perms, dtype=np.int64).reshape(len(perms), n), np.array(weights, dtype=np.int64), L)
 
 
 @dataclasses.dataclass
 class FastPlan:
-    """A FAST plan: stages, their scale-out time, and the bound they meet."""
+    """A FAST plan: stages (``perms[k]``, ``weights[k]``), their scale-out time, and the bound they meet."""
 
     servers: int
     gpus_per_server: int
-    stages: list[tuple[np.ndarray, int]]
+    perms: np.ndarray
+    weights: np.ndarray
     lower_bound_bytes: int
     compute_s: float
     server_bytes: np.ndarray
 
+    @property
+    def stages(self) -> list[tuple[np.ndarray, int]]:
+        """``(perm, weight)`` of every stage."""
+        return list(zip(self.perms, self.weights.tolist()))
+
     def makespan(self, nic_bandwidth: float) -> float:
         """Scale-out time: every stage at G NICs' rate."""
-        return sum(w for _, w in self.stages) / (self.gpus_per_server * nic_bandwidth)
+        return int(self.weights.sum()) / (self.gpus_per_server * nic_bandwidth)
 
     def lower_bound(self, nic_bandwidth: float) -> float:
         return self.lower_bound_bytes / (self.gpus_per_server * nic_bandwidth)
 
 
-def fast_plan(m: np.ndarray, gpus_per_server: int) -> FastPlan:
-    """Plan a skewed all-to-all with FAST (see the module docstring)."""
+def fast_plan(m: np.ndarray, gpus_per_server: int, method: str = "auto") -> FastPlan:
+    """Plan a skewed all-to-all with FAST (see the module docstring); ``method`` as in :func:`birkhoff`."""
     t0 = time.perf_counter()
     b = server_matrix(m, gpus_per_server)
-    stages, L = birkhoff(b)
+    perms, weights, L = _decompose(b, method)
     dt = time.perf_counter() - t0
-    return FastPlan(len(b), int(gpus_per_server), stages, L, dt, b)
+    return FastPlan(len(b), int(gpus_per_server), perms, weights, L, dt, b)
 
 
 def direct(counts: np.ndarray) -> Schedule:
@@ -248,6 +335,5 @@ def fast(counts: np.ndarray, gpus_per_server: int) -> Schedule:
                 b.add_rows(kind, r["step"][sel], r["src"][sel], r["dst"][sel], 1, r["sidx"][sel], r["didx"][sel],
                            src_buf=r["sbuf"][sel], dst_buf=r["dbuf"][sel])
     sched = _build_v(b, counts, scratch=max(int(slots.max()), 1))
-    sched.meta.update(stages=nst, lower_bound_chunks=plan.lower_bound_bytes,
-                      stage_chunks=sum(w for _, w in plan.stages))
+    sched.meta.update(stages=nst, lower_bound_chunks=plan.lower_bound_bytes, stage_chunks=int(plan.weights.sum()))
     return sched

@@ -23,27 +23,38 @@ def test_fast_and_direct_compute_alltoallv(servers, gpus, hi, seed):
     assert s.meta["stage_chunks"] == s.meta["lower_bound_chunks"]
 
 
-@pytest.mark.parametrize("servers,gpus", [(4, 8), (8, 8), (40, 8)])
+@pytest.mark.parametrize("servers,gpus", [(4, 8), (8, 8), (12, 2), (40, 8)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fast_makespan_is_the_lower_bound(servers, gpus, seed):
     m = F.zipf_matrix(servers * gpus, 0.8, seed=seed)
     plan = F.fast_plan(m, gpus)
-    assert sum(w for _, w in plan.stages) == plan.lower_bound_bytes
+    assert int(plan.weights.sum()) == plan.lower_bound_bytes
     assert plan.makespan(50e9) == plan.lower_bound(50e9)
     b = plan.server_bytes
     assert plan.lower_bound_bytes == max(b.sum(axis=0).max(), b.sum(axis=1).max())
-    for perm, w in plan.stages:  # one-to-one stages: no incast
-        assert sorted(perm) == list(range(servers)) and w > 0
+    assert (np.sort(plan.perms, axis=1) == np.arange(servers)).all() and (plan.weights > 0).all()  # no incast
+    covered = np.zeros_like(b)
+    np.add.at(covered, (np.arange(servers)[None, :], plan.perms), plan.weights[:, None])
+    assert (covered >= b).all()  # every byte has a stage
 
 
-def test_birkhoff_reconstructs_the_padded_matrix():
+@pytest.mark.parametrize("method", ["repair", "max-weight"])
+def test_birkhoff_reconstructs_the_padded_matrix(method):
     b = np.array([[0, 5, 1], [2, 0, 2], [3, 1, 0]])
-    stages, L = F.birkhoff(b)
-    assert L == 6
+    perms, weights, L = F.birkhoff(b, method)
+    assert L == 6 and weights.sum() == L
     acc = np.zeros_like(b)
-    for perm, w in stages:
+    for perm, w in zip(perms, weights):
         acc[np.arange(3), perm] += w
     assert (acc >= b).all() and (acc.sum(axis=0) == L).all() and (acc.sum(axis=1) == L).all()
+
+
+def test_max_weight_takes_fewer_stages_on_large_matrices():
+    b = F.server_matrix(F.zipf_matrix(16 * 2, 0.8, seed=0), 2)
+    repaired, _, _ = F.birkhoff(b, "repair")
+    weighted, _, _ = F.birkhoff(b, "max-weight")
+    assert len(weighted) < 0.8 * len(repaired)
+    assert len(F.fast_plan(F.zipf_matrix(32, 0.8), 2).perms) == len(weighted)  # auto picks it at 16 servers
 
 
 def test_fast_input_errors():
@@ -53,6 +64,11 @@ def test_fast_input_errors():
         F.fast_plan(np.ones((2, 2)), 1)
     with pytest.raises(ValueError, match="whole number of servers"):
         F.fast_plan(np.ones((6, 6), dtype=int), 4)
+    with pytest.raises(ValueError, match="method must be 'auto', 'repair' or 'max-weight', not 'lp'"):
+        F.birkhoff(np.ones((2, 2), dtype=int), "lp")
+    with pytest.raises(ValueError, match="too large for exact planning"):
+        F.birkhoff(np.array([[0, 2 ** 52], [2 ** 52, 0]]), "max-weight")
+    assert F.birkhoff(np.array([[0, 2 ** 52], [2 ** 52, 0]]), "repair")[2] == 2 ** 52
 
 
 COLLS = [Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST, Collective.REDUCE_SCATTER,
