@@ -25,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import amaranth
 from amaranth.back import rtlil
 from amaranth.hdl import Module
 from amaranth.lib import wiring
@@ -82,7 +83,7 @@ def depth(yosys: str, il: Path) -> int:
     CARRY4 cells in a row.
     """
     log = il.with_suffix(".ltp.txt")
-    run([yosys, "-q", "-p", f"read_rtlil {il.name}; synth_xilinx -family xcup -noiopad -top top; delete t:FD*; "
+    run([yosys, "-q", "-p", f"read_rtlil {il.name}; synth_xilinx -family xcup -noiopad -flatten -top top; delete t:FD*; "
          f"tee -q -o {log.name} ltp"], il.parent)
     return int(re.search(r"length=(\d+)", log.read_text()).group(1))
 
@@ -102,8 +103,9 @@ def fmax(yosys: str, nextpnr: str, il: Path, seeds: int) -> list[float]:
 
 
 def version(command: list[str]) -> str:
-    out = subprocess.run(command, capture_output=True, text=True).stdout
-    return out.strip().splitlines()[0] if out.strip() else "unknown"
+    """The first line a tool prints about its version (some print it on stderr)."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    return (done.stdout.strip() or done.stderr.strip()).splitlines()[0]
 
 
 def main() -> None:
@@ -134,7 +136,7 @@ def main() -> None:
         "# FP32 units: size and clock",
         "",
         f"Measured with `.venv/bin/python bench/fp32_resources.py --seeds {args.seeds}` using",
-        f"{version([yosys, '-V'])} and {version([nextpnr, '--version'])}.",
+        f"{version([yosys, '-V'])} and {version([nextpnr, '--version'])}; Amaranth {amaranth.__version__}.",
         "",
         "Cells are those of the unit alone. ECP5: `synth_ecp5`; a CCU2C is two LUT4s with",
         "their carry logic, so LUT4 + 2 x CCU2C is the LUT budget. UltraScale+: `synth_xilinx",
