@@ -3,8 +3,10 @@
 One representation (:class:`~inagg.host.schedules.ir.Schedule`, a table of
 send / receive / receive-reduce / copy rows per step over buffer chunks) is
 produced by every generator and is then executed and checked
-(:mod:`.executor`), costed on a topology (:mod:`.cost`, :mod:`.topology`)
-and plotted. :func:`generate` is the entry point by algorithm name::
+(:mod:`.executor`), costed on a topology (:mod:`.cost`, :mod:`.topology`),
+plotted, and exported to MSCCL's XML (:mod:`.msccl`, which also validates
+such files and reads them back). :func:`generate` is the entry point by
+algorithm name::
 
     from inagg.host.schedules import generate, check, evaluate, topology
     topo = topology.parse("torus:8x8")

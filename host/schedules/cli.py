@@ -9,7 +9,6 @@ import argparse
 import json
 import re
 import sys
-import time
 
 __all__ = ["register", "parse_size", "parse_sizes"]
 
@@ -91,7 +90,7 @@ def _fail(msg: str) -> int:
 
 def _cmd_schedule(args: argparse.Namespace) -> int:
     from . import cost, executor, topology
-    from .registry import applicable, generate
+    from .registry import generate
 
     try:
         topo = topology.parse(args.topo)

@@ -551,7 +551,7 @@ def _graph(prog: Program):
     # pair the k-th send with the k-th receive where both exist
     pair_key_s = cs * (len(order) + 1) + ks
     pair_key_r = cr * (len(order) + 1) + kr
-    common, i_s, i_r = np.intersect1d(pair_key_s, pair_key_r, return_indices=True)
+    _, i_s, i_r = np.intersect1d(pair_key_s, pair_key_r, return_indices=True)
     ms, mr = sends[so][i_s], recvs[ro][i_r]
     bad = st["cnt"][order][ms] != st["cnt"][order][mr]
     for a, b in zip(ms[bad][:5], mr[bad][:5]):
