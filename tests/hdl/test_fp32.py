@@ -79,6 +79,12 @@ def test_adder_hypothesis(pairs):
     _check_adder(FP32Adder(), ab[:, 0].copy(), ab[:, 1].copy(), np.random.default_rng(0))
 
 
+@settings(max_examples=20)  # each example compiles a simulation
+@given(st.lists(st.integers(-(1 << 32), (1 << 32) - 1), min_size=1, max_size=64))
+def test_int_hypothesis(xs):
+    _check_int(IntToFP32(33), np.array(xs, np.int64), np.random.default_rng(0))
+
+
 def test_adder_sums_of_many_integer_contributions():
     # Promoted lanes of 64 workers: every addition of the folds, in arrival order, in one run.
     rng = np.random.default_rng(7)
