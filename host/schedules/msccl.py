@@ -563,17 +563,34 @@ def _graph(prog: Program):
 
 
 def _levels(nnodes: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Longest-path level of every node, or ``(levels, nodes on or after a cycle)``."""
-    level = np.zeros(nnodes, np.int64)
-    for _ in range(nnodes + 1):
-        new = level.copy()
-        np.maximum.at(new, dst, level[src] + 1)
-        if np.array_equal(new, level):
-            return level, None
-        level = new
-    new = level.copy()
-    np.maximum.at(new, dst, level[src] + 1)
-    return level, np.flatnonzero(new != level)
+    """Longest-path level of every node (layered Kahn), or ``(levels, nodes on a cycle)``.
+
+    A node enters the frontier in the round after its last predecessor, so
+    the round is its level; each round touches only the frontier's edges.
+    """
+    order = np.argsort(src, kind="stable")
+    targets = dst[order]
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=nnodes))])
+    indeg = np.bincount(dst, minlength=nnodes)
+    level = np.full(nnodes, -1, np.int64)
+    frontier = np.flatnonzero(indeg == 0)
+    rnd = 0
+    while len(frontier):
+        level[frontier] = rnd
+        seg, pos = _segments(ptr[frontier + 1] - ptr[frontier])
+        hit = targets[ptr[frontier][seg] + pos]
+        np.subtract.at(indeg, hit, 1)
+        frontier = np.unique(hit[indeg[hit] == 0])
+        rnd += 1
+    if (level >= 0).all():
+        return level, None
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    graph = coo_matrix((np.ones(len(src)), (src, dst)), shape=(nnodes, nnodes))
+    _, comp = connected_components(graph, directed=True, connection="strong")
+    sizes = np.bincount(comp)
+    return level, np.flatnonzero(sizes[comp] > 1)
 
 
 def _chunk_rules(prog: Program) -> list[str]:
