@@ -40,14 +40,20 @@ class Group:
 
     Every rank of the job makes the same sequence of :func:`allreduce` calls
     with arrays of the same length; the group numbers their chunks from
-    ``first_chunk`` on. ``last_exponent`` is the scale exponent the last
-    call agreed on (its sum is exact to ``workers * 2**-(e+1)``).
+    ``first_chunk`` on. ``last_exponent`` is the scale exponent of the last
+    call's sum (exact to ``workers * 2**-(e+1)``): the agreed one, or a smaller
+    one when a P4 switch saturated a lane and the call was resent.
+
+    ``accept_zero_icrc=True`` is for a Tofino switch, whose results carry an
+    ICRC field of zero (``docs/p4.md``): they are taken and counted in
+    ``worker.stats["zero_icrc"]``. Off by default.
     """
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, port: Port, *, timing: Timing | None = None,
-                 first_chunk: int = 0):
+                 first_chunk: int = 0, accept_zero_icrc: bool = False):
         self.switch, self.job, self.rank, self.port = switch, job, rank, port
-        self.worker = Worker(switch, job, rank, timing=timing, first_chunk=first_chunk)
+        self.worker = Worker(switch, job, rank, timing=timing, first_chunk=first_chunk,
+                             accept_zero_icrc=accept_zero_icrc)
         self.last_exponent: int | None = None
 
     @property
@@ -61,8 +67,10 @@ def allreduce(array: np.ndarray, group: Group, *, clock: Callable[[], float] = t
 
     Raises ``TypeError`` for a non-float32 array, ``ValueError`` for NaN or
     infinity, :class:`~inagg.host.worker.LengthMismatchError` when the ranks
-    passed different sizes, and :class:`~inagg.host.worker.ChunkTimeoutError`
-    (naming the chunk and the worker) when the switch does not answer.
+    passed different sizes, :class:`~inagg.host.worker.ChunkTimeoutError`
+    (naming the chunk and the worker) when the switch does not answer, and
+    :class:`~inagg.host.worker.SaturatedResultError` when a P4 switch keeps
+    saturating lanes after the call was resent at smaller scales.
     """
     a = np.asarray(array)
     if a.dtype != np.float32:

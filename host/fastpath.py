@@ -119,6 +119,7 @@ class Result:
     va: int
     psn: int
     words: np.ndarray  # the lanes as they are on the wire (a big-endian uint32 view): INT32 or binary32 bits
+    zero_icrc: bool = False  # taken with an ICRC field of zero (ResultParser's accept_zero_icrc)
 
 
 # Ethernet, IPv4, UDP, BTH, RETH, ImmDt of a result, big-endian.
@@ -133,11 +134,21 @@ class ResultParser:
     IPv4, UDP, ICRC, BTH) and then the receiver's own: opcode 0x2B, the
     worker's QPN, result R_Key and ring addressing, DMA length C. Fields a
     router may rewrite (TOS, TTL, IPv4 identification) are not checked.
+
+    ``accept_zero_icrc`` is for a Tofino switch, which cannot compute the
+    ICRC and sends every result with an ICRC field of zero (the P4 profile,
+    ``docs/protocol.md`` section 8): such a result then passes check 9 and
+    comes back with ``zero_icrc`` set, so the caller can count it. Any other
+    wrong ICRC is still ``DROP_BAD_ICRC``. Off by default: a zero ICRC from
+    any other switch is a corrupted frame.
     """
 
-    def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int):
+    def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, *, accept_zero_icrc: bool = False):
         if not isinstance(rank, int) or not 0 <= rank < len(job.workers):
             raise ValueError(f"rank must be an integer in 0..{len(job.workers) - 1}, not {rank!r}")
+        if not isinstance(accept_zero_icrc, bool):
+            raise TypeError(f"accept_zero_icrc must be a bool, not {type(accept_zero_icrc).__name__}")
+        self.accept_zero_icrc = accept_zero_icrc
         me = job.workers[rank]
         self._pkey = switch.pkey
         self._qpn = me.qpn
@@ -176,8 +187,11 @@ class ResultParser:
             return Counter.DROP_BAD_LENGTH
         end = ETH_LEN + total
         crc = zlib.crc32(_icrc.masked_header(f[_IP:_BTH + BTH_LEN]), _PREFIX_CRC)
+        zero_icrc = False
         if struct.pack("<I", zlib.crc32(f[_BTH + BTH_LEN:end - ICRC_LEN], crc)) != f[end - ICRC_LEN:end]:
-            return Counter.DROP_BAD_ICRC
+            if not (self.accept_zero_icrc and f[end - ICRC_LEN:end] == bytes(ICRC_LEN)):
+                return Counter.DROP_BAD_ICRC
+            zero_icrc = True
         if flags & 0x0F or pkey != self._pkey:
             return Counter.DROP_BAD_HEADER
         if not wire.has_reth(opcode):
@@ -198,5 +212,6 @@ class ResultParser:
         if va != self._va + (chunk30 % self._ring) * self.chunk_bytes:
             return Counter.DROP_BAD_ADDRESS
         words = np.frombuffer(f, ">u4", self.chunk_bytes // 4, RESULT_HDR_LEN)
-        return Result(chunk30, bool(imm & IMM_FP32), bool(imm & IMM_SATURATED), va, psn & 0xFFFFFF, words)
+        return Result(chunk30, bool(imm & IMM_FP32), bool(imm & IMM_SATURATED), va, psn & 0xFFFFFF, words,
+                      zero_icrc)
 

@@ -38,6 +38,7 @@ from .fastpath import ContribTemplate, Result, ResultParser
 __all__ = [
     "Timing", "Worker", "AllReduce", "ProtocolError", "ChunkTimeoutError", "LengthMismatchError",
     "SaturatedResultError", "QuantizedChunks", "AGREE_EXP_LANES", "AGREE_LEN_BITS", "agreement_chunks",
+    "MAX_RESCALES",
 ]
 
 _CHUNK_MOD = 1 << 32
@@ -63,7 +64,7 @@ class LengthMismatchError(ProtocolError, ValueError):
 
 
 class SaturatedResultError(ProtocolError):
-    """The switch saturated a lane although the agreed scale rules overflow out."""
+    """The switch kept saturating lanes: in the agreement round, or after :data:`MAX_RESCALES` smaller scales."""
 
 
 @dataclass(frozen=True)
@@ -108,16 +109,22 @@ class Worker:
     ignored frame by reason: the :class:`~inagg.models.protocol.Counter`
     of a malformed or misaddressed frame, ``"duplicate"`` for a result
     already held, ``"unexpected"`` for a chunk outside the window.
+
+    ``accept_zero_icrc=True`` takes results whose ICRC field is zero, as a
+    Tofino switch sends them (``docs/protocol.md`` section 8, ``docs/p4.md``),
+    and counts each such frame in ``stats["zero_icrc"]``; see
+    :class:`~inagg.host.fastpath.ResultParser`. Leave it off for every other
+    switch.
     """
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, *, timing: Timing | None = None,
-                 first_chunk: int = 0):
+                 first_chunk: int = 0, accept_zero_icrc: bool = False):
         if not isinstance(first_chunk, int) or not 0 <= first_chunk < _CHUNK_MOD:
             raise ValueError(f"first_chunk must be an integer in 0..2**32-1, not {first_chunk!r}")
         self.switch, self.job, self.rank = switch, job, rank
         self.timing = timing or Timing()
         self.template = ContribTemplate(switch, job, rank)
-        self.parser = ResultParser(switch, job, rank)
+        self.parser = ResultParser(switch, job, rank, accept_zero_icrc=accept_zero_icrc)
         self.window = job.window
         self.next_chunk = first_chunk
         self.stats: Tally = Tally()
@@ -190,6 +197,8 @@ class Worker:
         if isinstance(r, Counter):
             self.stats[r] += 1
             return []
+        if r.zero_icrc:
+            self.stats["zero_icrc"] += 1
         return self._place(now, r)
 
     def on_timer(self, now: float) -> list[bytes]:
@@ -305,6 +314,13 @@ class QuantizedChunks:
         return quant.quantize(flat, self._e).reshape(hi - lo, self._lanes)
 
 
+# The agreed scale keeps an honest job strictly inside INT32 (docs/protocol.md
+# 2.1), so a SATURATED result (section 8) means a contribution broke the bound
+# the ranks agreed on. Each resend of the operation halves the scale; a chunk
+# still saturated at 2**-MAX_RESCALES of it is a rank or a switch that
+# disagrees with the agreement, which an error names better than more resends.
+MAX_RESCALES = 8
+
 # Agreement round (docs/protocol.md section 2.1): lanes 0..255 are the
 # exponent histogram, lanes 256 + 2*b + bit for the 64 bits of the element
 # count check that every rank passed the same length.
@@ -323,6 +339,13 @@ class AllReduce:
     Drives a :class:`Worker` through two batches: the agreement round, then
     the quantized data. :attr:`done` is True when :meth:`result` holds the
     float32 sum of every rank's vector.
+
+    A data batch with a SATURATED result (a P4 switch, which cannot promote
+    an overflowed lane to FP32: ``docs/protocol.md`` section 8) is sent again
+    whole, on the next chunk sequences, at half the scale: every rank sees the
+    same results, so every rank takes the same decision without another
+    round. :attr:`rescales` counts these resends, ``worker.stats["rescaled"]``
+    too, and :attr:`exponent` is the scale of the sum finally returned.
     """
 
     def __init__(self, worker: Worker, data: np.ndarray):
@@ -338,6 +361,7 @@ class AllReduce:
         self.worker = worker
         self.data = data
         self.exponent: int | None = None
+        self.rescales = 0
         self._phase = "idle"
         self._result: np.ndarray | None = None
 
@@ -393,8 +417,17 @@ class AllReduce:
         words, fp32, saturated = w.results()
         if saturated.any():
             chunk = (w.base + int(np.flatnonzero(saturated)[0])) % _CHUNK_MOD
-            raise SaturatedResultError(f"job {w.job.job} worker {w.rank}: the switch saturated chunk {chunk}, "
-                                       "but the agreed scale cannot overflow: switch and hosts disagree")
+            if self._phase == "agree":
+                raise SaturatedResultError(f"job {w.job.job} worker {w.rank}: the switch saturated chunk {chunk} "
+                                           "of the agreement round, whose lanes count workers")
+            if self.rescales == MAX_RESCALES or self.exponent == quant.EXP_MIN:
+                raise SaturatedResultError(f"job {w.job.job} worker {w.rank}: the switch saturated chunk {chunk} "
+                                           f"at scale 2**{self.exponent}, after {self.rescales} resends at smaller "
+                                           "scales: ranks or switch disagree with the agreed scale")
+            self.rescales += 1
+            w.stats["rescaled"] += 1
+            self.exponent -= 1
+            return out + w.submit(now, QuantizedChunks(self.data, self.exponent, w.switch.lanes))
         if self._phase == "agree":
             return out + self._agreed(now, words, fp32)
         self._result = self._dequantize(words, fp32)
