@@ -3,13 +3,14 @@
 Each parameter set gets its own folder under ``sim_build/`` at the top of
 the repository; the Verilog is rewritten only when it changes, so cocotb's
 runner (``always=False``) reuses the Verilated model across test runs.
-``WAVES=1`` in the environment builds with FST tracing and writes one
-waveform per run into that folder.
+``WAVES=1`` in the environment builds with tracing (a build folder of its
+own) and writes the waveform of each run, ``dump.vcd``, into that folder.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from . import toolchain
@@ -52,13 +53,17 @@ def build_switch(**params):
     return runner, build_dir
 
 
-def run(runner, build_dir: Path, test_module: str, test_dir: Path, **env: str) -> None:
-    """Run the cocotb tests of ``test_module`` (a module in ``test_dir``); raise if any failed."""
+def run(runner, build_dir: Path, test_module: str, module_dir: Path, **env: str) -> None:
+    """Run the cocotb tests of ``test_module`` (a module in ``module_dir``); raise if any failed.
+
+    The simulation runs in the build folder, so its results and waveforms land there.
+    """
     from cocotb_tools.check_results import get_results
 
     results = build_dir / f"results_{test_module}.xml"
-    runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, build_dir=build_dir, test_dir=test_dir,
-                results_xml=str(results), waves=waves_enabled(), extra_env=env)
+    path = os.pathsep.join([str(module_dir), *sys.path])
+    runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, build_dir=build_dir, test_dir=build_dir,
+                results_xml=str(results), waves=waves_enabled(), extra_env={"PYTHONPATH": path, **env})
     tests, failed = get_results(results)
     if tests == 0 or failed:
         raise AssertionError(f"{failed} of {tests} cocotb tests of {test_module} failed (see {results})")
