@@ -61,9 +61,13 @@ def run(runner, build_dir: Path, test_module: str, module_dir: Path, **env: str)
     from cocotb_tools.check_results import get_results
 
     results = build_dir / f"results_{test_module}.xml"
-    path = os.pathsep.join([str(module_dir), *sys.path])
-    runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, build_dir=build_dir, test_dir=build_dir,
-                results_xml=str(results), waves=waves_enabled(), extra_env={"PYTHONPATH": path, **env})
+    # The runner hands this process's sys.path to the simulator as PYTHONPATH.
+    sys.path.insert(0, str(module_dir))
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, build_dir=build_dir, test_dir=build_dir,
+                    results_xml=str(results), waves=waves_enabled(), extra_env=env)
+    finally:
+        sys.path.remove(str(module_dir))
     tests, failed = get_results(results)
     if tests == 0 or failed:
         raise AssertionError(f"{failed} of {tests} cocotb tests of {test_module} failed (see {results})")

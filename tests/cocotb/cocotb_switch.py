@@ -90,7 +90,7 @@ async def random_jobs(dut):
     rng = np.random.default_rng(PARAMS["width"])
     most = PARAMS["workers"]
     sizes = [2, most, max(2, most // 4)][:PARAMS["jobs"]]
-    region = spec.slots // len(sizes)
+    region = spec.slots >> (len(sizes) - 1).bit_length()  # a power of two per job
     jobs = [make_job(spec, j, n, j * region, region // 2 if j else region) for j, n in enumerate(sizes)]
     await tb.configure(jobs)
     streams = [_job_traffic(spec, j, rng, pyrng, chunks=PARAMS["chunks"] // (1 + (len(j.workers) > 8)))
