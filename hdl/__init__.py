@@ -9,4 +9,6 @@
 - :mod:`inagg.hdl.control` -- AXI4-Lite registers, job and worker tables, counters
 - :mod:`inagg.hdl.axis` -- beat streams, byte-order helpers, parameter checks
 - :mod:`inagg.hdl.cli` -- ``inagg verilog``
+- :mod:`inagg.hdl.fp32` -- FP32 units of the promotion path
+- :mod:`inagg.hdl.synth` -- FPGA synthesis flows
 """
