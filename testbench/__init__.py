@@ -7,4 +7,6 @@
 - :mod:`inagg.testbench.traffic` -- jobs, contributions and malformed frames
 - :mod:`inagg.testbench.amaranth_switch` -- the switch in the Amaranth simulator against the model
 - :mod:`inagg.testbench.streams`, :mod:`inagg.testbench.axil_sim` -- Amaranth-simulator stream and AXI4-Lite helpers
+- :mod:`inagg.testbench.fp32` -- testbenches of the FP32 units
+- :mod:`inagg.testbench.bridge` -- the RTL-to-host bridge
 """
