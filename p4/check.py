@@ -6,17 +6,18 @@ Each check names its tool; a missing tool is reported as skipped with the
 reason, never as a pass. Tools are taken from the environment first, then
 from PATH:
 
-=================  ==========================  ====================================
-check              tool (variable)             runs
-=================  ==========================  ====================================
-p4test v1model     ``P4TEST``, ``p4test``      front and mid end, both lane counts
-p4test tna         same, + ``TOFINO_P4INCLUDE`` ``-D__TARGET_TOFINO__=1``, Tofino 1 and 2
-bmv2 v1model       ``P4C_BM2_SS``, ``p4c-bm2-ss``  BMv2 JSON and P4Info
-tofino tna         ``P4C_BAREFOOT``, ``p4c-barefoot``  the Tofino back end (PHV, stages)
-=================  ==========================  ====================================
+- ``p4test v1model``: ``P4TEST`` or ``p4test``; front and mid end, both lane counts.
+- ``p4test tna``: the same p4test with ``-D__TARGET_TOFINO__=1`` (and ``=2``)
+  and ``-I $TOFINO_P4INCLUDE``.
+- ``p4c-bm2-ss v1model``: ``P4C_BM2_SS`` or ``p4c-bm2-ss``; BMv2 JSON and
+  P4Info, both lane counts.
+- ``p4c-barefoot tna``: ``P4C_BAREFOOT`` or ``p4c-barefoot``; the Tofino back
+  end (PHV allocation, stages).
 
 ``TOFINO_P4INCLUDE`` is the folder holding ``tna.p4`` (in p4c's tree:
-``backends/tofino/bf-p4c/p4include``). Exit status 1 when a check that ran failed.
+``backends/tofino/bf-p4c/p4include``). Each tool's ``--version`` is printed
+first, so a log says what was checked with what. A failed check shows its
+first error line. Exit status 1 when a check that ran failed.
 """
 
 from __future__ import annotations
@@ -30,70 +31,102 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+TOOLS = (("P4TEST", "p4test"), ("P4C_BM2_SS", "p4c-bm2-ss"), ("P4C_BAREFOOT", "p4c-barefoot"))
 V1MODEL = HERE / "v1model" / "inagg.p4"
 TNA = HERE / "tna" / "inagg.p4"
 
 
-@dataclass
-class Result:
+@dataclass(frozen=True)
+class Check:
+    """One compile check: the command to run, or why it cannot run here (``argv`` None).
+
+    ``{out}`` in ``argv`` stands for a fresh temporary folder for the tool's output.
+    """
+
     name: str
-    ran: bool
+    argv: tuple[str, ...] | None
+    skip: str = ""
+
+
+@dataclass(frozen=True)
+class Result:
+    check: Check
     ok: bool
-    detail: str
+    detail: str  # the command that passed (with its warning count), or the first error line
 
 
 def _tool(var: str, name: str) -> str | None:
     return os.environ.get(var) or shutil.which(name)
 
 
-def _run(name: str, argv: list[str]) -> Result:
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    text = (p.stdout + p.stderr).strip()
-    return Result(name, True, p.returncode == 0, text.splitlines()[-1] if p.returncode and text else " ".join(argv))
+def version(tool: str) -> str:
+    """The first version line of ``tool --version`` (p4c's tools print "Version 1.2.5.x (SHA: ...)")."""
+    p = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60)
+    lines = (p.stdout + p.stderr).strip().splitlines()
+    return next((ln.strip() for ln in lines if "ersion" in ln), lines[0].strip() if lines else "no version")
 
 
-def checks() -> list[Result]:
-    """Run every check whose tool is there; the others come back as skipped with the reason."""
-    out: list[Result] = []
+def checks() -> list[Check]:
+    """Every check, with the tools found in the environment; those without their tool carry the reason."""
+    out: list[Check] = []
     p4test = _tool("P4TEST", "p4test")
     tofino_inc = os.environ.get("TOFINO_P4INCLUDE")
     if p4test:
-        for lanes in (64, 256):
-            out.append(_run(f"p4test v1model lanes={lanes}", [p4test, f"-DINAGG_LANES={lanes}", str(V1MODEL)]))
+        out += [Check(f"p4test v1model lanes={n}", (p4test, f"-DINAGG_LANES={n}", str(V1MODEL))) for n in (64, 256)]
     else:
-        out.append(Result("p4test v1model", False, False, "p4test not found (set P4TEST or put it on PATH)"))
+        out.append(Check("p4test v1model", None, "p4test not found (set P4TEST or put it on PATH)"))
     if p4test and tofino_inc and (Path(tofino_inc) / "tna.p4").is_file():
-        for gen in (1, 2):
-            out.append(_run(f"p4test tna tofino{gen}",
-                            [p4test, f"-D__TARGET_TOFINO__={gen}", "-I", tofino_inc, str(TNA)]))
+        out += [Check(f"p4test tna tofino{gen}", (p4test, f"-D__TARGET_TOFINO__={gen}", "-I", tofino_inc, str(TNA)))
+                for gen in (1, 2)]
     else:
-        why = "p4test not found" if not p4test else "TOFINO_P4INCLUDE does not name a folder with tna.p4"
-        out.append(Result("p4test tna", False, False, why))
+        out.append(Check("p4test tna", None, "p4test not found" if not p4test
+                         else "TOFINO_P4INCLUDE does not name a folder with tna.p4"))
     bm2 = _tool("P4C_BM2_SS", "p4c-bm2-ss")
     if bm2:
-        with tempfile.TemporaryDirectory() as tmp:
-            out.append(_run("p4c-bm2-ss v1model", [bm2, "-o", f"{tmp}/inagg.json",
-                                                   "--p4runtime-files", f"{tmp}/inagg.p4info.txt", str(V1MODEL)]))
+        out += [Check(f"p4c-bm2-ss v1model lanes={n}",
+                      (bm2, f"-DINAGG_LANES={n}", "-o", "{out}/inagg.json",
+                       "--p4runtime-files", "{out}/inagg.p4info.txtpb", str(V1MODEL))) for n in (64, 256)]
     else:
-        out.append(Result("p4c-bm2-ss v1model", False, False, "p4c-bm2-ss not found (set P4C_BM2_SS or put it on PATH)"))
+        out.append(Check("p4c-bm2-ss v1model", None, "p4c-bm2-ss not found (set P4C_BM2_SS or put it on PATH)"))
     bf = _tool("P4C_BAREFOOT", "p4c-barefoot")
     if bf:
-        with tempfile.TemporaryDirectory() as tmp:
-            out.append(_run("p4c-barefoot tna", [bf, "--target", "tofino", "--arch", "tna", "-o", tmp, str(TNA)]))
+        out.append(Check("p4c-barefoot tna", (bf, "--target", "tofino", "--arch", "tna", "-o", "{out}", str(TNA))))
     else:
-        out.append(Result("p4c-barefoot tna", False, False, "p4c-barefoot not found (set P4C_BAREFOOT or put it on PATH)"))
+        out.append(Check("p4c-barefoot tna", None, "p4c-barefoot not found (set P4C_BAREFOOT or put it on PATH)"))
     return out
 
 
+def run(check: Check) -> Result:
+    """Run ``check`` (which must have its tool)."""
+    if check.argv is None:
+        raise ValueError(f"{check.name} cannot run here: {check.skip}")
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [a.replace("{out}", tmp) for a in check.argv]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    lines = (p.stdout + p.stderr).strip().splitlines()
+    if p.returncode == 0:
+        warnings = sum("warning:" in ln for ln in lines)
+        return Result(check, True, " ".join(check.argv) + (f"  ({warnings} warnings)" if warnings else ""))
+    lines = lines or [f"exit status {p.returncode}, no output"]
+    return Result(check, False, next((ln for ln in lines if "error" in ln), lines[-1]))
+
+
 def main() -> int:
-    results = checks()
-    for r in results:
-        status = ("ok" if r.ok else "FAILED") if r.ran else "skipped"
-        print(f"{status:8} {r.name:28} {r.detail}")
-    ran = [r for r in results if r.ran]
-    print(f"{sum(r.ok for r in ran)} passed, {sum(not r.ok for r in ran)} failed, "
-          f"{len(results) - len(ran)} skipped")
-    return 1 if any(not r.ok for r in ran) else 0
+    for var, name in TOOLS:
+        tool = _tool(var, name)
+        print(f"{name:12} {tool + ': ' + version(tool) if tool else 'not found'}")
+    passed = failed = skipped = 0
+    for c in checks():
+        if c.argv is None:
+            skipped += 1
+            print(f"{'skipped':8} {c.name:28} {c.skip}")
+            continue
+        r = run(c)
+        passed += r.ok
+        failed += not r.ok
+        print(f"{'ok' if r.ok else 'FAILED':8} {c.name:28} {r.detail}", flush=True)
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -74,6 +74,8 @@ struct headers_t {
     icrc_h icrc;
 }
 
+#define INAGG_TNA_LANE_IN(i) bit<32> lane_in_##i;
+
 struct slot_key_t {
     bit<32> chunk;
     bit<32> state;
@@ -96,6 +98,10 @@ struct ig_metadata_t {
     bit<8>  verdict;
     bit<9>  worker_port;
     bit<16> mcast_grp;
+    /* The 32 lanes this pass adds: lanes 0-31 in pass 0, 32-63 in pass 1. The
+     * register actions read them from here, metadata that every path of the
+     * apply block writes before it executes them. */
+    INAGG_LANES_32(INAGG_TNA_LANE_IN)
 }
 
 struct eg_metadata_t {
@@ -168,14 +174,14 @@ parser InaggIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t me
     RegisterAction<bit<32>, bit<32>, bit<32>>(lane_##i) lane_add_##i = { \
         void apply(inout bit<32> v, out bit<32> rv) { \
             if (v != I32_MIN && v != I32_MAX) { \
-                v = (bit<32>)((int<32>)v |+| (int<32>)lane_in_##i); \
+                v = (bit<32>)((int<32>)v |+| (int<32>)meta.lane_in_##i); \
             } \
             rv = v; \
         } \
     }; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(lane_##i) lane_store_##i = { \
         void apply(inout bit<32> v, out bit<32> rv) { \
-            v = lane_in_##i; \
+            v = meta.lane_in_##i; \
             rv = v; \
         } \
     }; \
@@ -186,9 +192,8 @@ parser InaggIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t me
     };
 
 /* The lane field this pass feeds to lane register i. */
-#define INAGG_TNA_LANE_IN(i) bit<32> lane_in_##i;
-#define INAGG_TNA_LANE_SELECT_LO(i) lane_in_##i = hdr.lanes[i].v;
-#define INAGG_TNA_LANE_SELECT_HI(i) lane_in_##i = hdr.lanes[i + 32].v;
+#define INAGG_TNA_LANE_SELECT_LO(i) meta.lane_in_##i = hdr.lanes[i].v;
+#define INAGG_TNA_LANE_SELECT_HI(i) meta.lane_in_##i = hdr.lanes[i + 32].v;
 
 #define INAGG_TNA_LANE_APPLY_LO(i) \
     if (hdr.bridge.op == OP_ADD) { hdr.lanes[i].v = lane_add_##i.execute(meta.lane_index); } \
@@ -246,7 +251,6 @@ control InaggIngress(inout headers_t hdr, inout ig_metadata_t meta,
         }
     };
 
-    INAGG_LANES_32(INAGG_TNA_LANE_IN)
     INAGG_LANES_32(INAGG_TNA_LANE_DECL)
 
     action drop(bit<32> reason) {
