@@ -1,0 +1,418 @@
+"""The exception engine: overflow slots in a two-way cuckoo hash table, bit-exact with :mod:`inagg.models.cuckoo`.
+
+A contribution whose direct-mapped slot is held by another job asks this
+engine where its slot lives instead (``docs/protocol.md`` section 4). The
+engine keeps the keys ``job << 22 | index`` of such slots in two tables of
+``table`` entries and a stash, and hands each new key an overflow slot
+pointer from a free list, exactly as :class:`inagg.models.switch.ModelSwitch`
+does with :class:`inagg.models.cuckoo.CuckooTable`: same hash functions,
+same kick-out walk, same stash order, same pointers in the same order, same
+refusals. ``docs/exception.md`` describes the pipeline and how the slot
+engine uses it.
+
+How the walk works without a plan buffer
+----------------------------------------
+The model plans a kick-out chain and applies it only when it ends in a free
+position. The engine writes the chain through instead -- a read sees the
+writes before it, as the model's plan overlay does -- and undoes a chain
+that fails by walking it backwards. That needs no log: every key in table
+``t`` sits at its own position ``h_t(key)``, and each entry stores its
+position in the other table (``other``), so the key displaced last knows the
+position it was taken from, the key now there knows its own, and so on back
+to the new key. The same datapath step -- write the carried entry, carry the
+occupant on to its other position -- runs both ways, one step per cycle.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum, fifo, memory, stream, wiring
+from amaranth.lib.crc.catalog import CRC32_ETHERNET
+from amaranth.lib.wiring import In, Out
+
+from ..models.cuckoo import KEY_INDEX_BITS, KEY_JOB_SHIFT
+
+__all__ = ["Op", "Status", "request_layout", "response_layout", "entry_layout", "stats_layout",
+           "ExceptionEngine"]
+
+MAX_STASH = 64
+
+
+class Op(enum.Enum, shape=2):
+    """What a request asks for."""
+
+    #: Where does ``key`` live? HIT or MISS.
+    LOOKUP = 0
+    #: ``ModelSwitch._locate``'s exception branch with the fast slot taken: HIT, else a new entry
+    #: (INSERTED) or REFUSED.
+    LOCATE = 1
+    #: Remove ``key``: DELETED (its pointer returns to the free list) or MISS.
+    DELETE = 2
+    #: Remove every key of job ``key >> 22`` with an index up to ``key & (2**22 - 1)``, in index
+    #: order (``ModelSwitch.remove_job``); one DONE when finished.
+    TEARDOWN = 3
+
+
+class Status(enum.Enum, shape=3):
+    """The answer to a request; ``ptr`` is meaningful for HIT, INSERTED and DELETED."""
+
+    HIT = 0
+    MISS = 1
+    INSERTED = 2
+    REFUSED = 3
+    DELETED = 4
+    DONE = 5
+
+
+def request_layout(key_width: int) -> data.StructLayout:
+    return data.StructLayout({"op": Op, "key": key_width})
+
+
+def response_layout(key_width: int, capacity: int) -> data.StructLayout:
+    """``key`` is the request's, so a consumer can check which request an answer belongs to."""
+    return data.StructLayout({"status": Status, "ptr": range(capacity), "key": key_width})
+
+
+def entry_layout(key_width: int, capacity: int, table: int) -> data.StructLayout:
+    """A table entry: the key, its overflow slot, and its position in the other table."""
+    return data.StructLayout({"valid": 1, "key": key_width, "ptr": range(capacity), "other": range(table)})
+
+
+#: Event counters, 32 bits each, wrapping. ``inserts``, ``kicks``, ``stashed``, ``refused`` and
+#: ``deletes`` are :class:`~inagg.models.cuckoo.CuckooStats`; ``full`` counts LOCATEs refused
+#: because every entry was in use (the model refuses those before it calls ``insert``, so they
+#: are not in ``refused``); ``stalls`` counts cycles in which the request stream was held off.
+STATS = ("inserts", "kicks", "stashed", "refused", "full", "deletes", "stalls")
+
+
+def stats_layout() -> data.StructLayout:
+    return data.StructLayout({name: 32 for name in STATS})
+
+
+class _Mode(enum.Enum, shape=2):
+    IDLE = 0
+    FORWARD = 1  # walking a kick-out chain
+    UNDO = 2     # walking a failed chain back
+
+
+def _check_int(value, low, high, what):
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{what} must be an integer from {low} to {high}, not {value!r}")
+    return value
+
+
+class ExceptionEngine(wiring.Component):
+    """Cuckoo hash table of overflow slots with its own request and response queues.
+
+    Requests (:class:`Op`) enter a queue of ``depth`` entries; ``req.ready``
+    is low only while it is full (counted in ``stats.stalls``). Each request
+    gets one response, in request order, through a second queue of
+    ``depth`` entries. Lookups, direct inserts and deletes take one cycle
+    each, back to back; an insert that kicks ``k`` keys takes ``k`` more; a
+    chain that fails takes ``2 * max_kicks`` more before the key goes to the
+    stash or is refused; a teardown takes one cycle per index. For
+    ``max(table, capacity)`` cycles after reset the engine clears its
+    tables and fills its free list; requests queue meanwhile.
+
+    Parameters
+    ----------
+    table : int
+        Entries per table, a power of two from 2 to 65536.
+    max_kicks : int
+        Longest kick-out chain, 0 to 1024.
+    stash : int
+        Stash entries, 0 to 64 (registers, searched at once).
+    key_width : int
+        Bits of a key, 23 to 32: the 22 index bits and at least one job bit.
+        Hashes are of the key zero-extended to 32 bits, as the model's.
+    depth : int
+        Entries of the request queue and of the response queue, 2 to 4096.
+
+    Members
+    -------
+    req : In(stream.Signature(request_layout(key_width)))
+    resp : Out(stream.Signature(response_layout(key_width, capacity)))
+    stats : Out(stats_layout())
+
+    Attributes
+    ----------
+    capacity : int
+        Overflow slots, ``2 * table + stash``; pointers are ``0 .. capacity - 1``.
+    tables : tuple of Memory
+        The two tables (:func:`entry_layout`); read by testbenches.
+    free_list : Memory
+        Free pointers, ``free_count`` of them from index ``free_first`` on, wrapping.
+    free_first, free_count, stash_count : Signal
+    stash_keys, stash_ptrs : tuple of Signal
+        The stash in the model's order; the first ``stash_count`` are in use.
+    """
+
+    def __init__(self, table: int = 256, max_kicks: int = 16, stash: int = 4, key_width: int = 32,
+                 depth: int = 16):
+        if (not isinstance(table, int) or isinstance(table, bool) or not 2 <= table <= 65536
+                or table & (table - 1)):
+            raise ValueError(f"Table size must be a power of two from 2 to 65536, not {table!r}")
+        self.table = table
+        self.max_kicks = _check_int(max_kicks, 0, 1024, "Kick-out bound")
+        self.stash = _check_int(stash, 0, MAX_STASH, "Stash size")
+        self.key_width = _check_int(key_width, KEY_INDEX_BITS + 1, 32, "Key width")
+        self.depth = _check_int(depth, 2, 4096, "Queue depth")
+        self.capacity = cap = 2 * table + stash
+        entry = entry_layout(key_width, cap, table)
+        self.tables = tuple(memory.Memory(shape=entry, depth=table, init=[]) for _ in range(2))
+        self.free_list = memory.Memory(shape=range(cap), depth=cap, init=[])
+        self.free_first = Signal(range(cap))
+        self.free_count = Signal(range(cap + 1))
+        self.stash_count = Signal(range(stash + 1))
+        self.stash_keys = tuple(Signal(key_width, name=f"stash{i}_key") for i in range(stash))
+        self.stash_ptrs = tuple(Signal(range(cap), name=f"stash{i}_ptr") for i in range(stash))
+        super().__init__({
+            "req": In(stream.Signature(request_layout(key_width))),
+            "resp": Out(stream.Signature(response_layout(key_width, cap))),
+            "stats": Out(stats_layout()),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        T, K, S, cap = self.table, self.max_kicks, self.stash, self.capacity
+        hbits = (T - 1).bit_length()
+        entry = entry_layout(self.key_width, cap, T)
+
+        m.submodules.t0, m.submodules.t1 = self.tables
+        wr = [t.write_port() for t in self.tables]
+        rd = [t.read_port(transparent_for=(w,)) for t, w in zip(self.tables, wr)]
+        m.submodules.free_list = self.free_list
+        f_wr = self.free_list.write_port()
+        f_rd = self.free_list.read_port(transparent_for=(f_wr,))
+        m.submodules.requests = req_q = fifo.SyncFIFOBuffered(width=len(self.req.payload.as_value()),
+                                                              depth=self.depth)
+        # Unbuffered: its level is exact, which the credit check below relies on.
+        m.submodules.responses = resp_q = fifo.SyncFIFO(width=len(self.resp.payload.as_value()), depth=self.depth)
+        m.submodules.crc = crc = CRC32_ETHERNET(data_width=32).create()
+
+        m.d.comb += [req_q.w_data.eq(self.req.payload), req_q.w_en.eq(self.req.valid),
+                     self.req.ready.eq(req_q.w_rdy),
+                     self.resp.payload.eq(resp_q.r_data), self.resp.valid.eq(resp_q.r_rdy),
+                     resp_q.r_en.eq(self.resp.ready)]
+
+        # After reset: mark every entry empty and put pointers 0 .. capacity-1 on the free list.
+        sweep_len = max(T, cap)
+        sweep = Signal(range(sweep_len + 1))
+        sweeping = sweep != sweep_len
+        with m.If(sweeping):
+            m.d.sync += sweep.eq(sweep + 1)
+
+        # -- free list: a FIFO whose head is readable the cycle after any push or pop --
+        # (the library's block-RAM FIFO shows a pushed entry only two cycles later; the model
+        # may hand out a pointer in the very next request after the delete that freed it).
+        pop, push = Signal(), Signal()
+        push_ptr = Signal(range(cap))
+        f_last = Signal(range(cap))
+
+        def wrap_incr(i):
+            return Mux(i == cap - 1, 0, i + 1)
+
+        first_next = Mux(pop, wrap_incr(self.free_first), self.free_first)
+        head = f_rd.data
+        m.d.comb += [f_rd.addr.eq(first_next), f_wr.addr.eq(f_last), f_wr.data.eq(push_ptr), f_wr.en.eq(push)]
+        m.d.sync += [self.free_first.eq(first_next), self.free_count.eq(self.free_count + push - pop)]
+        with m.If(push):
+            m.d.sync += f_last.eq(wrap_incr(f_last))
+
+        # -- stage H: the request queue's head; a teardown becomes one delete per index --
+        head_req = request_layout(self.key_width)(req_q.r_data)
+        td_index = Signal(KEY_INDEX_BITS)
+        h_teardown = head_req.op == Op.TEARDOWN
+        h_last = ~h_teardown | (td_index == head_req.key[:KEY_INDEX_BITS])
+        h_key = Mux(h_teardown, Cat(td_index, head_req.key[KEY_JOB_SHIFT:]), head_req.key)
+
+        # -- stage R: key registered, its CRC-32 computed (h0 = low bits, h1 = bits 16 up) --
+        r_valid, r_last = Signal(), Signal()
+        r_op = Signal(Op)
+        r_key = Signal(self.key_width)
+        r_h = [crc.crc[:hbits], crc.crc[16:16 + hbits]]
+        issue = Signal()
+        load = req_q.r_rdy & (~r_valid | issue)
+        key32 = Signal(32)
+        m.d.comb += [
+            key32.eq(h_key),
+            # Reflected CRC-32 takes bit 0 of its word first; zlib takes byte 0 (the key's top byte) first.
+            crc.data.eq(Cat(key32[24:32], key32[16:24], key32[8:16], key32[:8])),
+            crc.start.eq(load), crc.valid.eq(load), req_q.r_en.eq(load & h_last),
+        ]
+        with m.If(load):
+            m.d.sync += [r_valid.eq(1), r_op.eq(head_req.op), r_key.eq(h_key), r_last.eq(h_last)]
+            with m.If(h_teardown):
+                m.d.sync += td_index.eq(Mux(h_last, 0, td_index + 1))
+        with m.Elif(issue):
+            m.d.sync += r_valid.eq(0)
+
+        # -- stage D: the two entries are read; decide, write, answer --
+        d_valid, d_last = Signal(), Signal()
+        d_op = Signal(Op)
+        d_key = Signal(self.key_width)
+        d_h = [Signal(hbits, name="d_h0"), Signal(hbits, name="d_h1")]
+        m.d.sync += d_valid.eq(issue)
+        with m.If(issue):
+            m.d.sync += [d_op.eq(r_op), d_key.eq(r_key), d_last.eq(r_last), d_h[0].eq(r_h[0]), d_h[1].eq(r_h[1])]
+        e = [rd[0].data, rd[1].data]
+        hit = [e[t].valid & (e[t].key == d_key) for t in (0, 1)]
+        s_hit = [(i < self.stash_count) & (self.stash_keys[i] == d_key) for i in range(S)]
+        in_stash = Cat(Const(0, 1), *s_hit).any()
+        found = hit[0] | hit[1] | in_stash
+        found_ptr = Signal(range(cap))
+        stash_ptr = 0
+        for i in range(S):
+            stash_ptr |= Mux(s_hit[i], self.stash_ptrs[i], 0)
+        m.d.comb += found_ptr.eq(Mux(hit[0], e[0].ptr, Mux(hit[1], e[1].ptr, stash_ptr)))
+
+        # -- the walker: carries one entry (key, ptr) to position `here` of table `wt`;
+        #    `there` is its position in the other table --
+        mode = Signal(_Mode)
+        wt = Signal()
+        c_key = Signal(self.key_width)
+        c_ptr = Signal(range(cap))
+        c_here, c_there = Signal(hbits), Signal(hbits)
+        kicks = Signal(range(K + 1))
+        n_mode = Signal(_Mode)
+        n_wt = Signal()
+        n_key = Signal.like(c_key)
+        n_ptr = Signal.like(c_ptr)
+        n_here, n_there = Signal.like(c_here), Signal.like(c_there)
+        n_kicks = Signal.like(kicks)
+        m.d.comb += [n_mode.eq(mode), n_wt.eq(wt), n_key.eq(c_key), n_ptr.eq(c_ptr), n_here.eq(c_here),
+                     n_there.eq(c_there), n_kicks.eq(kicks)]
+        m.d.sync += [mode.eq(n_mode), wt.eq(n_wt), c_key.eq(n_key), c_ptr.eq(n_ptr), c_here.eq(n_here),
+                     c_there.eq(n_there), kicks.eq(n_kicks)]
+        occ = Signal(entry)
+        m.d.comb += occ.eq(Mux(wt, e[1], e[0]))
+        walking_next = n_mode != _Mode.IDLE
+
+        # -- the actions of one cycle (D and the walker never act in the same cycle) --
+        resp = Signal(response_layout(self.key_width, cap))
+        resp_push = Signal()
+        m.d.comb += [resp.key.eq(d_key), resp_q.w_data.eq(resp), resp_q.w_en.eq(resp_push)]
+        inc = {name: Signal(name=f"inc_{name}") for name in STATS if name != "kicks"}
+        add_kicks = Signal.like(kicks)
+        s_append, s_remove = Signal(), Signal()
+
+        def answer(status, ptr=0):
+            m.d.comb += [resp_push.eq(1), resp.status.eq(status), resp.ptr.eq(ptr)]
+
+        def write(t, addr, value):
+            m.d.comb += [wr[t].en.eq(1), wr[t].addr.eq(addr), wr[t].data.eq(value)]
+
+        def place(t, addr, key, ptr, other):
+            v = Signal(entry, name="placed")
+            m.d.comb += [v.valid.eq(1), v.key.eq(key), v.ptr.eq(ptr), v.other.eq(other)]
+            if isinstance(t, int):
+                write(t, addr, v)
+            else:
+                with m.If(t):
+                    write(1, addr, v)
+                with m.Else():
+                    write(0, addr, v)
+
+        def carry(key, ptr, here, there):
+            m.d.comb += [n_key.eq(key), n_ptr.eq(ptr), n_here.eq(here), n_there.eq(there)]
+
+        def stash_or_refuse():
+            if S:
+                with m.If(self.stash_count != S):
+                    m.d.comb += [s_append.eq(1), pop.eq(1), inc["stashed"].eq(1)]
+                    answer(Status.INSERTED, head)
+                with m.Else():
+                    m.d.comb += inc["refused"].eq(1)
+                    answer(Status.REFUSED)
+            else:
+                m.d.comb += inc["refused"].eq(1)
+                answer(Status.REFUSED)
+
+        with m.If(sweeping):
+            for t in (0, 1):
+                m.d.comb += [wr[t].en.eq(sweep < T), wr[t].addr.eq(sweep), wr[t].data.eq(0)]
+            m.d.comb += [push.eq(sweep < cap), push_ptr.eq(sweep)]
+        with m.Elif(d_valid):
+            with m.Switch(d_op):
+                with m.Case(Op.LOOKUP):
+                    answer(Mux(found, Status.HIT, Status.MISS), found_ptr)
+                with m.Case(Op.LOCATE):
+                    with m.If(found):
+                        answer(Status.HIT, found_ptr)
+                    with m.Elif(self.free_count == 0):
+                        m.d.comb += inc["full"].eq(1)
+                        answer(Status.REFUSED)
+                    with m.Elif(~e[0].valid | ~e[1].valid):
+                        with m.If(~e[0].valid):
+                            place(0, d_h[0], d_key, head, d_h[1])
+                        with m.Else():
+                            place(1, d_h[1], d_key, head, d_h[0])
+                        m.d.comb += [pop.eq(1), inc["inserts"].eq(1)]
+                        answer(Status.INSERTED, head)
+                    with m.Else():
+                        if K:
+                            # The first kick: the new key takes table 0's position; its occupant
+                            # goes on to its position in table 1.
+                            place(0, d_h[0], d_key, head, d_h[1])
+                            carry(e[0].key, e[0].ptr, e[0].other, d_h[0])
+                            m.d.comb += [n_mode.eq(_Mode.FORWARD), n_wt.eq(1), n_kicks.eq(1)]
+                        else:
+                            stash_or_refuse()
+                with m.Case(Op.DELETE, Op.TEARDOWN):
+                    with m.If(hit[0]):
+                        write(0, d_h[0], 0)
+                    with m.Elif(hit[1]):
+                        write(1, d_h[1], 0)
+                    with m.Elif(in_stash):
+                        m.d.comb += s_remove.eq(1)
+                    with m.If(found):
+                        m.d.comb += [push.eq(1), push_ptr.eq(found_ptr), inc["deletes"].eq(1)]
+                    with m.If(d_op == Op.DELETE):
+                        answer(Mux(found, Status.DELETED, Status.MISS), found_ptr)
+                    with m.Elif(d_last):
+                        answer(Status.DONE)
+        with m.Elif(mode == _Mode.FORWARD):
+            with m.If(~occ.valid):
+                place(wt, c_here, c_key, c_ptr, c_there)
+                m.d.comb += [pop.eq(1), inc["inserts"].eq(1), add_kicks.eq(kicks), n_mode.eq(_Mode.IDLE)]
+                answer(Status.INSERTED, head)
+            with m.Elif(kicks == K):
+                # Chain failed: turn round; the carried key goes back where it was taken from.
+                m.d.comb += [n_mode.eq(_Mode.UNDO), n_wt.eq(~wt), n_here.eq(c_there), n_there.eq(c_here)]
+            with m.Else():
+                place(wt, c_here, c_key, c_ptr, c_there)
+                carry(occ.key, occ.ptr, occ.other, c_here)
+                m.d.comb += [n_wt.eq(~wt), n_kicks.eq(kicks + 1)]
+        with m.Elif(mode == _Mode.UNDO):
+            place(wt, c_here, c_key, c_ptr, c_there)
+            with m.If(kicks == 1):
+                # The occupant is the new key again: every table entry is back where it was.
+                stash_or_refuse()
+                m.d.comb += n_mode.eq(_Mode.IDLE)
+            with m.Else():
+                carry(occ.key, occ.ptr, occ.other, c_here)
+                m.d.comb += [n_wt.eq(~wt), n_kicks.eq(kicks - 1)]
+
+        # Next cycle's reads: the walker's position while it walks on, else stage R's key. A read of
+        # the position written in the same cycle returns the new entry (transparent ports).
+        for t in (0, 1):
+            m.d.comb += rd[t].addr.eq(Mux(walking_next & (n_wt == t), n_here, r_h[t]))
+        # At most one response is in flight (in D or the walker), and it was counted in when issued.
+        m.d.comb += issue.eq(r_valid & ~sweeping & ~walking_next & (resp_q.w_level + resp_push < self.depth))
+
+        # -- the stash, in the model's list order: append at the end, close the gap on removal --
+        for i in range(S):
+            with m.If(s_append & (self.stash_count == i)):
+                m.d.sync += [self.stash_keys[i].eq(d_key), self.stash_ptrs[i].eq(head)]
+            if i + 1 < S:
+                with m.If(s_remove & Cat(*s_hit[:i + 1]).any()):
+                    m.d.sync += [self.stash_keys[i].eq(self.stash_keys[i + 1]),
+                                 self.stash_ptrs[i].eq(self.stash_ptrs[i + 1])]
+        if S:
+            m.d.sync += self.stash_count.eq(self.stash_count + s_append - s_remove)
+
+        m.d.comb += inc["stalls"].eq(self.req.valid & ~self.req.ready)
+        for name, strobe in inc.items():
+            m.d.sync += getattr(self.stats, name).eq(getattr(self.stats, name) + strobe)
+        m.d.sync += self.stats.kicks.eq(self.stats.kicks + add_kicks)
+        return m

@@ -1,0 +1,96 @@
+"""Run a request stream through the exception engine in the Amaranth simulator."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from amaranth.sim import Simulator
+
+from inagg.hdl.exception import STATS, ExceptionEngine, Op, Status
+from inagg.models.cuckoo import KEY_INDEX_BITS
+
+from .reference import State
+from .state import decode
+
+__all__ = ["Run", "simulate"]
+
+
+@dataclass
+class Run:
+    """What the engine did: one ``(status, ptr, key)`` per request, in order; the cycle each request
+    was taken and each response given (cycle 0 is the first after reset); its state at the end."""
+
+    responses: list[tuple[Status, int, int]]
+    accepted: list[int]
+    answered: list[int]
+    state: State
+    stalls: int
+
+
+def simulate(engine: ExceptionEngine, ops: np.ndarray, keys: np.ndarray, *, gaps: Iterator[int] | None = None,
+             pause: Iterator[int] | None = None, limit: int | None = None) -> Run:
+    """Send requests ``(ops[i], keys[i])`` and take every response.
+
+    ``gaps`` (0/1 per cycle) holds the request stream idle where it yields
+    1, ``pause`` holds the response stream's ready low. Raises
+    ``AssertionError`` when the responses have not all come after ``limit``
+    cycles (default: four times the longest the requests can take).
+    """
+    n = len(ops)
+    gaps = gaps if gaps is not None else itertools.repeat(0)
+    pause = pause if pause is not None else itertools.repeat(0)
+    ops, keys = [int(o) for o in ops], [int(k) for k in keys]
+    if limit is None:
+        worst = [key % (1 << KEY_INDEX_BITS) + 1 if op == Op.TEARDOWN.value else 2 * engine.max_kicks + 2
+                 for op, key in zip(ops, keys)]
+        limit = 4 * (max(engine.table, engine.capacity) + sum(worst)) + 1000
+    req, resp = engine.req, engine.resp
+    run = Run([], [], [], None, 0)
+
+    async def producer(ctx):
+        t = 0
+        for op, key in zip(ops, keys):
+            while next(gaps):
+                ctx.set(req.valid, 0)
+                await ctx.tick()
+                t += 1
+            ctx.set(req.valid, 1)
+            ctx.set(req.payload.op, op)
+            ctx.set(req.payload.key, key)
+            while True:
+                _, _, ready = await ctx.tick().sample(req.ready)
+                t += 1
+                if ready:
+                    run.accepted.append(t - 1)
+                    break
+        ctx.set(req.valid, 0)
+
+    async def consumer(ctx):
+        t = 0
+        while len(run.responses) < n:
+            assert t < limit, f"{len(run.responses)} of {n} responses after {limit} cycles"
+            ctx.set(resp.ready, 0 if next(pause) else 1)
+            _, _, valid, ready, p = await ctx.tick().sample(resp.valid, resp.ready, resp.payload)
+            t += 1
+            if valid and ready:
+                run.responses.append((Status(p.status), int(p.ptr), int(p.key)))
+                run.answered.append(t - 1)
+        ctx.set(resp.ready, 0)
+        tables = tuple([ctx.get(mem.data[i]).as_bits() for i in range(engine.table)] for mem in engine.tables)
+        free_list = [ctx.get(engine.free_list.data[i]) for i in range(engine.capacity)]
+        count = ctx.get(engine.stash_count)
+        stash = [(ctx.get(engine.stash_keys[i]), ctx.get(engine.stash_ptrs[i])) for i in range(count)]
+        stats = {name: ctx.get(getattr(engine.stats, name)) for name in STATS}
+        run.stalls = stats["stalls"]
+        run.state = decode(engine, tables, free_list, ctx.get(engine.free_first), ctx.get(engine.free_count),
+                           stash, stats)
+
+    sim = Simulator(engine)
+    sim.add_clock(1e-8)
+    sim.add_testbench(producer)
+    sim.add_testbench(consumer)
+    sim.run()
+    return run
