@@ -27,24 +27,17 @@ maps a contribution to its slot.
 
 from __future__ import annotations
 
-import enum
-
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
+from ..models.switch import SlotState
 from .axis import check_chunk_bytes, check_slots, check_width, swap_lanes
 from .control import N_COUNTERS, event_vector
 from .ingress import frame_signature
 
-__all__ = ["SlotState", "meta_layout", "result_desc_layout", "result_signature", "lane_add", "SlotEngine"]
-
-
-class SlotState(enum.IntEnum):
-    FREE = 0
-    AGG = 1
-    DONE = 2
+__all__ = ["meta_layout", "result_desc_layout", "result_signature", "lane_add", "SlotEngine"]
 
 
 def meta_layout(workers: int) -> data.StructLayout:
