@@ -32,7 +32,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..models.cuckoo import KEY_INDEX_BITS, KEY_JOB_SHIFT
 
-__all__ = ["Op", "Status", "request_layout", "response_layout", "entry_layout", "stats_layout",
+__all__ = ["Op", "Status", "KeyHash", "request_layout", "response_layout", "entry_layout", "stats_layout",
            "ExceptionEngine"]
 
 MAX_STASH = 64
@@ -89,6 +89,12 @@ def stats_layout() -> data.StructLayout:
     return data.StructLayout({name: 32 for name in STATS})
 
 
+def _check_table(table):
+    if not isinstance(table, int) or isinstance(table, bool) or not 2 <= table <= 65536 or table & (table - 1):
+        raise ValueError(f"Table size must be a power of two from 2 to 65536, not {table!r}")
+    return table
+
+
 class _Mode(enum.Enum, shape=2):
     IDLE = 0
     FORWARD = 1  # walking a kick-out chain
@@ -101,6 +107,49 @@ def _check_int(value, low, high, what):
     return value
 
 
+class KeyHash(wiring.Component):
+    """The positions of a key in the two tables, from one CRC-32 of its 4 big-endian bytes.
+
+    ``h0`` is the CRC's low bits, ``h1`` its bits from 16 up, as
+    :func:`inagg.models.cuckoo.hashes`. The CRC register takes ``key`` on a
+    cycle with ``load`` high and holds it otherwise, so the hashes are those
+    of the last key loaded.
+
+    Parameters
+    ----------
+    table : int
+        Entries per table, a power of two from 2 to 65536.
+    key_width : int
+        Bits of ``key`` (1 to 32); the CRC is of the key zero-extended to 32 bits.
+
+    Members
+    -------
+    key : In(key_width)
+    load : In(1)
+    h0, h1 : Out(log2(table))
+    """
+
+    def __init__(self, table: int, key_width: int = 32):
+        self.table = _check_table(table)
+        self.key_width = _check_int(key_width, 1, 32, "Key width")
+        bits = (table - 1).bit_length()
+        super().__init__({"key": In(key_width), "load": In(1), "h0": Out(bits), "h1": Out(bits)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.crc = crc = CRC32_ETHERNET(data_width=32).create()
+        key = Signal(32)
+        bits = len(self.h0)
+        m.d.comb += [
+            key.eq(self.key),
+            # Reflected CRC-32 takes bit 0 of its word first; zlib takes byte 0 (the key's top byte) first.
+            crc.data.eq(Cat(key[24:32], key[16:24], key[8:16], key[:8])),
+            crc.start.eq(self.load), crc.valid.eq(self.load),
+            self.h0.eq(crc.crc[:bits]), self.h1.eq(crc.crc[16:16 + bits]),
+        ]
+        return m
+
+
 class ExceptionEngine(wiring.Component):
     """Cuckoo hash table of overflow slots with its own request and response queues.
 
@@ -111,8 +160,8 @@ class ExceptionEngine(wiring.Component):
     each, back to back; an insert that kicks ``k`` keys takes ``k`` more; a
     chain that fails takes ``2 * max_kicks`` more before the key goes to the
     stash or is refused; a teardown takes one cycle per index. For
-    ``max(table, capacity)`` cycles after reset the engine clears its
-    tables and fills its free list; requests queue meanwhile.
+    ``capacity`` cycles after reset the engine clears its tables and fills
+    its free list; requests queue meanwhile.
 
     Parameters
     ----------
@@ -149,10 +198,7 @@ class ExceptionEngine(wiring.Component):
 
     def __init__(self, table: int = 256, max_kicks: int = 16, stash: int = 4, key_width: int = 32,
                  depth: int = 16):
-        if (not isinstance(table, int) or isinstance(table, bool) or not 2 <= table <= 65536
-                or table & (table - 1)):
-            raise ValueError(f"Table size must be a power of two from 2 to 65536, not {table!r}")
-        self.table = table
+        self.table = _check_table(table)
         self.max_kicks = _check_int(max_kicks, 0, 1024, "Kick-out bound")
         self.stash = _check_int(stash, 0, MAX_STASH, "Stash size")
         self.key_width = _check_int(key_width, KEY_INDEX_BITS + 1, 32, "Key width")
@@ -188,7 +234,6 @@ class ExceptionEngine(wiring.Component):
                                                               depth=self.depth)
         # Unbuffered: its level is exact, which the credit check below relies on.
         m.submodules.responses = resp_q = fifo.SyncFIFO(width=len(self.resp.payload.as_value()), depth=self.depth)
-        m.submodules.crc = crc = CRC32_ETHERNET(data_width=32).create()
 
         m.d.comb += [req_q.w_data.eq(self.req.payload), req_q.w_en.eq(self.req.valid),
                      self.req.ready.eq(req_q.w_rdy),
@@ -196,9 +241,8 @@ class ExceptionEngine(wiring.Component):
                      resp_q.r_en.eq(self.resp.ready)]
 
         # After reset: mark every entry empty and put pointers 0 .. capacity-1 on the free list.
-        sweep_len = max(T, cap)
-        sweep = Signal(range(sweep_len + 1))
-        sweeping = sweep != sweep_len
+        sweep = Signal(range(cap + 1))
+        sweeping = sweep != cap
         with m.If(sweeping):
             m.d.sync += sweep.eq(sweep + 1)
 
@@ -226,20 +270,15 @@ class ExceptionEngine(wiring.Component):
         h_last = ~h_teardown | (td_index == head_req.key[:KEY_INDEX_BITS])
         h_key = Mux(h_teardown, Cat(td_index, head_req.key[KEY_JOB_SHIFT:]), head_req.key)
 
-        # -- stage R: key registered, its CRC-32 computed (h0 = low bits, h1 = bits 16 up) --
+        # -- stage R: the key registered beside its hashes --
         r_valid, r_last = Signal(), Signal()
         r_op = Signal(Op)
         r_key = Signal(self.key_width)
-        r_h = [crc.crc[:hbits], crc.crc[16:16 + hbits]]
+        m.submodules.hash = hasher = KeyHash(T, self.key_width)
+        r_h = [hasher.h0, hasher.h1]
         issue = Signal()
         load = req_q.r_rdy & (~r_valid | issue)
-        key32 = Signal(32)
-        m.d.comb += [
-            key32.eq(h_key),
-            # Reflected CRC-32 takes bit 0 of its word first; zlib takes byte 0 (the key's top byte) first.
-            crc.data.eq(Cat(key32[24:32], key32[16:24], key32[8:16], key32[:8])),
-            crc.start.eq(load), crc.valid.eq(load), req_q.r_en.eq(load & h_last),
-        ]
+        m.d.comb += [hasher.key.eq(h_key), hasher.load.eq(load), req_q.r_en.eq(load & h_last)]
         with m.If(load):
             m.d.sync += [r_valid.eq(1), r_op.eq(head_req.op), r_key.eq(h_key), r_last.eq(h_last)]
             with m.If(h_teardown):
@@ -331,7 +370,7 @@ class ExceptionEngine(wiring.Component):
         with m.If(sweeping):
             for t in (0, 1):
                 m.d.comb += [wr[t].en.eq(sweep < T), wr[t].addr.eq(sweep), wr[t].data.eq(0)]
-            m.d.comb += [push.eq(sweep < cap), push_ptr.eq(sweep)]
+            m.d.comb += [push.eq(1), push_ptr.eq(sweep)]
         with m.Elif(d_valid):
             with m.Switch(d_op):
                 with m.Case(Op.LOOKUP):

@@ -21,11 +21,13 @@ __all__ = ["Run", "simulate"]
 @dataclass
 class Run:
     """What the engine did: one ``(status, ptr, key)`` per request, in order; the cycle each request
-    was taken and each response given (cycle 0 is the first after reset); its state at the end."""
+    was taken and each response given (cycle 0 is the first after reset); the cycles a request
+    waited for ``req.ready`` (``held``); the engine's state and ``stats.stalls`` at the end."""
 
     responses: list[tuple[Status, int, int]]
     accepted: list[int]
     answered: list[int]
+    held: int
     state: State
     stalls: int
 
@@ -46,9 +48,9 @@ def simulate(engine: ExceptionEngine, ops: np.ndarray, keys: np.ndarray, *, gaps
     if limit is None:
         worst = [key % (1 << KEY_INDEX_BITS) + 1 if op == Op.TEARDOWN.value else 2 * engine.max_kicks + 2
                  for op, key in zip(ops, keys)]
-        limit = 4 * (max(engine.table, engine.capacity) + sum(worst)) + 1000
+        limit = 4 * (engine.capacity + sum(worst)) + 1000
     req, resp = engine.req, engine.resp
-    run = Run([], [], [], None, 0)
+    run = Run([], [], [], 0, None, 0)
 
     async def producer(ctx):
         t = 0
@@ -66,6 +68,7 @@ def simulate(engine: ExceptionEngine, ops: np.ndarray, keys: np.ndarray, *, gaps
                 if ready:
                     run.accepted.append(t - 1)
                     break
+                run.held += 1
         ctx.set(req.valid, 0)
 
     async def consumer(ctx):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from inagg.hdl.exception import Op
-from inagg.models.cuckoo import KEY_JOB_SHIFT
+from inagg.models.cuckoo import KEY_JOB_SHIFT, hashes_np
 
-__all__ = ["random_requests", "valid_pattern"]
+__all__ = ["random_requests", "valid_pattern", "keys_with"]
 
 
 def random_requests(rng: np.random.Generator, n: int, jobs: int, slots: int, phase: int = 1500,
@@ -34,3 +34,17 @@ def random_requests(rng: np.random.Generator, n: int, jobs: int, slots: int, pha
 def valid_pattern(rng: np.random.Generator, n: int, idle: float) -> np.ndarray:
     """One flag per cycle for ``n`` cycles: True where a driver may act (a fraction ``idle`` is not)."""
     return rng.random(n) >= idle
+
+
+def keys_with(size: int, jobs: int, slots: int, h0: int | None = None, h1: int | None = None) -> np.ndarray:
+    """Every key of jobs ``0 .. jobs - 1``, indices ``0 .. slots - 1``, whose positions are ``h0`` and
+    ``h1`` (None: any), in increasing order."""
+    keys = ((np.arange(jobs, dtype=np.uint32)[:, None] << KEY_JOB_SHIFT)
+            | np.arange(slots, dtype=np.uint32)[None, :]).ravel()
+    p0, p1 = hashes_np(keys, size)
+    keep = np.ones(len(keys), bool)
+    if h0 is not None:
+        keep &= p0 == h0
+    if h1 is not None:
+        keep &= p1 == h1
+    return keys[keep]
