@@ -1,0 +1,164 @@
+"""The cocotb side of :class:`~inagg.testbench.bridge.harness.BridgeHarness`: whole frames in, whole frames out.
+
+:class:`FrameBridge` owns the harness's clock, reset and frame rings. A
+caller queues frames per port with :meth:`FrameBridge.send`; whenever it
+wakes, :meth:`FrameBridge.pull` takes every finished frame out of the egress
+rings and :meth:`FrameBridge.push` copies queued frames into free ingress
+rows. One wake costs one read of the harness's ``status`` word, one write of
+its ``control`` word, and one simulator access per frame moved, whatever
+the number of beats. Between wakes the simulator runs alone:
+:meth:`FrameBridge.wait` sleeps until the harness's alarm, which rings when
+an egress ring is half full, when an ingress ring that frames wait for runs
+empty, or after a given number of cycles.
+
+Nothing is dropped inside the bridge that a network would deliver: a frame
+waits in its port's queue while the ingress ring is full, and the switch
+waits while an egress ring is full. Frames no port can carry are counted in
+:attr:`FrameBridge.stats`: ``oversize`` (longer than a ring row, which holds
+a result frame: the MTU of this switch), ``empty``, and ``truncated`` for a
+frame the switch sent longer than a row (none does).
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections import deque
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles
+
+from .harness import COUNT_BITS, BridgeHarness
+
+__all__ = ["FrameBridge", "CLOCK_NS"]
+
+CLOCK_NS = 4  # 250 MHz
+_MOD = 1 << COUNT_BITS
+_MASK = _MOD - 1
+
+
+class FrameBridge:
+    """The frame rings of a Verilated ``harness`` (a :class:`BridgeHarness` with the build's parameters)."""
+
+    def __init__(self, dut, harness: BridgeHarness):
+        self.dut = dut
+        self.ports, self.depth, self.frame_bytes = harness.ports, harness.depth, harness.frame_bytes
+        self.port_bits, self.order_depth = harness.port_bits, harness.order_depth
+        self._len_shift = harness.beats * harness.width
+        self._beats = harness.beats
+        self._iring = [getattr(dut, f"i{p}_ring") for p in range(self.ports)]
+        self._oring = [getattr(dut, f"o{p}_ring") for p in range(self.ports)]
+        self._status, self._control, self.alarm = dut.status, dut.control, dut.alarm
+        self._tails = [0] * (2 * self.ports)  # ingress tails, then egress tails
+        self._heads = [0] * self.ports        # ingress heads at the last pull
+        self._order_seen = 0
+        self._wake_at = 0
+        self._wake_rx = False
+        self._control_value = -1
+        self.cycle = 0  # the harness's cycle counter (mod 2**32) at the last pull
+        self.queues: list[deque[bytes]] = [deque() for _ in range(self.ports)]
+        self.stats: Tally = Tally()
+        self.order: list[int] = []
+        self.record_order = False
+
+    async def start(self) -> None:
+        """Start the clock (in the simulator, not in Python) and reset the harness."""
+        dut = self.dut
+        self._write_control()
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns", impl="gpi").start())
+        dut.rst.value = 1
+        await ClockCycles(dut.clk, 4)
+        dut.rst.value = 0
+        await ClockCycles(dut.clk, 2)
+
+    @property
+    def backlog(self) -> int:
+        """Frames queued in Python that wait for an ingress row."""
+        return sum(len(q) for q in self.queues)
+
+    def send(self, port: int, frame: bytes) -> bool:
+        """Queue ``frame`` for switch port ``port`` (it goes in at the next :meth:`push`).
+
+        Returns False, counting it, for a frame no port can carry."""
+        if not 0 < len(frame) <= self.frame_bytes:
+            self.stats["empty" if not frame else "oversize"] += 1
+            return False
+        self.queues[port].append(frame)
+        return True
+
+    def pull(self) -> list[tuple[int, bytes]]:
+        """The frames the switch sent since the last call, as (port, frame), each port's in sending order.
+
+        Reads the status word that :meth:`push` goes by as well."""
+        status = self._status.value.to_unsigned()
+        P = self.ports
+        self._heads = [(status >> (COUNT_BITS * p)) & _MASK for p in range(P)]
+        count = (status >> (2 * P * COUNT_BITS)) & 0xFFFFFFFF
+        self.cycle = status >> (2 * P * COUNT_BITS + 32)
+        got = []
+        shift, fb = self._len_shift, self.frame_bytes
+        for p in range(P):
+            head = (status >> (COUNT_BITS * (P + p))) & _MASK
+            tail = self._tails[P + p]
+            if head == tail:
+                continue
+            ring = self._oring[p]
+            while tail != head:
+                row = ring[tail % self.depth].value.to_unsigned()
+                n = (row >> shift) & _MASK
+                if n > fb:
+                    self.stats["truncated"] += 1
+                else:
+                    got.append((p, (row & ((1 << 8 * n) - 1)).to_bytes(n, "little")))
+                tail = (tail + 1) % _MOD
+            self._tails[P + p] = tail
+        new = (count - self._order_seen) % (1 << 32)
+        if new:
+            if self.record_order:
+                log = self.dut.order_log.value.to_unsigned()
+                mask, bits, depth = (1 << self.port_bits) - 1, self.port_bits, self.order_depth
+                self.order += [(log >> (bits * (n % depth))) & mask
+                               for n in range(self._order_seen, self._order_seen + new)]
+            self._order_seen = count
+        return got
+
+    def push(self) -> None:
+        """Copy queued frames into the free ingress rows (by the heads :meth:`pull` read)."""
+        shift = self._len_shift
+        for p in range(self.ports):
+            q = self.queues[p]
+            if not q:
+                continue
+            tail = self._tails[p]
+            free = self.depth - (tail - self._heads[p]) % _MOD
+            ring = self._iring[p]
+            for _ in range(min(free, len(q))):
+                frame = q.popleft()
+                ring[tail % self.depth].value = int.from_bytes(frame, "little") | len(frame) << shift
+                tail = (tail + 1) % _MOD
+            self._tails[p] = tail
+
+    def _write_control(self) -> None:
+        P = self.ports
+        value = sum(t << (COUNT_BITS * i) for i, t in enumerate(self._tails))
+        value |= (self._order_seen | self._wake_at << 32 | int(self._wake_rx) << 64) << (2 * P * COUNT_BITS)
+        if value != self._control_value:
+            self._control.value = value
+            self._control_value = value
+
+    @property
+    def flush_cycles(self) -> int:
+        """Longest a result waits in an egress ring that does not fill: half a ring of every port's frames."""
+        return self.depth // 2 * self.ports * self._beats
+
+    async def wait(self, cycles: int) -> None:
+        """Sleep until an egress ring is half full, an ingress ring with frames waiting for it runs empty,
+        or ``cycles`` cycles pass (at most :attr:`flush_cycles`).
+
+        Hands the tails and the order acknowledgement of the last
+        :meth:`pull` / :meth:`push` to the harness first.
+        """
+        self._wake_at = (self.cycle + max(0, min(cycles, self.flush_cycles))) & 0xFFFFFFFF
+        self._wake_rx = bool(self.backlog)
+        self._write_control()
+        await self.alarm.value_change

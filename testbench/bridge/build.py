@@ -1,0 +1,101 @@
+"""Verilate :class:`~inagg.testbench.bridge.harness.BridgeHarness` once per parameter set; run cocotb modules on it.
+
+Each parameter set (and the choice of waveforms) gets its own folder
+``sim_build/bridge_<params>[_waves]`` at the top of the repository. The
+Verilog is rewritten only when it changes, so cocotb's runner
+(``always=False``) reuses the Verilated model across runs and processes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ...models.job import SwitchSpec
+from .. import toolchain
+
+__all__ = ["HarnessParams", "TOPLEVEL", "build", "run"]
+
+TOPLEVEL = "inagg_bridge"
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class HarnessParams:
+    """The parameters of one harness build (those of :class:`~inagg.testbench.bridge.harness.BridgeHarness`)."""
+
+    ports: int
+    width: int
+    slots: int
+    chunk_bytes: int
+    jobs: int
+    workers: int
+    depth: int = 8
+    order_depth: int = 256
+
+    @classmethod
+    def for_switch(cls, spec: SwitchSpec, *, width: int, jobs: int, workers: int, **kw) -> "HarnessParams":
+        """The harness of a switch described by ``spec``, built for job numbers below ``jobs``."""
+        return cls(ports=spec.ports, width=width, slots=spec.slots, chunk_bytes=spec.chunk_bytes, jobs=jobs,
+                   workers=workers, **kw)
+
+    def tag(self) -> str:
+        return "_".join(f"{k}{v}" for k, v in asdict(self).items())
+
+
+def build_dir(params: HarnessParams, waves: bool = False) -> Path:
+    """Where the build of ``params`` lives."""
+    return _ROOT / "sim_build" / f"bridge_{params.tag()}{'_waves' if waves else ''}"
+
+
+def build(params: HarnessParams, *, waves: bool = False):
+    """Verilate the harness of ``params`` (with FST tracing when ``waves``); return (runner, build folder)."""
+    from cocotb_tools import runner as cocotb_runner
+
+    from amaranth.back import verilog
+
+    from .harness import BridgeHarness
+
+    toolchain.activate()
+    folder = build_dir(params, waves)
+    folder.mkdir(parents=True, exist_ok=True)
+    harness = BridgeHarness(**asdict(params))
+    # What the testbench reaches through VPI: the harness's ports and rings, nothing inside the switch.
+    public = ["clk", "rst", *harness.signature.members.keys(), *harness.ring_names]
+    files = {f"{TOPLEVEL}.v": verilog.convert(harness, name=TOPLEVEL, emit_src=False),
+             f"{TOPLEVEL}.vlt": "`verilator_config\n" + "".join(f'public_flat_rw -module "{TOPLEVEL}" -var "{name}"\n'
+                                                                 for name in public)}
+    for name, text in files.items():
+        if not (folder / name).exists() or (folder / name).read_text() != text:
+            (folder / name).write_text(text)
+    # The machines this runs on are shared: one compiler process at a time.
+    cocotb_runner.MAX_PARALLEL_BUILD_JOBS = 1
+    runner = cocotb_runner.get_runner("verilator")
+    # Amaranth's output trips Verilator's style warnings; none is an error. cocotb's runner makes every
+    # signal public, which sends all combinational logic through the input region of every evaluation
+    # (each clock edge) and costs most of the run time; the harness's ports and rings are enough.
+    # The model's C++ is compiled with -O2 rather than Verilator's default -Os: 1.45x the cycles per second.
+    args = (["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O2", "--no-public-flat-rw", "-CFLAGS", "-O2"]
+            + (["--trace-fst"] if waves else []))
+    runner.build(sources=[folder / name for name in files], hdl_toplevel=TOPLEVEL, build_dir=folder, always=False,
+                 build_args=args, waves=waves)
+    return runner, folder
+
+
+def run(runner, folder: Path, test_module: str, *, waves_file: str | os.PathLike | None = None,
+        env: dict[str, str] | None = None) -> None:
+    """Run the cocotb tests of ``test_module`` (an importable module); raise if any failed.
+
+    ``waves_file`` names the FST file of the run (the build must have waves).
+    """
+    from cocotb_tools.check_results import get_results
+
+    results = folder / f"results_{test_module.rsplit('.', 1)[-1]}_{os.getpid()}.xml"
+    args = ["--trace-file", str(Path(waves_file).resolve())] if waves_file is not None else []
+    runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog", build_dir=folder, test_dir=folder,
+                results_xml=str(results), waves=waves_file is not None, test_args=args, extra_env=env or {})
+    tests, failed = get_results(results)
+    results.unlink()
+    if tests == 0 or failed:
+        raise AssertionError(f"{failed} of {tests} cocotb tests of {test_module} failed")

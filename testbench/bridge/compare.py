@@ -1,0 +1,129 @@
+"""Run the model switch beside the RTL on the same traffic and report every frame that differs.
+
+:class:`LiveCompare` is :func:`inagg.testbench.replay.replay` done as the
+run goes, so a demo of any length needs no record of its frames: each frame
+that entered an RTL port waits in that port's queue until the RTL's order
+log names the port, then the model takes the port's frames up to the first
+one that reaches its slot logic (the frames before it were dropped by the
+port's checks, in the RTL as in the model). What the model sends is matched,
+port by port and in order, against what the RTL sent.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from ...models.job import JobSpec, SwitchSpec
+from ...models.protocol import Counter
+from ...models.switch import ModelSwitch
+from ..replay import ENGINE_COUNTERS
+
+__all__ = ["LiveCompare", "Difference"]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One place where the RTL and the model disagree."""
+
+    port: int
+    index: int          # frame number on the port (results), or -1 for a counter or an unmatched order
+    what: str
+    rtl: str = ""       # hex of the RTL's frame, or its counter value
+    model: str = ""
+
+    def __str__(self) -> str:
+        head = f"port {self.port} frame {self.index}: {self.what}" if self.index >= 0 else self.what
+        return head + (f"\n  rtl   {self.rtl}\n  model {self.model}" if self.rtl or self.model else "")
+
+
+@dataclass
+class LiveCompare:
+    """The model switch fed in the RTL's arrival order; :attr:`differences` lists every disagreement."""
+
+    spec: SwitchSpec
+    jobs: tuple[JobSpec, ...]
+    keep: int = 20  # differences kept in full (all are counted)
+    differences: list[Difference] = field(default_factory=list)
+    count: int = 0
+    matched: int = 0
+
+    def __post_init__(self) -> None:
+        self.model = ModelSwitch(self.spec)
+        for job in self.jobs:
+            self.model.add_job(job)
+        self._sent = [deque() for _ in range(self.spec.ports)]
+        self._want = [deque() for _ in range(self.spec.ports)]
+        self._got = [deque() for _ in range(self.spec.ports)]
+        self._index = [0] * self.spec.ports
+
+    def _differ(self, d: Difference) -> None:
+        self.count += 1
+        if len(self.differences) < self.keep:
+            self.differences.append(d)
+
+    def sent(self, port: int, frame: bytes) -> None:
+        """``frame`` went into RTL port ``port``."""
+        self._sent[port].append(frame)
+
+    def _take(self, port: int, frame: bytes) -> bool:
+        model = self.model
+        before = [model.counters[c] for c in ENGINE_COUNTERS]
+        for p, f in model.receive(port, frame):
+            self._want[p].append(f)
+        return [model.counters[c] for c in ENGINE_COUNTERS] != before
+
+    def taken(self, ports: list[int]) -> None:
+        """The RTL's slot engine took a contribution from each of ``ports``, in this order."""
+        for port in ports:
+            q = self._sent[port]
+            while True:
+                if not q:
+                    self._differ(Difference(port, -1, f"the RTL took a contribution from port {port} "
+                                                      "where the model finds none left"))
+                    break
+                if self._take(port, q.popleft()):
+                    break
+        self._match()
+
+    def received(self, port: int, frame: bytes) -> None:
+        """The RTL sent ``frame`` on ``port``."""
+        self._got[port].append(frame)
+        self._match()
+
+    def _match(self) -> None:
+        for p in range(self.spec.ports):
+            got, want = self._got[p], self._want[p]
+            while got and want:
+                g, w = got.popleft(), want.popleft()
+                if g == w:
+                    self.matched += 1
+                else:
+                    self._differ(Difference(p, self._index[p], "the frames differ", g.hex(), w.hex()))
+                self._index[p] += 1
+
+    def finish(self, rtl_counters: dict[Counter, int]) -> list[Difference]:
+        """After the run: the rest of every port's frames go to the model, then frames and counters are compared.
+
+        Returns :attr:`differences`.
+        """
+        for port, q in enumerate(self._sent):
+            while q:
+                if self._take(port, q.popleft()):
+                    self._differ(Difference(port, -1, f"the model takes a frame of port {port} that the RTL's "
+                                                      "engine never took"))
+        self._match()
+        for p in range(self.spec.ports):
+            for g in self._got[p]:
+                self._differ(Difference(p, self._index[p], "the RTL sent a frame the model does not", g.hex()))
+                self._index[p] += 1
+            for w in self._want[p]:
+                self._differ(Difference(p, self._index[p], "the model sent a frame the RTL does not", "", w.hex()))
+                self._index[p] += 1
+            self._got[p].clear()
+            self._want[p].clear()
+        for c in Counter:
+            rtl, model = rtl_counters[c], self.model.counters[c] & 0xFFFFFFFF
+            if rtl != model:
+                self._differ(Difference(-1, -1, f"counter {c.name} differs", str(rtl), str(model)))
+        return self.differences

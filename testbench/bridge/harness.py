@@ -1,0 +1,221 @@
+"""Testbench gateware around the switch: whole frames in and out, so Python moves frames, not beats.
+
+A cocotb coroutine that drives an AXI-Stream beat by beat wakes Python every
+clock cycle; at tens of microseconds per wake that caps the simulation far
+below what Verilator runs the switch at. :class:`BridgeHarness` puts frame
+rings between the switch and the testbench instead, and one word each way
+for everything else.
+
+**Rings.** Per switch port ``p`` an ingress ring ``i{p}_ring`` and an egress
+ring ``o{p}_ring``, memories of ``depth`` rows. A row holds one frame:
+``beats`` lanes of ``width`` bits (byte 0 of the frame in the low bits of
+lane 0) and one more lane with the frame's byte length in its low 16 bits.
+The testbench writes ingress rows and reads egress rows through the
+simulator (VPI), one access per frame; the gateware reads and writes them a
+beat at a time. Ingress: the harness loads row ``head mod depth`` when the
+testbench's tail is ahead, streams it into the switch at one beat per cycle
+and advances the head after the last beat. Egress: the harness writes each
+frame the switch sends on port ``p`` into row ``head mod depth``; with every
+row full it holds ``ready`` low, so the switch waits and nothing is lost. A
+frame longer than a row keeps its true length and loses the bytes beyond
+the row, so the testbench can count it as truncated.
+
+**Words.** ``status`` (out) packs, from bit 0: the ingress heads, the egress
+heads (16 bits per port each), ``order_count`` (32) and the cycle counter
+(32). ``control`` (in) packs the ingress tails, the egress tails (16 bits
+per port each), ``order_ack`` (32), ``wake_at`` (32) and ``wake_rx`` (1).
+Counters wrap; a ring holds fewer than 2**15 rows, so ``tail - head``
+modulo 2**16 is its occupancy.
+
+**Alarm.** ``alarm`` toggles at the clock edge where an egress ring
+reaches half full, where the cycle counter reaches ``wake_at``, or (with
+``wake_rx``) where an ingress ring runs empty. The testbench sleeps on a
+change of this one signal and moves half a ring of frames per wake, so the
+simulator runs alone between the events that matter; the timer bounds how
+long a frame waits in a ring that does not fill.
+
+**Order log.** The slot engine's arrival order
+(:attr:`inagg.hdl.switch.Switch.order`) goes into ``order_log``: the port of
+the ``n``-th contribution the engine took sits in entry ``n mod order_depth``
+(bits ``e * port_bits ..`` of entry ``e``). The testbench acknowledges what
+it read in ``order_ack``; the ingress rings start no new frame while fewer
+than ``4 * ports`` entries are free, which covers every frame already inside
+the switch, so no entry is overwritten unread.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...hdl.switch import Switch
+from ...models.protocol import CHUNK_BYTES_DEFAULT, ICRC_LEN, RESULT_HDR_LEN
+
+__all__ = ["BridgeHarness", "frame_slot_bytes", "COUNT_BITS"]
+
+COUNT_BITS = 16
+
+
+def frame_slot_bytes(width: int, chunk_bytes: int) -> int:
+    """Frame bytes of one ring row: the longest frame the protocol has (a result), in whole beats."""
+    nb = width // 8
+    return -(-(RESULT_HDR_LEN + chunk_bytes + ICRC_LEN) // nb) * nb
+
+
+def _check_pow2(name: str, value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high or value & (value - 1):
+        raise ValueError(f"{name} must be a power of two from {low} to {high}, not {value!r}")
+    return value
+
+
+class BridgeHarness(wiring.Component):
+    """:class:`~inagg.hdl.switch.Switch` behind frame rings (see the module docstring).
+
+    Parameters
+    ----------
+    ports, width, slots, chunk_bytes, jobs, workers:
+        The switch's parameters (:class:`~inagg.hdl.switch.Switch`).
+    depth:
+        Rows per ring, a power of two from 2 to 64.
+    order_depth:
+        Entries of the order log, a power of two from 8 per port (at least 8) to 4096.
+
+    Members
+    -------
+    control : In
+        Tails, order acknowledgement and wake-up requests (module docstring).
+    status : Out
+        Heads, order count and cycle counter.
+    alarm : Out(1)
+        Toggles at every event the testbench waits for.
+    order_log : Out(order_depth * port_bits)
+        The engine's arrival order.
+    s_axil_* :
+        The switch's AXI4-Lite registers, as on :class:`~inagg.hdl.switch.SwitchTop`.
+
+    The rings ``i{p}_ring`` and ``o{p}_ring`` are memories, reached through
+    the simulator (:attr:`ring_names`).
+    """
+
+    def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
+                 jobs: int = 4, workers: int = 8, depth: int = 8, order_depth: int = 256):
+        self.switch = Switch(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs,
+                             workers=workers)
+        self.ports, self.width = ports, width
+        self.depth = _check_pow2("Ring depth", depth, 2, 64)
+        self.order_depth = _check_pow2("Order log depth", order_depth, max(8, 1 << (8 * ports - 1).bit_length()),
+                                       4096)
+        self.frame_bytes = frame_slot_bytes(width, chunk_bytes)
+        self.beats = self.frame_bytes * 8 // width
+        self.row_bits = (self.beats + 1) * width
+        self.port_bits = self.switch.control.port_bits
+        members = {
+            "control": In(2 * ports * COUNT_BITS + 65),
+            "status": Out(2 * ports * COUNT_BITS + 64),
+            "alarm": Out(1),
+            "order_log": Out(self.order_depth * self.port_bits),
+        }
+        for name, member in self.switch.axil.signature.members.items():
+            members[f"s_axil_{name}"] = member
+        super().__init__(members)
+
+    @property
+    def ring_names(self) -> list[str]:
+        """The Verilog names of the ring memories, ingress then egress."""
+        return [f"i{p}_ring" for p in range(self.ports)] + [f"o{p}_ring" for p in range(self.ports)]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.switch = sw = self.switch
+        P, W, K, beats = self.ports, self.width, self.depth, self.beats
+        nb = W // 8
+        lg_nb = nb.bit_length() - 1
+        lg_k = K.bit_length() - 1
+
+        for name, member in sw.axil.signature.members.items():
+            mine, theirs = getattr(self, f"s_axil_{name}"), getattr(sw.axil, name)
+            m.d.comb += (mine.eq(theirs) if member.flow == Out else theirs.eq(mine))
+
+        ctl = self.control
+        itail = [ctl[COUNT_BITS * p:COUNT_BITS * (p + 1)] for p in range(P)]
+        otail = [ctl[COUNT_BITS * (P + p):COUNT_BITS * (P + p + 1)] for p in range(P)]
+        order_ack = ctl[2 * P * COUNT_BITS:][:32]
+        wake_at = ctl[2 * P * COUNT_BITS + 32:][:32]
+        wake_rx = ctl[2 * P * COUNT_BITS + 64]
+
+        cycle = Signal(32)
+        m.d.sync += cycle.eq(cycle + 1)
+
+        # Order log: a circular buffer written at each engine take.
+        count = Signal(32)
+        with m.If(sw.order.valid):
+            m.d.sync += [count.eq(count + 1),
+                         self.order_log.word_select(count[:(self.order_depth - 1).bit_length()], self.port_bits)
+                         .eq(sw.order.p)]
+        room = Signal()
+        m.d.comb += room.eq((count - order_ack)[:32] < self.order_depth - 4 * P)
+
+        iheads, oheads, rx_fire, tx_fire = [], [], [], []
+        for p in range(P):
+            # -- ingress: load the head row, stream it one beat per cycle --
+            ring = memory.Memory(shape=self.row_bits, depth=K, init=[])
+            m.submodules[f"i{p}_ring"] = ring
+            rd = ring.read_port()
+            s = sw.s[p]
+            head = Signal(COUNT_BITS)
+            loaded = Signal()  # rd.data holds row head mod K
+            beat = Signal(range(beats))
+            length = rd.data[beats * W:][:COUNT_BITS]
+            last_beat = Signal(COUNT_BITS)
+            rem = Signal(range(nb + 1))
+            m.d.comb += [last_beat.eq((length - 1) >> lg_nb), rem.eq(length - (last_beat << lg_nb))]
+            last = beat == last_beat
+            pending = head != itail[p]
+            m.d.comb += [
+                rd.addr.eq(head[:lg_k]),
+                # Load when a row is ready; a started frame ignores the order log, a new one waits for room.
+                rd.en.eq(~loaded & pending & room),
+                s.valid.eq(loaded),
+                s.p.data.eq(rd.data.word_select(beat, W)),
+                s.p.keep.eq(Mux(last, ~(Const((1 << nb) - 1, nb) << rem)[:nb], (1 << nb) - 1)),
+                s.p.last.eq(last),
+            ]
+            with m.If(rd.en):
+                m.d.sync += loaded.eq(1)
+            with m.If(s.valid & s.ready):
+                with m.If(last):
+                    m.d.sync += [beat.eq(0), head.eq(head + 1), loaded.eq(0)]
+                with m.Else():
+                    m.d.sync += beat.eq(beat + 1)
+            iheads.append(head)
+            rx_fire.append(s.valid & s.ready & last & ((head + 1)[:COUNT_BITS] == itail[p]))
+
+            # -- egress: write the switch's frames into the rows, a beat per lane --
+            ring = memory.Memory(shape=self.row_bits, depth=K, init=[])
+            m.submodules[f"o{p}_ring"] = ring
+            wr = ring.write_port(granularity=W)
+            o = sw.m[p]
+            ohead = Signal(COUNT_BITS)
+            obeat = Signal(COUNT_BITS)
+            olen = Signal(COUNT_BITS)
+            m.d.comb += [o.ready.eq((ohead - otail[p])[:COUNT_BITS] < K), olen.eq((obeat << lg_nb) + sum(o.p.keep))]
+            take = o.valid & o.ready
+            m.d.comb += [
+                wr.addr.eq(ohead[:lg_k]),
+                wr.data.eq(Cat(*([o.p.data] * beats), olen)),
+                wr.en.eq(Cat(*[take & (obeat == b) for b in range(beats)], take & o.p.last)),
+            ]
+            with m.If(take):
+                m.d.sync += obeat.eq(Mux(o.p.last, 0, obeat + 1))
+                with m.If(o.p.last):
+                    m.d.sync += ohead.eq(ohead + 1)
+            oheads.append(ohead)
+            tx_fire.append(take & o.p.last & ((ohead + 1 - otail[p])[:COUNT_BITS] == K // 2))
+
+        m.d.comb += self.status.eq(Cat(*iheads, *oheads, count, cycle))
+        alarm = Signal()
+        with m.If(Cat(*tx_fire).any() | (wake_rx & Cat(*rx_fire).any()) | (cycle == wake_at)):
+            m.d.sync += alarm.eq(~alarm)
+        m.d.comb += self.alarm.eq(alarm)
+        return m

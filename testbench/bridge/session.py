@@ -1,0 +1,114 @@
+"""The cocotb test that runs inside the Verilated harness: configure the switch, serve the workers, report.
+
+:func:`inagg.testbench.bridge.run.run_rtl` starts the simulator on this
+module with ``INAGG_BRIDGE_JOB`` naming a pickled :class:`Job`; the test
+writes a pickled :class:`Outcome` to ``job.out``. The controller's
+register writes (:func:`inagg.host.controller.register_writes`) go through
+cocotbext-axi's AXI4-Lite manager, the counters are read back the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+from collections import Counter as Tally
+from dataclasses import dataclass, field
+
+import cocotb
+import numpy as np
+from cocotbext.axi import AxiLiteBus, AxiLiteMaster
+
+from ...host.controller import Plan, register_writes
+from ...host.link import Faults
+from ...host.worker import AllReduce, Timing, Worker
+from ...models import regmap as rm
+from ...models.protocol import Counter
+from .bridge import CLOCK_NS, FrameBridge
+from .compare import Difference, LiveCompare
+from .harness import BridgeHarness
+
+__all__ = ["Job", "Outcome", "JOB_ENV"]
+
+JOB_ENV = "INAGG_BRIDGE_JOB"
+
+
+@dataclass
+class Job:
+    """What the simulation is asked to do: a plan, each worker's data (by port), the link, the clock."""
+
+    plan: Plan
+    harness: dict
+    data: dict[int, np.ndarray]
+    timing: Timing
+    faults: Faults = field(default_factory=Faults)
+    seed: int = 0
+    compare: bool = False
+    pcap: str | None = None
+    out: str = ""
+
+
+@dataclass
+class Outcome:
+    """What the simulation brings back."""
+
+    results: dict[int, np.ndarray]
+    exponents: dict[int, int]
+    stats: dict[int, Tally]
+    counters: dict[Counter, int]
+    bridge: dict
+    link: dict
+    to_switch: int
+    to_hosts: int
+    cycles: int
+    wakes: int
+    python_time: float
+    wall_time: float
+    cpu_time: float
+    differences: list[Difference] | None
+    difference_count: int = 0
+    frames_compared: int = 0
+    clock_ns: int = CLOCK_NS
+
+
+@cocotb.test()
+async def allreduce(dut):
+    """Every worker of the plan all-reduces its data through the RTL switch."""
+    from ...host.demo_run import pcap_writer
+    from .memory import serve_memory
+
+    with open(os.environ[JOB_ENV], "rb") as f:
+        job: Job = pickle.load(f)
+    h = BridgeHarness(**job.harness)
+    bridge = FrameBridge(dut, h)
+    await bridge.start()
+    axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
+    for model in (axil.write_if, axil.read_if):
+        model.log.setLevel(logging.WARNING)  # it logs every access at INFO
+    assert await axil.read_dword(rm.RegMap.switch("ID")) == rm.ID_VALUE
+    geometry = await axil.read_dword(rm.RegMap.switch("JOBS"))
+    regmap = rm.RegMap(geometry & 0xFFFF, geometry >> 16)
+    for addr, value in register_writes(job.plan, regmap):
+        await axil.write_dword(addr, value)
+
+    ops = {}
+    for spec in job.plan.jobs:
+        for r, w in enumerate(spec.workers):
+            ops[w.port] = AllReduce(Worker(job.plan.switch, spec, r, timing=job.timing), job.data[w.port])
+    compare = LiveCompare(job.plan.switch, job.plan.jobs) if job.compare else None
+    with pcap_writer(job.pcap) as capture:
+        wall, cpu = time.perf_counter(), time.process_time()
+        run = await serve_memory(bridge, ops, faults=job.faults, seed=job.seed, capture=capture, compare=compare)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    counters = {c: await axil.read_dword(regmap.counter(c)) for c in Counter}
+    differences = compare.finish(counters) if compare is not None else None
+    outcome = Outcome(
+        results={p: op.result() for p, op in ops.items()}, exponents={p: op.exponent for p, op in ops.items()},
+        stats={p: op.worker.stats for p, op in ops.items()}, counters=counters, bridge=dict(bridge.stats),
+        link=run.link, to_switch=run.to_switch, to_hosts=run.to_hosts, cycles=run.cycles, wakes=run.wakes,
+        python_time=run.python_time,
+        wall_time=wall, cpu_time=cpu, differences=differences, difference_count=compare.count if compare else 0,
+        frames_compared=compare.matched if compare else 0)
+    with open(job.out, "wb") as f:
+        pickle.dump(outcome, f)
