@@ -1,8 +1,9 @@
 """``inagg demo``: the main job -- workers all-reduce float32 tensors through the switch.
 
 N workers per job (default 4) each all-reduce a random float32 tensor
-(default 16 MiB) through the Mode II model switch, over the in-memory network
-(default) or Linux network namespaces, with optional loss, duplication,
+(default 16 MiB) through the Mode II model switch or, with ``--switch rtl``,
+the Verilated RTL switch cycle by cycle (``docs/emulation.md``), over the
+in-memory network (default) or Linux network namespaces, with optional loss, duplication,
 reordering and corruption. The run checks every worker's result against a
 float64 numpy reference, element by element, within the bound of
 ``docs/host.md`` ("Error bound"), prints a summary (or JSON) and exits 1 when
@@ -80,8 +81,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--net", choices=("memory", "netns"), default="memory",
                    help="memory: one process, virtual time (default); netns: a Linux namespace per worker and "
                         "for the switch, veth pairs, AF_PACKET (needs root)")
-    p.add_argument("--switch", choices=("model",), default="model",
-                   help="the switch implementation: the numpy model (the RTL joins with its bridge)")
+    p.add_argument("--switch", choices=("model", "rtl"), default="model",
+                   help="model: the numpy model switch (default); rtl: the Verilated RTL switch, cycle by cycle "
+                        "(memory network; builds the model on first use, cached in sim_build/)")
+    p.add_argument("--width", type=int, default=512, choices=(64, 256, 512),
+                   help="--switch rtl: beat width of the RTL in bits (default 512)")
+    p.add_argument("--waves", metavar="FILE.fst", help="--switch rtl: dump the run's waveforms to FILE.fst")
+    p.add_argument("--compare", action="store_true",
+                   help="--switch rtl: run the model switch on the same traffic and report every frame that differs")
     p.add_argument("--window", type=_positive_int, default=128,
                    help="chunks outstanding per worker, a power of two (default 128)")
     p.add_argument("--chunk-bytes", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096),
@@ -102,7 +109,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         cfg = DemoConfig(workers=args.workers, size=args.size, jobs=args.jobs, loss=args.loss, dup=args.dup,
                          reorder=args.reorder, corrupt=args.corrupt, net=args.net, switch=args.switch,
-                         window=args.window, chunk_bytes=args.chunk_bytes, seed=args.seed, pcap=args.pcap)
+                         window=args.window, chunk_bytes=args.chunk_bytes, seed=args.seed, pcap=args.pcap,
+                         width=args.width, waves=args.waves, compare=args.compare)
     except ValueError as e:
         print(f"inagg demo: error: {e}", file=sys.stderr)
         return 2
@@ -110,10 +118,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         summary = run_demo(cfg, progress=progress)
     except Exception as e:  # a protocol failure ends the demo with its message, not a traceback
+        from .demo_run import RtlUnavailable
         from .netns import NetnsUnavailable
         from .worker import ProtocolError
 
-        if isinstance(e, (ProtocolError, NetnsUnavailable)):
+        if isinstance(e, (ProtocolError, NetnsUnavailable, RtlUnavailable)):
             print(f"inagg demo: error: {e}", file=sys.stderr)
             return 1
         raise

@@ -17,7 +17,7 @@ from .link import Faults
 from .memnet import MemoryNetwork
 from .worker import AllReduce, Timing, Worker, agreement_chunks
 
-__all__ = ["DemoConfig", "run_demo", "result_bound", "format_summary"]
+__all__ = ["DemoConfig", "RtlUnavailable", "run_demo", "result_bound", "format_summary", "pcap_writer"]
 
 
 @dataclass(frozen=True)
@@ -37,14 +37,24 @@ class DemoConfig:
     chunk_bytes: int = 1024
     seed: int = 0
     pcap: str | None = None
+    width: int = 512
+    waves: str | None = None
+    compare: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.size, int) or self.size < 0 or self.size % 4:
             raise ValueError(f"size must be a non-negative multiple of 4 bytes, not {self.size!r}")
         if self.net not in ("memory", "netns"):
             raise ValueError(f"net must be 'memory' or 'netns', not {self.net!r}")
-        if self.switch != "model":
-            raise ValueError(f"switch must be 'model', not {self.switch!r}")
+        if self.switch not in ("model", "rtl"):
+            raise ValueError(f"switch must be 'model' or 'rtl', not {self.switch!r}")
+        if self.switch == "rtl":
+            if self.net != "memory":
+                raise ValueError("the RTL switch runs on the memory network only (--net memory)")
+            if self.width not in (64, 256, 512):
+                raise ValueError(f"width must be 64, 256 or 512, not {self.width!r}")
+        elif self.waves is not None or self.compare:
+            raise ValueError("--waves and --compare need the RTL switch (--switch rtl)")
         # plan() and Faults() validate the rest with their own messages.
         self.plan()
         self.faults()
@@ -75,7 +85,8 @@ def _tensors(cfg: DemoConfig, job: int) -> list[np.ndarray]:
 
 
 @contextlib.contextmanager
-def _pcap(path: str | None):
+def pcap_writer(path: str | None):
+    """A context that yields ``capture(time, frame)`` writing a pcap file at ``path`` (None: yields None)."""
     if path is None:
         yield None
         return
@@ -119,13 +130,53 @@ class _Moved:
     link: dict
 
 
+class RtlUnavailable(RuntimeError):
+    """The RTL switch cannot be simulated here (a tool is missing); the message says what to install."""
+
+
 def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
     """Run the demo described by ``cfg``; returns the summary (``summary["ok"]``: every sum within its bound)."""
     p = cfg.plan()
     data = {job.job: _tensors(cfg, j) for j, job in enumerate(p.jobs)}
-    run = _run_netns if cfg.net == "netns" else _run_memory
-    outcomes, counters, moved = run(cfg, p, data, progress)
-    return _summarize(cfg, p, data, outcomes, counters, moved)
+    rtl = None
+    if cfg.switch == "rtl":
+        outcomes, counters, moved, rtl = _run_rtl(cfg, p, data)
+    else:
+        run = _run_netns if cfg.net == "netns" else _run_memory
+        outcomes, counters, moved = run(cfg, p, data, progress)
+    summary = _summarize(cfg, p, data, outcomes, counters, moved)
+    if rtl is not None:
+        summary["rtl"] = rtl
+        summary["ok"] = summary["ok"] and rtl.get("compare", {}).get("differences", 0) == 0
+    return summary
+
+
+def _run_rtl(cfg, p, data):
+    # The RTL needs Amaranth, cocotb and Verilator: imported here only, so the host library never loads them.
+    from inagg.testbench.toolchain import MissingTool
+
+    try:
+        from inagg.testbench.bridge.run import run_rtl
+        inputs = {w.port: data[job.job][r] for job in p.jobs for r, w in enumerate(job.workers)}
+        out = run_rtl(p, inputs, width=cfg.width, faults=cfg.faults(), seed=cfg.seed, compare=cfg.compare,
+                      waves=cfg.waves, pcap=cfg.pcap)
+    except (MissingTool, ImportError) as e:
+        raise RtlUnavailable(f"the RTL switch cannot be simulated here: {e}") from e
+    outcomes = {port: _Outcome(out.results[port], out.exponents[port], out.stats[port]) for port in out.results}
+    rtl = {
+        "width": cfg.width, "cycles": out.cycles, "clock_mhz": 1e3 / out.clock_ns,
+        "simulated_time_s": out.cycles * out.clock_ns * 1e-9, "wall_time_s": out.wall_time,
+        "cpu_time_s": out.cpu_time, "python_time_s": out.python_time, "wakes": out.wakes,
+        "packets_per_s": out.to_switch / out.wall_time if out.wall_time else 0.0,
+        "cycles_per_s": out.cycles / out.wall_time if out.wall_time else 0.0,
+        "bridge_drops": dict(out.bridge),
+    }
+    if cfg.compare:
+        rtl["compare"] = {"frames_compared": out.frames_compared, "differences": out.difference_count,
+                          "first": [str(d) for d in out.differences]}
+    if cfg.waves is not None:
+        rtl["waves"] = cfg.waves
+    return outcomes, out.counters, _Moved(out.to_switch, out.to_hosts, out.wall_time, out.link), rtl
 
 
 def _run_memory(cfg, p, data, progress):
@@ -137,7 +188,7 @@ def _run_memory(cfg, p, data, progress):
             ops[w.port] = AllReduce(Worker(p.switch, job, r, timing=timing), data[job.job][r])
     lanes = p.switch.lanes
     total = len(ops) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
-    with Controller(switch, p), _pcap(cfg.pcap) as capture, _progress_bar(progress, total) as bar:
+    with Controller(switch, p), pcap_writer(cfg.pcap) as capture, _progress_bar(progress, total) as bar:
         net = MemoryNetwork(switch, faults=cfg.faults(), seed=cfg.seed, capture=capture)
         tick = None if bar is None else (lambda now: bar(sum(op.worker.stats["results"] for op in ops.values())))
         stats = net.run(ops, progress=tick)
@@ -217,7 +268,7 @@ def _switch_proc(topo, p, faults, seed, pcap, stop, completed, conn):
     Controller(switch, p).configure()
     ports = {port: netns.PacketPort(topo.switch_if(port)) for port in topo.ports}
     conn.send("ready")
-    with _pcap(pcap) as capture:
+    with pcap_writer(pcap) as capture:
         def done() -> bool:
             completed.value = switch.counters[Counter.COMPLETED]
             return stop.is_set()
@@ -329,4 +380,18 @@ def format_summary(s: dict) -> None:
     d = s["drops"]
     for row, where in (("drops (switch)", "switch"), ("drops (hosts)", "hosts"), ("link faults", "link")):
         t.add_row(row, ", ".join(f"{k} {v}" for k, v in sorted(d[where].items())) or "none")
+    if "rtl" in s:
+        r = s["rtl"]
+        t.add_row("rtl", f"{r['width']}-bit beats, {r['cycles']:,} cycles simulated ({r['simulated_time_s'] * 1e3:.3f} ms "
+                         f"at {r['clock_mhz']:.0f} MHz) in {r['wall_time_s']:.2f} s: {r['packets_per_s']:,.0f} packets/s, "
+                         f"{r['cycles_per_s']:,.0f} cycles/s")
+        t.add_row("bridge drops", ", ".join(f"{k} {v}" for k, v in sorted(r["bridge_drops"].items())) or "none")
+        if "compare" in r:
+            c = r["compare"]
+            verdict = "[green]identical[/green]" if not c["differences"] else f"[red]{c['differences']} differences[/red]"
+            t.add_row("compare", f"{c['frames_compared']:,} result frames and every counter against the model: {verdict}")
+            for line in c["first"]:
+                t.add_row("", line)
+        if "waves" in r:
+            t.add_row("waves", r["waves"])
     Console().print(t)

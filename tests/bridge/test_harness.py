@@ -1,0 +1,46 @@
+"""The harness's parameters and geometry, and the frames the bridge refuses to queue (no simulator needed)."""
+
+import types
+
+import pytest
+
+from inagg.testbench.bridge.bridge import FrameBridge
+from inagg.testbench.bridge.harness import BridgeHarness, frame_slot_bytes
+
+PARAMS = dict(ports=2, width=64, slots=16, chunk_bytes=256, jobs=2, workers=2)
+
+
+@pytest.mark.parametrize("depth", [1, 3, 128, True, "8"])
+def test_ring_depth_must_be_a_power_of_two_from_2_to_64(depth):
+    with pytest.raises(ValueError, match=rf"^Ring depth must be a power of two from 2 to 64, not {depth!r}$"):
+        BridgeHarness(**PARAMS, depth=depth)
+
+
+@pytest.mark.parametrize("order_depth", [8, 48, 8192])
+def test_order_log_must_hold_8_entries_per_port(order_depth):
+    with pytest.raises(ValueError, match=rf"^Order log depth must be a power of two from 16 to 4096, "
+                                         rf"not {order_depth}$"):
+        BridgeHarness(**PARAMS, order_depth=order_depth)
+
+
+def test_switch_parameters_are_checked_by_the_switch():
+    with pytest.raises(ValueError, match=r"^Data width must be one of \(64, 256, 512\), not 128$"):
+        BridgeHarness(**{**PARAMS, "width": 128})
+
+
+@pytest.mark.parametrize("width, chunk, row", [(64, 256, 336), (64, 1024, 1104), (512, 1024, 1152), (256, 4096, 4192)])
+def test_a_row_holds_a_result_frame_in_whole_beats(width, chunk, row):
+    assert frame_slot_bytes(width, chunk) == row
+    h = BridgeHarness(**{**PARAMS, "width": width, "chunk_bytes": chunk})
+    assert h.frame_bytes == row and h.row_bits == row * 8 + width
+    assert h.ring_names == ["i0_ring", "i1_ring", "o0_ring", "o1_ring"]
+
+
+def test_frames_no_port_carries_are_counted_not_queued():
+    h = BridgeHarness(**PARAMS)
+    dut = types.SimpleNamespace(status=None, control=None, alarm=None,
+                                **{f"{d}{p}_ring": None for d in "io" for p in range(2)})
+    bridge = FrameBridge(dut, h)
+    assert bridge.send(0, bytes(h.frame_bytes)) and bridge.send(1, b"\x01")
+    assert not bridge.send(0, bytes(h.frame_bytes + 1)) and not bridge.send(1, b"")
+    assert bridge.stats == {"oversize": 1, "empty": 1} and bridge.backlog == 2
