@@ -46,6 +46,9 @@ Figures in simulated clock cycles are deterministic; wall-clock figures depend o
 | simulation speed (throughput run) | {t["frames_per_s"]:.0f} frames/s, {t["sim_cycles_per_s"]:.0f} cycles/s | -- |
 
 One beat per cycle of W = 512 bits is 128 Gb/s of contributions at 250 MHz.
+The simulation speed includes cocotb and the cocotbext-axi bus models of
+every port (Python, once per cycle and port), which dominate it; the cycle
+figures do not depend on it.
 """
     (ROOT / "docs" / "results" / "rtl.md").write_text(text)
     print(text)
