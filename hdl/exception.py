@@ -175,7 +175,7 @@ class ExceptionEngine(wiring.Component):
         Bits of a key, 23 to 32: the 22 index bits and at least one job bit.
         Hashes are of the key zero-extended to 32 bits, as the model's.
     depth : int
-        Entries of the request queue and of the response queue, 2 to 4096.
+        Entries of the request queue and of the response queue, 4 to 4096.
 
     Members
     -------
@@ -202,7 +202,7 @@ class ExceptionEngine(wiring.Component):
         self.max_kicks = _check_int(max_kicks, 0, 1024, "Kick-out bound")
         self.stash = _check_int(stash, 0, MAX_STASH, "Stash size")
         self.key_width = _check_int(key_width, KEY_INDEX_BITS + 1, 32, "Key width")
-        self.depth = _check_int(depth, 2, 4096, "Queue depth")
+        self.depth = _check_int(depth, 4, 4096, "Queue depth")
         self.capacity = cap = 2 * table + stash
         entry = entry_layout(key_width, cap, table)
         self.tables = tuple(memory.Memory(shape=entry, depth=table, init=[]) for _ in range(2))
@@ -232,7 +232,7 @@ class ExceptionEngine(wiring.Component):
         f_rd = self.free_list.read_port(transparent_for=(f_wr,))
         m.submodules.requests = req_q = fifo.SyncFIFOBuffered(width=len(self.req.payload.as_value()),
                                                               depth=self.depth)
-        # Unbuffered: its level is exact, which the credit check below relies on.
+        # Unbuffered: its level is exact, which the room check below relies on.
         m.submodules.responses = resp_q = fifo.SyncFIFO(width=len(self.resp.payload.as_value()), depth=self.depth)
 
         m.d.comb += [req_q.w_data.eq(self.req.payload), req_q.w_en.eq(self.req.valid),
@@ -325,12 +325,33 @@ class ExceptionEngine(wiring.Component):
                      c_there.eq(n_there), kicks.eq(n_kicks)]
         occ = Signal(entry)
         m.d.comb += occ.eq(Mux(wt, e[1], e[0]))
-        walking_next = n_mode != _Mode.IDLE
+
+        # Whether the walker reads next cycle, and where: from a few bits and no key comparison, so
+        # that the next read address and the issue of the next request stay short paths. They equal
+        # n_wt and n_here below whenever the walk goes on. A LOCATE with both positions taken may
+        # turn out a hit (no walk); the cycle after it is then idle.
+        busy_next, w_table = Signal(), Signal()
+        w_addr = Signal(hbits)
+        with m.If(mode == _Mode.FORWARD):
+            m.d.comb += [busy_next.eq(occ.valid), w_table.eq(~wt), w_addr.eq(Mux(kicks == K, c_there, occ.other))]
+        with m.Elif(mode == _Mode.UNDO):
+            m.d.comb += [busy_next.eq(kicks != 1), w_table.eq(~wt), w_addr.eq(occ.other)]
+        with m.Else():
+            if K:
+                m.d.comb += busy_next.eq(d_valid & (d_op == Op.LOCATE) & e[0].valid & e[1].valid
+                                         & (self.free_count != 0))
+            m.d.comb += [w_table.eq(1), w_addr.eq(e[0].other)]
 
         # -- the actions of one cycle (D and the walker never act in the same cycle) --
         resp = Signal(response_layout(self.key_width, cap))
         resp_push = Signal()
-        m.d.comb += [resp.key.eq(d_key), resp_q.w_data.eq(resp), resp_q.w_en.eq(resp_push)]
+        # Registered on its way into the response queue, off the decision's path.
+        resp_reg = Signal.like(resp)
+        resp_reg_valid = Signal()
+        m.d.sync += resp_reg_valid.eq(resp_push)
+        with m.If(resp_push):
+            m.d.sync += resp_reg.eq(resp)
+        m.d.comb += [resp.key.eq(d_key), resp_q.w_data.eq(resp_reg), resp_q.w_en.eq(resp_reg_valid)]
         inc = {name: Signal(name=f"inc_{name}") for name in STATS if name != "kicks"}
         add_kicks = Signal.like(kicks)
         s_append, s_remove = Signal(), Signal()
@@ -435,9 +456,11 @@ class ExceptionEngine(wiring.Component):
         # Next cycle's reads: the walker's position while it walks on, else stage R's key. A read of
         # the position written in the same cycle returns the new entry (transparent ports).
         for t in (0, 1):
-            m.d.comb += rd[t].addr.eq(Mux(walking_next & (n_wt == t), n_here, r_h[t]))
-        # At most one response is in flight (in D or the walker), and it was counted in when issued.
-        m.d.comb += issue.eq(r_valid & ~sweeping & ~walking_next & (resp_q.w_level + resp_push < self.depth))
+            m.d.comb += rd[t].addr.eq(Mux(busy_next & (w_table == t), w_addr, r_h[t]))
+        # A request issued now answers into the queue two cycles from now at the earliest; by then
+        # the register and the decision of this cycle (at most one answer) may have gone in before it.
+        room = resp_q.w_level + resp_reg_valid < self.depth - 1
+        m.d.comb += issue.eq(r_valid & ~sweeping & ~busy_next & room)
 
         # -- the stash, in the model's list order: append at the end, close the gap on removal --
         for i in range(S):

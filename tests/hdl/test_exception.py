@@ -81,7 +81,7 @@ def fill_until(table, max_kicks, stash, stop, tries=100):
     ({"stash": 65}, "Stash size must be an integer from 0 to 64, not 65"),
     ({"key_width": 22}, "Key width must be an integer from 23 to 32, not 22"),
     ({"key_width": 33}, "Key width must be an integer from 23 to 32, not 33"),
-    ({"depth": 1}, "Queue depth must be an integer from 2 to 4096, not 1"),
+    ({"depth": 3}, "Queue depth must be an integer from 4 to 4096, not 3"),
 ])
 def test_parameters_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
@@ -255,7 +255,7 @@ def test_one_lookup_per_cycle_and_its_latency():
     gap = itertools.chain([0] * 12, [1] * 40, itertools.repeat(0))  # past the sweep, then back to back
     _, run, _ = check(16, 4, 2, requests, gaps=gap)
     assert np.all(np.diff(run.accepted[12:]) == 1) and np.all(np.diff(run.answered[12:]) == 1)
-    assert {b - a for a, b in zip(run.accepted[12:], run.answered[12:])} == {5}
+    assert {b - a for a, b in zip(run.accepted[12:], run.answered[12:])} == {6}
 
 
 def test_backpressure_both_ways_is_counted_and_loses_nothing():
