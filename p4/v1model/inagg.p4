@@ -75,6 +75,8 @@ struct metadata_t {
     bit<32> icrc;
 }
 
+#define INAGG_EXTRACT_LANE(i) pkt.extract(hdr.lanes.next);
+
 parser InaggParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
                    inout standard_metadata_t sm) {
     state start {
@@ -105,16 +107,10 @@ parser InaggParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
     state parse_roce {
         pkt.extract(hdr.bth);
         pkt.extract(hdr.reth);
-        transition parse_lanes;
-    }
-    state parse_lanes {
-        pkt.extract(hdr.lanes.next);
-        transition select(hdr.lanes.lastIndex) {
-            INAGG_LANES - 1: parse_icrc;
-            default: parse_lanes;
-        }
-    }
-    state parse_icrc {
+        /* Every lane in this one state: simple_switch refuses a select on
+         * the stack's lastIndex ("Invalid entry in parse state key"), the
+         * usual way to loop over a header stack. */
+        INAGG_LANES_X(INAGG_EXTRACT_LANE)
         pkt.extract(hdr.icrc);
         transition accept;
     }
