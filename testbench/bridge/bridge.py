@@ -76,6 +76,11 @@ class FrameBridge:
         """Frames queued in Python that wait for an ingress row."""
         return sum(len(q) for q in self.queues)
 
+    @property
+    def idle(self) -> bool:
+        """No frame waits in Python or in an ingress ring (as of the last :meth:`pull`)."""
+        return not self.backlog and self._heads == self._tails[:self.ports]
+
     def send(self, port: int, frame: bytes) -> bool:
         """Queue ``frame`` for switch port ``port`` (it goes in at the next :meth:`push`).
 

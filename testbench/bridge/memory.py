@@ -31,12 +31,15 @@ __all__ = ["serve_memory", "MemoryRun", "MAX_SLEEP"]
 MAX_SLEEP = 4096
 # Consecutive idle sleeps with nothing due and no frame anywhere before the run counts as hung.
 _IDLE_LIMIT = 64
+# Wakes without a frame anywhere after the last endpoint is done before the run ends (each at most
+# FrameBridge.flush_cycles): longer than a frame takes from an ingress ring to the egress rings.
+_SETTLE_WAKES = 4
 _TO_SWITCH, _TO_HOST = 0, 1
 
 
 @dataclass
 class MemoryRun:
-    """What one run moved, and how long it took in simulated cycles and wall-clock seconds."""
+    """What one run moved, and how many cycles and wakes the workers took (until the last was done)."""
 
     to_switch: int = 0
     to_hosts: int = 0
@@ -54,7 +57,7 @@ async def serve_memory(bridge: FrameBridge, endpoints: Mapping[int, Endpoint], *
                        seed: int = 0, capture: Callable[[float, bytes], None] | None = None,
                        compare: LiveCompare | None = None, progress: Callable[[], None] | None = None,
                        max_time: float = 60.0) -> MemoryRun:
-    """Start every endpoint (keyed by switch port) and run until all are done.
+    """Start every endpoint (keyed by switch port) and run until all are done and the switch is quiet.
 
     Raises whatever an endpoint raises (a timeout names its chunk and
     worker), and ``RuntimeError`` when nothing is left to happen but an
@@ -95,8 +98,11 @@ async def serve_memory(bridge: FrameBridge, endpoints: Mapping[int, Endpoint], *
     now = _now()
     for port, ep in endpoints.items():
         cross(now, _TO_SWITCH, port, ep.start(now))
-    idle = 0
-    while not all(ep.done for ep in endpoints.values()):
+    idle = quiet = 0
+    working = True
+    # After the last endpoint is done the run goes on until every frame still on its way reached the switch
+    # and every answer came out, so that the switch's counters (and the comparison) cover all the traffic.
+    while working or held or not bridge.idle or quiet < _SETTLE_WAKES:
         awake = time.process_time()
         now = _now()
         if now > max_time:
@@ -114,24 +120,30 @@ async def serve_memory(bridge: FrameBridge, endpoints: Mapping[int, Endpoint], *
             arrive(now, direction, port, frame)
         due = math.inf
         for port, ep in endpoints.items():
+            if ep.done:
+                continue
             d = ep.deadline
-            if d is not None and d <= now and not ep.done:
+            if d is not None and d <= now:
                 cross(now, _TO_SWITCH, port, ep.on_timer(now))
                 d = ep.deadline
-            if d is not None and not ep.done:
+            if d is not None:
                 due = min(due, d)
         bridge.push()
         if held:
             due = min(due, held[0][0])
         if got and progress is not None:
             progress()
-        idle = idle + 1 if due == math.inf and not got and not bridge.backlog else 0
-        if idle > _IDLE_LIMIT:
-            raise RuntimeError("the network is idle but not every endpoint is done")
+        working = not all(ep.done for ep in endpoints.values())
+        if working:
+            idle = idle + 1 if due == math.inf and not got and not bridge.backlog else 0
+            if idle > _IDLE_LIMIT:
+                raise RuntimeError("the network is idle but not every endpoint is done")
+            run.wakes += 1
+            run.python_time += time.process_time() - awake
+            run.cycles = get_sim_time("ns") // CLOCK_NS - start_cycles
+        else:
+            quiet = 0 if got or held or not bridge.idle else quiet + 1
         cycles = MAX_SLEEP if due == math.inf else min(MAX_SLEEP, math.ceil((due - now) * 1e9 / CLOCK_NS))
-        run.wakes += 1
-        run.python_time += time.process_time() - awake
         await bridge.wait(cycles)
-    run.cycles = get_sim_time("ns") // CLOCK_NS - start_cycles
     run.link = dict(link.stats)
     return run
