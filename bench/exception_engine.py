@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import itertools
 import platform
 import sys
 import tempfile
@@ -81,6 +82,14 @@ def busy_cycles(spec: ExceptionSpec, ops: np.ndarray, keys: np.ndarray) -> tuple
     waiting[1:] = accepted[1:] + 4 < answered[:-1]
     cost[~waiting] = np.nan
     return cost, answered - accepted, int(answered[-1])
+
+
+def idle_latency(spec: ExceptionSpec) -> int:
+    """Cycles from a request's transfer to its response's, in an idle engine (well after the sweep)."""
+    gaps = itertools.chain([1] * (2 * spec.capacity), itertools.repeat(0))
+    run = simulate(ExceptionEngine(spec.table, spec.max_kicks, spec.stash), np.array([Op.LOOKUP.value]),
+                   np.array([0]), gaps=gaps)
+    return run.answered[0] - run.accepted[0]
 
 
 def cycle_table(spec: ExceptionSpec, seed: int, n: int) -> tuple[str, dict]:
@@ -162,7 +171,7 @@ def synth_table(configs: list[ExceptionSpec]) -> str:
             wall = time.perf_counter() - t
         core = {"luts": 0, "carries": 0, "ffs": 0}
         for mod, row in r.modules.items():
-            if mod != "top" and not mod.startswith("top.wrapper") and mod not in ("wrapper",):
+            if mod.startswith("core"):
                 for k in core:
                     core[k] += row[k]
         tools = f"{r.tools['yosys']}, {r.tools['nextpnr-ecp5']}"
@@ -180,6 +189,7 @@ def main(argv: list[str]) -> int:
     spec = ExceptionSpec()
     cycles, info = cycle_table(spec, seed=1, n=args.requests)
     loads = load_table(spec, seed=2)
+    latency = idle_latency(spec)
     synth = "(not run: --no-synth)" if args.no_synth else synth_table([spec, ExceptionSpec(table=1024)])
     k = spec.max_kicks
     text = f"""# Exception engine: cycles per request and size
@@ -194,7 +204,10 @@ A seeded random stream of {info['requests']} requests (`random_requests`, load r
 falling, four phases) back to back with the response stream always ready; a request's cost is the interval
 between its response and the one before, measured on the {info['measured']} requests that found the queue
 non-empty. The whole stream took {info['cycles']} cycles ({info['wall']:.0f} s in the Amaranth simulator).
-From request to response an idle engine takes 5 cycles (queue, hash, read, decide, response queue).
+From request to response an idle engine takes {latency} cycles (request queue 2, hash, read, decide,
+response register and queue). A LOCATE that hits with both its positions taken leaves the cycle after it
+idle (the engine cannot know in time that it will not walk): that cycle shows on the request after it, the
+maxima one above the minima.
 
 {cycles}
 
