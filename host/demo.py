@@ -83,7 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "for the switch, veth pairs, AF_PACKET (needs root)")
     p.add_argument("--switch", choices=("model", "rtl"), default="model",
                    help="model: the numpy model switch (default); rtl: the Verilated RTL switch, cycle by cycle "
-                        "(memory network; builds the model on first use, cached in sim_build/)")
+                        "(built on first use, cached in sim_build/; with netns the workers reach it through TAP "
+                        "devices)")
     p.add_argument("--width", type=int, default=512, choices=(64, 256, 512),
                    help="--switch rtl: beat width of the RTL in bits (default 512)")
     p.add_argument("--waves", metavar="FILE.fst", help="--switch rtl: dump the run's waveforms to FILE.fst")

@@ -49,8 +49,6 @@ class DemoConfig:
         if self.switch not in ("model", "rtl"):
             raise ValueError(f"switch must be 'model' or 'rtl', not {self.switch!r}")
         if self.switch == "rtl":
-            if self.net != "memory":
-                raise ValueError("the RTL switch runs on the memory network only (--net memory)")
             if self.width not in (64, 256, 512):
                 raise ValueError(f"width must be 64, 256 or 512, not {self.width!r}")
         elif self.waves is not None or self.compare:
@@ -158,8 +156,8 @@ def _run_rtl(cfg, p, data):
     try:
         from inagg.testbench.bridge.run import run_rtl
         inputs = {w.port: data[job.job][r] for job in p.jobs for r, w in enumerate(job.workers)}
-        out = run_rtl(p, inputs, width=cfg.width, faults=cfg.faults(), seed=cfg.seed, compare=cfg.compare,
-                      waves=cfg.waves, pcap=cfg.pcap)
+        out = run_rtl(p, inputs, width=cfg.width, net=cfg.net, faults=cfg.faults(), seed=cfg.seed,
+                      compare=cfg.compare, waves=cfg.waves, pcap=cfg.pcap)
     except (MissingTool, ImportError) as e:
         raise RtlUnavailable(f"the RTL switch cannot be simulated here: {e}") from e
     outcomes = {port: _Outcome(out.results[port], out.exponents[port], out.stats[port]) for port in out.results}

@@ -8,6 +8,7 @@ Verilog is rewritten only when it changes, so cocotb's runner
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,23 +50,29 @@ def build_dir(params: HarnessParams, waves: bool = False) -> Path:
     return _ROOT / "sim_build" / f"bridge_{params.tag()}{'_waves' if waves else ''}"
 
 
-def build(params: HarnessParams, *, waves: bool = False):
-    """Verilate the harness of ``params`` (with FST tracing when ``waves``); return (runner, build folder)."""
-    from cocotb_tools import runner as cocotb_runner
-
+@functools.cache
+def _sources(params: HarnessParams) -> dict[str, str]:
+    """The harness's Verilog and Verilator control file (generated once per process: it takes seconds)."""
     from amaranth.back import verilog
 
     from .harness import BridgeHarness
 
-    toolchain.activate()
-    folder = build_dir(params, waves)
-    folder.mkdir(parents=True, exist_ok=True)
     harness = BridgeHarness(**asdict(params))
     # What the testbench reaches through VPI: the harness's ports and rings, nothing inside the switch.
     public = ["clk", "rst", *harness.signature.members.keys(), *harness.ring_names]
-    files = {f"{TOPLEVEL}.v": verilog.convert(harness, name=TOPLEVEL, emit_src=False),
-             f"{TOPLEVEL}.vlt": "`verilator_config\n" + "".join(f'public_flat_rw -module "{TOPLEVEL}" -var "{name}"\n'
-                                                                 for name in public)}
+    return {f"{TOPLEVEL}.v": verilog.convert(harness, name=TOPLEVEL, emit_src=False),
+            f"{TOPLEVEL}.vlt": "`verilator_config\n" + "".join(f'public_flat_rw -module "{TOPLEVEL}" -var "{name}"\n'
+                                                                for name in public)}
+
+
+def build(params: HarnessParams, *, waves: bool = False):
+    """Verilate the harness of ``params`` (with FST tracing when ``waves``); return (runner, build folder)."""
+    from cocotb_tools import runner as cocotb_runner
+
+    toolchain.activate()
+    folder = build_dir(params, waves)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = _sources(params)
     for name, text in files.items():
         if not (folder / name).exists() or (folder / name).read_text() != text:
             (folder / name).write_text(text)

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +22,12 @@ import numpy as np
 from ...host.controller import Plan
 from ...host.link import Faults
 from ...host.worker import Timing
+from ...models.protocol import Counter
 from .bridge import CLOCK_NS
 from .build import HarnessParams, build, run
 from .session import JOB_ENV, Job, Outcome
 
-__all__ = ["harness_params", "rtl_timing", "run_rtl"]
+__all__ = ["harness_params", "rtl_timing", "netns_timing", "run_rtl"]
 
 
 def harness_params(plan: Plan, width: int, **kw) -> HarnessParams:
@@ -45,25 +49,142 @@ def rtl_timing(plan: Plan, width: int) -> Timing:
     return Timing(timeout=2 * drain, max_timeout=32 * drain, tries=30)
 
 
-def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, faults: Faults | None = None,
-            seed: int = 0, timing: Timing | None = None, compare: bool = False,
+_START_TIMEOUT = 120.0  # seconds for the simulator to come up and create the TAP devices
+
+
+def netns_timing(plan: Plan) -> Timing:
+    """Real-time retransmission timers for workers in namespaces in front of the simulated switch.
+
+    The simulation takes a few hundred microseconds of wall-clock time per
+    packet (``docs/results/emulation.md``): the first timeout allows 2 ms
+    for each packet of every worker's full window, and a quarter second at
+    least.
+    """
+    packets = sum(j.window * len(j.workers) for j in plan.jobs)
+    timeout = max(0.25, 2e-3 * packets)
+    return Timing(timeout=timeout, max_timeout=8 * timeout, tries=20)
+
+
+def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: str = "memory",
+            faults: Faults | None = None, seed: int = 0, timing: Timing | None = None, compare: bool = False,
             waves: str | os.PathLike | None = None, pcap: str | None = None) -> Outcome:
     """All-reduce ``data`` (float32, by worker port) through the RTL switch configured with ``plan``.
 
+    ``net`` is ``"memory"`` (the workers run inside the simulation, in
+    simulated time) or ``"netns"`` (each worker a process in its own
+    namespace behind a TAP device, on the real clock; needs root).
     ``compare`` runs the model switch on the same traffic (see
     :class:`~inagg.testbench.bridge.compare.LiveCompare`); ``waves`` names an
     FST file for the run's waveforms; ``pcap`` a capture of every frame on
     the link. Raises ``AssertionError`` when the simulation fails (the
-    simulator's log says why).
+    simulator's log says why) and what a worker raises.
     """
+    if net not in ("memory", "netns"):
+        raise ValueError(f"net must be 'memory' or 'netns', not {net!r}")
+    if net == "netns":
+        from ...host.netns import require_root
+
+        require_root()
+        timing = timing or netns_timing(plan)
     params = harness_params(plan, width)
     runner, folder = build(params, waves=waves is not None)
     with tempfile.TemporaryDirectory(prefix="inagg-rtl-") as tmp:
-        job = Job(plan=plan, harness=params.__dict__.copy(), data=data, timing=timing or rtl_timing(plan, width),
-                  faults=faults or Faults(), seed=seed, compare=compare, pcap=pcap, out=str(Path(tmp) / "out.pkl"))
-        path = Path(tmp) / "job.pkl"
-        with open(path, "wb") as f:
+        tmp = Path(tmp)
+        job = Job(plan=plan, harness=params.__dict__.copy(), data=data if net == "memory" else {},
+                  timing=timing or rtl_timing(plan, width), faults=faults or Faults(), seed=seed, compare=compare,
+                  pcap=pcap, out=str(tmp / "out.pkl"), net=net, tag=uuid.uuid4().hex[:6],
+                  ready=str(tmp / "ready"), stop=str(tmp / "stop"))
+        with open(tmp / "job.pkl", "wb") as f:
             pickle.dump(job, f)
-        run(runner, folder, "inagg.testbench.bridge.session", waves_file=waves, env={JOB_ENV: str(path)})
+        env = {JOB_ENV: str(tmp / "job.pkl")}
+
+        def simulate() -> None:
+            run(runner, folder, "inagg.testbench.bridge.session", waves_file=waves, env=env)
+
+        if net == "memory":
+            simulate()
+            workers = None
+        else:
+            workers = _netns_workers(job, data, simulate)
         with open(job.out, "rb") as f:
-            return pickle.load(f)
+            out: Outcome = pickle.load(f)
+    if workers is not None:
+        out.results = {p: w.result for p, w in workers.items()}
+        out.exponents = {p: w.exponent for p, w in workers.items()}
+        out.stats = {p: w.stats for p, w in workers.items()}
+        out.to_switch = out.counters[Counter.RX_FRAMES]
+        out.to_hosts = out.counters[Counter.TX_RESULTS]
+    return out
+
+
+@dataclass
+class _WorkerOutcome:
+    result: np.ndarray
+    exponent: int
+    stats: dict
+
+
+def _netns_workers(job: Job, data: dict[int, np.ndarray], simulate) -> dict[int, _WorkerOutcome]:
+    """Run the simulator in a thread; once its TAP devices are up, one worker process per port; collect them."""
+    import multiprocessing as mp
+    import threading
+
+    from ...host.tap import TapTopology
+
+    failure: list[BaseException] = []
+
+    def sim() -> None:
+        try:
+            simulate()
+        except BaseException as e:  # reported by the caller
+            failure.append(e)
+
+    thread = threading.Thread(target=sim, name="inagg-rtl-sim")
+    thread.start()
+    procs, conns = [], {}
+    try:
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not os.path.exists(job.ready):
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the RTL simulation did not bring its TAP devices up") from (failure or [None])[0]
+            time.sleep(0.05)
+        names = TapTopology(job.plan, tag=job.tag)  # the namespace names only; the simulator created them
+        ctx = mp.get_context("fork")  # the children inherit the data instead of receiving it pickled
+        for spec in job.plan.jobs:
+            for r, w in enumerate(spec.workers):
+                parent, child = ctx.Pipe()
+                conns[w.port] = parent
+                procs.append(ctx.Process(target=_worker, name=f"inagg-rtl-worker{w.port}",
+                                         args=(names.worker_ns(w.port), names.worker_if, job.plan.switch, spec, r,
+                                               data[w.port], job.timing, child)))
+                procs[-1].start()
+        outcomes = {}
+        for port, conn in conns.items():
+            kind, value = conn.recv()
+            if kind == "error":
+                raise value
+            outcomes[port] = value
+        return outcomes
+    finally:
+        Path(job.stop).touch()
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+        thread.join()
+        if failure:
+            raise failure[0]
+
+
+def _worker(ns, ifname, switch, job, rank, data, timing, conn) -> None:
+    from ...host import netns
+    from ...host.api import Group, allreduce
+
+    try:
+        netns.enter(ns)
+        group = Group(switch, job, rank, netns.PacketPort(ifname), timing=timing)
+        result = allreduce(data, group)
+        conn.send(("ok", _WorkerOutcome(result, group.last_exponent, dict(group.worker.stats))))
+    except Exception as e:  # the parent raises it
+        conn.send(("error", e))

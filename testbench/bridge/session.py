@@ -15,6 +15,7 @@ import pickle
 import time
 from collections import Counter as Tally
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import cocotb
 import numpy as np
@@ -47,6 +48,11 @@ class Job:
     compare: bool = False
     pcap: str | None = None
     out: str = ""
+    # The netns transport: the TAP topology's tag, and files that say it is up and that the workers are done.
+    net: str = "memory"
+    tag: str | None = None
+    ready: str = ""
+    stop: str = ""
 
 
 @dataclass
@@ -76,7 +82,6 @@ class Outcome:
 async def allreduce(dut):
     """Every worker of the plan all-reduces its data through the RTL switch."""
     from ...host.demo_run import pcap_writer
-    from .memory import serve_memory
 
     with open(os.environ[JOB_ENV], "rb") as f:
         job: Job = pickle.load(f)
@@ -92,23 +97,52 @@ async def allreduce(dut):
     for addr, value in register_writes(job.plan, regmap):
         await axil.write_dword(addr, value)
 
+    compare = LiveCompare(job.plan.switch, job.plan.jobs) if job.compare else None
+    with pcap_writer(job.pcap) as capture:
+        if job.net == "netns":
+            fields = await _serve_netns(job, bridge, capture, compare)
+        else:
+            fields = await _serve_memory(job, bridge, capture, compare)
+    counters = {c: await axil.read_dword(regmap.counter(c)) for c in Counter}
+    differences = compare.finish(counters) if compare is not None else None
+    outcome = Outcome(**fields, counters=counters, bridge=dict(bridge.stats), differences=differences,
+                      difference_count=compare.count if compare else 0,
+                      frames_compared=compare.matched if compare else 0)
+    with open(job.out, "wb") as f:
+        pickle.dump(outcome, f)
+
+
+async def _serve_memory(job: Job, bridge: FrameBridge, capture, compare) -> dict:
+    from .memory import serve_memory
+
     ops = {}
     for spec in job.plan.jobs:
         for r, w in enumerate(spec.workers):
             ops[w.port] = AllReduce(Worker(job.plan.switch, spec, r, timing=job.timing), job.data[w.port])
-    compare = LiveCompare(job.plan.switch, job.plan.jobs) if job.compare else None
-    with pcap_writer(job.pcap) as capture:
+    wall, cpu = time.perf_counter(), time.process_time()
+    run = await serve_memory(bridge, ops, faults=job.faults, seed=job.seed, capture=capture, compare=compare)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return dict(results={p: op.result() for p, op in ops.items()}, exponents={p: op.exponent for p, op in ops.items()},
+                stats={p: op.worker.stats for p, op in ops.items()}, link=run.link, to_switch=run.to_switch,
+                to_hosts=run.to_hosts, cycles=run.cycles, wakes=run.wakes, python_time=run.python_time,
+                wall_time=wall, cpu_time=cpu)
+
+
+async def _serve_netns(job: Job, bridge: FrameBridge, capture, compare) -> dict:
+    """Serve worker processes in namespaces (started by the caller once ``job.ready`` exists) until ``job.stop``."""
+    from cocotb.simtime import get_sim_time
+
+    from ...host.tap import TapTopology
+    from .bridge import CLOCK_NS
+    from .taps import serve_taps
+
+    with TapTopology(job.plan, tag=job.tag) as topo:
+        Path(job.ready).touch()
+        start = get_sim_time("ns") // CLOCK_NS
         wall, cpu = time.perf_counter(), time.process_time()
-        run = await serve_memory(bridge, ops, faults=job.faults, seed=job.seed, capture=capture, compare=compare)
+        link = await serve_taps(bridge, topo.taps, stop=lambda: os.path.exists(job.stop), faults=job.faults,
+                                seed=job.seed, capture=capture, compare=compare)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    counters = {c: await axil.read_dword(regmap.counter(c)) for c in Counter}
-    differences = compare.finish(counters) if compare is not None else None
-    outcome = Outcome(
-        results={p: op.result() for p, op in ops.items()}, exponents={p: op.exponent for p, op in ops.items()},
-        stats={p: op.worker.stats for p, op in ops.items()}, counters=counters, bridge=dict(bridge.stats),
-        link=run.link, to_switch=run.to_switch, to_hosts=run.to_hosts, cycles=run.cycles, wakes=run.wakes,
-        python_time=run.python_time,
-        wall_time=wall, cpu_time=cpu, differences=differences, difference_count=compare.count if compare else 0,
-        frames_compared=compare.matched if compare else 0)
-    with open(job.out, "wb") as f:
-        pickle.dump(outcome, f)
+    # The workers report their own results and counters to the caller.
+    return dict(results={}, exponents={}, stats={}, link=link, to_switch=0, to_hosts=0,
+                cycles=get_sim_time("ns") // CLOCK_NS - start, wakes=0, python_time=0.0, wall_time=wall, cpu_time=cpu)

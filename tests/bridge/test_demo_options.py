@@ -9,7 +9,6 @@ from inagg.host.demo_run import DemoConfig
 @pytest.mark.parametrize("argv, message", [
     (["--waves", "run.fst"], "--waves and --compare need the RTL switch (--switch rtl)"),
     (["--compare"], "--waves and --compare need the RTL switch (--switch rtl)"),
-    (["--switch", "rtl", "--net", "netns"], "the RTL switch runs on the memory network only (--net memory)"),
 ])
 def test_options_that_do_not_apply_exit_2(argv, message, capsys):
     assert cli.main(["demo", *argv]) == 2

@@ -47,3 +47,25 @@ def test_demo_on_the_rtl_prints_the_simulation_figures(capsys):
     r = s["rtl"]
     assert r["width"] == WIDTH and r["cycles"] > 0 and r["packets_per_s"] > 0 and r["bridge_drops"] == {}
     assert r["compare"]["differences"] == 0 and r["compare"]["frames_compared"] == WORKERS * (8 + 2)
+
+
+@pytest.mark.netns
+def test_workers_in_namespaces_reach_the_rtl_through_tap_devices():
+    from inagg.host.netns import NetnsUnavailable, require_root
+    from inagg.testbench.bridge.run import run_rtl
+
+    try:
+        require_root()
+    except NetnsUnavailable as e:
+        pytest.skip(str(e))
+    p = plan([WORKERS], window=WINDOW)
+    rng = np.random.default_rng(9)
+    n = 16 * 1024  # 64 KiB per worker
+    data = {w.port: rng.integers(-1000, 1000, n).astype(np.float32) for w in p.jobs[0].workers}
+    out = run_rtl(p, data, width=WIDTH, net="netns", faults=Faults(loss=0.02), seed=3, compare=True)
+    ref = np.sum(list(data.values()), axis=0, dtype=np.float64).astype(np.float32)
+    for port, result in out.results.items():
+        assert np.array_equal(result, ref), f"worker on port {port}"
+    assert out.difference_count == 0, "\n".join(map(str, out.differences))
+    assert out.link["lost"] > 0 and sum(s["resent"] for s in out.stats.values()) > 0
+    assert out.to_switch == out.counters[Counter.RX_FRAMES] > WORKERS * n // 256
