@@ -9,7 +9,7 @@ import time
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Combine, RisingEdge
+from cocotb.triggers import ClockCycles, RisingEdge, gather
 
 from inagg.models.job import SwitchSpec
 from inagg.testbench.switch_tb import SwitchTB
@@ -71,7 +71,7 @@ async def throughput(dut):
     async def port(w):
         for f in frames[w]:
             await tb.send(job.workers[w].port, f)
-    await Combine(*[cocotb.start_soon(port(w)) for w in range(P["ports"])])
+    await gather(*[port(w) for w in range(P["ports"])])
     await tb.check()
     wall = time.perf_counter() - t0
     beats = spec.chunk_bytes * 8 // P["width"]

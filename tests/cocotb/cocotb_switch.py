@@ -14,7 +14,7 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import Combine
+from cocotb.triggers import gather
 
 from inagg.models import regmap as rm
 from inagg.models.job import SwitchSpec
@@ -43,7 +43,7 @@ async def _send_all(tb: SwitchTB, traffic: list[tuple[int, bytes]]) -> None:
         for q, frame in traffic:
             if q == p:
                 await tb.send(p, frame)
-    await Combine(*[cocotb.start_soon(one_port(p)) for p in range(tb.ports)])
+    await gather(*[one_port(p) for p in range(tb.ports)])
 
 
 @cocotb.test()
