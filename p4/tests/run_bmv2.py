@@ -1,8 +1,10 @@
-"""Run the stored reference vectors through BMv2 ``simple_switch`` and compare what comes out, byte for byte.
+"""``p4/v1model/inagg.p4`` on BMv2 ``simple_switch``: the reference vectors, and all-reduces of real hosts.
 
-    .venv/bin/python p4/tests/run_bmv2.py [FOLDER]   (FOLDER: keep the run's files there)
+    .venv/bin/python p4/tests/run_bmv2.py vectors [--keep FOLDER]
+    .venv/bin/python p4/tests/run_bmv2.py allreduce [--workers N] [--size BYTES] [--chunk 256|1024] [--keep FOLDER]
 
-The PTF-style check of ``p4/v1model/inagg.p4`` against the P4 profile model:
+``vectors`` (:func:`run_vectors`) is the PTF-style check of the program
+against the P4 profile model:
 
 1. compile the program with ``p4c-bm2-ss`` for the chunk size and slot count
    of ``p4/tests/vectors/v1model.json``;
@@ -14,6 +16,12 @@ The PTF-style check of ``p4/v1model/inagg.p4`` against the P4 profile model:
    :func:`inagg.host.p4ctl.bmv2.commands`, fed to ``simple_switch_CLI``;
 4. compare each port's output frames with the frames the vectors list for it,
    and the switch's counters (ingress plus egress) with the vectors'.
+
+``allreduce`` (:func:`run_allreduce`, root only) puts ``simple_switch`` in
+the switch namespace of a :class:`~inagg.host.netns.Topology`, on the veths
+of the workers, and runs one all-reduce per worker process with
+:func:`inagg.host.api.allreduce`, exactly as against the model switch: the
+host library, the control plane and the program end to end.
 
 Tools come from the environment, then from PATH: ``P4C_BM2_SS``
 (``p4c-bm2-ss``), ``SIMPLE_SWITCH`` (``simple_switch``) and
@@ -82,18 +90,6 @@ def _spec_and_jobs(meta: dict) -> tuple[SwitchSpec, list[JobSpec]]:
     return spec, jobs
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"simple_switch exited with status {proc.returncode} before it listened")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"simple_switch did not listen on thrift port {port} within {timeout} s")
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -104,12 +100,12 @@ def _free_port() -> int:
 _COUNTER = re.compile(r"_counters\[(\d+)\]=\s*\((\d+) bytes, (\d+) packets\)")
 
 
-def _counters(cli: str, thrift_port: int) -> dict[str, int]:
+def _counters(cli: str, thrift_port: int, preexec_fn=None) -> dict[str, int]:
     cmds = [f"counter_read {block}.{name} {c.value}"
             for block, name in (("InaggIngress", "ingress_counters"), ("InaggEgress", "egress_counters"))
             for c in Counter]
     p = subprocess.run([cli, "--thrift-port", str(thrift_port)], input="\n".join(cmds) + "\n",
-                       capture_output=True, text=True, timeout=60, check=True)
+                       capture_output=True, text=True, timeout=60, check=True, preexec_fn=preexec_fn)
     found = _COUNTER.findall(p.stdout)
     if len(found) != len(cmds):
         raise RuntimeError(f"simple_switch_CLI answered {len(found)} of {len(cmds)} counter reads:\n{p.stdout}")
@@ -120,13 +116,23 @@ def _counters(cli: str, thrift_port: int) -> dict[str, int]:
     return got
 
 
-def run(vectors: Path = VECTORS, keep: Path | None = None) -> Report:
-    """Run the v1model vectors through simple_switch; ``keep`` names a folder to leave the run's files in."""
+def _require_tools() -> dict[str, str]:
     found = tools()
     missing = [name for name, cmd in found.items() if cmd is None]
     if missing:
         raise FileNotFoundError(f"not found: {', '.join(missing)} (set {', '.join(v for v, n in TOOLS if n in missing)} "
                                 "or put them on PATH)")
+    return found
+
+
+def _compile(p4c: str, spec: SwitchSpec, out: Path) -> None:
+    subprocess.run([p4c, f"-DINAGG_LANES={spec.lanes}", f"-DINAGG_SLOTS={spec.slots}", "-o", str(out), str(PROGRAM)],
+                   check=True, capture_output=True, timeout=600)
+
+
+def run_vectors(vectors: Path = VECTORS, keep: Path | None = None) -> Report:
+    """Run the v1model vectors through simple_switch; ``keep`` names a folder to leave the run's files in."""
+    found = _require_tools()
     meta = json.loads((vectors / "v1model.json").read_text())
     ins, outs = _pcap(vectors / "v1model_in.pcap"), _pcap(vectors / "v1model_out.pcap")
     spec, jobs = _spec_and_jobs(meta)
@@ -135,8 +141,7 @@ def run(vectors: Path = VECTORS, keep: Path | None = None) -> Report:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = keep or Path(tmp_name)
         tmp.mkdir(parents=True, exist_ok=True)
-        subprocess.run([found["p4c-bm2-ss"], f"-DINAGG_LANES={spec.lanes}", f"-DINAGG_SLOTS={spec.slots}",
-                        "-o", str(tmp / "inagg.json"), str(PROGRAM)], check=True, capture_output=True, timeout=600)
+        _compile(found["p4c-bm2-ss"], spec, tmp / "inagg.json")
         by_port: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(spec.ports)}
         for c in meta["cases"]:
             by_port[c["port"]].append((c["in"], ins[c["in"]]))
@@ -152,12 +157,7 @@ def run(vectors: Path = VECTORS, keep: Path | None = None) -> Report:
             proc = subprocess.Popen(argv + ["inagg.json"], cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
         try:
             started = time.monotonic()
-            _wait_for_port(thrift_port, proc, START_DELAY)
-            cli = subprocess.run([found["simple_switch_CLI"], "--thrift-port", str(thrift_port)],
-                                 input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=60)
-            (tmp / "cli.log").write_text(cli.stdout + cli.stderr)
-            if cli.returncode or "Error" in cli.stdout or "Invalid" in cli.stdout:
-                raise RuntimeError(f"simple_switch_CLI refused the configuration: see {tmp / 'cli.log'}")
+            _configure(found["simple_switch_CLI"], thrift_port, commands, tmp / "cli.log", None, proc)
             if time.monotonic() - started > START_DELAY - 1:
                 raise RuntimeError(f"configuring took longer than the {START_DELAY} s start delay: the frames may "
                                    "have met an unconfigured switch")
@@ -202,13 +202,156 @@ def _await_outputs(tmp: Path, ports: int, total: int, deadline: float) -> dict[i
         time.sleep(0.2)
 
 
-def main() -> int:
-    found = tools()
-    for name, cmd in found.items():
-        print(f"{name:18} {cmd or 'not found'}")
-    keep = Path(sys.argv[1]) if len(sys.argv) > 1 else None
+@dataclass
+class AllReduceRun:
+    """One all-reduce of every worker of a job through simple_switch."""
+
+    workers: int
+    size: int
+    chunk_bytes: int
+    exact: bool           # every worker got the exact sum
+    seconds: float        # from the go signal to the last worker's result
+    resent: int           # contributions the workers sent again on a timeout
+    counters: dict[str, int]
+
+    @property
+    def goodput_mbps(self) -> float:
+        """Payload all-reduced per second, in Mb/s of one worker's vector."""
+        return self.size * 8 / self.seconds / 1e6
+
+
+def _in_ns(name: str):
+    """A ``preexec_fn`` that moves the child into network namespace ``name`` before it runs its program."""
+    from inagg.host import netns
+
+    return lambda: netns.enter(name)
+
+
+def _worker(ns, ifname, spec, job, rank, data, timing, go, conn):
+    from inagg.host import netns
+    from inagg.host.api import Group, allreduce
+
     try:
-        report = run(keep=keep)
+        netns.enter(ns)
+        group = Group(spec, job, rank, netns.PacketPort(ifname), timing=timing)
+        conn.send(("ready", None))
+        go.wait()
+        conn.send(("ok", (allreduce(data, group), group.worker.stats["resent"])))
+    except Exception as e:  # the parent raises it
+        conn.send(("error", e))
+
+
+def run_allreduce(workers: int = 3, size: int = 1 << 16, chunk_bytes: int = 256, window: int = 16,
+                  keep: Path | None = None) -> AllReduceRun:
+    """All-reduce ``size`` bytes of float32 on each of ``workers`` processes through simple_switch (root only)."""
+    import multiprocessing as mp
+
+    import numpy as np
+    from pyroute2 import NetNS
+
+    from inagg.host import controller, netns
+    from inagg.host.worker import Timing
+
+    found = _require_tools()
+    netns.require_root()
+    p = controller.plan([workers], window=window, chunk_bytes=chunk_bytes)
+    job = p.jobs[0]
+    commands = bmv2.commands(plan(V1MODEL, p.switch, p.jobs))
+    rng = np.random.default_rng(5)
+    # Integers on the grid of the agreed scale: the sum is exact, so any wrong lane shows.
+    data = [rng.integers(-1000, 1000, size // 4).astype(np.float32) for _ in range(workers)]
+    # simple_switch takes a millisecond or so per frame: timeouts of a window's worth.
+    timing = Timing(timeout=1.0, max_timeout=4.0, tries=10)
+    ctx = mp.get_context("fork")
+    procs: list = []
+    with tempfile.TemporaryDirectory() as tmp_name, netns.Topology(p) as topo:
+        tmp = keep or Path(tmp_name)
+        tmp.mkdir(parents=True, exist_ok=True)
+        _compile(found["p4c-bm2-ss"], p.switch, tmp / "inagg.json")
+        with NetNS(topo.switch_ns) as ns:
+            ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")  # the thrift server listens there
+        in_switch = _in_ns(topo.switch_ns)
+        thrift_port = 9090
+        argv = [found["simple_switch"], "--thrift-port", str(thrift_port)]
+        argv += [a for port in topo.ports for a in ("-i", f"{port}@{topo.switch_if(port)}")]
+        with open(tmp / "simple_switch.log", "w") as log:
+            proc = subprocess.Popen(argv + [str(tmp / "inagg.json")], stdout=log, stderr=subprocess.STDOUT,
+                                    preexec_fn=in_switch)
+        try:
+            _configure(found["simple_switch_CLI"], thrift_port, commands, tmp / "cli.log", in_switch, proc)
+            go = ctx.Event()
+            conns = []
+            for r, w in enumerate(job.workers):
+                parent, child = ctx.Pipe()
+                conns.append(parent)
+                procs.append(ctx.Process(target=_worker, args=(topo.worker_ns(w.port), topo.worker_if, p.switch,
+                                                               job, r, data[r], timing, go, child)))
+                procs[-1].start()
+            for c in conns:
+                kind, value = c.recv()
+                if kind == "error":
+                    raise value
+            start = time.perf_counter()
+            go.set()
+            results = []
+            for c in conns:
+                kind, value = c.recv()
+                if kind == "error":
+                    raise value
+                results.append(value)
+            seconds = time.perf_counter() - start
+            counters = _counters(found["simple_switch_CLI"], thrift_port, in_switch)
+        finally:
+            for pr in procs:
+                if pr.is_alive():
+                    pr.terminate()
+                pr.join()
+            proc.terminate()
+            proc.wait(timeout=10)
+    ref = np.sum(data, axis=0, dtype=np.float64).astype(np.float32)
+    exact = all(np.array_equal(out, ref) for out, _ in results)
+    return AllReduceRun(workers, size, chunk_bytes, exact, seconds, sum(n for _, n in results), counters)
+
+
+def _configure(cli: str, thrift_port: int, commands: list[str], log: Path, preexec_fn, proc) -> None:
+    """Feed ``commands`` to simple_switch_CLI once the switch listens; raise when it refuses one."""
+    end = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"simple_switch exited with status {proc.returncode}: see {log.parent}")
+        p = subprocess.run([cli, "--thrift-port", str(thrift_port)], input="\n".join(commands) + "\n",
+                           capture_output=True, text=True, timeout=60, preexec_fn=preexec_fn)
+        if "Could not connect" not in p.stdout + p.stderr:
+            break
+        if time.monotonic() > end:
+            raise RuntimeError(f"simple_switch did not listen on thrift port {thrift_port} within 30 s")
+        time.sleep(0.2)
+    log.write_text(p.stdout + p.stderr)
+    if p.returncode or "Error" in p.stdout or "Invalid" in p.stdout:
+        raise RuntimeError(f"simple_switch_CLI refused the configuration: see {log}")
+
+
+def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("vectors", "allreduce"))
+    ap.add_argument("--keep", type=Path, help="leave the run's files (JSON, pcaps, logs) in this folder")
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--size", type=int, default=1 << 16, help="bytes of float32 per worker")
+    ap.add_argument("--chunk", type=int, default=256, choices=(256, 1024))
+    args = ap.parse_args()
+    for name, cmd in tools().items():
+        print(f"{name:18} {cmd or 'not found'}")
+    try:
+        if args.mode == "allreduce":
+            r = run_allreduce(args.workers, args.size, args.chunk, keep=args.keep)
+            print(f"{r.workers} workers, {r.size} bytes each, C = {r.chunk_bytes}: "
+                  f"{'exact' if r.exact else 'WRONG'} sum in {r.seconds:.2f} s ({r.goodput_mbps:.2f} Mb/s), "
+                  f"{r.resent} contributions resent")
+            print("switch counters: " + ", ".join(f"{k} {v}" for k, v in r.counters.items() if v))
+            return 0 if r.exact else 1
+        report = run_vectors(keep=args.keep)
     except FileNotFoundError as e:
         print(f"skipped: {e}")
         return 2

@@ -1,8 +1,9 @@
-"""The reference vectors through BMv2 simple_switch, where it and p4c-bm2-ss are installed (p4/tests/run_bmv2.py)."""
+"""p4/v1model on BMv2 simple_switch, where it and p4c-bm2-ss are installed (p4/tests/run_bmv2.py)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -14,16 +15,26 @@ ROOT = Path(__file__).resolve().parents[2]
 def _runner():
     spec = importlib.util.spec_from_file_location("inagg_p4_run_bmv2", ROOT / "p4" / "tests" / "run_bmv2.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclass looks its module up there
+    sys.modules[spec.name] = mod  # its dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
 
 RUNNER = _runner()
 MISSING = [name for name, cmd in RUNNER.tools().items() if cmd is None]
+needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"not found: {', '.join(MISSING)} (see p4/tests/run_bmv2.py)")
 
 
-@pytest.mark.skipif(bool(MISSING), reason=f"not found: {', '.join(MISSING)} (see p4/tests/run_bmv2.py)")
+@needs_tools
 def test_simple_switch_answers_every_vector_as_the_model_does():
-    report = RUNNER.run()
+    report = RUNNER.run_vectors()
     assert report.ok, "\n".join(report.mismatches)
+
+
+@needs_tools
+@pytest.mark.skipif(os.geteuid() != 0, reason="the namespace topology needs root")
+def test_workers_allreduce_through_simple_switch():
+    r = RUNNER.run_allreduce(workers=3, size=16 << 10, chunk_bytes=256)
+    assert r.exact
+    assert r.counters["COMPLETED"] == 6 + (16 << 10) // 256  # the agreement round's chunks, then the data's
+    assert r.counters["RX_CONTRIB"] == 3 * r.counters["COMPLETED"]
