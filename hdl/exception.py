@@ -25,7 +25,7 @@ occupant on to its other position -- runs both ways, one step per cycle.
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, DomainRenamer, Module, Mux, Signal
 from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.crc.catalog import CRC32_ETHERNET
 from amaranth.lib.wiring import In, Out
@@ -175,7 +175,13 @@ class ExceptionEngine(wiring.Component):
         Bits of a key, 23 to 32: the 22 index bits and at least one job bit.
         Hashes are of the key zero-extended to 32 bits, as the model's.
     depth : int
-        Entries of the request queue and of the response queue, 4 to 4096.
+        Entries of the request queue and of the response queue, 4 to 4096
+        (rounded up to a power of two when ``domain`` is not ``"sync"``).
+    domain : str
+        Clock domain of the tables and the decisions. The streams are always
+        in ``sync``; another domain makes the two queues asynchronous FIFOs,
+        so the engine can run at a clock of its own. ``stats.stalls`` counts
+        ``sync`` cycles, the other counters are in ``domain``.
 
     Members
     -------
@@ -197,12 +203,15 @@ class ExceptionEngine(wiring.Component):
     """
 
     def __init__(self, table: int = 256, max_kicks: int = 16, stash: int = 4, key_width: int = 32,
-                 depth: int = 16):
+                 depth: int = 16, domain: str = "sync"):
         self.table = _check_table(table)
         self.max_kicks = _check_int(max_kicks, 0, 1024, "Kick-out bound")
         self.stash = _check_int(stash, 0, MAX_STASH, "Stash size")
         self.key_width = _check_int(key_width, KEY_INDEX_BITS + 1, 32, "Key width")
         self.depth = _check_int(depth, 4, 4096, "Queue depth")
+        if not isinstance(domain, str) or not domain:
+            raise ValueError(f"Domain must be the name of a clock domain, not {domain!r}")
+        self.domain = domain
         self.capacity = cap = 2 * table + stash
         entry = entry_layout(key_width, cap, table)
         self.tables = tuple(memory.Memory(shape=entry, depth=table, init=[]) for _ in range(2))
@@ -230,15 +239,27 @@ class ExceptionEngine(wiring.Component):
         m.submodules.free_list = self.free_list
         f_wr = self.free_list.write_port()
         f_rd = self.free_list.read_port(transparent_for=(f_wr,))
-        m.submodules.requests = req_q = fifo.SyncFIFOBuffered(width=len(self.req.payload.as_value()),
-                                                              depth=self.depth)
-        # Unbuffered: its level is exact, which the room check below relies on.
-        m.submodules.responses = resp_q = fifo.SyncFIFO(width=len(self.resp.payload.as_value()), depth=self.depth)
-
-        m.d.comb += [req_q.w_data.eq(self.req.payload), req_q.w_en.eq(self.req.valid),
-                     self.req.ready.eq(req_q.w_rdy),
-                     self.resp.payload.eq(resp_q.r_data), self.resp.valid.eq(resp_q.r_rdy),
-                     resp_q.r_en.eq(self.resp.ready)]
+        # The queues are the engine's boundary: the streams are in "sync", everything behind them in
+        # the engine's domain, which may run at a clock of its own.
+        top = Module()
+        req_width, resp_width = len(self.req.payload.as_value()), len(self.resp.payload.as_value())
+        if self.domain == "sync":
+            req_q = fifo.SyncFIFOBuffered(width=req_width, depth=self.depth)
+            # Unbuffered: its level is exact, which the room check below relies on.
+            resp_q = fifo.SyncFIFO(width=resp_width, depth=self.depth)
+        else:
+            req_q = fifo.AsyncFIFOBuffered(width=req_width, depth=self.depth, w_domain="sync", r_domain=self.domain)
+            resp_q = fifo.AsyncFIFO(width=resp_width, depth=self.depth, w_domain=self.domain, r_domain="sync")
+        top.submodules.requests, top.submodules.responses = req_q, resp_q
+        stalls = Signal(32)
+        top.d.sync += stalls.eq(stalls + (self.req.valid & ~self.req.ready))
+        counts = Signal(stats_layout())
+        top.d.comb += [req_q.w_data.eq(self.req.payload), req_q.w_en.eq(self.req.valid),
+                       self.req.ready.eq(req_q.w_rdy),
+                       self.resp.payload.eq(resp_q.r_data), self.resp.valid.eq(resp_q.r_rdy),
+                       resp_q.r_en.eq(self.resp.ready),
+                       self.stats.eq(counts), self.stats.stalls.eq(stalls)]
+        top.submodules.core = m if self.domain == "sync" else DomainRenamer(self.domain)(m)
 
         # After reset: mark every entry empty and put pointers 0 .. capacity-1 on the free list.
         sweep = Signal(range(cap + 1))
@@ -352,7 +373,7 @@ class ExceptionEngine(wiring.Component):
         with m.If(resp_push):
             m.d.sync += resp_reg.eq(resp)
         m.d.comb += [resp.key.eq(d_key), resp_q.w_data.eq(resp_reg), resp_q.w_en.eq(resp_reg_valid)]
-        inc = {name: Signal(name=f"inc_{name}") for name in STATS if name != "kicks"}
+        inc = {name: Signal(name=f"inc_{name}") for name in STATS if name not in ("kicks", "stalls")}
         add_kicks = Signal.like(kicks)
         s_append, s_remove = Signal(), Signal()
 
@@ -459,7 +480,13 @@ class ExceptionEngine(wiring.Component):
             m.d.comb += rd[t].addr.eq(Mux(busy_next & (w_table == t), w_addr, r_h[t]))
         # A request issued now answers into the queue two cycles from now at the earliest; by then
         # the register and the decision of this cycle (at most one answer) may have gone in before it.
-        room = resp_q.w_level + resp_reg_valid < self.depth - 1
+        level = resp_q.w_level + resp_reg_valid
+        if self.domain != "sync":
+            # The asynchronous queue's level is a register: it counts a write one cycle late.
+            written = Signal()
+            m.d.sync += written.eq(resp_q.w_en & resp_q.w_rdy)
+            level = level + written
+        room = level < resp_q.depth - 1
         m.d.comb += issue.eq(r_valid & ~sweeping & ~busy_next & room)
 
         # -- the stash, in the model's list order: append at the end, close the gap on removal --
@@ -473,8 +500,7 @@ class ExceptionEngine(wiring.Component):
         if S:
             m.d.sync += self.stash_count.eq(self.stash_count + s_append - s_remove)
 
-        m.d.comb += inc["stalls"].eq(self.req.valid & ~self.req.ready)
         for name, strobe in inc.items():
-            m.d.sync += getattr(self.stats, name).eq(getattr(self.stats, name) + strobe)
-        m.d.sync += self.stats.kicks.eq(self.stats.kicks + add_kicks)
-        return m
+            m.d.sync += getattr(counts, name).eq(getattr(counts, name) + strobe)
+        m.d.sync += counts.kicks.eq(counts.kicks + add_kicks)
+        return top

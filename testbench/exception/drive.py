@@ -33,13 +33,15 @@ class Run:
 
 
 def simulate(engine: ExceptionEngine, ops: np.ndarray, keys: np.ndarray, *, gaps: Iterator[int] | None = None,
-             pause: Iterator[int] | None = None, limit: int | None = None) -> Run:
+             pause: Iterator[int] | None = None, limit: int | None = None, engine_period: float = 2.3e-8) -> Run:
     """Send requests ``(ops[i], keys[i])`` and take every response.
 
     ``gaps`` (0/1 per cycle) holds the request stream idle where it yields
-    1, ``pause`` holds the response stream's ready low. Raises
+    1, ``pause`` holds the response stream's ready low. The streams' clock
+    has a period of 10 ns; an engine in a domain of its own gets a clock of
+    ``engine_period`` seconds. Raises
     ``AssertionError`` when the responses have not all come after ``limit``
-    cycles (default: four times the longest the requests can take).
+    cycles of the streams' clock (default: four times the longest the requests can take).
     """
     n = len(ops)
     gaps = gaps if gaps is not None else itertools.repeat(0)
@@ -49,6 +51,8 @@ def simulate(engine: ExceptionEngine, ops: np.ndarray, keys: np.ndarray, *, gaps
         worst = [key % (1 << KEY_INDEX_BITS) + 1 if op == Op.TEARDOWN.value else 2 * engine.max_kicks + 2
                  for op, key in zip(ops, keys)]
         limit = 4 * (engine.capacity + sum(worst)) + 1000
+        if engine.domain != "sync":
+            limit = int(limit * max(1.0, engine_period / 1e-8))
     req, resp = engine.req, engine.resp
     run = Run([], [], [], 0, None, 0)
 
@@ -93,6 +97,8 @@ def simulate(engine: ExceptionEngine, ops: np.ndarray, keys: np.ndarray, *, gaps
 
     sim = Simulator(engine)
     sim.add_clock(1e-8)
+    if engine.domain != "sync":
+        sim.add_clock(engine_period, domain=engine.domain)
     sim.add_testbench(producer)
     sim.add_testbench(consumer)
     sim.run()

@@ -82,6 +82,7 @@ def fill_until(table, max_kicks, stash, stop, tries=100):
     ({"key_width": 22}, "Key width must be an integer from 23 to 32, not 22"),
     ({"key_width": 33}, "Key width must be an integer from 23 to 32, not 33"),
     ({"depth": 3}, "Queue depth must be an integer from 4 to 4096, not 3"),
+    ({"domain": ""}, "Domain must be the name of a clock domain, not ''"),
 ])
 def test_parameters_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
@@ -273,3 +274,19 @@ def test_random_stream_past_saturation():
     ref, run, _ = check(16, 6, 2, [(Op(int(o)), int(k)) for o, k in zip(ops, keys)])
     s = run.state.stats
     assert s["kicks"] and s["stashed"] and s["refused"] and s["full"] and s["deletes"]
+
+
+@pytest.mark.parametrize("period", [2.3e-8, 0.7e-8])
+def test_engine_in_a_clock_domain_of_its_own(period):
+    # The same answers and state whether the engine's clock is slower or faster than the streams'.
+    ops, keys = random_requests(np.random.default_rng(31), 300, 4, SLOTS, phase=100)
+    requests = [(Op(int(o)), int(k)) for o, k in zip(ops, keys)]
+    ref = Reference(8, 4, 2, JOBS, SLOTS)
+    want = [ref.request(*r) for r in requests]
+    engine = ExceptionEngine(8, 4, 2, depth=8, domain="exc")
+    pause = iter(np.random.default_rng(32).random(100_000) < 0.3)
+    run = simulate(engine, ops, keys, pause=pause, engine_period=period)
+    assert [(s, p) for s, p, _ in run.responses] == want
+    diff = ref.state().diff(run.state)
+    assert not diff, diff
+    assert run.stalls == run.held
