@@ -70,6 +70,19 @@ def main() -> None:
         r = max((r for r in rows if r["width"] == width), key=lambda r: r["size"])
         packets = r["packets"] / r["wall"] * BUDGET
         lines.append(f"| {width} | {packets:,.0f} | {packets / WORKERS / 1024:,.0f} MiB |")
+    r = max((r for r in rows if r["width"] == 512), key=lambda r: r["size"])
+    sim_pkt = r["sim"] / r["packets"]
+    py_pkt = r["python"] / r["packets"]
+    lines += ["", "## What bounds the rate", "",
+              f"The goal is 5,000 simulated 1 KB packets per wall-clock second at W = 512. Per packet of the "
+              f"largest W = 512 run the simulator spends {sim_pkt * 1e6:.0f} us of CPU "
+              f"({r['cycles'] / r['packets']:.1f} cycles: the slot engine takes one 512-bit beat per cycle "
+              f"from all ports together, at {r['sim'] / r['cycles'] * 1e6:.1f} us a cycle for the 4-port switch) "
+              f"and Python {py_pkt * 1e6:.0f} us (the worker's protocol, one VPI read of a result row as a "
+              f"binary string and one write of a contribution row, the link). With the CPU to itself the "
+              f"process would do {1 / (sim_pkt + py_pkt):,.0f} packets/s; with Python free, the simulator "
+              f"alone {1 / sim_pkt:,.0f}. Wall-clock rates here are lower than per CPU-second because the "
+              "two cores were shared with other jobs.", ""]
     OUT.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -87,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "devices)")
     p.add_argument("--width", type=int, default=512, choices=(64, 256, 512),
                    help="--switch rtl: beat width of the RTL in bits (default 512)")
-    p.add_argument("--waves", metavar="FILE.fst", help="--switch rtl: dump the run's waveforms to FILE.fst")
+    p.add_argument("--waves", metavar="FILE.fst",
+                   help="--switch rtl: dump the run's waveforms to FILE.fst (or FILE.vcd; FST needs the lz4 headers)")
     p.add_argument("--compare", action="store_true",
                    help="--switch rtl: run the model switch on the same traffic and report every frame that differs")
     p.add_argument("--window", type=_positive_int, default=128,

@@ -51,6 +51,8 @@ class DemoConfig:
         if self.switch == "rtl":
             if self.width not in (64, 256, 512):
                 raise ValueError(f"width must be 64, 256 or 512, not {self.width!r}")
+            if self.waves is not None and not str(self.waves).lower().endswith((".fst", ".vcd")):
+                raise ValueError(f"a waveform file ends in .fst or .vcd, not {self.waves!r}")
         elif self.waves is not None or self.compare:
             raise ValueError("--waves and --compare need the RTL switch (--switch rtl)")
         # plan() and Faults() validate the rest with their own messages.

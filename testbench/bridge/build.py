@@ -1,7 +1,7 @@
 """Verilate :class:`~inagg.testbench.bridge.harness.BridgeHarness` once per parameter set; run cocotb modules on it.
 
 Each parameter set (and the choice of waveforms) gets its own folder
-``sim_build/bridge_<params>[_waves]`` at the top of the repository. The
+``sim_build/bridge_<params>[_fst|_vcd]`` at the top of the repository. The
 Verilog is rewritten only when it changes, so cocotb's runner
 (``always=False``) reuses the Verilated model across runs and processes.
 """
@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...models.job import SwitchSpec
 from .. import toolchain
 
-__all__ = ["HarnessParams", "TOPLEVEL", "build", "run"]
+__all__ = ["HarnessParams", "TOPLEVEL", "WAVE_FORMATS", "build_dir", "wave_format", "build", "run"]
 
 TOPLEVEL = "inagg_bridge"
 _ROOT = Path(__file__).resolve().parents[2]
@@ -45,9 +46,28 @@ class HarnessParams:
         return "_".join(f"{k}{v}" for k, v in asdict(self).items())
 
 
-def build_dir(params: HarnessParams, waves: bool = False) -> Path:
-    """Where the build of ``params`` lives."""
-    return _ROOT / "sim_build" / f"bridge_{params.tag()}{'_waves' if waves else ''}"
+WAVE_FORMATS = ("fst", "vcd")
+
+
+def build_dir(params: HarnessParams, waves: str | None = None) -> Path:
+    """Where the build of ``params`` lives (``waves``: the waveform format it writes, or None)."""
+    return _ROOT / "sim_build" / f"bridge_{params.tag()}{f'_{waves}' if waves else ''}"
+
+
+def wave_format(path: str | os.PathLike) -> str:
+    """The waveform format a file name asks for: ``fst`` or ``vcd``; ValueError for any other suffix."""
+    fmt = Path(path).suffix.lstrip(".").lower()
+    if fmt not in WAVE_FORMATS:
+        raise ValueError(f"a waveform file ends in .fst or .vcd, not {Path(path).name!r}")
+    return fmt
+
+
+def _check_fst() -> None:
+    """Verilator's FST writer compiles against the lz4 headers, which no wheel ships."""
+    probe = subprocess.run(["g++", "-E", "-x", "c++", "-"], input="#include <lz4.h>\n", capture_output=True, text=True)
+    if probe.returncode:
+        raise toolchain.MissingTool("FST waveforms need the lz4 headers (Debian/Ubuntu: apt-get install liblz4-dev); "
+                                    "VCD needs nothing more: name the file .vcd")
 
 
 @functools.cache
@@ -65,11 +85,13 @@ def _sources(params: HarnessParams) -> dict[str, str]:
                                                                 for name in public)}
 
 
-def build(params: HarnessParams, *, waves: bool = False):
-    """Verilate the harness of ``params`` (with FST tracing when ``waves``); return (runner, build folder)."""
+def build(params: HarnessParams, *, waves: str | None = None):
+    """Verilate the harness of ``params`` (tracing in format ``waves``, "fst" or "vcd"); return (runner, build folder)."""
     from cocotb_tools import runner as cocotb_runner
 
     toolchain.activate()
+    if waves == "fst":
+        _check_fst()
     folder = build_dir(params, waves)
     folder.mkdir(parents=True, exist_ok=True)
     files = _sources(params)
@@ -84,9 +106,9 @@ def build(params: HarnessParams, *, waves: bool = False):
     # (each clock edge) and costs most of the run time; the harness's ports and rings are enough.
     # The model's C++ is compiled with -O2 rather than Verilator's default -Os: 1.45x the cycles per second.
     args = (["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O2", "--no-public-flat-rw", "-CFLAGS", "-O2"]
-            + (["--trace-fst"] if waves else []))
+            + (["--trace-fst"] if waves == "fst" else []))
     runner.build(sources=[folder / name for name in files], hdl_toplevel=TOPLEVEL, build_dir=folder, always=False,
-                 build_args=args, waves=waves)
+                 build_args=args, waves=waves is not None)
     return runner, folder
 
 
@@ -94,7 +116,7 @@ def run(runner, folder: Path, test_module: str, *, waves_file: str | os.PathLike
         env: dict[str, str] | None = None) -> None:
     """Run the cocotb tests of ``test_module`` (an importable module); raise if any failed.
 
-    ``waves_file`` names the FST file of the run (the build must have waves).
+    ``waves_file`` names the waveform file of the run (the build must trace in its format).
     """
     from cocotb_tools.check_results import get_results
 

@@ -5,9 +5,10 @@ model switch replaced by a :class:`~inagg.testbench.bridge.bridge.FrameBridge`:
 the same endpoints (normally :class:`~inagg.host.worker.AllReduce`), the
 same :class:`~inagg.host.link.LossyLink` on both directions, and the
 simulator's clock as the endpoints' clock, so timeouts are in simulated
-seconds and a run is reproducible for a seed. Python runs only when the
-switch finishes a frame, a slot frees for a waiting frame, a timer falls
-due, or a held-back frame is released; in between Verilator runs alone.
+seconds and a run is reproducible for a seed. Python runs only at the
+harness's alarm (:meth:`~inagg.testbench.bridge.bridge.FrameBridge.wait`):
+half a ring of results, an empty ingress ring with frames waiting, a timer
+falling due or a held-back frame's release; in between Verilator runs alone.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ async def serve_memory(bridge: FrameBridge, endpoints: Mapping[int, Endpoint], *
     held: list[tuple[float, int, int, int, bytes]] = []
     seq = 0
     bridge.record_order = compare is not None
-    start_cycles = get_sim_time("ns") // CLOCK_NS
+    start_cycles = round(get_sim_time("ns")) // CLOCK_NS
 
     def cross(now: float, direction: int, port: int, frames: list[bytes]) -> None:
         nonlocal seq
@@ -140,7 +141,7 @@ async def serve_memory(bridge: FrameBridge, endpoints: Mapping[int, Endpoint], *
                 raise RuntimeError("the network is idle but not every endpoint is done")
             run.wakes += 1
             run.python_time += time.process_time() - awake
-            run.cycles = get_sim_time("ns") // CLOCK_NS - start_cycles
+            run.cycles = round(get_sim_time("ns")) // CLOCK_NS - start_cycles
         else:
             quiet = 0 if got or held or not bridge.idle else quiet + 1
         cycles = MAX_SLEEP if due == math.inf else min(MAX_SLEEP, math.ceil((due - now) * 1e9 / CLOCK_NS))

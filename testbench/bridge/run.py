@@ -24,7 +24,7 @@ from ...host.link import Faults
 from ...host.worker import Timing
 from ...models.protocol import Counter
 from .bridge import CLOCK_NS
-from .build import HarnessParams, build, run
+from .build import HarnessParams, build, run, wave_format
 from .session import JOB_ENV, Job, Outcome
 
 __all__ = ["harness_params", "rtl_timing", "netns_timing", "run_rtl"]
@@ -74,8 +74,8 @@ def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: s
     simulated time) or ``"netns"`` (each worker a process in its own
     namespace behind a TAP device, on the real clock; needs root).
     ``compare`` runs the model switch on the same traffic (see
-    :class:`~inagg.testbench.bridge.compare.LiveCompare`); ``waves`` names an
-    FST file for the run's waveforms; ``pcap`` a capture of every frame on
+    :class:`~inagg.testbench.bridge.compare.LiveCompare`); ``waves`` names a
+    waveform file for the run (``.fst``, or ``.vcd``); ``pcap`` a capture of every frame on
     the link. Raises ``AssertionError`` when the simulation fails (the
     simulator's log says why) and what a worker raises.
     """
@@ -87,7 +87,7 @@ def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: s
         require_root()
         timing = timing or netns_timing(plan)
     params = harness_params(plan, width)
-    runner, folder = build(params, waves=waves is not None)
+    runner, folder = build(params, waves=wave_format(waves) if waves is not None else None)
     with tempfile.TemporaryDirectory(prefix="inagg-rtl-") as tmp:
         tmp = Path(tmp)
         job = Job(plan=plan, harness=params.__dict__.copy(), data=data if net == "memory" else {},

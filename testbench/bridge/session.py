@@ -138,11 +138,11 @@ async def _serve_netns(job: Job, bridge: FrameBridge, capture, compare) -> dict:
 
     with TapTopology(job.plan, tag=job.tag) as topo:
         Path(job.ready).touch()
-        start = get_sim_time("ns") // CLOCK_NS
+        start = round(get_sim_time("ns")) // CLOCK_NS
         wall, cpu = time.perf_counter(), time.process_time()
         link = await serve_taps(bridge, topo.taps, stop=lambda: os.path.exists(job.stop), faults=job.faults,
                                 seed=job.seed, capture=capture, compare=compare)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     # The workers report their own results and counters to the caller.
     return dict(results={}, exponents={}, stats={}, link=link, to_switch=0, to_hosts=0,
-                cycles=get_sim_time("ns") // CLOCK_NS - start, wakes=0, python_time=0.0, wall_time=wall, cpu_time=cpu)
+                cycles=round(get_sim_time("ns")) // CLOCK_NS - start, wakes=0, python_time=0.0, wall_time=wall, cpu_time=cpu)

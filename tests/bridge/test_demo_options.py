@@ -32,3 +32,26 @@ def test_a_missing_tool_ends_the_demo_with_its_message(monkeypatch, capsys):
     assert cli.main(["demo", "--switch", "rtl", "--size", "4KiB", "--workers", "2"]) == 1
     assert capsys.readouterr().err == ("inagg demo: error: the RTL switch cannot be simulated here: g++ not found: "
                                        "Verilator needs a C++ compiler (Debian/Ubuntu: apt-get install g++)\n")
+
+
+def test_a_waveform_file_is_fst_or_vcd():
+    from inagg.testbench.bridge.build import wave_format
+
+    with pytest.raises(ValueError, match=r"^a waveform file ends in \.fst or \.vcd, not 'run\.ghw'$"):
+        DemoConfig(switch="rtl", waves="run.ghw")
+    with pytest.raises(ValueError, match=r"^a waveform file ends in \.fst or \.vcd, not 'run\.ghw'$"):
+        wave_format("/tmp/run.ghw")
+    assert wave_format("a/Run.FST") == "fst" and wave_format("run.vcd") == "vcd"
+
+
+def test_fst_without_the_lz4_headers_says_what_to_install(monkeypatch):
+    import subprocess
+
+    from inagg.testbench import toolchain
+    from inagg.testbench.bridge import build
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "lz4.h: No such file"))
+    with pytest.raises(toolchain.MissingTool, match=r"^FST waveforms need the lz4 headers \(Debian/Ubuntu: apt-get "
+                                                    r"install liblz4-dev\); VCD needs nothing more: name the file "
+                                                    r"\.vcd$"):
+        build._check_fst()
