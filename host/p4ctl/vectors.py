@@ -56,14 +56,19 @@ def _jobs() -> tuple[JobSpec, ...]:
             JobSpec(job=2, rkey=0xC0DE0002, slot_base=4, slots=2, workers=workers(2, 2, 1 << 16)))
 
 
-def switch_for(target: P4Target) -> tuple[SwitchSpec, tuple[JobSpec, ...]]:
-    """The switch and jobs of the vectors for ``target`` (its largest chunk, 16 slots, 4 ports)."""
-    return SwitchSpec(slots=16, ports=4, chunk_bytes=max(target.chunk_bytes)), _jobs()
+def switch_for(target: P4Target, chunk_bytes: int | None = None) -> tuple[SwitchSpec, tuple[JobSpec, ...]]:
+    """The switch and jobs of the vectors for ``target``: 16 slots, 4 ports, chunks of ``chunk_bytes``.
+
+    ``chunk_bytes`` defaults to the target's largest (the stored vectors' size).
+    """
+    spec = SwitchSpec(slots=16, ports=4, chunk_bytes=max(target.chunk_bytes) if chunk_bytes is None else chunk_bytes)
+    target.validate(spec)
+    return spec, _jobs()
 
 
-def scenario(target: P4Target) -> Vectors:
-    """Run the fixed input frames through the P4 profile model of ``target``."""
-    spec, jobs = switch_for(target)
+def scenario(target: P4Target, chunk_bytes: int | None = None) -> Vectors:
+    """Run the fixed input frames through the P4 profile model of ``target`` (chunk size as :func:`switch_for`)."""
+    spec, jobs = switch_for(target, chunk_bytes)
     sw = P4ProfileSwitch(target, spec)
     for j in jobs:
         sw.add_job(j)

@@ -58,3 +58,12 @@ def _icrc(frame: bytes) -> bytes:
 def test_scenario_is_deterministic():
     a, b = vectors.scenario(TARGETS["tna"]), vectors.scenario(TARGETS["tna"])
     assert [(c.port, c.frame, c.out) for c in a.cases] == [(c.port, c.frame, c.out) for c in b.cases]
+
+
+def test_the_scenario_at_another_chunk_size():
+    stored = json.loads((STORED / "v1model.json").read_text())
+    v = vectors.scenario(TARGETS["v1model"], 256)
+    assert v.spec.chunk_bytes == 256 and [c.name for c in v.cases] == [c["name"] for c in stored["cases"]]
+    assert {k: n for k, n in v.counters.items()} == stored["counters"]
+    with pytest.raises(ValueError, match=r"the tna program is built for chunk_bytes in \(256,\), not 1024"):
+        vectors.switch_for(TARGETS["tna"], 1024)
