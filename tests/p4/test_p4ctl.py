@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,38 @@ def test_plan_refusals_have_exact_messages():
         bmv2.commands(plan(TNA, spec, [job()]))
     with pytest.raises(ValueError, match="program must be a Python identifier"):
         bfrt.script(plan(TNA, spec, [job()]), program="in agg")
+
+
+TNA_SOURCE = (Path(__file__).resolve().parents[2] / "p4" / "tna" / "inagg.p4").read_text()
+
+
+def _control(name: str) -> str:
+    start = TNA_SOURCE.index(f"control {name}(")
+    end = TNA_SOURCE.find("\ncontrol ", start + 1)
+    return TNA_SOURCE[start:end if end > 0 else None]
+
+
+def test_bfrt_script_names_what_the_tna_program_declares():
+    # No BF Runtime here to load the script: check every table, action, key and parameter it names against the source.
+    spec, jobs = jobs_and_spec(TNA)
+    text = bfrt.script(plan(TNA, spec, jobs))
+    controls = {"ing": _control("InaggIngress"), "egr": _control("InaggEgress")}
+    calls = re.findall(r"^(ing|egr)\.(\w+)\.(?:add|set_default)_with_(\w+)\((.*)\)$", text, re.M)
+    assert {(c, t, a) for c, t, a, _ in calls} == {("ing", "switch_config", "set_switch"), ("ing", "workers", "set_worker"),
+                                                  ("egr", "switch_addr", "set_switch"), ("egr", "results", "rewrite")}
+    for block, table, action, args in calls:
+        src = controls[block]
+        m = re.search(rf"table {table} \{{(.*?)\n    \}}", src, re.S)
+        assert m, f"no table {table} in the {block} control"
+        body = m.group(1)
+        assert re.search(rf"\b{action}\b", body), f"{table} has no action {action}"
+        params = re.search(rf"action {action}\(([^)]*)\)", src).group(1)
+        declared = [p.split()[-1] for p in params.split(",")]
+        names = [kv.split("=")[0] for kv in args.split(", ")]
+        keys = re.search(r"key = \{(.*?)\}", body)
+        key_fields = [k.split(":")[0].strip().replace(".", "_") for k in keys.group(1).split(";") if k.strip()] if keys else []
+        assert names == key_fields + declared, f"{block}.{table}.{action}"
+    for reg in [*bfrt.SLOT_REGISTERS, "InaggEgress.result_psn"]:
+        control, name = reg.split(".")
+        assert re.search(rf"Register<[^;]*> *\([^;]*\) {name};", _control(control)), reg
+    assert "Register<bit<32>, bit<32>>(2 * INAGG_SLOTS) lane_##i;" in TNA_SOURCE  # ing.lane_0x00 .. lane_0x1f
