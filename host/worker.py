@@ -319,6 +319,8 @@ class QuantizedChunks:
 # the ranks agreed on. Each resend of the operation halves the scale; a chunk
 # still saturated at 2**-MAX_RESCALES of it is a rank or a switch that
 # disagrees with the agreement, which an error names better than more resends.
+# (An agreed scale is at least 2**-104 for float32 data and 64 workers, so the
+# halvings stay far above quant.EXP_MIN.)
 MAX_RESCALES = 8
 
 # Agreement round (docs/protocol.md section 2.1): lanes 0..255 are the
@@ -420,7 +422,7 @@ class AllReduce:
             if self._phase == "agree":
                 raise SaturatedResultError(f"job {w.job.job} worker {w.rank}: the switch saturated chunk {chunk} "
                                            "of the agreement round, whose lanes count workers")
-            if self.rescales == MAX_RESCALES or self.exponent == quant.EXP_MIN:
+            if self.rescales == MAX_RESCALES:
                 raise SaturatedResultError(f"job {w.job.job} worker {w.rank}: the switch saturated chunk {chunk} "
                                            f"at scale 2**{self.exponent}, after {self.rescales} resends at smaller "
                                            "scales: ranks or switch disagree with the agreed scale")
