@@ -32,8 +32,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..models.cuckoo import KEY_INDEX_BITS, KEY_JOB_SHIFT
 
-__all__ = ["Op", "Status", "KeyHash", "request_layout", "response_layout", "entry_layout", "stats_layout",
-           "ExceptionEngine"]
+__all__ = ["Op", "Status", "STATS", "KeyHash", "request_layout", "response_layout", "entry_layout",
+           "stats_layout", "ExceptionEngine"]
 
 MAX_STASH = 64
 
@@ -65,6 +65,7 @@ class Status(enum.Enum, shape=3):
 
 
 def request_layout(key_width: int) -> data.StructLayout:
+    """What a request asks (:class:`Op`) about which key."""
     return data.StructLayout({"op": Op, "key": key_width})
 
 
@@ -86,6 +87,7 @@ STATS = ("inserts", "kicks", "stashed", "refused", "full", "deletes", "stalls")
 
 
 def stats_layout() -> data.StructLayout:
+    """The counters of :data:`STATS`, in that order from bit 0."""
     return data.StructLayout({name: 32 for name in STATS})
 
 

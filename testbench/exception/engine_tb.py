@@ -65,16 +65,17 @@ async def _run(dut, engine, ops, keys, gaps, pause):
 
 
 def _state(dut, engine):
-    tables = tuple([int(dut._id(name, extended=False)[i].value.to_unsigned()) for i in range(engine.table)]
+    core = dut.core  # the logic behind the queues (ExceptionEngine.elaborate's submodule "core")
+    tables = tuple([int(getattr(core, name)[i].value.to_unsigned()) for i in range(engine.table)]
                    for name in ("t0", "t1"))
-    free_list = [int(dut.free_list[i].value.to_unsigned()) for i in range(engine.capacity)]
-    count = int(dut.stash_count.value.to_unsigned()) if engine.stash else 0
-    stash = [(int(dut._id(f"stash{i}_key", extended=False).value.to_unsigned()),
-              int(dut._id(f"stash{i}_ptr", extended=False).value.to_unsigned())) for i in range(count)]
+    free_list = [int(core.free_list[i].value.to_unsigned()) for i in range(engine.capacity)]
+    count = int(core.stash_count.value.to_unsigned()) if engine.stash else 0
+    stash = [(int(getattr(core, f"stash{i}_key").value.to_unsigned()),
+              int(getattr(core, f"stash{i}_ptr").value.to_unsigned())) for i in range(count)]
     raw = stats_layout().from_bits(dut.stats.value.to_unsigned())
     stats = {name: int(getattr(raw, name)) for name in STATS}
-    return decode(engine, tables, free_list, int(dut.free_first.value.to_unsigned()),
-                  int(dut.free_count.value.to_unsigned()), stash, stats), stats["stalls"]
+    return decode(engine, tables, free_list, int(core.free_first.value.to_unsigned()),
+                  int(core.free_count.value.to_unsigned()), stash, stats), stats["stalls"]
 
 
 def _settings():
