@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
 from inagg.hdl.exception import STATS, ExceptionEngine, Op, Status
@@ -33,8 +34,13 @@ class Run:
 
 
 def simulate(engine: ExceptionEngine, ops: np.ndarray, keys: np.ndarray, *, gaps: Iterator[int] | None = None,
-             pause: Iterator[int] | None = None, limit: int | None = None, engine_period: float = 2.3e-8) -> Run:
+             pause: Iterator[int] | None = None, limit: int | None = None, engine_period: float = 2.3e-8,
+             before: tuple[np.ndarray, np.ndarray] | None = None) -> Run:
     """Send requests ``(ops[i], keys[i])`` and take every response.
+
+    ``before`` (ops, keys) are sent first, back to back, and answered; then
+    every domain of the engine is reset, and the run is of what follows
+    (a reset must leave the engine as new).
 
     ``gaps`` (0/1 per cycle) holds the request stream idle where it yields
     1, ``pause`` holds the response stream's ready low. The streams' clock
@@ -55,8 +61,22 @@ def simulate(engine: ExceptionEngine, ops: np.ndarray, keys: np.ndarray, *, gaps
             limit = int(limit * max(1.0, engine_period / 1e-8))
     req, resp = engine.req, engine.resp
     run = Run([], [], [], 0, None, 0)
+    top = Module()
+    domains = [ClockDomain("sync")] + ([ClockDomain(engine.domain)] if engine.domain != "sync" else [])
+    top.domains += domains
+    top.submodules.engine = engine
+    reset_done = [before is None]
 
     async def producer(ctx):
+        if before is not None:
+            for op, key in zip(*before):
+                ctx.set(req.valid, 1)
+                ctx.set(req.payload.op, int(op))
+                ctx.set(req.payload.key, int(key))
+                await ctx.tick().until(req.ready)
+            ctx.set(req.valid, 0)
+            while not reset_done[0]:
+                await ctx.tick()
         t = 0
         for op, key in zip(ops, keys):
             while next(gaps):
@@ -76,6 +96,19 @@ def simulate(engine: ExceptionEngine, ops: np.ndarray, keys: np.ndarray, *, gaps
         ctx.set(req.valid, 0)
 
     async def consumer(ctx):
+        if before is not None:
+            for _ in range(len(before[0])):
+                ctx.set(resp.ready, 1)
+                await ctx.tick().until(resp.valid)
+            ctx.set(resp.ready, 0)
+            for cd in domains:
+                ctx.set(cd.rst, 1)
+            # Long enough for an edge of the slowest clock.
+            for _ in range(2 + int(engine_period / 1e-8)):
+                await ctx.tick()
+            for cd in domains:
+                ctx.set(cd.rst, 0)
+            reset_done[0] = True
         t = 0
         while len(run.responses) < n:
             assert t < limit, f"{len(run.responses)} of {n} responses after {limit} cycles"
@@ -95,7 +128,7 @@ def simulate(engine: ExceptionEngine, ops: np.ndarray, keys: np.ndarray, *, gaps
         run.state = decode(engine, tables, free_list, ctx.get(engine.free_first), ctx.get(engine.free_count),
                            stash, stats)
 
-    sim = Simulator(engine)
+    sim = Simulator(top)
     sim.add_clock(1e-8)
     if engine.domain != "sync":
         sim.add_clock(engine_period, domain=engine.domain)

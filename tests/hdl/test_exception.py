@@ -290,3 +290,19 @@ def test_engine_in_a_clock_domain_of_its_own(period):
     diff = ref.state().diff(run.state)
     assert not diff, diff
     assert run.stalls == run.held
+
+
+@pytest.mark.parametrize("domain", ["sync", "exc"])
+def test_reset_leaves_the_engine_as_new(domain):
+    # A full table, a stash in use and counters running, then a reset: the requests after it are
+    # answered as by a new engine (the sweep empties the tables and refills the free list).
+    rng = np.random.default_rng(41)
+    fill = rng.permutation(keys_with(8, JOBS, SLOTS))[:40]
+    before = (np.full(len(fill), Op.LOCATE.value), fill)
+    ops, keys = random_requests(np.random.default_rng(42), 200, 4, SLOTS, phase=50)
+    ref = Reference(8, 4, 2, JOBS, SLOTS)
+    want = [ref.request(Op(int(o)), int(k)) for o, k in zip(ops, keys)]
+    run = simulate(ExceptionEngine(8, 4, 2, domain=domain), ops, keys, before=before)
+    assert [(s, p) for s, p, _ in run.responses] == want
+    diff = ref.state().diff(run.state)
+    assert not diff, diff
