@@ -1,4 +1,5 @@
-"""Seeded request streams for the exception engine: load rising past saturation and falling again."""
+"""Request streams for the exception engine (seeded; load rising past saturation and falling again) and keys
+whose table positions a test chooses."""
 
 from __future__ import annotations
 
