@@ -21,7 +21,7 @@ the flow also reports each module's share from a hierarchical synthesis.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Elaboratable, Module, Signal
+from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 __all__ = ["ScanWrapper", "port_bits", "wrapper_cost"]
@@ -31,6 +31,10 @@ def port_bits(core: wiring.Component) -> tuple[list, list]:
     """(input values, output values) of every flattened port member of ``core``."""
     ins, outs = [], []
     for _path, member, value in core.signature.flatten(core):
+        # Stream payloads are data views; their bits are what the pins see.
+        value = Value.cast(value)
+        if isinstance(value, Const):  # e.g. the ready of an always-ready stream: not a port at all
+            continue
         (ins if member.flow == wiring.In else outs).append(value)
     return ins, outs
 
