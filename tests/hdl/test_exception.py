@@ -24,13 +24,13 @@ from inagg.testbench.exception.stimulus import keys_with, random_requests
 JOBS, SLOTS = 1024, 64  # keys to choose from: 2**16, so every pair of positions has many
 
 
-def check(table, max_kicks, stash, requests, depth=16, **drive):
+def check(table, max_kicks, stash, requests, depth=16, key_width=32, **drive):
     """Run ``requests`` ((op, key) pairs) on engine and reference; assert they agree; return both."""
     ops = np.array([op.value for op, _ in requests])
     keys = np.array([key for _, key in requests], np.uint32)
     ref = Reference(table, max_kicks, stash, JOBS, SLOTS)
     want = [ref.request(op, key) for op, key in requests]
-    run = simulate(ExceptionEngine(table, max_kicks, stash, depth=depth), ops, keys, **drive)
+    run = simulate(ExceptionEngine(table, max_kicks, stash, key_width=key_width, depth=depth), ops, keys, **drive)
     for i, ((status, ptr), got) in enumerate(zip(want, run.responses)):
         assert got == (status, ptr, int(keys[i])), f"request {i} {requests[i][0].name} 0x{keys[i]:08x}: " \
                                                    f"engine {got}, model {(status, ptr)}"
@@ -267,6 +267,12 @@ def test_backpressure_both_ways_is_counted_and_loses_nothing():
     requests = [(Op(int(o)), int(k)) for o, k in zip(ops, keys)]
     _, run, _ = check(8, 4, 2, requests, depth=4, gaps=gaps, pause=pause)
     assert run.stalls > 100  # the queue filled up: the stream was held, and counted
+
+
+def test_narrow_keys():
+    # 24-bit keys (jobs 0 to 3): stored narrower, hashed as the model's 32-bit keys.
+    ops, keys = random_requests(np.random.default_rng(51), 300, 4, SLOTS, phase=75)
+    check(8, 4, 2, [(Op(int(o)), int(k)) for o, k in zip(ops, keys)], key_width=24)
 
 
 def test_random_stream_past_saturation():
