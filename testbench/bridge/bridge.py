@@ -28,7 +28,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
-from .harness import COUNT_BITS, BridgeHarness
+from .harness import COUNT_BITS, RingGeometry
 
 __all__ = ["FrameBridge", "CLOCK_NS"]
 
@@ -38,9 +38,9 @@ _MASK = _MOD - 1
 
 
 class FrameBridge:
-    """The frame rings of a Verilated ``harness`` (a :class:`BridgeHarness` with the build's parameters)."""
+    """The frame rings of a Verilated harness whose rows and words ``harness`` describes."""
 
-    def __init__(self, dut, harness: BridgeHarness):
+    def __init__(self, dut, harness: RingGeometry):
         self.dut = dut
         self.ports, self.depth, self.frame_bytes = harness.ports, harness.depth, harness.frame_bytes
         self.port_bits, self.order_depth = harness.port_bits, harness.order_depth

@@ -79,7 +79,7 @@ def _sources(params: HarnessParams) -> dict[str, str]:
 
     harness = BridgeHarness(**asdict(params))
     # What the testbench reaches through VPI: the harness's ports and rings, nothing inside the switch.
-    public = ["clk", "rst", *harness.signature.members.keys(), *harness.ring_names]
+    public = ["clk", "rst", *harness.signature.members.keys(), *harness.geometry.ring_names]
     return {f"{TOPLEVEL}.v": verilog.convert(harness, name=TOPLEVEL, emit_src=False),
             f"{TOPLEVEL}.vlt": "`verilator_config\n" + "".join(f'public_flat_rw -module "{TOPLEVEL}" -var "{name}"\n'
                                                                 for name in public)}

@@ -45,14 +45,17 @@ the switch, so no entry is overwritten unread.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from ...hdl.axis import check_width
 from ...hdl.switch import Switch
 from ...models.protocol import CHUNK_BYTES_DEFAULT, ICRC_LEN, RESULT_HDR_LEN
 
-__all__ = ["BridgeHarness", "frame_slot_bytes", "COUNT_BITS"]
+__all__ = ["BridgeHarness", "RingGeometry", "frame_slot_bytes", "COUNT_BITS"]
 
 COUNT_BITS = 16
 
@@ -67,6 +70,50 @@ def _check_pow2(name: str, value: object, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high or value & (value - 1):
         raise ValueError(f"{name} must be a power of two from {low} to {high}, not {value!r}")
     return value
+
+
+@dataclass(frozen=True)
+class RingGeometry:
+    """Where the testbench finds things in a harness: the rows of its rings, its words, its order log.
+
+    Plain numbers, so the testbench needs no gateware object; :class:`BridgeHarness`
+    builds to them. ``depth`` and ``order_depth`` are checked as the harness's parameters.
+    """
+
+    ports: int
+    width: int
+    chunk_bytes: int
+    depth: int = 8
+    order_depth: int = 256
+
+    def __post_init__(self) -> None:
+        check_width(self.width)
+        _check_pow2("Ring depth", self.depth, 2, 64)
+        _check_pow2("Order log depth", self.order_depth, max(8, 1 << (8 * self.ports - 1).bit_length()), 4096)
+
+    @property
+    def frame_bytes(self) -> int:
+        """Frame bytes a row holds (:func:`frame_slot_bytes`)."""
+        return frame_slot_bytes(self.width, self.chunk_bytes)
+
+    @property
+    def beats(self) -> int:
+        """Beats of a row's frame; the length lane follows them."""
+        return self.frame_bytes * 8 // self.width
+
+    @property
+    def row_bits(self) -> int:
+        return (self.beats + 1) * self.width
+
+    @property
+    def port_bits(self) -> int:
+        """Bits of a port number in the order log (the switch's own)."""
+        return max(1, (self.ports - 1).bit_length())
+
+    @property
+    def ring_names(self) -> list[str]:
+        """The Verilog names of the ring memories, ingress then egress."""
+        return [f"i{p}_ring" for p in range(self.ports)] + [f"o{p}_ring" for p in range(self.ports)]
 
 
 class BridgeHarness(wiring.Component):
@@ -95,21 +142,17 @@ class BridgeHarness(wiring.Component):
         The switch's AXI4-Lite registers, as on :class:`~inagg.hdl.switch.SwitchTop`.
 
     The rings ``i{p}_ring`` and ``o{p}_ring`` are memories, reached through
-    the simulator (:attr:`ring_names`).
+    the simulator (:attr:`RingGeometry.ring_names` of :attr:`geometry`).
     """
 
     def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
                  jobs: int = 4, workers: int = 8, depth: int = 8, order_depth: int = 256):
+        self.geometry = g = RingGeometry(ports, width, chunk_bytes, depth, order_depth)
         self.switch = Switch(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs,
                              workers=workers)
-        self.ports, self.width = ports, width
-        self.depth = _check_pow2("Ring depth", depth, 2, 64)
-        self.order_depth = _check_pow2("Order log depth", order_depth, max(8, 1 << (8 * ports - 1).bit_length()),
-                                       4096)
-        self.frame_bytes = frame_slot_bytes(width, chunk_bytes)
-        self.beats = self.frame_bytes * 8 // width
-        self.row_bits = (self.beats + 1) * width
-        self.port_bits = self.switch.control.port_bits
+        assert self.switch.control.port_bits == g.port_bits
+        self.ports, self.width, self.depth, self.order_depth = ports, width, depth, order_depth
+        self.frame_bytes, self.beats, self.row_bits, self.port_bits = g.frame_bytes, g.beats, g.row_bits, g.port_bits
         members = {
             "control": In(2 * ports * COUNT_BITS + 65),
             "status": Out(2 * ports * COUNT_BITS + 64),
@@ -119,11 +162,6 @@ class BridgeHarness(wiring.Component):
         for name, member in self.switch.axil.signature.members.items():
             members[f"s_axil_{name}"] = member
         super().__init__(members)
-
-    @property
-    def ring_names(self) -> list[str]:
-        """The Verilog names of the ring memories, ingress then egress."""
-        return [f"i{p}_ring" for p in range(self.ports)] + [f"o{p}_ring" for p in range(self.ports)]
 
     def elaborate(self, platform):
         m = Module()

@@ -28,7 +28,7 @@ from ...models import regmap as rm
 from ...models.protocol import Counter
 from .bridge import CLOCK_NS, FrameBridge
 from .compare import Difference, LiveCompare
-from .harness import BridgeHarness
+from .harness import RingGeometry
 
 __all__ = ["Job", "Outcome", "JOB_ENV"]
 
@@ -85,8 +85,8 @@ async def allreduce(dut):
 
     with open(os.environ[JOB_ENV], "rb") as f:
         job: Job = pickle.load(f)
-    h = BridgeHarness(**job.harness)
-    bridge = FrameBridge(dut, h)
+    h = job.harness
+    bridge = FrameBridge(dut, RingGeometry(h["ports"], h["width"], h["chunk_bytes"], h["depth"], h["order_depth"]))
     await bridge.start()
     axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
     for model in (axil.write_if, axil.read_if):

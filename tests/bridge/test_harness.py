@@ -5,7 +5,7 @@ import types
 import pytest
 
 from inagg.testbench.bridge.bridge import FrameBridge
-from inagg.testbench.bridge.harness import BridgeHarness, frame_slot_bytes
+from inagg.testbench.bridge.harness import BridgeHarness, RingGeometry, frame_slot_bytes
 
 PARAMS = dict(ports=2, width=64, slots=16, chunk_bytes=256, jobs=2, workers=2)
 
@@ -23,7 +23,7 @@ def test_order_log_must_hold_8_entries_per_port(order_depth):
         BridgeHarness(**PARAMS, order_depth=order_depth)
 
 
-def test_switch_parameters_are_checked_by_the_switch():
+def test_the_width_is_checked_first():
     with pytest.raises(ValueError, match=r"^Data width must be one of \(64, 256, 512\), not 128$"):
         BridgeHarness(**{**PARAMS, "width": 128})
 
@@ -31,16 +31,16 @@ def test_switch_parameters_are_checked_by_the_switch():
 @pytest.mark.parametrize("width, chunk, row", [(64, 256, 336), (64, 1024, 1104), (512, 1024, 1152), (256, 4096, 4192)])
 def test_a_row_holds_a_result_frame_in_whole_beats(width, chunk, row):
     assert frame_slot_bytes(width, chunk) == row
-    h = BridgeHarness(**{**PARAMS, "width": width, "chunk_bytes": chunk})
-    assert h.frame_bytes == row and h.row_bits == row * 8 + width
-    assert h.ring_names == ["i0_ring", "i1_ring", "o0_ring", "o1_ring"]
+    g = RingGeometry(3, width, chunk)
+    assert g.frame_bytes == row and g.beats == row * 8 // width and g.row_bits == row * 8 + width
+    assert g.port_bits == 2 and g.ring_names == ["i0_ring", "i1_ring", "i2_ring", "o0_ring", "o1_ring", "o2_ring"]
 
 
 def test_frames_no_port_carries_are_counted_not_queued():
-    h = BridgeHarness(**PARAMS)
+    g = RingGeometry(2, 64, 256)
     dut = types.SimpleNamespace(status=None, control=None, alarm=None,
                                 **{f"{d}{p}_ring": None for d in "io" for p in range(2)})
-    bridge = FrameBridge(dut, h)
-    assert bridge.send(0, bytes(h.frame_bytes)) and bridge.send(1, b"\x01")
-    assert not bridge.send(0, bytes(h.frame_bytes + 1)) and not bridge.send(1, b"")
+    bridge = FrameBridge(dut, g)
+    assert bridge.send(0, bytes(g.frame_bytes)) and bridge.send(1, b"\x01")
+    assert not bridge.send(0, bytes(g.frame_bytes + 1)) and not bridge.send(1, b"")
     assert bridge.stats == {"oversize": 1, "empty": 1} and bridge.backlog == 2
