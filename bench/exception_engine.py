@@ -30,8 +30,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from amaranth.hdl import Module, Value
-from amaranth.lib import wiring
 
 from inagg.hdl.exception import ExceptionEngine, Op, Status
 from inagg.models.job import ExceptionSpec
@@ -138,25 +136,6 @@ def load_table(spec: ExceptionSpec, seed: int) -> str:
     return "\n".join(lines)
 
 
-class Flat(wiring.Component):
-    """``engine`` with every port a plain bit vector: the synthesis wrapper sizes ports with ``len``,
-    which a struct-shaped port (the request and response payloads, the counters) does not have."""
-
-    def __init__(self, engine: ExceptionEngine):
-        self.engine = engine
-        self._ports = [("__".join(map(str, path)), member.flow, value)
-                       for path, member, value in engine.signature.flatten(engine)]
-        super().__init__({name: flow(len(Value.cast(value))) for name, flow, value in self._ports})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.engine = self.engine
-        for name, flow, value in self._ports:
-            outer = getattr(self, name)
-            m.d.comb += (value.eq(outer) if flow == wiring.In else outer.eq(value))
-        return m
-
-
 def synth_table(configs: list[ExceptionSpec]) -> str:
     from inagg.hdl.synth.ecp5 import synthesize
 
@@ -167,7 +146,7 @@ def synth_table(configs: list[ExceptionSpec]) -> str:
         engine = ExceptionEngine(spec.table, spec.max_kicks, spec.stash)
         with tempfile.TemporaryDirectory() as where:
             t = time.perf_counter()
-            r = synthesize(Flat(engine), where, clock_mhz=200)
+            r = synthesize(engine, where, clock_mhz=200)
             wall = time.perf_counter() - t
         core = {"luts": 0, "carries": 0, "ffs": 0}
         for mod, row in r.modules.items():
