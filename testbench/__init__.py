@@ -8,5 +8,6 @@
 - :mod:`inagg.testbench.amaranth_switch` -- the switch in the Amaranth simulator against the model
 - :mod:`inagg.testbench.streams`, :mod:`inagg.testbench.axil_sim` -- Amaranth-simulator stream and AXI4-Lite helpers
 - :mod:`inagg.testbench.fp32` -- testbenches of the FP32 units
+- :mod:`inagg.testbench.exception` -- testbenches of the cuckoo exception engine
 - :mod:`inagg.testbench.bridge` -- the RTL-to-host bridge
 """
