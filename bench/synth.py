@@ -72,7 +72,9 @@ def main(argv=None) -> int:
             print(f"    failed: {failures[-1][1]}", flush=True)
             continue
         tools = r.tools
-        core = r.modules.get("core", {})
+        # The core and every module below it (core.engine, core.ingress0, ...).
+        core = {k: sum(c[k] for name, c in r.modules.items() if name == "core" or name.startswith("core."))
+                for k in ("luts", "carries", "ffs")}
         rows.append((label, r, core, time.perf_counter() - t0))
         print(f"    {r.luts} LUT4, {r.ffs} FF, {r.ebr} EBR, {r.fmax_mhz:.1f} MHz", flush=True)
     lines = [
