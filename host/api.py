@@ -9,7 +9,6 @@ drives the sans-IO :class:`~inagg.host.worker.AllReduce` with a real clock.
 
 from __future__ import annotations
 
-import heapq
 import queue
 import threading
 import time
@@ -20,7 +19,7 @@ import numpy as np
 
 from inagg.models.job import JobSpec, SwitchSpec
 
-from .link import Faults, LossyLink
+from .link import Faults, HeldFrames, LossyLink
 from .worker import AllReduce, Timing, Worker
 
 __all__ = ["Port", "Group", "allreduce", "MemoryFabric"]
@@ -121,8 +120,7 @@ class MemoryFabric:
         self._link = LossyLink(faults, seed)
         self._lock = threading.Lock()
         self._ports: dict[int, _QueuePort] = {}
-        self._held: list[tuple[float, int, int, int, bytes]] = []
-        self._seq = 0
+        self._held = HeldFrames()
         self._wake = threading.Condition(self._lock)
         self._closed = False
         self._timer = threading.Thread(target=self._release, daemon=True, name="inagg-fabric-timer")
@@ -157,8 +155,7 @@ class MemoryFabric:
         """Put a frame on the link (lock held); direction 0 is towards the switch."""
         for delay, f in self._link.transmit(frame):
             if delay:
-                self._seq += 1
-                heapq.heappush(self._held, (time.monotonic() + delay, self._seq, direction, port, f))
+                self._held.hold(delay, direction, port, f)
                 self._wake.notify()
             else:
                 self._arrive(direction, port, f)
@@ -176,9 +173,9 @@ class MemoryFabric:
                 if not self._held:
                     self._wake.wait()
                     continue
-                wait = self._held[0][0] - time.monotonic()
+                wait = self._held.wait(float("inf"))
                 if wait > 0:
                     self._wake.wait(wait)
                     continue
-                _, _, direction, port, f = heapq.heappop(self._held)
-                self._arrive(direction, port, f)
+                for direction, port, f in self._held.due():
+                    self._arrive(direction, port, f)

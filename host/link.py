@@ -7,12 +7,15 @@ the same fault pattern -- hit the in-memory network and the namespaces.
 
 from __future__ import annotations
 
+import heapq
+import time
 from collections import Counter as Tally
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Faults", "LossyLink"]
+__all__ = ["Faults", "LossyLink", "HeldFrames"]
 
 _DRAWS = 4096
 
@@ -86,3 +89,43 @@ class LossyLink:
             self.stats["duplicated"] += 1
             return [(delay, frame), (delay, frame)]
         return [(delay, frame)]
+
+
+class HeldFrames:
+    """Frames a lossy link holds back in real time, until their delay has passed.
+
+    The real-time transports (threads, the switch service, the switch
+    process in a namespace, the RTL bridge's TAP ports) put here what
+    :meth:`LossyLink.transmit` delays, and release what is due between polls;
+    the in-memory network keeps virtual time instead.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, int, bytes]] = []
+        self._seq = 0  # equal deadlines leave in the order they were held
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def hold(self, delay: float, direction: int, port: int, frame: bytes) -> None:
+        """Keep ``frame`` (going ``direction`` on ``port``) for ``delay`` seconds."""
+        self._seq += 1
+        heapq.heappush(self._heap, (time.monotonic() + delay, self._seq, direction, port, frame))
+
+    def wait(self, cap: float, now: float | None = None) -> float:
+        """Seconds until the next frame is due (0 when one is), at most ``cap``."""
+        if not self._heap:
+            return cap
+        now = time.monotonic() if now is None else now
+        return max(0.0, min(cap, self._heap[0][0] - now))
+
+    def due(self, now: float | None = None) -> Iterator[tuple[int, int, bytes]]:
+        """Pop (direction, port, frame) of every frame due at ``now``, in due order.
+
+        Frames held while the iteration runs are released by it too when they
+        are due already.
+        """
+        now = time.monotonic() if now is None else now
+        while self._heap and self._heap[0][0] <= now:
+            _, _, direction, port, frame = heapq.heappop(self._heap)
+            yield direction, port, frame

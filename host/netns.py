@@ -17,7 +17,6 @@ side in both directions (this kernel has no netem).
 
 from __future__ import annotations
 
-import heapq
 import os
 import selectors
 import socket
@@ -26,7 +25,7 @@ import uuid
 from collections.abc import Callable
 
 from .controller import Plan
-from .link import Faults, LossyLink
+from .link import Faults, HeldFrames, LossyLink
 
 __all__ = ["NetnsUnavailable", "Topology", "PacketPort", "serve_switch", "enter", "require_root"]
 
@@ -191,18 +190,15 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
     frames the link holds back are released when their delay has passed.
     """
     link = LossyLink(faults, seed)
-    held: list[tuple[float, int, int, int, bytes]] = []
-    seq = 0
+    held = HeldFrames()
     sel = selectors.DefaultSelector()
     for p, port in ports.items():
         sel.register(port, selectors.EVENT_READ, p)
 
     def cross(direction: int, port: int, frame: bytes) -> None:
-        nonlocal seq
         for delay, f in link.transmit(frame):
             if delay:
-                seq += 1
-                heapq.heappush(held, (time.monotonic() + delay, seq, direction, port, f))
+                held.hold(delay, direction, port, f)
             else:
                 arrive(direction, port, f)
 
@@ -217,16 +213,14 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
 
     try:
         while not stop():
-            wait = 0.05 if not held else max(0.0, min(0.05, held[0][0] - time.monotonic()))
+            wait = held.wait(0.05)
             for key, _ in sel.select(wait):
                 p = key.data
                 while (frame := ports[p].recv_nowait()) is not None:
                     if capture is not None:
                         capture(time.time(), frame)
                     cross(0, p, frame)
-            now = time.monotonic()
-            while held and held[0][0] <= now:
-                _, _, direction, port, f = heapq.heappop(held)
+            for direction, port, f in held.due():
                 arrive(direction, port, f)
     finally:
         sel.close()

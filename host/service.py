@@ -31,7 +31,6 @@ The client side is :class:`SwitchClient`, :func:`join` (a
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import hmac
 import ipaddress
 import json
@@ -51,7 +50,7 @@ from inagg.models.protocol import MAX_JOBS, MAX_WORKERS
 
 from .api import Group
 from .controller import RESULT_VA, worker_ip, worker_mac
-from .link import Faults, LossyLink
+from .link import Faults, HeldFrames, LossyLink
 from .vxlan import VXLAN_PORT, Capture, VxlanDrop, VxlanPort, check_vni, decap, encap
 from .worker import Timing
 
@@ -228,8 +227,7 @@ class SwitchService:
         self._jobs: dict[int, _Job] = {}
         self._endpoint_of: dict[int, tuple[str, int]] = {}  # switch port -> worker VTEP
         self._port_of: dict[tuple[str, int], int] = {}
-        self._held: list[tuple[float, int, int, int, bytes]] = []
-        self._seq = 0
+        self._held = HeldFrames()
         self._conns: dict[int, _Conn] = {}
         self._stop = False
         self._served = False
@@ -268,7 +266,7 @@ class SwitchService:
                  self.spec.chunk_bytes)
         try:
             while not self._stop:
-                wait = 0.5 if not self._held else max(0.0, min(0.5, self._held[0][0] - time.monotonic()))
+                wait = self._held.wait(0.5)
                 for key, events in self._sel.select(wait):
                     if key.data == "udp":
                         self._on_udp()
@@ -278,9 +276,7 @@ class SwitchService:
                         self._drain_wake()
                     else:
                         self._on_conn(key.data, events)
-                now = time.monotonic()
-                while self._held and self._held[0][0] <= now:
-                    _, _, direction, port, f = heapq.heappop(self._held)
+                for direction, port, f in self._held.due():
                     self._arrive(direction, port, f)
         finally:
             self._teardown()
@@ -363,8 +359,7 @@ class SwitchService:
         """Put a frame on the lossy link; direction 0 is towards the switch."""
         for delay, f in self.link.transmit(frame):
             if delay:
-                self._seq += 1
-                heapq.heappush(self._held, (time.monotonic() + delay, self._seq, direction, port, f))
+                self._held.hold(delay, direction, port, f)
             else:
                 self._arrive(direction, port, f)
 

@@ -13,12 +13,11 @@ loop waits for the TAP devices instead of simulating idle cycles.
 
 from __future__ import annotations
 
-import heapq
 import select
 import time
 from collections.abc import Callable, Mapping
 
-from ...host.link import Faults, LossyLink
+from ...host.link import Faults, HeldFrames, LossyLink
 from ...host.tap import TapPort
 from .bridge import FrameBridge
 from .compare import LiveCompare
@@ -39,19 +38,16 @@ async def serve_taps(bridge: FrameBridge, taps: Mapping[int, TapPort], *, stop: 
     ``stop`` is looked at whenever the switch has nothing to do.
     """
     link = LossyLink(faults, seed)
-    held: list[tuple[float, int, int, int, bytes]] = []
-    seq = 0
+    held = HeldFrames()
     bridge.record_order = compare is not None
     fds = {tap.fileno(): port for port, tap in taps.items()}
 
     def cross(direction: int, port: int, frame: bytes) -> None:
-        nonlocal seq
         if capture is not None:
             capture(time.time(), frame)
         for delay, f in link.transmit(frame):
             if delay:
-                seq += 1
-                heapq.heappush(held, (time.monotonic() + delay, seq, direction, port, f))
+                held.hold(delay, direction, port, f)
             else:
                 arrive(direction, port, f)
 
@@ -78,8 +74,7 @@ async def serve_taps(bridge: FrameBridge, taps: Mapping[int, TapPort], *, stop: 
         for port in taps:
             take(port)
         now = time.monotonic()
-        while held and held[0][0] <= now:
-            _, _, direction, port, frame = heapq.heappop(held)
+        for direction, port, frame in held.due(now):
             arrive(direction, port, frame)
         bridge.push()
         quiet = 0 if got or not bridge.idle else quiet + 1
@@ -88,6 +83,6 @@ async def serve_taps(bridge: FrameBridge, taps: Mapping[int, TapPort], *, stop: 
             continue
         if stop():
             return dict(link.stats)
-        wait = _POLL if not held else max(0.0, min(_POLL, held[0][0] - now))
+        wait = held.wait(_POLL, now)
         for fd in select.select(list(fds), [], [], wait)[0]:
             take(fds[fd])

@@ -46,3 +46,17 @@ def test_corruption_flips_exactly_one_bit():
 def test_faults_are_validated(kw, match):
     with pytest.raises(ValueError, match=match):
         Faults(**kw)
+
+
+def test_held_frames_leave_when_due_in_due_order():
+    from inagg.host.link import HeldFrames
+
+    held = HeldFrames()
+    assert held.wait(0.5) == 0.5 and list(held.due()) == []
+    held.hold(0.2, 1, 3, b"late")
+    held.hold(0.0, 0, 1, b"first")
+    held.hold(0.0, 0, 2, b"second")
+    assert len(held) == 3 and held.wait(0.5) == 0.0
+    assert list(held.due()) == [(0, 1, b"first"), (0, 2, b"second")]
+    assert 0.0 < held.wait(0.5) <= 0.2 and list(held.due()) == []
+    assert list(held.due(now=float("inf"))) == [(1, 3, b"late")] and len(held) == 0
