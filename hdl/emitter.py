@@ -3,9 +3,18 @@
 The slot engine broadcasts every result payload to all emitters; an emitter
 keeps it when one of the result's workers sits on its port, in one of two
 buffer entries, and sends one frame per such worker, in worker-index
-order, as :mod:`inagg.models.switch` does. Frames start while the payload
-is still being written (the header covers the engine's lead), so a result
-leaves a few cycles after its last contribution's lanes are added.
+order, as :mod:`inagg.models.switch` does.
+
+Whether a result goes out as INT32 or as binary32 (ImmDt bit 31) is known
+only once its last beat has left the slot pipeline: a promotion in the last
+beat changes every lane of the chunk. So a buffer entry holds each beat
+twice, the lanes as the slot holds them and every lane as binary32 (the
+engine converts both), and a result joins the queue of frames to send only
+after its last beat is in; the head's flag then picks one of the two
+copies. The entry is reserved from the first beat on, so the engine never
+overruns the buffer. Holding the start costs the result latency of one
+chunk's beats; throughput is unchanged, since the buffer takes a beat per
+cycle and the frames of one result take longer than its beats.
 
 Each frame goes through a one-beat register before the port: the ICRC
 generator has then seen the frame's last data bytes when the beat that
@@ -97,7 +106,7 @@ class ResultEmitter(wiring.Component):
             "events": Out(N_COUNTERS),
         })
 
-    def _header(self, entry, switch, psn, va, chunk):
+    def _header(self, entry, switch, psn, va, chunk, fp32):
         """The 74 header bytes of a result to the worker ``entry`` describes, its ring entry at ``va``."""
         c = self._chunk
         total = RESULT_HDR_LEN - 14 + c + ICRC_LEN
@@ -113,7 +122,7 @@ class ResultEmitter(wiring.Component):
             (Opcode.UC_RDMA_WRITE_ONLY_IMM, 1), (0x40, 1), (switch.pkey, 2), (0, 1), (entry.qpn, 3), (0, 1),
             (psn, 3),
             (va, 8), (entry.rkey, 4), (c, 4),
-            (chunk & IMM_CHUNK_MASK, 4),
+            (Cat(chunk[:IMM_CHUNK_MASK.bit_length()], Const(0, 1), fp32), 4),
         ]
         out = []
         for value, n in fields:
@@ -125,8 +134,9 @@ class ResultEmitter(wiring.Component):
         nb = self._width // 8
         beats = self._chunk // nb
         workers = self._workers
-        m.submodules.buf = buf = memory.Memory(shape=self._width, depth=_ENTRIES * beats, init=[])
-        qlayout = data.StructLayout({"desc": result_desc_layout(self._slots), "mask": workers})
+        m.submodules.buf = buf = memory.Memory(shape=data.StructLayout({"data": self._width, "fp": self._width}),
+                                               depth=_ENTRIES * beats, init=[])
+        qlayout = data.StructLayout({"desc": result_desc_layout(self._slots), "mask": workers, "fp32": 1})
         m.submodules.queue = queue = fifo.SyncFIFO(width=qlayout.size, depth=_ENTRIES)
         m.submodules.icrc = gen = ICRCGenerator(self._width, RESULT_HDR_LEN + self._chunk)
 
@@ -148,8 +158,9 @@ class ResultEmitter(wiring.Component):
         mine = Signal()
         start = self.i.valid & self.i.p.first & (mask != 0)
         keep = self.i.valid & Mux(self.i.p.first, mask != 0, mine)
-        m.d.comb += [wr.addr.eq(Cat(wj, wr_entry)), wr.data.eq(self.i.p.data), wr.en.eq(keep),
-                     queue.w_data.eq(Cat(d, mask)), queue.w_en.eq(start)]
+        m.d.comb += [wr.addr.eq(Cat(wj, wr_entry)), wr.data.data.eq(self.i.p.data), wr.data.fp.eq(self.i.p.fp),
+                     wr.en.eq(keep), queue.w_data.eq(Cat(d, mask, self.i.p.promoted)),
+                     queue.w_en.eq(keep & self.i.p.last)]
         with m.If(self.i.valid & self.i.p.first):
             m.d.sync += mine.eq(mask != 0)
         with m.If(keep):
@@ -173,11 +184,13 @@ class ResultEmitter(wiring.Component):
         va = Signal(64)
         m.d.comb += va.eq(entry.va + head.desc.ring * self._chunk)
         hdr = Signal(8 * RESULT_HDR_LEN)  # sliced per beat: a signal, so the header is built once
-        m.d.comb += hdr.eq(self._header(entry, self.switch, psn, va, head.desc.chunk))
+        m.d.comb += hdr.eq(self._header(entry, self.switch, psn, va, head.desc.chunk, head.fp32))
 
         cur = buf.read_port(domain="comb")
         prv = buf.read_port(domain="comb")
         m.d.comb += [cur.addr.eq(Cat((i - q)[:len(wj)], rd_entry)), prv.addr.eq(Cat((i - q - 1)[:len(wj)], rd_entry))]
+        cur_data = Mux(head.fp32, cur.data.fp, cur.data.data)
+        prv_data = Mux(head.fp32, prv.data.fp, prv.data.data)
         split = 8 * (nb - r)
         hdr_pad = Signal((q + 1) * self._width)
         m.d.comb += hdr_pad.eq(hdr)
@@ -187,11 +200,11 @@ class ResultEmitter(wiring.Component):
         with m.If(i < q):
             m.d.comb += g_data.eq(hdr_pad.word_select(i, self._width))
         with m.Elif(i == q):
-            m.d.comb += g_data.eq(Cat(hdr_pad[q * self._width:len(hdr)], cur.data[:split]))
+            m.d.comb += g_data.eq(Cat(hdr_pad[q * self._width:len(hdr)], cur_data[:split]))
         with m.Elif(g_last):
-            m.d.comb += g_data.eq(prv.data[split:])
+            m.d.comb += g_data.eq(prv_data[split:])
         with m.Else():
-            m.d.comb += g_data.eq(Cat(prv.data[split:], cur.data[:split]))
+            m.d.comb += g_data.eq(Cat(prv_data[split:], cur_data[:split]))
         m.d.comb += g_keep.eq(Mux(g_last, (1 << (r + ICRC_LEN)) - 1, (1 << nb) - 1))
 
         o_valid, o_last = Signal(), Signal()

@@ -1,28 +1,45 @@
-"""The slot engine: direct-mapped slots and their read-modify-write pipeline (INT32 fast path).
+"""The slot engine: direct-mapped slots and their read-modify-write pipeline, INT32 lanes promoted to FP32.
 
 Slot ``s`` holds one chunk: its lanes in the lane memory (``beats`` words
-of ``width`` bits at ``s * beats``) and its state in the metadata memory:
-``state`` (FREE, AGG, DONE), the key (``job``, ``chunk``), the worker
-``bitmap`` and ``count``. A contribution streams through two stages, one
-beat per cycle, never stalling once started:
+of ``width`` bits at ``s * beats``, each with one promotion bit per lane,
+:func:`lane_word_layout`) and its state in the metadata memory: ``state``
+(FREE, AGG, DONE), the key (``job``, ``chunk``), the worker ``bitmap`` and
+``count``. A contribution streams through the pipeline one beat per cycle,
+never stalling once started:
 
 * **A** reads the beat's lane word and, on the frame's first beat, the
   slot's metadata.
 * **B** decides on the first beat what the frame does (the rules of
   ``docs/protocol.md`` section 3, fast path only: a slot held by another
-  job is ``DROP_COLLISION``), writes the metadata back, and for every beat
-  writes the sum (or, for a slot's first contribution, the lanes as they
-  came) and, when the frame completes the chunk or asks for a resend, sends
-  the beat on to the result emitters.
+  job is ``DROP_COLLISION``) and writes the metadata back. For every beat it
+  adds the lanes in INT32 with the exact 33-bit sum beside it, and feeds
+  each lane's :class:`~inagg.hdl.fp32.IntToFP32`: the contribution of a
+  promoted lane, the exact sum of an unpromoted one.
+* **FP** (``convert_latency + add_latency`` cycles): a promoted lane adds
+  the converted contribution to its word in its
+  :class:`~inagg.hdl.fp32.FP32Adder`; every other lane waits beside it.
+* **W** writes the beat's words and promotion bits (a slot's first
+  contribution is stored as it came), as :func:`inagg.models.arith.accumulate`
+  has them: an INT32 sum, the converted exact sum of the addition that
+  overflowed, or the FP32 sum of a promoted lane. When the frame completes
+  the chunk or asks for a resend it sends the beat on to the result
+  emitters, with every lane also as binary32 (the converter's output of an
+  unpromoted lane), since only the chunk's last beat tells whether the
+  result goes out as FP32.
 
-A read in A of the word B writes in the same cycle sees the new value (the
-read port is transparent to the write port), so back-to-back beats on one
-word add correctly; words written by one frame are re-read by the next only
-``beats`` cycles later.
+Every beat takes the same number of cycles, promoted or not, so writes land
+in order through one write port and the pipeline takes one beat per cycle
+whatever the lanes hold. A read in A of the word W writes in the same cycle
+sees the new value (the read port is transparent to the write port). A
+frame to the slot of a frame still in flight would read a word before its
+new value lands when frames are shorter than the pipeline
+(``beats <= lag``): its first beat then waits until the earlier frame's
+last beat is ``lag - beats + 2`` cycles past A (:attr:`SlotEngine.lag`).
+A frame that sends a result waits until the previous such frame has reached
+the emitters, so ``can_start`` counts it.
 
-Seams for the promotion and exception paths (issue 4): the lane addition is
-:func:`lane_add` alone, and :meth:`SlotEngine.decide` is the one place that
-maps a contribution to its slot.
+:meth:`SlotEngine.decide` is the one place that maps a contribution to its
+slot (the seam of the exception path).
 """
 
 from __future__ import annotations
@@ -35,15 +52,21 @@ from ..models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counte
 from ..models.switch import SlotState
 from .axis import check_chunk_bytes, check_slots, check_width, swap_lanes
 from .control import N_COUNTERS, event_vector
-from .ingress import frame_signature
+from .fp32 import FP32Adder, IntToFP32
+from .ingress import frame_desc_layout, frame_signature
 
-__all__ = ["meta_layout", "result_desc_layout", "result_signature", "lane_add", "SlotEngine"]
+__all__ = ["meta_layout", "lane_word_layout", "result_desc_layout", "result_signature", "SlotEngine"]
 
 
 def meta_layout(workers: int) -> data.StructLayout:
     """A slot's state, key, worker bitmap and count."""
     return data.StructLayout({"state": 2, "job": QPN_JOB_BITS, "chunk": 32, "bitmap": workers,
                               "count": range(MAX_WORKERS + 1)})
+
+
+def lane_word_layout(width: int) -> data.StructLayout:
+    """One word of the lane memory: ``width // 32`` native 32-bit lanes and their promotion bits."""
+    return data.StructLayout({"words": width, "promoted": width // 32})
 
 
 def result_desc_layout(slots: int) -> data.StructLayout:
@@ -53,18 +76,35 @@ def result_desc_layout(slots: int) -> data.StructLayout:
 
 
 def result_signature(width: int, slots: int) -> stream.Signature:
-    """Result payloads, in wire order, with their descriptor; never stalled (emitters keep room)."""
-    return stream.Signature(data.StructLayout({"data": width, "first": 1, "last": 1,
+    """Result payloads, in wire order, with their descriptor; never stalled (emitters keep room).
+
+    ``data`` holds the lanes as the slot does (INT32, or binary32 where
+    promoted), ``fp`` every lane as binary32; ``promoted`` says whether a
+    lane of the chunk up to this beat is promoted, so on the last beat
+    whether the result goes out as ``fp`` (ImmDt bit 31) or as ``data``.
+    """
+    return stream.Signature(data.StructLayout({"data": width, "fp": width, "promoted": 1, "first": 1, "last": 1,
                                                "desc": result_desc_layout(slots)}), always_ready=True)
 
 
-def lane_add(acc, x):
-    """INT32 lane sums of two vectors of native 32-bit lanes, wrapping."""
-    return Cat(*[(acc.word_select(i, 32) + x.word_select(i, 32))[:32] for i in range(len(acc) // 32)])
+def _check_latency(what: str, latency: object, most: int) -> int:
+    if not isinstance(latency, int) or isinstance(latency, bool) or not 1 <= latency <= most:
+        raise ValueError(f"{what} latency must be an integer from 1 to {most}, not {latency!r}")
+    return latency
+
+
+def _delay_line(m: Module, value, shape, cycles: int, name: str, reset_less: bool = True) -> list:
+    """``value`` followed by its copies 1 to ``cycles`` cycles late (element k is k cycles late)."""
+    taps = [value]
+    for k in range(1, cycles + 1):
+        reg = Signal(shape, name=f"{name}_{k}", reset_less=reset_less)
+        m.d.sync += reg.eq(taps[-1])
+        taps.append(reg)
+    return taps
 
 
 class SlotEngine(wiring.Component):
-    """Direct-mapped INT32 slots (see the module docstring).
+    """Direct-mapped slots with INT32 lanes promoted to FP32 on overflow (see the module docstring).
 
     Parameters
     ----------
@@ -76,29 +116,53 @@ class SlotEngine(wiring.Component):
         Number of slots, a power of two.
     workers:
         Most workers per job (bits of a slot's bitmap).
+    convert_latency:
+        Cycles of each lane's :class:`~inagg.hdl.fp32.IntToFP32`, 1 to 4.
+    add_latency:
+        Cycles of each lane's :class:`~inagg.hdl.fp32.FP32Adder`, 1 to 6.
+
+    The defaults (2 and 3) keep both units above 110 MHz on an ECP5
+    (``docs/results/fp32.md``), clear of the switch's own critical path,
+    with a short pipeline: :attr:`lag` is 5, so frames of 6 beats or more
+    (every chunk at W = 64, 512 B and up at W = 512) never wait for each
+    other.
+
+    Attributes
+    ----------
+    beats : int
+        Beats per contribution.
+    lag : int
+        Cycles from a lane word's arrival in B to the write of its new value
+        (``convert_latency + add_latency``).
 
     Members
     -------
     i : In(frame_signature(width, slots))
         Accepted contributions. ``i.ready`` is low only on a first beat
-        while ``can_start`` is low, and for ``slots`` cycles after reset
-        while the engine marks every slot FREE.
+        while ``can_start`` is low, while a result is on its way to the
+        emitters, or while a frame to the same slot would read a word before
+        its write (see the module docstring), and for ``slots`` cycles after
+        reset while the engine marks every slot FREE.
     can_start : In(1)
         Every result emitter can take one more result.
     o : Out(result_signature(width, slots))
         Results to send.
     events : Out(N_COUNTERS)
-        Counter strobes of the slot rules.
+        Counter strobes of the slot rules and ``PROMOTED``.
     """
 
-    def __init__(self, width: int, chunk_bytes: int, slots: int, workers: int):
+    def __init__(self, width: int, chunk_bytes: int, slots: int, workers: int, *, convert_latency: int = 2,
+                 add_latency: int = 3):
         self._width = check_width(width)
         self._chunk = check_chunk_bytes(chunk_bytes)
         self._slots = check_slots(slots)
         if not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
             raise ValueError(f"Workers per job must be an integer in 1..{MAX_WORKERS}, not {workers!r}")
         self._workers = workers
+        self._convert = _check_latency("Conversion", convert_latency, 4)
+        self._add = _check_latency("Adder", add_latency, 6)
         self.beats = chunk_bytes * 8 // width
+        self.lag = self._convert + self._add
         super().__init__({
             "i": In(frame_signature(width, slots)),
             "can_start": In(1),
@@ -144,8 +208,9 @@ class SlotEngine(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        beats = self.beats
-        m.submodules.lanes = lanes = memory.Memory(shape=self._width, depth=self._slots * beats, init=[])
+        beats, width, lag = self.beats, self._width, self.lag
+        n_lanes = width // 32
+        m.submodules.lanes = lanes = memory.Memory(shape=lane_word_layout(width), depth=self._slots * beats, init=[])
         m.submodules.meta = metas = memory.Memory(shape=meta_layout(self._workers), depth=self._slots, init=[])
         l_wr = lanes.write_port()
         l_rd = lanes.read_port(transparent_for=(l_wr,))
@@ -162,18 +227,19 @@ class SlotEngine(wiring.Component):
         # -- stage A --
         j = Signal(range(beats))
         first = j == 0
-        m.d.comb += self.i.ready.eq(~clearing & (~first | self.can_start))
+        waits = Signal()
+        m.d.comb += self.i.ready.eq(~clearing & (~first | (self.can_start & ~waits)))
         take = self.i.valid & self.i.ready
         desc = self.i.p.desc
         with m.If(take):
             m.d.sync += j.eq(Mux(self.i.p.last, 0, j + 1))
         m.d.comb += [l_rd.addr.eq(Cat(j, desc.slot)), m_rd.addr.eq(desc.slot)]
 
-        # -- stage B --
+        # -- stage B: the slot rules --
         b_valid, b_first, b_last = Signal(), Signal(), Signal()
         b_j = Signal.like(j)
-        b_x = Signal(self._width)
-        b_desc = Signal.like(desc)
+        b_x = Signal(width)
+        b_desc = Signal(frame_desc_layout(self._slots))
         m.d.sync += [b_valid.eq(take), b_first.eq(first), b_last.eq(self.i.p.last), b_j.eq(j),
                      b_x.eq(swap_lanes(self.i.p.data)), b_desc.eq(desc)]
         out, new_meta = self.decide(m, m_rd.data, b_desc)
@@ -192,20 +258,85 @@ class SlotEngine(wiring.Component):
         with m.If(decide):
             m.d.sync += [f_write.eq(write), f_store.eq(store), f_emit.eq(emit), f_all.eq(to_all)]
 
-        total = Signal(self._width)
-        m.d.comb += total.eq(Mux(store, b_x, lane_add(l_rd.data, b_x)))
-        m.d.comb += [l_wr.addr.eq(Cat(b_j, b_desc.slot)),
-                     l_wr.data.eq(total), l_wr.en.eq(b_valid & write)]
+        # -- stage B: the lanes --
+        # Each lane has one converter: a promoted lane converts its contribution for the
+        # adder; an unpromoted lane converts its exact sum, which is its new word when the
+        # addition overflowed and its binary32 value for a result that goes out as FP32.
+        acc, held = l_rd.data.words, l_rd.data.promoted
+        int_word = Signal(width)                       # the word unless promoted
+        promoted = Signal(n_lanes)                     # promoted before this contribution
+        overflow = Signal(n_lanes)                     # promoted by this contribution
+        convs = []
+        for k in range(n_lanes):
+            a, x = acc.word_select(k, 32), b_x.word_select(k, 32)
+            total = a.as_signed() + x.as_signed()
+            m.submodules[f"conv{k}"] = conv = IntToFP32(33, self._convert)
+            convs.append(conv)
+            p = held[k] & ~store
+            m.d.comb += [
+                promoted[k].eq(p),
+                overflow[k].eq(write & ~store & ~p & (total[32] ^ total[31])),
+                int_word.word_select(k, 32).eq(Mux(store, x, Mux(write, total[:32], a))),
+                conv.i.eq(Mux(p | store, x.as_signed(), Mux(write, total, a.as_signed()))),
+                conv.i_valid.eq(b_valid),
+            ]
+
+        # -- FP: the adders, and the rest of the beat waiting beside them --
+        ctrl_layout = data.StructLayout({"first": 1, "last": 1, "j": range(beats), "write": 1, "emit": 1,
+                                         "to_all": 1, "adds": n_lanes, "promoted": n_lanes, "overflow": n_lanes,
+                                         "word": width, "desc": frame_desc_layout(self._slots)})
+        ctrl = Signal(ctrl_layout)
+        m.d.comb += [ctrl.first.eq(b_first), ctrl.last.eq(b_last), ctrl.j.eq(b_j), ctrl.write.eq(write),
+                     ctrl.emit.eq(emit), ctrl.to_all.eq(to_all), ctrl.adds.eq(promoted & write.replicate(n_lanes)),
+                     ctrl.promoted.eq(promoted), ctrl.overflow.eq(overflow), ctrl.word.eq(int_word),
+                     ctrl.desc.eq(b_desc)]
+        valids = _delay_line(m, b_valid, 1, lag, "fp_valid", reset_less=False)
+        ctrls = _delay_line(m, ctrl, ctrl_layout, lag, "fp")
+        acc_late = _delay_line(m, acc, width, self._convert, "fp_acc")[-1]
+        converted = Cat(*[c.o for c in convs])
+        conv_late = _delay_line(m, converted, width, self._add, "fp_conv")[-1]
+        sums = []
+        for k, conv in enumerate(convs):
+            m.submodules[f"add{k}"] = adder = FP32Adder(self._add)
+            m.d.comb += [adder.a.eq(acc_late.word_select(k, 32)), adder.b.eq(conv.o), adder.i_valid.eq(conv.o_valid)]
+            sums.append(adder.o)
+
+        # A frame's first beat waits while an earlier frame to its slot is too close ahead
+        # (its last beat `lag - beats + 1` stages or fewer past B), or while a result is
+        # between B and the emitters, which count it only once it arrives.
+        hazards = [valids[k] & ctrls[k].last & (ctrls[k].desc.slot == desc.slot) for k in range(lag - beats + 1)]
+        results = [valids[k] & ctrls[k].first & ctrls[k].emit for k in range(lag + 1)]
+        m.d.comb += waits.eq(Cat(*hazards, *results).any())
+
+        # -- stage W --
+        w_valid, w = valids[-1], ctrls[-1]
+        word = Signal(width)
+        fp = Signal(width)
+        for k in range(n_lanes):
+            lane = word.word_select(k, 32)
+            late = conv_late.word_select(k, 32)
+            m.d.comb += [lane.eq(Mux(w.adds[k], sums[k], Mux(w.overflow[k], late, w.word.word_select(k, 32)))),
+                         fp.word_select(k, 32).eq(Mux(w.promoted[k], lane, late))]
+        now = w.promoted | w.overflow
+        m.d.comb += [l_wr.addr.eq(Cat(w.j, w.desc.slot)), l_wr.data.words.eq(word), l_wr.data.promoted.eq(now),
+                     l_wr.en.eq(w_valid & w.write)]
+        seen = Signal()                                # a lane of the frame's earlier beats is promoted
+        so_far = now.any() | (~w.first & seen)
+        with m.If(w_valid):
+            m.d.sync += seen.eq(so_far)
 
         o = self.o.p
         m.d.comb += [
-            self.o.valid.eq(b_valid & emit),
-            o.data.eq(swap_lanes(Mux(write, total, l_rd.data))), o.first.eq(b_first), o.last.eq(b_last),
-            o.desc.job.eq(b_desc.job), o.desc.worker.eq(b_desc.worker), o.desc.all.eq(to_all),
-            o.desc.workers.eq(b_desc.workers), o.desc.chunk.eq(b_desc.chunk),
-            o.desc.ring.eq(b_desc.chunk & (b_desc.slots - 1)),
+            self.o.valid.eq(w_valid & w.emit),
+            o.data.eq(swap_lanes(word)), o.fp.eq(swap_lanes(fp)), o.promoted.eq(so_far),
+            o.first.eq(w.first), o.last.eq(w.last),
+            o.desc.job.eq(w.desc.job), o.desc.worker.eq(w.desc.worker), o.desc.all.eq(w.to_all),
+            o.desc.workers.eq(w.desc.workers), o.desc.chunk.eq(w.desc.chunk),
+            o.desc.ring.eq(w.desc.chunk & (w.desc.slots - 1)),
         ]
         ev = {Counter.RX_CONTRIB: out["add"], Counter.DUP_CONTRIB: out["dup"], Counter.TX_RESENDS: out["resend"],
               Counter.COMPLETED: out["complete"], **out["codes"]}
-        m.d.comb += self.events.eq(event_vector({c: decide & sig for c, sig in ev.items()}))
+        strobes = {c: decide & sig for c, sig in ev.items()}
+        strobes[Counter.PROMOTED] = w_valid & w.last & w.to_all & so_far
+        m.d.comb += self.events.eq(event_vector(strobes))
         return m
