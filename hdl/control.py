@@ -8,7 +8,7 @@ sets the job's enable bit, and leaves them alone while the job has traffic.
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Signal, Value
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -93,7 +93,13 @@ class Control(wiring.Component):
     worker_rd : In(WorkerRead()).array(ports)
         Worker-table reads, one per result emitter. ``index`` is
         ``job * workers + worker``; ``psn_inc`` advances that worker's
-        result PSN by one.
+        result PSN by one. Reader ``p`` must serve only the workers whose
+        port is ``p`` (as the emitter of port ``p`` does): each reader keeps
+        the result PSNs in a copy of its own, which a ``PSN`` register write
+        sets in every copy, so a worker moved to another port continues from
+        that port's copy unless its ``PSN`` is written again after the move
+        (:meth:`~inagg.models.regmap.RegMap.job_writes` writes ``PORT``
+        before ``PSN``).
     ports : Out(jobs * workers * port_bits)
         The switch port of every worker, at ``(job * workers + worker) * port_bits``.
     events : In(N_COUNTERS).array(event_sources)
@@ -141,17 +147,23 @@ class Control(wiring.Component):
                 rd.entry.slots.eq(j_slots[idx]),
             ]
 
-        # Worker table: one memory per 32-bit field, a read port per emitter.
+        # Worker table: one memory per 32-bit field, a read port per emitter. The result PSNs
+        # are a memory per reader instead: one write port each (the reader's increment, or a
+        # register write) maps to distributed RAM, where one memory with a write port per
+        # reader became flip-flops and write-enable logic, 3,300 LUT4 at 2 ports x 32 workers.
         w_port = Array(Signal(self.port_bits, name=f"worker{i}_port") for i in range(entries))
         m.d.comb += self.ports.eq(Cat(*w_port))
         fields = {name: memory.Memory(shape=bits, depth=entries, init=[])
                   for name, bits in (("MAC_HI", 16), ("MAC_LO", 32), ("IP", 32), ("QPN", 24), ("RKEY", 32),
-                                     ("VA_HI", 32), ("VA_LO", 32), ("PSN", 24))}
+                                     ("VA_HI", 32), ("VA_LO", 32))}
         for name, mem in fields.items():
             m.submodules[f"worker_{name.lower()}"] = mem
         wr = {name: mem.write_port() for name, mem in fields.items()}
+        psn_wr = []
         for i, rd in enumerate(self.worker_rd):
+            m.submodules[f"worker_psn{i}"] = psn = memory.Memory(shape=24, depth=entries, init=[])
             r = {name: mem.read_port(domain="comb") for name, mem in fields.items()}
+            r["PSN"] = psn.read_port(domain="comb")
             for p in r.values():
                 m.d.comb += p.addr.eq(rd.index)
             m.d.comb += [
@@ -159,8 +171,7 @@ class Control(wiring.Component):
                 rd.entry.ip.eq(r["IP"].data), rd.entry.qpn.eq(r["QPN"].data), rd.entry.rkey.eq(r["RKEY"].data),
                 rd.entry.va.eq(Cat(r["VA_LO"].data, r["VA_HI"].data)), rd.entry.psn.eq(r["PSN"].data),
             ]
-            inc = fields["PSN"].write_port()
-            m.d.comb += [inc.addr.eq(rd.index), inc.data.eq(r["PSN"].data + 1), inc.en.eq(rd.psn_inc)]
+            psn_wr.append((psn.write_port(), rd, r["PSN"].data + 1))
 
         # Counters: every source may strobe any counter in the same cycle.
         counters = [Signal(32, name=f"count_{c.name.lower()}") for c in Counter]
@@ -170,18 +181,23 @@ class Control(wiring.Component):
         # AXI4-Lite writes: address and data together, one at a time.
         bvalid, bresp = Signal(), Signal(2)
         m.d.comb += [bus.bvalid.eq(bvalid), bus.bresp.eq(bresp)]
-        do_write = bus.awvalid & bus.wvalid & ~bvalid
-        m.d.comb += [bus.awready.eq(do_write), bus.wready.eq(do_write)]
-        with m.If(bvalid & bus.bready):
-            m.d.sync += bvalid.eq(0)
         addr, wdata = bus.awaddr, bus.wdata
         job_hit = (addr >= rm.JOB_BASE) & (addr < rm.JOB_BASE + rm.JOB_STRIDE * jobs)
         jidx = (addr - rm.JOB_BASE)[5:]
         wk_hit = (addr >= rm.WORKER_BASE) & (addr < rm.WORKER_BASE + rm.WORKER_STRIDE * entries)
         widx = (addr - rm.WORKER_BASE)[6:]
+        psn_hit = wk_hit & (addr[:6] == rm.WORKER_FIELDS["PSN"][0])
+        # A PSN write waits out the cycles in which a reader increments: it shares their write ports.
+        do_write = bus.awvalid & bus.wvalid & ~bvalid & ~(psn_hit & Cat(rd.psn_inc for rd in self.worker_rd).any())
+        m.d.comb += [bus.awready.eq(do_write), bus.wready.eq(do_write)]
+        with m.If(bvalid & bus.bready):
+            m.d.sync += bvalid.eq(0)
         for name, port in wr.items():
             m.d.comb += [port.addr.eq(widx), port.data.eq(wdata),
                          port.en.eq(do_write & wk_hit & (addr[:6] == rm.WORKER_FIELDS[name][0]))]
+        for port, rd, next_psn in psn_wr:
+            m.d.comb += [port.addr.eq(Mux(rd.psn_inc, rd.index, widx)), port.data.eq(Mux(rd.psn_inc, next_psn, wdata)),
+                         port.en.eq(rd.psn_inc | (do_write & psn_hit))]
         with m.If(do_write):
             m.d.sync += [bvalid.eq(1), bresp.eq(_OKAY)]
             sw = {name: off for name, (off, _, _) in rm.SWITCH_FIELDS.items()}

@@ -50,3 +50,57 @@ def test_registers_and_errors():
     sim.run()
     assert seen == {"entry": (1, 3, 0x1234_5678), "beyond": 0, "port": 1}
 
+
+
+
+def test_result_psns_per_reader():
+    # Each reader counts in its own copy; a PSN write sets every copy and waits out increments.
+    dut = _control()
+    regmap = rm.RegMap(2, 4)
+    seen = {}
+
+    def psns(ctx, index):
+        for rd in dut.worker_rd:
+            ctx.set(rd.index, index)
+        return [ctx.get(rd.entry.psn) for rd in dut.worker_rd]
+
+    async def bench(ctx):
+        assert await axil_write(ctx, dut.axil, regmap.worker(1, 2, "PSN"), 0xFFFFFE) == 0
+        assert await axil_write(ctx, dut.axil, regmap.worker(0, 1, "PSN"), 7) == 0
+        seen["written"] = psns(ctx, 1), psns(ctx, 1 * 4 + 2)
+        ctx.set(dut.worker_rd[0].psn_inc, 1)
+        await ctx.tick().repeat(2)  # reader 0 sends two results to worker (1, 2); it wraps at 24 bits
+        ctx.set(dut.worker_rd[0].psn_inc, 0)
+        seen["counted"] = psns(ctx, 1), psns(ctx, 1 * 4 + 2)
+        ctx.set(dut.worker_rd[1].index, 1)
+        ctx.set(dut.worker_rd[1].psn_inc, 1)
+        ctx.set(dut.axil.awaddr, regmap.worker(0, 1, "PSN"))
+        ctx.set(dut.axil.wdata, 50)
+        ctx.set(dut.axil.awvalid, 1)
+        ctx.set(dut.axil.wvalid, 1)
+        waited = []
+        for _ in range(3):
+            waited.append(ctx.get(dut.axil.awready))
+            await ctx.tick()
+        ctx.set(dut.worker_rd[1].psn_inc, 0)
+        waited.append(ctx.get(dut.axil.awready))
+        await ctx.tick()
+        ctx.set(dut.axil.awvalid, 0)
+        ctx.set(dut.axil.wvalid, 0)
+        ctx.set(dut.axil.bready, 1)
+        await ctx.tick()
+        seen["waited"] = waited
+        seen["rewritten"] = psns(ctx, 1)
+        # A write elsewhere in the worker table does not wait for increments.
+        ctx.set(dut.worker_rd[1].psn_inc, 1)
+        ctx.set(dut.axil.awaddr, regmap.worker(0, 1, "RKEY"))
+        ctx.set(dut.axil.awvalid, 1)
+        ctx.set(dut.axil.wvalid, 1)
+        seen["other"] = ctx.get(dut.axil.awready)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == {"written": ([7, 7], [0xFFFFFE] * 2), "counted": ([7, 7], [0, 0xFFFFFE]),
+                    "waited": [0, 0, 0, 1], "rewritten": [50, 50], "other": 1}
