@@ -23,6 +23,12 @@ Jobs get disjoint ports and slot regions and random R_Keys; data frames of
 one job carrying another job's QPN or R_Key are dropped and counted by the
 switch itself (``DROP_UNKNOWN_QPN``, ``DROP_BAD_RKEY``).
 
+The switch is the model switch, or anything with its interface (see
+:class:`SwitchService`); the Verilated RTL switch
+(:class:`inagg.testbench.bridge.realtime.RtlSwitch`, ``--backend rtl``)
+sends its results later than the frames that cause them, through
+``fileno`` / ``poll``.
+
 The client side is :class:`SwitchClient`, :func:`join` (a
 :class:`~inagg.host.api.Group` over VXLAN for one rank of a ticket) and
 :func:`group_from_env` (the same from ``INAGG_TICKET`` and ``INAGG_RANK``).
@@ -56,7 +62,7 @@ from .worker import Timing
 
 __all__ = [
     "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES", "SERVICE_TIMING",
-    "ServiceError", "SwitchUnavailableError", "Ticket", "SwitchService", "SwitchClient",
+    "ServiceError", "SwitchUnavailableError", "SwitchBackendError", "Ticket", "SwitchService", "SwitchClient",
     "parse_address", "join", "group_from_env",
 ]
 
@@ -85,6 +91,10 @@ class ServiceError(Exception):
 
 class SwitchUnavailableError(ServiceError, ConnectionError):
     """The switch service cannot be reached."""
+
+
+class SwitchBackendError(ServiceError):
+    """The switch behind a service failed (e.g. the RTL simulator exited); the message says how."""
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -200,7 +210,17 @@ class SwitchService:
     switch:
         The switch implementation; a :class:`~inagg.models.switch.ModelSwitch`
         of ``spec`` when None. Anything with ``receive``, ``add_job``,
-        ``remove_job`` and ``counters`` serves.
+        ``remove_job`` and ``counters`` serves. A switch whose results come
+        later than the frames that cause them (the RTL) also has
+        ``fileno()``, readable when results wait, and ``poll()``, which
+        returns them as ``receive`` does; it may list slot regions that
+        ``remove_job`` could not clear in ``retired_slots`` (``(first,
+        count)`` pairs: no later job gets them), count the frames it cannot
+        take in ``drops`` (the ``counters`` answer includes them) and have a
+        ``close()``, which the service calls when it stops. A switch that
+        raises :class:`SwitchBackendError` has failed: from then on the
+        service drops every datagram (``switch_failed``) and refuses every
+        request with the switch's reason; ``failure`` holds it.
 
     :meth:`serve` runs the loop in the calling thread until :meth:`shutdown`
     (callable from any thread or a signal handler); :meth:`start` runs it
@@ -222,6 +242,8 @@ class SwitchService:
 
             switch = ModelSwitch(spec)
         self.spec, self.switch, self.capture = spec, switch, capture
+        self.failure: str | None = None
+        self._polled = hasattr(switch, "poll")
         self.link = LossyLink(faults, seed)
         self.stats: Tally = Tally()
         self._jobs: dict[int, _Job] = {}
@@ -253,6 +275,8 @@ class SwitchService:
         self._sel.register(self._udp, selectors.EVENT_READ, "udp")
         self._sel.register(self._tcp, selectors.EVENT_READ, "listen")
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        if self._polled:
+            self._sel.register(switch.fileno(), selectors.EVENT_READ, "switch")
         self.vxlan_address: tuple[str, int] = self._udp.getsockname()
         self.control_address: tuple[str, int] = self._tcp.getsockname()
 
@@ -274,10 +298,12 @@ class SwitchService:
                         self._on_accept()
                     elif key.data == "wake":
                         self._drain_wake()
-                    else:
+                    elif key.data != "switch":  # the switch's results are polled below, after every wake
                         self._on_conn(key.data, events)
                 for direction, port, f in self._held.due():
                     self._arrive(direction, port, f)
+                if self._polled and self.failure is None:
+                    self._switch_call(self._poll)
         finally:
             self._teardown()
 
@@ -310,13 +336,36 @@ class SwitchService:
         self.stop()
 
     def _teardown(self) -> None:
-        for job in sorted(self._jobs):
-            self._remove(job, "the service is shutting down")
-        for conn in list(self._conns.values()):
-            self._close_conn(conn)
-        self._close_sockets()
-        counters = ", ".join(f"{c.name} {v}" for c, v in self.switch.counters.items() if v)
-        log.info("stopped: %s; switch counters: %s", dict(self.stats) or "no traffic", counters or "all zero")
+        try:
+            for job in sorted(self._jobs):
+                self._remove(job, "the service is shutting down")
+            for conn in list(self._conns.values()):
+                self._close_conn(conn)
+            counters = self._switch_call(lambda: ", ".join(f"{c.name} {v}" for c, v in self.switch.counters.items()
+                                                           if v) or "all zero")
+            self._close_sockets()
+            log.info("stopped: %s; switch counters: %s", dict(self.stats) or "no traffic",
+                     counters or "unavailable, the switch failed")
+        finally:
+            if hasattr(self.switch, "close"):
+                self.switch.close()
+
+    def _switch_call(self, call):
+        """``call()``, or None once the switch has failed (logged, and kept in :attr:`failure`)."""
+        if self.failure is not None:
+            return None
+        try:
+            return call()
+        except SwitchBackendError as e:
+            self.failure = str(e)
+            log.error("the switch failed: %s; every request is refused from now on", e)
+            if self._polled:
+                self._sel.unregister(self.switch.fileno())
+            return None
+
+    def _poll(self) -> None:
+        for port, frame in self.switch.poll():
+            self._cross(1, port, frame)
 
     def _close_sockets(self) -> None:
         self._sel.close()
@@ -365,8 +414,11 @@ class SwitchService:
 
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
         if direction == 0:
-            for out_port, out in self.switch.receive(port, frame):
-                self._cross(1, out_port, out)
+            if self.failure is not None or (out := self._switch_call(lambda: self.switch.receive(port, frame))) is None:
+                self.stats["switch_failed"] += 1
+                return
+            for out_port, f in out:
+                self._cross(1, out_port, f)
             return
         dst = self._endpoint_of.get(port)
         if dst is None:
@@ -469,10 +521,14 @@ class SwitchService:
         handler = self._OPS.get(op) if isinstance(op, str) else None
         if handler is None:
             return {"ok": False, "error": f"unknown op {op!r}; known: {', '.join(sorted(self._OPS))}"}
-        try:
-            return {"ok": True, **handler(self, conn, req)}
-        except _Refused as e:
-            return {"ok": False, "error": str(e)}
+        if self.failure is None:
+            try:
+                answer = self._switch_call(lambda: {"ok": True, **handler(self, conn, req)})
+            except _Refused as e:
+                return {"ok": False, "error": str(e)}
+            if answer is not None:
+                return answer
+        return {"ok": False, "error": f"the switch failed: {self.failure}"}
 
     def _authorized(self, conn: _Conn, req: dict) -> _Job:
         """The job a request names, after checking its token."""
@@ -505,8 +561,10 @@ class SwitchService:
         region = 2 * window
         base = self._free_region(region)
         if base is None:
+            retired = sum(n for _, n in getattr(self.switch, "retired_slots", ()))
             raise _Refused(f"no free region of {region} slots (window {window}) in the switch's "
-                           f"{self.spec.slots} slots")
+                           f"{self.spec.slots} slots" + (f" ({retired} of them retired by removed jobs until the "
+                                                         "switch restarts)" if retired else ""))
         number = next((k for k in range(1, MAX_JOBS) if k not in self._jobs), None)
         if number is None:
             raise _Refused(f"all {MAX_JOBS - 1} job numbers are in use")
@@ -527,6 +585,7 @@ class SwitchService:
 
     def _free_region(self, size: int) -> int | None:
         taken = [(j.spec.slot_base, j.spec.slot_base + j.spec.slots) for j in self._jobs.values()]
+        taken += [(base, base + n) for base, n in getattr(self.switch, "retired_slots", ())]
         for base in range(0, self.spec.slots - size + 1, size):
             if all(base + size <= lo or hi <= base for lo, hi in taken):
                 return base
@@ -556,7 +615,7 @@ class SwitchService:
     def _op_counters(self, conn: _Conn, req: dict) -> dict:
         self._authorized(conn, req)
         return {"switch": {c.name: v for c, v in self.switch.counters.items()}, "service": dict(self.stats),
-                "link": dict(self.link.stats)}
+                "link": dict(self.link.stats), "backend": dict(getattr(self.switch, "drops", {}))}
 
     def _op_remove_job(self, conn: _Conn, req: dict) -> dict:
         j = self._authorized(conn, req)
@@ -569,12 +628,15 @@ class SwitchService:
     def _remove(self, job: int, why: str) -> None:
         j = self._jobs.pop(job)
         j.owner.jobs.discard(job)
-        self.switch.remove_job(job)
         for w in j.spec.workers:
             ep = self._endpoint_of.pop(w.port, None)
             if ep is not None:
                 del self._port_of[ep]
+        self._switch_call(lambda: self.switch.remove_job(job))
         log.info("job %d torn down: %s", job, why)
+        if (j.spec.slot_base, j.spec.slots) in getattr(self.switch, "retired_slots", ()):
+            log.info("slots %d..%d retired until the switch restarts: it cannot clear a removed job's state",
+                     j.spec.slot_base, j.spec.slot_base + j.spec.slots - 1)
 
 
 # -- the client ------------------------------------------------------------
