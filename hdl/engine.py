@@ -121,11 +121,12 @@ class SlotEngine(wiring.Component):
     add_latency:
         Cycles of each lane's :class:`~inagg.hdl.fp32.FP32Adder`, 1 to 6.
 
-    The defaults (2 and 3) keep both units above 110 MHz on an ECP5
-    (``docs/results/fp32.md``), clear of the switch's own critical path,
-    with a short pipeline: :attr:`lag` is 5, so frames of 6 beats or more
-    (every chunk at W = 64, 512 B and up at W = 512) never wait for each
-    other.
+    The defaults (1 and 2) keep both units above 80 MHz on an ECP5
+    (``docs/results/fp32.md``), clear of the switch's own critical path
+    (65.5 MHz, ``docs/results/synth.md``), with the shortest pipeline that
+    never holds back a frame of 4 beats or more (every chunk size at every
+    width): :attr:`lag` is 3. A faster clock takes deeper units, and then
+    frames of ``lag`` beats or fewer to one slot wait for each other.
 
     Attributes
     ----------
@@ -151,8 +152,8 @@ class SlotEngine(wiring.Component):
         Counter strobes of the slot rules and ``PROMOTED``.
     """
 
-    def __init__(self, width: int, chunk_bytes: int, slots: int, workers: int, *, convert_latency: int = 2,
-                 add_latency: int = 3):
+    def __init__(self, width: int, chunk_bytes: int, slots: int, workers: int, *, convert_latency: int = 1,
+                 add_latency: int = 2):
         self._width = check_width(width)
         self._chunk = check_chunk_bytes(chunk_bytes)
         self._slots = check_slots(slots)

@@ -73,12 +73,12 @@ def _lanes(result, dtype, width=WIDTH):
 
 
 def test_frames_to_one_slot_wait_for_the_write():
-    """At 4 beats a frame, a frame to the slot of the one before waits until its words are written."""
+    """With lag 5 and 4 beats a frame, a frame to the slot of the one before waits until its words are written."""
     rng = np.random.default_rng(1)
     lanes = CHUNK // 4
     slots = [0, 0, 1, 0, 1, 1, 2, 3, 0]
     frames = [(s, n, 64, adversarial(rng, 1, lanes)[0]) for n, s in enumerate(slots)]
-    dut, starts, _ = _run(frames)
+    dut, starts, _ = _run(frames, convert_latency=2, add_latency=3)
     beats, lag = dut.beats, dut.lag
     assert (beats, lag) == (4, 5)
     want, ends = [], {}
@@ -92,6 +92,15 @@ def test_frames_to_one_slot_wait_for_the_write():
     assert starts[1] - starts[0] == lag + 1 and starts[2] - starts[1] == beats
 
 
+def test_default_latencies_never_wait_on_one_slot():
+    """The default pipeline is shorter than the shortest frame: frames to one slot follow back to back."""
+    rng = np.random.default_rng(3)
+    frames = [(0, w, 64, adversarial(rng, 1, CHUNK // 4)[0]) for w in range(6)]
+    dut, starts, _ = _run(frames)
+    assert dut.lag < dut.beats == 4
+    assert np.all(np.diff(starts) == dut.beats)
+
+
 @pytest.mark.parametrize("latencies", [dict(), dict(convert_latency=1, add_latency=1),
                                        dict(convert_latency=4, add_latency=6)])
 def test_result_lanes_follow_the_model(latencies):
@@ -103,7 +112,7 @@ def test_result_lanes_follow_the_model(latencies):
     frames = [(c, w, n, chunks[c][w]) for w in range(n) for c in range(2)]
     frames.append((0, 1, n, chunks[0][1]))  # a duplicate in a done slot: the result again
     dut, starts, results = _run(frames, **latencies)
-    assert dut.lag == latencies.get("convert_latency", 2) + latencies.get("add_latency", 3)
+    assert dut.lag == latencies.get("convert_latency", 1) + latencies.get("add_latency", 2)
     assert len(results) == 3
     for result, c in zip(results, (0, 1, 0)):
         state = arith.LaneState(lanes)
