@@ -19,13 +19,13 @@ The arithmetic is on integers (bytes or chunks), so that equality is exact.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import time
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .common import check_ranks
+from .common import check_int, check_ranks
 from .ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
 
 __all__ = ["zipf_matrix", "server_matrix", "birkhoff", "FastPlan", "fast_plan", "direct", "fast"]
@@ -60,38 +60,50 @@ def zipf_matrix(gpus: int, skew: float = 0.8, *, mean_bytes: int = 1 << 20, seed
 
 def server_matrix(m: np.ndarray, gpus_per_server: int) -> np.ndarray:
     """Bytes from server s to server t (t != s; the diagonal stays inside servers)."""
-    m = _matrix(m, "traffic matrix")
-    g = int(gpus_per_server)
-    if g < 1 or m.shape[0] % g:
-        raise ValueError(f"{m.shape[0]} GPUs are not a whole number of servers of {gpus_per_server}")
-    s = m.shape[0] // g
-    # rows of a server first (contiguous memory), then its columns: several times faster than
-    # one reduction over both axes of a (s, g, s, g) view
-    b = m.reshape(s, g, s * g).sum(axis=1).reshape(s, s, g).sum(axis=2)
-    b.flat[::s + 1] = 0
+    b = _server_sums(m, gpus_per_server)
+    b.flat[::len(b) + 1] = 0
     return b
 
 
+def _server_sums(m: np.ndarray, gpus_per_server: int) -> np.ndarray:
+    """:func:`server_matrix` with the diagonal (bytes inside each server) left in."""
+    m = _matrix(m, "traffic matrix")
+    g = check_int(gpus_per_server, "gpus_per_server")
+    if g < 1 or m.shape[0] % g:
+        raise ValueError(f"{m.shape[0]} GPUs are not a whole number of servers of {gpus_per_server}")
+    n = m.shape[0]
+    # rows of a server first (contiguous memory), then runs of g columns: faster than one
+    # reduction over both axes of a (s, g, s, g) view, and than .sum's wrapper on tiny arrays
+    return np.add.reduceat(np.add.reduce(m.reshape(n // g, g, n), 1), np.arange(0, n, g), axis=1)
+
+
 def _pad(b: list[list[int]]) -> tuple[list[list[int]], int]:
-    """Add non-negative padding so every row and column sums to the largest line sum L."""
-    rows = [sum(r) for r in b]
-    cols = [sum(c) for c in zip(*b)]
-    L = max(rows + cols, default=0)
-    a = [r[:] for r in b]
-    rdef = [L - x for x in rows]
-    cdef = [L - x for x in cols]
+    """Add non-negative padding in place so every row and column sums to the largest line sum L."""
+    n = len(b)
+    if not n:
+        return b, 0
+    rows = list(map(sum, b))
+    cols = list(map(sum, zip(*b)))
+    L = max(max(rows), max(cols))
+    # north-west corner rule (the total row and column deficits are equal): fill cell (i, j)
+    # with what row i or column j still lacks, whichever is less, and move past that line
     i = j = 0
-    n = len(a)
-    while i < n and j < n:  # north-west corner rule: total row and column deficits are equal
-        x = min(rdef[i], cdef[j])
-        a[i][j] += x
-        rdef[i] -= x
-        cdef[j] -= x
-        if rdef[i] == 0:
+    ri, cj = L - rows[0], L - cols[0]
+    while True:
+        if ri < cj:
+            b[i][j] += ri
+            cj -= ri
             i += 1
-        if cdef[j] == 0:
+            if i == n:
+                return b, L
+            ri = L - rows[i]
+        else:
+            b[i][j] += cj
+            ri -= cj
             j += 1
-    return a, L
+            if j == n:
+                return b, L
+            cj = L - cols[j]
 
 
 #: From this many servers on, each stage is a maximum-weight matching. Below it, on the Zipf
@@ -102,45 +114,95 @@ def _pad(b: list[list[int]]) -> tuple[list[list[int]], int]:
 MAX_WEIGHT_SERVERS = 12
 
 
-def _repaired_stages(a: list[list[int]], L: int) -> tuple[list[list[int]], list[int]]:
-    """Stages from one perfect matching, repaired after each stage by augmenting paths (Kuhn).
+def _repaired_stages(a: list[list[int]], L: int) -> tuple[list[int], list[int]]:
+    """Stages from one perfect matching, repaired after each stage (Kuhn's augmenting paths).
 
-    Pure Python on purpose: the matrix has a few servers per side, and a
-    numpy call costs more than a whole row of this work.
+    Returns the stages' permutations one after the other in one flat list, and their weights.
+    Pure Python on purpose: the matrix has a few servers per side, and a numpy call costs
+    more than a whole stage of this work. For the same reason no stage subtracts its weight
+    from the matched entries: row r's matched entry runs out when the stage weights reach
+    ``ends[r]``, and its remainder is written back into ``a`` only when a repair moves the
+    row to another column, so ``a`` holds every unmatched entry exactly.
     """
+    if not L:
+        return [], []
     n = len(a)
-    match = [-1] * n  # column of every row
+    for row in a:
+        row.append(0)  # column n, never in the support: where an unmatched row points
+    match = [n] * n  # column of every row
     owner = [-1] * n  # row of every column
+    ends = [0] * n
+    done = 0  # weight of the stages so far
 
     def augment(r: int, seen: list[bool]) -> bool:
-        for c, x in enumerate(a[r]):
-            if x and not seen[c]:
-                seen[c] = True
-                if owner[c] < 0 or augment(owner[c], seen):
-                    match[r] = c
-                    owner[c] = r
-                    return True
-        return False
+        row = a[r]
+        for c, x in enumerate(row):  # a free column first: the shortest path
+            if x and owner[c] < 0:
+                break
+        else:
+            for c, x in enumerate(row):
+                if x and not seen[c]:
+                    seen[c] = True
+                    if augment(owner[c], seen):
+                        break
+            else:
+                return False
+        row[match[r]] = ends[r] - done
+        ends[r] = done + x
+        match[r] = c
+        owner[c] = r
+        return True
 
+    lost = []
+    for r, row in enumerate(a):  # greedy first, augmenting paths for the rows it leaves out
+        for c, x in enumerate(row):
+            if x and owner[c] < 0:
+                ends[r] = x
+                match[r] = c
+                owner[c] = r
+                break
+        else:
+            lost.append(r)
     perms, weights = [], []
-    lost = range(n)
-    left = L
-    while left:
+    while True:
         for r in lost:
             if not augment(r, [False] * n):  # a balanced matrix has one on its support (Koenig)
                 raise AssertionError("no perfect matching in the support of a balanced matrix")
-        w = min([row[c] for row, c in zip(a, match)])
-        perms.append(match[:])
-        weights.append(w)
-        left -= w
-        lost = []
-        for r, c in enumerate(match):
+        end = min(ends)
+        perms += match
+        weights.append(end - done)
+        done = end
+        if done == L:
+            return perms, weights
+        r = ends.index(end)
+        if ends.count(end) == 1:
+            # The usual case: one entry ran out and its column c0 is the only free one. A
+            # path r -> c -> owner of c -> c0 nearly always repairs it; search that first.
+            lost = ()
+            c0 = match[r]
             row = a[r]
-            row[c] -= w
-            if not row[c]:
-                lost.append(r)
-                owner[c] = -1
-    return perms, weights
+            row[c0] = 0
+            for c, x in enumerate(row):
+                if x:
+                    o = owner[c]
+                    y = a[o][c0]
+                    if y:
+                        a[o][c] = ends[o] - done
+                        ends[o] = done + y
+                        match[o] = c0
+                        owner[c0] = o
+                        ends[r] = done + x
+                        match[r] = c
+                        owner[c] = r
+                        break
+            else:
+                owner[c0] = -1
+                lost = (r,)
+        else:
+            lost = [q for q, e in enumerate(ends) if e == end]
+            for q in lost:
+                a[q][match[q]] = 0
+                owner[match[q]] = -1
 
 
 def _max_weight_stages(a: list[list[int]], L: int) -> tuple[list[np.ndarray], list[float]]:
@@ -180,33 +242,66 @@ def birkhoff(b, method: str = "auto") -> tuple[np.ndarray, np.ndarray, int]:
     (a maximum-weight matching per stage: fewer stages on large matrices) or
     ``"auto"`` (max-weight from :data:`MAX_WEIGHT_SERVERS` servers on).
     """
-    return _decompose(_matrix(b, "server matrix"), method)
+    b = _matrix(b, "server matrix")
+    perms, weights, L = _decompose(b.tolist(), method)
+    return _perm_array(perms, len(weights), len(b)), np.array(weights, dtype=np.int64), L
 
 
-def _decompose(b: np.ndarray, method: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """:func:`birkhoff` on a validated matrix."""
+def _decompose(a: list[list[int]], method: str) -> tuple[list, list, int]:
+    """:func:`birkhoff` on a validated matrix as lists, which it pads in place; stages as lists."""
     if method not in ("auto", "repair", "max-weight"):
         raise ValueError(f"method must be 'auto', 'repair' or 'max-weight', not {method!r}")
-    a, L = _pad(b.tolist())
-    n = len(a)
-    if method == "max-weight" or (method == "auto" and n >= MAX_WEIGHT_SERVERS):
+    a, L = _pad(a)
+    if method == "max-weight" or (method == "auto" and len(a) >= MAX_WEIGHT_SERVERS):
         perms, weights = _max_weight_stages(a, L)
     else:
         perms, weights = _repaired_stages(a, L)
-    return (np.array(perms, dtype=np.int64).reshape(len(perms), n), np.array(weights, dtype=np.int64), L)
+    return perms, weights, L
 
 
-@dataclasses.dataclass
+def _perm_array(perms: list, stages: int, servers: int) -> np.ndarray:
+    """Stage permutations, one flat list or one array per stage, as a (stages, servers) array."""
+    return np.array(perms, dtype=np.int64).reshape(stages, servers)
+
+
 class FastPlan:
-    """A FAST plan: stages (``perms[k]``, ``weights[k]``), their scale-out time, and the bound they meet."""
+    """A FAST plan: stages (``perms[k]``, ``weights[k]``), their scale-out time, and the bound they meet.
 
-    servers: int
-    gpus_per_server: int
-    perms: np.ndarray
-    weights: np.ndarray
-    lower_bound_bytes: int
-    compute_s: float
-    server_bytes: np.ndarray
+    ``compute_s`` is the planning time, until every stage is known (as Python
+    integers). The arrays ``perms``, ``weights`` and ``server_bytes`` are built
+    on first access: at four servers each costs about as much as a stage.
+    """
+
+    def __init__(self, servers: int, gpus_per_server: int, perms: list, weights: list, lower_bound_bytes: int,
+                 compute_s: float, server_sums: np.ndarray):
+        self.servers = servers
+        self.gpus_per_server = gpus_per_server
+        self.lower_bound_bytes = lower_bound_bytes
+        self.compute_s = compute_s
+        self._perms = perms
+        self._weights = weights
+        self._sums = server_sums
+
+    def __repr__(self) -> str:
+        return (f"FastPlan(servers={self.servers}, gpus_per_server={self.gpus_per_server}, "
+                f"stages={len(self._weights)}, lower_bound_bytes={self.lower_bound_bytes}, "
+                f"compute_s={self.compute_s:.3g})")
+
+    @functools.cached_property
+    def perms(self) -> np.ndarray:
+        """``perms[k, s]``: the server s sends to in stage k (itself: idle)."""
+        return _perm_array(self._perms, len(self._weights), self.servers)
+
+    @functools.cached_property
+    def weights(self) -> np.ndarray:
+        """Bytes every busy server sends in each stage."""
+        return np.array(self._weights, dtype=np.int64)
+
+    @functools.cached_property
+    def server_bytes(self) -> np.ndarray:
+        """The server-to-server byte matrix the plan covers (:func:`server_matrix`)."""
+        self._sums.flat[::self.servers + 1] = 0
+        return self._sums
 
     @property
     def stages(self) -> list[tuple[np.ndarray, int]]:
@@ -218,16 +313,20 @@ class FastPlan:
         return int(self.weights.sum()) / (self.gpus_per_server * nic_bandwidth)
 
     def lower_bound(self, nic_bandwidth: float) -> float:
+        """The busiest server's bytes at G NICs' rate: no plan is faster."""
         return self.lower_bound_bytes / (self.gpus_per_server * nic_bandwidth)
 
 
 def fast_plan(m: np.ndarray, gpus_per_server: int, method: str = "auto") -> FastPlan:
     """Plan a skewed all-to-all with FAST (see the module docstring); ``method`` as in :func:`birkhoff`."""
     t0 = time.perf_counter()
-    b = server_matrix(m, gpus_per_server)
-    perms, weights, L = _decompose(b, method)
+    b = _server_sums(m, gpus_per_server)
+    a = b.tolist()
+    for s, row in enumerate(a):
+        row[s] = 0
+    perms, weights, L = _decompose(a, method)
     dt = time.perf_counter() - t0
-    return FastPlan(len(b), int(gpus_per_server), perms, weights, L, dt, b)
+    return FastPlan(len(a), int(gpus_per_server), perms, weights, L, dt, b)
 
 
 def direct(counts: np.ndarray) -> Schedule:

@@ -37,6 +37,7 @@ __all__ = [
     "ilog",
     "is_power",
     "check_ranks",
+    "check_int",
     "pattern_trees",
     "Blocks",
     "emit_tree_reduce_scatter",
@@ -54,6 +55,13 @@ def check_ranks(nranks, algo: str, minimum: int = 1) -> int:
     if nranks < minimum:
         raise ValueError(f"{algo}: needs at least {minimum} rank{'s' if minimum > 1 else ''}, not {nranks}")
     return int(nranks)
+
+
+def check_int(value, what: str) -> int:
+    """Validate an integer parameter (a float or a bool is refused, not truncated) and return it."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer, not {value!r}")
+    return int(value)
 
 
 def ilog(n: int, base: int) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import check_ranks
+from .common import check_int, check_ranks
 from .ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
 
 __all__ = ["ina", "rail_trees"]
@@ -79,16 +79,16 @@ def ina(nranks: int, *, gpus_per_server: int = 1, hosts_per_leaf: int | None = N
     coll = Collective.parse(collective)
     if coll not in _COLLECTIVES:
         raise ValueError(f"ina implements {', '.join(c.value for c in _COLLECTIVES)}, not {coll.value}")
-    G = int(gpus_per_server)
+    G = check_int(gpus_per_server, "ina: gpus_per_server")
     if G < 1 or n % G:
         raise ValueError(f"ina: {n} ranks are not a whole number of servers of {gpus_per_server} GPUs")
-    if hosts_per_leaf is not None and int(hosts_per_leaf) < 1:
+    if hosts_per_leaf is not None and check_int(hosts_per_leaf, "ina: hosts_per_leaf") < 1:
         raise ValueError(f"ina: hosts_per_leaf must be positive, not {hosts_per_leaf}")
-    if not 0 <= int(root) < n:
+    if not 0 <= check_int(root, "ina: root") < n:
         raise ValueError(f"ina: root must be a rank in 0..{n - 1}, not {root}")
     root = int(root)
     S = n // G
-    k = int(chunks_per_block)
+    k = check_int(chunks_per_block, "ina: chunks_per_block")
     if k < 1:
         raise ValueError(f"ina: chunks_per_block must be positive, not {chunks_per_block}")
     parent, roles = rail_trees(S, G, hosts_per_leaf)

@@ -49,6 +49,22 @@ def test_birkhoff_reconstructs_the_padded_matrix(method):
     assert (acc >= b).all() and (acc.sum(axis=0) == L).all() and (acc.sum(axis=1) == L).all()
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_birkhoff_on_random_matrices(data):
+    # small entries: many ties (several matched entries run out in one stage) and zero rows
+    n = data.draw(st.integers(1, 7))
+    b = np.array(data.draw(st.lists(st.lists(st.integers(0, 3), min_size=n, max_size=n), min_size=n, max_size=n)))
+    L = max(b.sum(axis=0).max(), b.sum(axis=1).max())
+    for method in ("repair", "max-weight"):
+        perms, weights, lb = F.birkhoff(b, method)
+        assert lb == L and weights.sum() == L and (weights > 0).all()
+        assert perms.shape == (len(weights), n) and (np.sort(perms, axis=1) == np.arange(n)).all()
+        acc = np.zeros_like(b)
+        np.add.at(acc, (np.arange(n)[None, :], perms), weights[:, None])
+        assert (acc >= b).all() and (acc.sum(axis=0) == L).all() and (acc.sum(axis=1) == L).all()
+
+
 def test_max_weight_takes_fewer_stages_on_large_matrices():
     b = F.server_matrix(F.zipf_matrix(16 * 2, 0.8, seed=0), 2)
     repaired, _, _ = F.birkhoff(b, "repair")
@@ -64,6 +80,10 @@ def test_fast_input_errors():
         F.fast_plan(np.ones((2, 2)), 1)
     with pytest.raises(ValueError, match="whole number of servers"):
         F.fast_plan(np.ones((6, 6), dtype=int), 4)
+    with pytest.raises(TypeError, match=r"^gpus_per_server must be an integer, not 2\.0$"):
+        F.fast_plan(np.ones((6, 6), dtype=int), 2.0)  # not silently truncated
+    with pytest.raises(ValueError, match="must be non-negative"):
+        F.fast_plan(-np.ones((2, 2), dtype=int), 1)
     with pytest.raises(ValueError, match="method must be 'auto', 'repair' or 'max-weight', not 'lp'"):
         F.birkhoff(np.ones((2, 2), dtype=int), "lp")
     with pytest.raises(ValueError, match="too large for exact planning"):
@@ -83,6 +103,17 @@ def test_ina_collectives(servers, gpus, leaf, coll):
     for root in {0, n - 1, n // 2}:
         check(ina.ina(n, gpus_per_server=gpus, hosts_per_leaf=leaf, collective=coll, root=root),
               dtype=np.float32)
+
+
+def test_ina_parameter_errors():
+    with pytest.raises(TypeError, match=r"^ina: gpus_per_server must be an integer, not 2\.0$"):
+        ina.ina(4, gpus_per_server=2.0)
+    with pytest.raises(TypeError, match=r"^ina: hosts_per_leaf must be an integer, not 1\.5$"):
+        ina.ina(4, hosts_per_leaf=1.5)
+    with pytest.raises(TypeError, match=r"^ina: root must be an integer, not True$"):
+        ina.ina(4, collective=Collective.REDUCE, root=True)
+    with pytest.raises(TypeError, match=r"^ina: chunks_per_block must be an integer, not '2'$"):
+        ina.ina(4, chunks_per_block="2")
 
 
 def test_ina_barrier_check_fails_without_the_way_back():
