@@ -74,7 +74,15 @@ def _server_sums(m: np.ndarray, gpus_per_server: int) -> np.ndarray:
     n = m.shape[0]
     # rows of a server first (contiguous memory), then runs of g columns: faster than one
     # reduction over both axes of a (s, g, s, g) view, and than .sum's wrapper on tiny arrays
-    return np.add.reduceat(np.add.reduce(m.reshape(n // g, g, n), 1), np.arange(0, n, g), axis=1)
+    return np.add.reduceat(np.add.reduce(m.reshape(n // g, g, n), 1), _starts(n, g), axis=1)
+
+
+@functools.lru_cache(maxsize=16)
+def _starts(n: int, g: int) -> np.ndarray:
+    """First GPU of every server (cached: a tiny array costs as much to build as to use)."""
+    starts = np.arange(0, n, g)
+    starts.flags.writeable = False
+    return starts
 
 
 def _pad(b: list[list[int]]) -> tuple[list[list[int]], int]:
@@ -85,25 +93,30 @@ def _pad(b: list[list[int]]) -> tuple[list[list[int]], int]:
     rows = list(map(sum, b))
     cols = list(map(sum, zip(*b)))
     L = max(max(rows), max(cols))
-    # north-west corner rule (the total row and column deficits are equal): fill cell (i, j)
-    # with what row i or column j still lacks, whichever is less, and move past that line
+    # North-west corner rule (the total row and column deficits are equal): fill cell (i, j)
+    # with what row i or column j still lacks, whichever is less, and move past that line.
+    # Every cell it fills that was empty costs about one more stage. The walk stays near
+    # its own diagonal, and a server matrix's diagonal is empty (traffic inside a server),
+    # so the columns go rotated by half: n // 2, ..., n - 1, 0, ..., n // 2 - 1. On Zipf
+    # matrices that takes 6.5 stages instead of 8.5 at 4 servers, 42 instead of 48 at 8.
+    order = [*range(n // 2, n), *range(n // 2)]
     i = j = 0
-    ri, cj = L - rows[0], L - cols[0]
+    ri, cj = L - rows[0], L - cols[order[0]]
     while True:
         if ri < cj:
-            b[i][j] += ri
+            b[i][order[j]] += ri
             cj -= ri
             i += 1
             if i == n:
                 return b, L
             ri = L - rows[i]
         else:
-            b[i][j] += cj
+            b[i][order[j]] += cj
             ri -= cj
             j += 1
             if j == n:
                 return b, L
-            cj = L - cols[j]
+            cj = L - cols[order[j]]
 
 
 #: From this many servers on, each stage is a maximum-weight matching. Below it, on the Zipf
