@@ -9,7 +9,10 @@ Data path, one beat of ``width`` bits per cycle on every port::
 Every port checks and buffers its own frames at line rate; the slot engine
 behind the arbiter takes one beat per cycle in total (one ``width``-bit
 beat per clock is the switch's aggregate throughput; banking the slots by
-index would multiply it). ``docs/rtl.md`` describes each block and the
+index would multiply it). With an exception path (``exc_table``), a
+contribution whose slot another job holds goes through
+:class:`~inagg.hdl.divert.Divert` and back into the arbiter, as one more
+input, to an overflow slot. ``docs/rtl.md`` describes each block and the
 Verilog ports of :class:`SwitchTop`.
 """
 
@@ -17,21 +20,45 @@ from __future__ import annotations
 
 from amaranth import Cat, Module, Signal
 from amaranth.back import verilog
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..models.protocol import CHUNK_BYTES_DEFAULT, MAX_WORKERS
+from ..models.job import ExceptionSpec
+from ..models.protocol import CHUNK_BYTES_DEFAULT, MAX_WORKERS, Counter
 from .arbiter import FrameArbiter
 from .axis import beat_signature, check_chunk_bytes, check_slots, check_width
-from .control import AXILiteSignature, Control
+from .control import AXILiteSignature, Control, event_vector
+from .divert import Divert
 from .emitter import ResultEmitter
 from .engine import SlotEngine
 from .ingress import IngressPort
 
-__all__ = ["check_parameters", "Switch", "SwitchTop", "generate_verilog"]
+__all__ = ["check_parameters", "exception_spec", "slot_space", "Switch", "SwitchTop", "generate_verilog"]
 
 
-def check_parameters(*, ports, width, slots, chunk_bytes=CHUNK_BYTES_DEFAULT, jobs=4, workers=8) -> None:
+def _check_int(value, low, high, what):
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{what} must be an integer from {low} to {high}, not {value!r}")
+
+
+def exception_spec(exc_table: int, exc_max_kicks: int, exc_stash: int) -> ExceptionSpec | None:
+    """The exception path of these :class:`Switch` parameters, None without one (``exc_table == 0``)."""
+    if (not isinstance(exc_table, int) or isinstance(exc_table, bool)
+            or exc_table != 0 and (not 2 <= exc_table <= 65536 or exc_table & (exc_table - 1))):
+        raise ValueError(f"Exception table must be 0 (no exception path) or a power of two from 2 to 65536, "
+                         f"not {exc_table!r}")
+    _check_int(exc_max_kicks, 0, 1024, "Exception kick-out bound")
+    _check_int(exc_stash, 0, 64, "Exception stash")
+    return ExceptionSpec(exc_table, exc_max_kicks, exc_stash) if exc_table else None
+
+
+def slot_space(slots: int, exception: ExceptionSpec | None) -> int:
+    """Slot numbers of the switch's slot engine: the direct-mapped slots, then the overflow slots, to a power of two."""
+    return slots if exception is None else 1 << (slots + exception.capacity - 1).bit_length()
+
+
+def check_parameters(*, ports, width, slots, chunk_bytes=CHUNK_BYTES_DEFAULT, jobs=4, workers=8, exc_table=0,
+                     exc_max_kicks=16, exc_stash=4, divert_frames=4) -> None:
     """Raise ``ValueError`` naming the first parameter of :class:`Switch` that is out of range."""
     if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= 64:
         raise ValueError(f"Port count must be an integer in 1..64, not {ports!r}")
@@ -42,6 +69,12 @@ def check_parameters(*, ports, width, slots, chunk_bytes=CHUNK_BYTES_DEFAULT, jo
         raise ValueError(f"Job count must be an integer in 1..64, not {jobs!r}")
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
         raise ValueError(f"Workers per job must be an integer in 1..{MAX_WORKERS}, not {workers!r}")
+    exception = exception_spec(exc_table, exc_max_kicks, exc_stash)
+    if exception is not None:
+        if slot_space(slots, exception) > 1 << 16:
+            raise ValueError(f"{slots} slots and {exception.capacity} overflow slots exceed the slot engine's "
+                             f"65536")
+        _check_int(divert_frames, 1, 64, "Divert queue frames")
 
 
 class Switch(wiring.Component):
@@ -61,6 +94,17 @@ class Switch(wiring.Component):
         Jobs the tables hold (job numbers 0..jobs-1), 1..64.
     workers:
         Most workers per job, 1..64.
+    exc_table:
+        Entries per cuckoo table of the exception path, a power of two from 2
+        to 65536, or 0 for none (``SwitchSpec.exception``): then a
+        contribution whose slot another job holds is dropped
+        (``DROP_COLLISION``).
+    exc_max_kicks:
+        Longest kick-out chain, 0..1024.
+    exc_stash:
+        Stash entries, 0..64.
+    divert_frames:
+        Frames the exception path's queue holds, 1..64.
 
     Members
     -------
@@ -70,26 +114,51 @@ class Switch(wiring.Component):
         Result frames out, per port.
     axil : In(AXILiteSignature(addr_width))
         Registers (:mod:`inagg.models.regmap`).
-    order : Out(stream.Signature(port_bits, always_ready=True))
-        The port of every contribution the slot engine takes, at its first
-        beat: the arrival order that decides the switch's behaviour, so a
-        testbench can replay it into :class:`~inagg.models.switch.ModelSwitch`.
+    order : Out(stream.Signature(order_layout, always_ready=True))
+        Every contribution the slot engine takes, the cycle after its first
+        beat: ``port`` it came from (``ports``: the exception path, sending
+        back the oldest diverted frame) and whether it ``diverted``. With
+        :attr:`refused` this is the order that decides the switch's
+        behaviour, so a testbench can replay it into
+        :class:`~inagg.models.switch.ModelSwitch` (``testbench.replay``).
+    refused : Out(1)
+        The oldest diverted frame was refused (``EXC_REFUSED``) and dropped;
+        in a cycle that also reports :attr:`order`, after it.
+
+    Attributes
+    ----------
+    exception : ExceptionSpec or None
+        The exception path.
+    space : int
+        Slot numbers of the slot engine: ``slots`` direct-mapped ones, then
+        ``exception.capacity`` overflow slots, rounded up to a power of two.
     """
 
     def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
-                 jobs: int = 4, workers: int = 8):
-        check_parameters(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers)
+                 jobs: int = 4, workers: int = 8, exc_table: int = 0, exc_max_kicks: int = 16,
+                 exc_stash: int = 4, divert_frames: int = 4):
+        check_parameters(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers,
+                         exc_table=exc_table, exc_max_kicks=exc_max_kicks, exc_stash=exc_stash,
+                         divert_frames=divert_frames)
         self.ports, self.width, self.slots, self.chunk_bytes = ports, width, slots, chunk_bytes
         self.jobs, self.workers = jobs, workers
+        self.exception = exception_spec(exc_table, exc_max_kicks, exc_stash)
+        self.space = space = slot_space(slots, self.exception)
+        inputs = ports + (self.exception is not None)
         self.control = Control(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs,
-                               workers=workers, job_readers=ports, event_sources=2 * ports + 1)
-        self.arbiter = FrameArbiter(width, slots, ports)
-        self.engine = SlotEngine(width, chunk_bytes, slots, workers)
+                               workers=workers, job_readers=ports, event_sources=2 * ports + 1 + (inputs > ports))
+        self.arbiter = FrameArbiter(width, space, inputs)
+        self.engine = SlotEngine(width, chunk_bytes, space, workers)
+        self.divert = None if self.exception is None else Divert(
+            width=width, chunk_bytes=chunk_bytes, slots=slots, space=space, jobs=jobs, exception=self.exception,
+            frames=divert_frames)
+        order = data.StructLayout({"port": range(inputs), "diverted": 1})
         super().__init__({
             "s": In(beat_signature(width)).array(ports),
             "m": Out(beat_signature(width)).array(ports),
             "axil": In(AXILiteSignature(self.control.regmap.addr_width)),
-            "order": Out(stream.Signature(self.control.port_bits, always_ready=True)),
+            "order": Out(stream.Signature(order, always_ready=True)),
+            "refused": Out(1),
         })
 
     def elaborate(self, platform):
@@ -100,15 +169,31 @@ class Switch(wiring.Component):
         m.submodules.engine = eng
         wiring.connect(m, wiring.flipped(self.axil), ctl.axil)
         wiring.connect(m, arb.o, eng.i)
+        taken = arb.o.valid & arb.o.ready
         starting = Signal(init=1)
-        with m.If(arb.o.valid & arb.o.ready):
+        with m.If(taken):
             m.d.sync += starting.eq(arb.o.p.last)
-        m.d.comb += [self.order.valid.eq(arb.o.valid & arb.o.ready & starting), self.order.p.eq(arb.grant)]
-        m.d.comb += ctl.events[2 * self.ports].eq(eng.events)
+        # Reported in step with the engine's stage B, where the collision strobe is.
+        m.d.sync += [self.order.valid.eq(taken & starting), self.order.p.port.eq(arb.grant)]
+        collide = eng.events[list(Counter).index(Counter.DROP_COLLISION)]
+        events = eng.events
+        room = 1
+        if self.divert is not None:
+            m.submodules.divert = div = self.divert
+            wiring.connect(m, div.o, arb.i[self.ports])
+            m.d.comb += [div.taken.eq(taken), div.beat.eq(arb.o.p), div.collide.eq(collide),
+                         self.order.p.diverted.eq(collide), self.refused.eq(div.refused),
+                         ctl.events[2 * self.ports + 1].eq(event_vector({Counter.EXC_INSERTS: div.inserted,
+                                                                          Counter.EXC_REFUSED: div.refused}))]
+            # A diverted frame is not dropped: the model counts no collision when it has an exception path.
+            events = Cat(*[0 if c is Counter.DROP_COLLISION else eng.events[i] for i, c in enumerate(Counter)])
+            # Frames going back never divert, and they are what empties the queue.
+            room = div.room | (arb.grant == self.ports)
+        m.d.comb += ctl.events[2 * self.ports].eq(events)
         space = []
         for p in range(self.ports):
-            ing = IngressPort(self.width, self.chunk_bytes, self.slots)
-            emi = ResultEmitter(width=self.width, chunk_bytes=self.chunk_bytes, slots=self.slots, jobs=self.jobs,
+            ing = IngressPort(self.width, self.chunk_bytes, self.space)
+            emi = ResultEmitter(width=self.width, chunk_bytes=self.chunk_bytes, slots=self.space, jobs=self.jobs,
                                 workers=self.workers, port=p, port_bits=ctl.port_bits)
             m.submodules[f"ingress{p}"] = ing
             m.submodules[f"emitter{p}"] = emi
@@ -123,7 +208,7 @@ class Switch(wiring.Component):
                 ctl.events[p].eq(ing.events), ctl.events[self.ports + p].eq(emi.events),
             ]
             space.append(emi.space)
-        m.d.comb += eng.can_start.eq(Cat(*space).all())
+        m.d.comb += eng.can_start.eq(Cat(*space).all() & room)
         return m
 
 
@@ -135,8 +220,9 @@ class SwitchTop(wiring.Component):
     and the synchronous active-high ``rst``, so that cocotbext-axi's
     ``AxiStreamBus.from_prefix(dut, "s0_axis")`` and
     ``AxiLiteBus.from_prefix(dut, "s_axil")`` connect as is, and
-    ``order_valid``/``order_port`` (:attr:`Switch.order`). Takes the
-    parameters of :class:`Switch`.
+    ``order_valid``/``order_port``/``order_diverted`` (:attr:`Switch.order`)
+    and ``order_refused`` (:attr:`Switch.refused`). Takes the parameters of
+    :class:`Switch`.
     """
 
     def __init__(self, **params):
@@ -150,7 +236,8 @@ class SwitchTop(wiring.Component):
                                 f"{prefix}_tlast": d(1), f"{prefix}_tvalid": d(1), f"{prefix}_tready": back(1)})
         for name, member in sw.axil.signature.members.items():
             members[f"s_axil_{name}"] = member
-        members.update({"order_valid": Out(1), "order_port": Out(sw.control.port_bits)})
+        members.update({"order_valid": Out(1), "order_port": Out(len(sw.order.p.port)), "order_diverted": Out(1),
+                        "order_refused": Out(1)})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -166,7 +253,8 @@ class SwitchTop(wiring.Component):
                 getattr(self, f"m{p}_axis_tlast").eq(o.p.last), getattr(self, f"m{p}_axis_tvalid").eq(o.valid),
                 o.ready.eq(getattr(self, f"m{p}_axis_tready")),
             ]
-        m.d.comb += [self.order_valid.eq(sw.order.valid), self.order_port.eq(sw.order.p)]
+        m.d.comb += [self.order_valid.eq(sw.order.valid), self.order_port.eq(sw.order.p.port),
+                     self.order_diverted.eq(sw.order.p.diverted), self.order_refused.eq(sw.refused)]
         for name, member in sw.axil.signature.members.items():
             mine, theirs = getattr(self, f"s_axil_{name}"), getattr(sw.axil, name)
             if member.flow == Out:

@@ -11,13 +11,17 @@ from dataclasses import dataclass, field
 
 from amaranth.sim import Simulator
 
+from ..hdl.exception import STATS
 from ..hdl.switch import Switch
 from ..models import regmap as rm
 from ..models.job import JobSpec, SwitchSpec
 from ..models.protocol import Counter
 from ..models.switch import ModelSwitch
 from .axil_sim import axil_read, axil_write
-from .replay import replay
+from .collisions import model_state
+from .exception.reference import State
+from .exception.state import decode
+from .replay import DIVERTED, replay
 from .streams import get_frame, put_frame
 
 __all__ = ["SimRun", "simulate", "cycle"]
@@ -32,6 +36,8 @@ class SimRun:
     counters: dict[Counter, int]
     model_counters: dict[Counter, int]
     order: list[int] = field(default_factory=list)
+    exception: State | None = None
+    model_exception: State | None = None
 
     def assert_matches(self) -> None:
         for p, want in self.expected.items():
@@ -42,6 +48,8 @@ class SimRun:
         diff = {c.name: (self.counters[c], self.model_counters[c]) for c in Counter
                 if self.counters[c] != self.model_counters[c]}
         assert not diff, f"counters differ (rtl, model): {diff}"
+        if self.exception is not None:
+            assert self.exception.diff(self.model_exception) == "", self.exception.diff(self.model_exception)
 
 
 def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, bytes]], *, width: int,
@@ -53,8 +61,10 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     (idle cycles on ingress, ready low on egress). The run ends when every
     frame went in and no port offered a beat for ``cycles`` cycles.
     """
+    exc = spec.exception
     dut = Switch(ports=spec.ports, width=width, slots=spec.slots, chunk_bytes=spec.chunk_bytes, jobs=n_jobs,
-                 workers=workers)
+                 workers=workers, **({} if exc is None else
+                                     dict(exc_table=exc.table, exc_max_kicks=exc.max_kicks, exc_stash=exc.stash)))
     regmap = rm.RegMap(n_jobs, workers)
     model = ModelSwitch(spec)
     for job in jobs:
@@ -65,6 +75,7 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     counters: dict[Counter, int] = {}
     configured = []
     finished = []
+    exception: list[State] = []
 
     async def control(ctx):
         for addr, value in regmap.switch_writes(spec) + [w for j in jobs for w in regmap.job_writes(j, spec)]:
@@ -79,6 +90,15 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
         for c in Counter:
             counters[c], resp = await axil_read(ctx, dut.axil, regmap.counter(c))
             assert resp == 0
+        if dut.divert is not None:
+            exc = dut.divert.engine
+            tables = tuple([ctx.get(mem.data[i]).as_bits() for i in range(exc.table)] for mem in exc.tables)
+            free_list = [ctx.get(exc.free_list.data[i]) for i in range(exc.capacity)]
+            count = ctx.get(exc.stash_count) if exc.stash else 0
+            stash = [(ctx.get(exc.stash_keys[i]), ctx.get(exc.stash_ptrs[i])) for i in range(count)]
+            stats = {name: ctx.get(getattr(exc.stats, name)) for name in STATS}
+            exception.append(decode(exc, tables, free_list, ctx.get(exc.free_first), ctx.get(exc.free_count),
+                                    stash, stats))
 
     def sender(p):
         async def run(ctx):
@@ -98,9 +118,12 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
         return run
 
     async def watch(ctx):
-        async for _, _, valid, port in ctx.tick().sample(dut.order.valid, dut.order.p):
+        async for _, _, valid, port, diverted, refused in ctx.tick().sample(
+                dut.order.valid, dut.order.p.port, dut.order.p.diverted, dut.refused):
             if valid:
-                order.append(port)
+                order.append(port | (DIVERTED if diverted else 0))
+            if refused:
+                order.append(spec.ports)
 
     sim = Simulator(dut)
     sim.add_clock(4e-9)
@@ -111,7 +134,8 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     sim.add_process(watch)
     sim.run()
     expected = replay(model, sent, order)
-    return SimRun(received, expected, counters, {c: model.counters[c] for c in Counter}, order)
+    return SimRun(received, expected, counters, {c: model.counters[c] for c in Counter}, order,
+                  exception[0] if exception else None, model_state(model) if exception else None)
 
 
 def cycle(pattern):

@@ -7,6 +7,14 @@ feeds each port's frames to :class:`~inagg.models.switch.ModelSwitch` in
 that merged order. Which frames the engine takes is the model's own
 decision: a frame reached the engine when one of the slot-rule counters
 moved.
+
+With an exception path the engine takes a diverted frame twice: where it
+diverts (reported with :data:`DIVERTED`), which the model must not see yet,
+and where it comes back to its overflow slot or is refused (reported as
+port ``ports``, the exception path's input), which is where the model
+takes it: the oldest diverted frame not taken yet. Whether a diverted frame
+passed the ingress checks is asked of a second model with the same jobs
+(those checks are stateless).
 """
 
 from __future__ import annotations
@@ -16,10 +24,12 @@ from collections import deque
 from ..models.protocol import Counter
 from ..models.switch import ModelSwitch
 
-__all__ = ["ENGINE_COUNTERS", "replay"]
+__all__ = ["ENGINE_COUNTERS", "DIVERTED", "replay"]
 
 ENGINE_COUNTERS = (Counter.RX_CONTRIB, Counter.DUP_CONTRIB, Counter.DROP_STALE, Counter.DROP_WINDOW,
                    Counter.DROP_COLLISION, Counter.EXC_REFUSED)
+DIVERTED = 1 << 16
+"""Flag of an ``order`` entry: the engine took this frame of the port and diverted it."""
 
 
 def _reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, list[bytes]]) -> bool:
@@ -32,21 +42,43 @@ def _reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, 
 def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list[int]) -> dict[int, list[bytes]]:
     """Feed ``sent`` (frames per port, in sending order) to ``model`` as the RTL's ``order`` merged them.
 
-    Returns the frames the model sends, per port. Raises ``AssertionError``
-    when the order cannot be the RTL's: it names a port that has no frame
-    left the model would take, or frames that the model would take are left
+    ``order`` holds a port for each frame the engine took, ``port | DIVERTED``
+    for one it diverted, and ``model.spec.ports`` where the oldest diverted
+    frame came back or was refused. Returns the frames the model sends, per
+    port. Raises ``AssertionError`` when the order cannot be the RTL's: it
+    names a port that has no frame left the model would take, a diverted
+    frame that is not there, or frames that the model would take are left
     over.
     """
     queues = {p: deque(frames) for p, frames in sent.items()}
     out: dict[int, list[bytes]] = {p: [] for p in range(model.spec.ports)}
-    for n, port in enumerate(order):
+    diverted: deque[tuple[int, bytes]] = deque()
+    probe = None
+    for n, entry in enumerate(order):
+        port = entry & ~DIVERTED
+        if port == model.spec.ports:
+            if not diverted or not _reached_engine(model, *diverted.popleft(), out):
+                raise AssertionError(f"the RTL's contribution #{n} is a diverted frame the model does not have")
+            continue
         q = queues.get(port, deque())
         while True:
             if not q:
                 raise AssertionError(f"the RTL's contribution #{n} came from port {port}, "
                                      "where the model finds none left")
-            if _reached_engine(model, port, q.popleft(), out):
+            frame = q.popleft()
+            if entry & DIVERTED:
+                if probe is None:
+                    probe = ModelSwitch(model.spec)
+                    for job in model.jobs.values():
+                        probe.add_job(job.spec)
+                if _reached_engine(probe, port, frame, {p: [] for p in range(model.spec.ports)}):
+                    diverted.append((port, frame))
+                    break
+                model.receive(port, frame)
+            elif _reached_engine(model, port, frame, out):
                 break
+    if diverted:
+        raise AssertionError(f"{len(diverted)} diverted frames never came back")
     for port, q in queues.items():
         for frame in q:
             if _reached_engine(model, port, frame, out):

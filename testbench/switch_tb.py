@@ -20,7 +20,7 @@ from ..models import regmap as rm
 from ..models.job import JobSpec, SwitchSpec
 from ..models.protocol import Counter
 from ..models.switch import ModelSwitch
-from .replay import replay
+from .replay import DIVERTED, replay
 
 __all__ = ["SwitchTB"]
 
@@ -53,7 +53,9 @@ class SwitchTB:
         while True:
             await RisingEdge(self.dut.clk)
             if self.dut.order_valid.value:
-                self.order.append(int(self.dut.order_port.value))
+                self.order.append(int(self.dut.order_port.value) | (DIVERTED if self.dut.order_diverted.value else 0))
+            if self.dut.order_refused.value:
+                self.order.append(self.ports)
 
     async def _collect(self, port: int) -> None:
         while True:
