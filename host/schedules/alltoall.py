@@ -121,9 +121,9 @@ def _pad(b: list[list[int]]) -> tuple[list[list[int]], int]:
 
 #: From this many servers on, each stage is a maximum-weight matching. Below it, on the Zipf
 #: matrices of bench/schedules.py, every stage empties one entry whichever matching it takes
-#: (both ways reach the S^2 - 2S + 2 bound: 7, 24 and 49 stages at 4, 6 and 8 servers), so a
-#: stage only repairs the matching it had; at 12, 16 and 40 servers the maximum-weight
-#: stages number 106, 155 and 429 against 119, 222 and 1508 repaired ones.
+#: (both ways take the same median count, (S - 1)(S - 2): 6 or 7, 20 and 42 stages at 4, 6 and
+#: 8 servers), so a stage only repairs the matching it had; at 12, 16 and 40 servers the
+#: maximum-weight stages number 102, 150 and 422 against 110, 210 and 1482 repaired ones.
 MAX_WEIGHT_SERVERS = 12
 
 
