@@ -42,6 +42,10 @@ def _rate(text: str) -> float:
     return x
 
 
+# --ports and --slots when not given, by backend: a Verilator build grows with both.
+_DEFAULTS = {"model": (64, 4096), "rtl": (4, 256)}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``inagg switch serve`` to the command line."""
     p = subparsers.add_parser("switch", help="run a switch for workers in other processes and machines",
@@ -57,11 +61,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--vxlan", type=_address, metavar="HOST:PORT",
                    help="VXLAN endpoint (default: the --listen host, UDP port 4789)")
     s.add_argument("--vni", type=_int_in(0, (1 << 24) - 1), default=1, help="VXLAN network identifier (default 1)")
-    s.add_argument("--backend", choices=("model",), default="model",
-                   help="the switch implementation: the numpy model (the RTL joins with its bridge)")
-    s.add_argument("--ports", type=_int_in(1, 253), default=64, help="switch ports: workers at once (default 64)")
-    s.add_argument("--slots", type=_int_in(2, 1 << 20), default=4096,
-                   help="slots of the switch, a power of two (default 4096)")
+    s.add_argument("--backend", choices=("model", "rtl"), default="model",
+                   help="the switch implementation: the numpy model (default), or the Verilated RTL in a simulator "
+                        "child process (the first run of a geometry builds it: minutes)")
+    s.add_argument("--ports", type=_int_in(1, 253),
+                   help=f"switch ports: workers at once (default {_DEFAULTS['model'][0]}, "
+                        f"{_DEFAULTS['rtl'][0]} with --backend rtl)")
+    s.add_argument("--slots", type=_int_in(2, 1 << 20),
+                   help=f"slots of the switch, a power of two (default {_DEFAULTS['model'][1]}, "
+                        f"{_DEFAULTS['rtl'][1]} with --backend rtl)")
+    s.add_argument("--width", type=int, choices=(64, 256, 512),
+                   help="--backend rtl: beat width of the RTL in bits (default 64)")
+    s.add_argument("--jobs", type=_int_in(2, 64),
+                   help="--backend rtl: entries of the RTL's job table; jobs 1..N-1 can run at once (default 4)")
     s.add_argument("--chunk-bytes", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096),
                    help="payload bytes per packet (default 1024)")
     for fault in ("loss", "dup", "reorder", "corrupt"):
@@ -75,32 +87,53 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     import logging
-    import signal
 
     from inagg.models.job import SwitchSpec
 
     from .link import Faults
-    from .service import SwitchService
-    from .vxlan import VXLAN_PORT, PcapWriter
 
+    if args.backend != "rtl" and (args.width is not None or args.jobs is not None):
+        print("inagg switch serve: error: --width and --jobs are options of --backend rtl", file=sys.stderr)
+        return 2
+    ports, slots = (given if given is not None else default
+                    for given, default in zip((args.ports, args.slots), _DEFAULTS[args.backend]))
     try:
-        spec = SwitchSpec(ports=args.ports, slots=args.slots, chunk_bytes=args.chunk_bytes)
+        spec = SwitchSpec(ports=ports, slots=slots, chunk_bytes=args.chunk_bytes)
         faults = Faults(loss=args.loss, dup=args.dup, reorder=args.reorder, corrupt=args.corrupt)
     except ValueError as e:
         print(f"inagg switch serve: error: {e}", file=sys.stderr)
         return 2
-    try:
-        service = SwitchService(spec, control=args.listen, vxlan=args.vxlan or (args.listen[0], VXLAN_PORT),
-                                vni=args.vni, faults=faults, seed=args.seed)
-    except OSError as e:
-        print(f"inagg switch serve: error: cannot listen: {e}", file=sys.stderr)
-        return 1
     # The service's logger only: a caller's own logging set-up stays as it is.
     logger = logging.getLogger("inagg.switch")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(args.log_level.upper())
+    try:
+        return _serve(args, spec, faults, logger)
+    finally:
+        logger.removeHandler(handler)
+
+
+def _serve(args: argparse.Namespace, spec, faults, logger) -> int:
+    import signal
+
+    from .service import SwitchService
+    from .vxlan import VXLAN_PORT, PcapWriter
+
+    switch = None
+    if args.backend == "rtl":
+        switch = _rtl_switch(args, spec, logger)
+        if switch is None:
+            return 1
+    try:
+        service = SwitchService(spec, control=args.listen, vxlan=args.vxlan or (args.listen[0], VXLAN_PORT),
+                                vni=args.vni, faults=faults, seed=args.seed, switch=switch)
+    except OSError as e:
+        if switch is not None:
+            switch.close()
+        print(f"inagg switch serve: error: cannot listen: {e}", file=sys.stderr)
+        return 1
     if args.pcap:
         service.capture = PcapWriter(args.pcap)
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -108,7 +141,33 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         service.serve()
     finally:
-        logger.removeHandler(handler)
         if service.capture is not None:
             service.capture.close()
-    return 0
+    return 0 if service.failure is None else 1
+
+
+def _rtl_switch(args: argparse.Namespace, spec, logger):
+    """The RTL switch of ``spec`` in its simulator, or None (the reason printed) when it cannot start."""
+    width, jobs = args.width or 64, args.jobs or 4
+    logger.info("starting the RTL switch: %d ports, %d-bit beats, %d slots, %d jobs (a new geometry is built "
+                "first: minutes)", spec.ports, width, spec.slots, jobs)
+    from .service import ServiceError
+
+    try:
+        # Lazily: the simulation tool chain is needed here only.
+        from inagg.testbench.bridge.realtime import RtlSwitch
+        from inagg.testbench.toolchain import MissingTool
+    except ImportError as e:
+        print(f"inagg switch serve: error: --backend rtl needs the simulation tools (pip install 'inagg[dev]'): {e}",
+              file=sys.stderr)
+        return None
+    try:
+        switch = RtlSwitch(spec, width=width, jobs=jobs)
+    except (MissingTool, ValueError) as e:
+        print(f"inagg switch serve: error: {e}", file=sys.stderr)
+        return None
+    except ServiceError as e:
+        print(f"inagg switch serve: error: the RTL switch did not start: {e}", file=sys.stderr)
+        return None
+    logger.info("RTL switch running: simulator pid %d, build %s", switch.pid, switch.build_dir)
+    return switch

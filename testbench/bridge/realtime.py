@@ -222,7 +222,8 @@ class RtlSwitch:
         Most workers per job; ``min(spec.ports, 64)`` when None.
 
     The first use of a geometry builds a Verilator model (minutes; cached
-    under ``sim_build/``). :meth:`close` stops the simulator. ``drops``
+    in :attr:`build_dir` under ``sim_build/``); :attr:`pid` is the
+    simulator's process. :meth:`close` stops the simulator. ``drops``
     counts frames no ring row can carry (``oversize``, ``empty``), which
     never reach the RTL.
     """
@@ -248,6 +249,7 @@ class RtlSwitch:
         self._exit: BaseException | None = None
         self._writes: list[tuple[int, int]] = []
         runner, folder = build(self.params)
+        self.build_dir = folder
         self._tmp = tempfile.TemporaryDirectory(prefix="inagg-rtl-service-")
         path = str(Path(self._tmp.name) / "switch.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
