@@ -127,6 +127,10 @@ class SlotEngine(wiring.Component):
     never holds back a frame of 4 beats or more (every chunk size at every
     width): :attr:`lag` is 3. A faster clock takes deeper units, and then
     frames of ``lag`` beats or fewer to one slot wait for each other.
+    overflow:
+        Slots after the direct-mapped ones, ``slots .. slots + overflow - 1``:
+        the exception path's overflow slots (``docs/exception.md``). They follow
+        the same rules; ``desc.slot`` names them.
 
     Attributes
     ----------
@@ -138,7 +142,7 @@ class SlotEngine(wiring.Component):
 
     Members
     -------
-    i : In(frame_signature(width, slots))
+    i : In(frame_signature(width, slots + overflow))
         Accepted contributions. ``i.ready`` is low only on a first beat
         while ``can_start`` is low, while a result is on its way to the
         emitters, or while a frame to the same slot would read a word before
@@ -153,19 +157,22 @@ class SlotEngine(wiring.Component):
     """
 
     def __init__(self, width: int, chunk_bytes: int, slots: int, workers: int, *, convert_latency: int = 1,
-                 add_latency: int = 2):
+                 add_latency: int = 2, overflow: int = 0):
         self._width = check_width(width)
         self._chunk = check_chunk_bytes(chunk_bytes)
         self._slots = check_slots(slots)
         if not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
             raise ValueError(f"Workers per job must be an integer in 1..{MAX_WORKERS}, not {workers!r}")
+        if not isinstance(overflow, int) or isinstance(overflow, bool) or not 0 <= overflow <= 1 << 16:
+            raise ValueError(f"Overflow slots must be an integer in 0..65536, not {overflow!r}")
         self._workers = workers
+        self._depth = slots + overflow
         self._convert = _check_latency("Conversion", convert_latency, 4)
         self._add = _check_latency("Adder", add_latency, 6)
         self.beats = chunk_bytes * 8 // width
         self.lag = self._convert + self._add
         super().__init__({
-            "i": In(frame_signature(width, slots)),
+            "i": In(frame_signature(width, self._depth)),
             "can_start": In(1),
             "o": Out(result_signature(width, slots)),
             "events": Out(N_COUNTERS),
@@ -211,8 +218,8 @@ class SlotEngine(wiring.Component):
         m = Module()
         beats, width, lag = self.beats, self._width, self.lag
         n_lanes = width // 32
-        m.submodules.lanes = lanes = memory.Memory(shape=lane_word_layout(width), depth=self._slots * beats, init=[])
-        m.submodules.meta = metas = memory.Memory(shape=meta_layout(self._workers), depth=self._slots, init=[])
+        m.submodules.lanes = lanes = memory.Memory(shape=lane_word_layout(width), depth=self._depth * beats, init=[])
+        m.submodules.meta = metas = memory.Memory(shape=meta_layout(self._workers), depth=self._depth, init=[])
         l_wr = lanes.write_port()
         l_rd = lanes.read_port(transparent_for=(l_wr,))
         m_wr = metas.write_port()
@@ -220,8 +227,8 @@ class SlotEngine(wiring.Component):
 
         # After reset every slot is FREE: sweep the metadata before taking a contribution
         # (the lanes need no clearing, a slot's first contribution is stored as it comes).
-        sweep = Signal(range(self._slots + 1))
-        clearing = sweep != self._slots
+        sweep = Signal(range(self._depth + 1))
+        clearing = sweep != self._depth
         with m.If(clearing):
             m.d.sync += sweep.eq(sweep + 1)
 
@@ -240,7 +247,7 @@ class SlotEngine(wiring.Component):
         b_valid, b_first, b_last = Signal(), Signal(), Signal()
         b_j = Signal.like(j)
         b_x = Signal(width)
-        b_desc = Signal(frame_desc_layout(self._slots))
+        b_desc = Signal(frame_desc_layout(self._depth))
         m.d.sync += [b_valid.eq(take), b_first.eq(first), b_last.eq(self.i.p.last), b_j.eq(j),
                      b_x.eq(swap_lanes(self.i.p.data)), b_desc.eq(desc)]
         out, new_meta = self.decide(m, m_rd.data, b_desc)
@@ -285,7 +292,7 @@ class SlotEngine(wiring.Component):
         # -- FP: the adders, and the rest of the beat waiting beside them --
         ctrl_layout = data.StructLayout({"first": 1, "last": 1, "j": range(beats), "write": 1, "emit": 1,
                                          "to_all": 1, "adds": n_lanes, "promoted": n_lanes, "overflow": n_lanes,
-                                         "word": width, "desc": frame_desc_layout(self._slots)})
+                                         "word": width, "desc": frame_desc_layout(self._depth)})
         ctrl = Signal(ctrl_layout)
         m.d.comb += [ctrl.first.eq(b_first), ctrl.last.eq(b_last), ctrl.j.eq(b_j), ctrl.write.eq(write),
                      ctrl.emit.eq(emit), ctrl.to_all.eq(to_all), ctrl.adds.eq(promoted & write.replicate(n_lanes)),
