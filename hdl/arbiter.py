@@ -6,7 +6,7 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .axis import check_slots, check_width
+from .axis import check_width
 from .ingress import frame_signature
 
 __all__ = ["FrameArbiter"]
@@ -23,7 +23,8 @@ class FrameArbiter(wiring.Component):
     Parameters
     ----------
     width, slots:
-        Of the frame streams (:func:`~inagg.hdl.ingress.frame_signature`).
+        Of the frame streams (:func:`~inagg.hdl.ingress.frame_signature`): ``slots``
+        slot numbers, 2 to 131072 (the direct-mapped slots and any overflow slots).
     ports:
         Number of inputs.
 
@@ -38,7 +39,8 @@ class FrameArbiter(wiring.Component):
 
     def __init__(self, width: int, slots: int, ports: int):
         check_width(width)
-        check_slots(slots)
+        if not isinstance(slots, int) or isinstance(slots, bool) or not 2 <= slots <= 1 << 17:
+            raise ValueError(f"Slot numbers must be an integer in 2..131072, not {slots!r}")
         if not isinstance(ports, int) or not 1 <= ports <= 256:
             raise ValueError(f"Port count must be an integer in 1..256, not {ports!r}")
         self._ports = ports

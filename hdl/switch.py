@@ -53,8 +53,8 @@ def exception_spec(exc_table: int, exc_max_kicks: int, exc_stash: int) -> Except
 
 
 def slot_space(slots: int, exception: ExceptionSpec | None) -> int:
-    """Slot numbers of the switch's slot engine: the direct-mapped slots, then the overflow slots, to a power of two."""
-    return slots if exception is None else 1 << (slots + exception.capacity - 1).bit_length()
+    """Slot numbers of the switch's slot engine: the direct-mapped slots, then the overflow slots."""
+    return slots if exception is None else slots + exception.capacity
 
 
 def check_parameters(*, ports, width, slots, chunk_bytes=CHUNK_BYTES_DEFAULT, jobs=4, workers=8, exc_table=0,
@@ -71,9 +71,8 @@ def check_parameters(*, ports, width, slots, chunk_bytes=CHUNK_BYTES_DEFAULT, jo
         raise ValueError(f"Workers per job must be an integer in 1..{MAX_WORKERS}, not {workers!r}")
     exception = exception_spec(exc_table, exc_max_kicks, exc_stash)
     if exception is not None:
-        if slot_space(slots, exception) > 1 << 16:
-            raise ValueError(f"{slots} slots and {exception.capacity} overflow slots exceed the slot engine's "
-                             f"65536")
+        if exception.capacity > 1 << 16:
+            raise ValueError(f"{exception.capacity} overflow slots exceed the slot engine's 65536")
         _check_int(divert_frames, 1, 64, "Divert queue frames")
 
 
@@ -131,7 +130,7 @@ class Switch(wiring.Component):
         The exception path.
     space : int
         Slot numbers of the slot engine: ``slots`` direct-mapped ones, then
-        ``exception.capacity`` overflow slots, rounded up to a power of two.
+        ``exception.capacity`` overflow slots.
     """
 
     def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
@@ -148,7 +147,7 @@ class Switch(wiring.Component):
         self.control = Control(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs,
                                workers=workers, job_readers=ports, event_sources=2 * ports + 1 + (inputs > ports))
         self.arbiter = FrameArbiter(width, space, inputs)
-        self.engine = SlotEngine(width, chunk_bytes, space, workers)
+        self.engine = SlotEngine(width, chunk_bytes, slots, workers, overflow=space - slots)
         self.divert = None if self.exception is None else Divert(
             width=width, chunk_bytes=chunk_bytes, slots=slots, space=space, jobs=jobs, exception=self.exception,
             frames=divert_frames)
@@ -192,13 +191,18 @@ class Switch(wiring.Component):
         m.d.comb += ctl.events[2 * self.ports].eq(events)
         space = []
         for p in range(self.ports):
-            ing = IngressPort(self.width, self.chunk_bytes, self.space)
-            emi = ResultEmitter(width=self.width, chunk_bytes=self.chunk_bytes, slots=self.space, jobs=self.jobs,
+            ing = IngressPort(self.width, self.chunk_bytes, self.slots)
+            emi = ResultEmitter(width=self.width, chunk_bytes=self.chunk_bytes, slots=self.slots, jobs=self.jobs,
                                 workers=self.workers, port=p, port_bits=ctl.port_bits)
             m.submodules[f"ingress{p}"] = ing
             m.submodules[f"emitter{p}"] = emi
             wiring.connect(m, wiring.flipped(self.s[p]), ing.i)
-            wiring.connect(m, ing.o, arb.i[p])
+            # Field by field: the arbiter's slot numbers include the overflow slots.
+            src, dst = ing.o, arb.i[p]
+            m.d.comb += [dst.valid.eq(src.valid), src.ready.eq(dst.ready), dst.p.data.eq(src.p.data),
+                         dst.p.last.eq(src.p.last)]
+            m.d.comb += [getattr(dst.p.desc, name).eq(getattr(src.p.desc, name))
+                         for name in src.p.desc.shape().members]
             wiring.connect(m, ing.job, ctl.job_rd[p])
             wiring.connect(m, emi.o, wiring.flipped(self.m[p]))
             wiring.connect(m, emi.worker, ctl.worker_rd[p])
