@@ -21,7 +21,7 @@ from inagg.host.schedules import msccl as M
 from inagg.host.schedules import check, evaluate, execute, generate, make_inputs
 from inagg.host.schedules import topology as T
 from inagg.host.schedules.cost import allreduce_lower_bound, ina_lower_bound
-from inagg.host.schedules.plot import crossovers, plot_compare
+from inagg.host.schedules.plot import plot_compare, trivance_vs_swing
 from inagg.host.schedules.registry import applicable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,12 +203,8 @@ def compare(spec, sizes):
         res[a] = [evaluate(s, topo, x) for x in sizes]
     path = OUT / f"schedules_compare_{spec.replace(':', '_')}.png"
     plot_compare(sizes, res, str(path), f"all-reduce on {spec}")
-    times = {a: np.array([c.time_s for c in cs]) for a, cs in res.items()}
-    tri = np.min([times[a] for a in times if a.startswith("trivance")], axis=0)
-    sw = np.min([times[a] for a in times if a.startswith("swing")], axis=0)
-    cross = crossovers(np.array(sizes, float), {"t": tri, "s": sw}, "t", "s")
-    wins = [x for x, a, b in zip(sizes, tri, sw) if a < b]
-    return res, path, cross, wins
+    ts = trivance_vs_swing(sizes, {a: np.array([c.time_s for c in cs]) for a, cs in res.items()})
+    return res, path, ts["crossovers"], ts["trivance_faster"]
 
 
 def main(argv):

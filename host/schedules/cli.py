@@ -142,13 +142,15 @@ def _compare(args: argparse.Namespace, topo) -> int:
     for a in algos:
         s = generate(a, topo=topo, collective=args.collective, abstract=a not in ("ina", "direct", "fast"))
         results[a] = [cost.evaluate(s, topo, x) for x in sizes]
-    if args.plot:
-        from . import plot
+    from . import plot
 
+    if args.plot:
         plot.plot_compare(sizes, results, args.plot, f"{args.collective} on {topo.spec}")
+    ts = plot.trivance_vs_swing(sizes, {a: [c.time_s for c in cs] for a, cs in results.items()})
     if args.json:
         print(json.dumps({"topology": topo.spec, "sizes": sizes,
-                          "algos": {a: [c.as_dict() for c in cs] for a, cs in results.items()}}, indent=2))
+                          "algos": {a: [c.as_dict() for c in cs] for a, cs in results.items()},
+                          "trivance_vs_swing": ts}, indent=2))
         return 0
     print("size".rjust(12) + "".join(a.rjust(14) for a in results))
     for i, x in enumerate(sizes):
@@ -156,6 +158,11 @@ def _compare(args: argparse.Namespace, topo) -> int:
         best = min(range(len(row)), key=row.__getitem__)
         print(f"{x:12d}" + "".join((f"{t:13.2f}" + ("*" if j == best else " ")) for j, t in enumerate(row)))
     print("times in us; * marks the fastest")
+    if ts is not None:
+        won = ts["trivance_faster"]
+        print("fastest Trivance beats fastest Swing: "
+              + (f"at {len(won)} of {len(sizes)} sizes, {won[0]} B to {won[-1]} B" if won else "at no size")
+              + "; crossovers: " + (", ".join(f"{x:.0f} B" for x in ts["crossovers"]) or "none"))
     return 0
 
 
@@ -171,7 +178,8 @@ def _cmd_alltoall(args: argparse.Namespace) -> int:
     bw = args.nic_gbps * 1e9 / 8
     d = {"servers": plan.servers, "gpus_per_server": plan.gpus_per_server, "stages": len(plan.stages),
          "lower_bound": plan.lower_bound(bw), "makespan": plan.makespan(bw), "compute_us": plan.compute_s * 1e6,
-         "lower_bound_bytes": plan.lower_bound_bytes}
+         "lower_bound_bytes": plan.lower_bound_bytes,
+         "plan": [{"send_to": perm.tolist(), "bytes": w} for perm, w in plan.stages]}
     if args.json:
         print(json.dumps(d, indent=2))
     else:

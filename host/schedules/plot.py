@@ -11,7 +11,7 @@ import numpy as np
 from .cost import Cost
 from .ir import Schedule
 
-__all__ = ["plot_schedule", "plot_compare", "crossovers"]
+__all__ = ["plot_schedule", "plot_compare", "crossovers", "trivance_vs_swing"]
 
 
 def _pyplot():
@@ -43,32 +43,58 @@ def plot_schedule(schedule: Schedule, path: str, size_bytes: float = 1.0) -> Non
 
 
 def crossovers(sizes, times: dict[str, np.ndarray], a: str, b: str) -> list[float]:
-    """Sizes where the faster of ``a`` and ``b`` changes (interpolated in log space)."""
-    ta, tb = np.asarray(times[a]), np.asarray(times[b])
-    d = np.sign(ta - tb)
-    out = []
-    for i in np.flatnonzero(d[1:] * d[:-1] < 0):
-        la, lb = np.log(sizes[i]), np.log(sizes[i + 1])
-        fa, fb = np.log(ta[i]) - np.log(tb[i]), np.log(ta[i + 1]) - np.log(tb[i + 1])
-        out.append(float(np.exp(la + (lb - la) * fa / (fa - fb))))
-    return out
+    """Sizes where the faster of ``a`` and ``b`` changes (interpolated in log space).
+
+    Sizes where both take the same time count only if the faster one differs on their two
+    sides; the crossover is then the middle (in log size) of those tied sizes.
+    """
+    x = np.log(np.asarray(sizes, dtype=float))
+    f = np.log(np.asarray(times[a], dtype=float)) - np.log(np.asarray(times[b], dtype=float))
+    nz = np.flatnonzero(f)
+    i, j = nz[:-1], nz[1:]
+    flip = np.sign(f[i]) != np.sign(f[j])
+    i, j = i[flip], j[flip]
+    between = x[i] + (x[j] - x[i]) * f[i] / (f[i] - f[j])
+    tied = (x[np.minimum(i + 1, len(x) - 1)] + x[j - 1]) / 2
+    return np.exp(np.where(j > i + 1, tied, between)).tolist()
+
+
+def trivance_vs_swing(sizes, times: dict[str, np.ndarray]) -> dict | None:
+    """Where the faster Trivance variant beats the faster Swing variant, and their crossovers.
+
+    ``times`` maps algorithm names to completion times over ``sizes``; ``None`` unless both
+    families are there. ``trivance_faster`` lists the sizes where Trivance is strictly faster.
+    """
+    tri = [t for a, t in times.items() if a.startswith("trivance")]
+    sw = [t for a, t in times.items() if a.startswith("swing")]
+    if not tri or not sw:
+        return None
+    best = {"trivance": np.min(tri, axis=0), "swing": np.min(sw, axis=0)}
+    faster = best["trivance"] < best["swing"]
+    return {"trivance_faster": [int(x) for x, w in zip(sizes, faster) if w],
+            "crossovers": crossovers(sizes, best, "trivance", "swing")}
 
 
 def plot_compare(sizes, costs: dict[str, list[Cost]], path: str, title: str = "") -> None:
-    """Completion time against size for several algorithms (log-log), crossovers of the fastest
-    Trivance against the fastest Swing marked."""
+    """Completion time against size for several algorithms (log-log). Where the faster Trivance
+    beats the faster Swing is shaded, and their crossovers are marked."""
     plt = _pyplot()
     sizes = np.asarray(sizes, dtype=float)
     fig, ax = plt.subplots(figsize=(8, 5))
     times = {a: np.array([c.time_s for c in cs]) for a, cs in costs.items()}
     for a, t in times.items():
         ax.loglog(sizes, t, marker="o", markersize=3, label=a)
-    tri = [a for a in times if a.startswith("trivance")]
-    sw = [a for a in times if a.startswith("swing")]
-    if tri and sw:
-        times["_trivance"] = np.min([times[a] for a in tri], axis=0)
-        times["_swing"] = np.min([times[a] for a in sw], axis=0)
-        for x in crossovers(sizes, times, "_trivance", "_swing"):
+    ts = trivance_vs_swing(sizes, times)
+    if ts is not None:
+        # shade from midway (in log size) to the neighbouring sizes, so an isolated win shows too
+        edges = np.sqrt(sizes[1:] * sizes[:-1])
+        lo = np.concatenate([[sizes[0]], edges])
+        hi = np.concatenate([edges, [sizes[-1]]])
+        won = np.isin(sizes, ts["trivance_faster"])
+        for k, i in enumerate(np.flatnonzero(won)):
+            ax.axvspan(lo[i], hi[i], color="tab:green", alpha=0.12, linewidth=0,
+                       label="fastest Trivance beats fastest Swing" if k == 0 else None)
+        for x in ts["crossovers"]:
             ax.axvline(x, color="grey", linestyle="--", linewidth=0.8)
             ax.annotate(f"Trivance/Swing\ncrossover {x / 1024:.0f} KiB", (x, ax.get_ylim()[0]), fontsize=7,
                         rotation=90, va="bottom", ha="right")

@@ -3,9 +3,11 @@
 import argparse
 import json
 
+import numpy as np
 import pytest
 
 from inagg.host.schedules import cli
+from inagg.host.schedules.plot import crossovers
 
 
 def run(capsys, *argv):
@@ -40,12 +42,56 @@ def test_compare_and_plot(capsys, tmp_path):
     d = json.loads(out)
     assert {"ring", "swing-bw", "trivance-lat"} <= set(d["algos"])
     assert png.stat().st_size > 1000
+    t = {a: [c["time_s"] for c in cs] for a, cs in d["algos"].items()}
+    tri = [min(x) for x in zip(*(v for a, v in t.items() if a.startswith("trivance")))]
+    sw = [min(x) for x in zip(*(v for a, v in t.items() if a.startswith("swing")))]
+    ts = d["trivance_vs_swing"]
+    assert ts["trivance_faster"] == [x for x, a, b in zip(d["sizes"], tri, sw) if a < b]
+    assert ts["trivance_faster"]  # 27 = 3^3 ranks: Trivance's home ground
+    for x in ts["crossovers"]:
+        assert d["sizes"][0] < x < d["sizes"][-1]
+
+
+def test_compare_text_names_the_trivance_swing_crossover(capsys):
+    rc, out, _ = run(capsys, "schedule", "compare", "--topo", "torus:8x8", "--sizes", "1KiB..1GiB:4")
+    assert rc == 0
+    line = out.splitlines()[-1]
+    assert line.startswith("fastest Trivance beats fastest Swing: at ") and "crossovers: " in line
+    assert "crossovers: none" not in line  # the torus has both regimes (docs/results/schedules.md)
+    rc, out, _ = run(capsys, "schedule", "compare", "--topo", "ring:4", "--collective", "alltoall", "--sizes",
+                     "1KiB,1MiB")
+    assert rc == 0 and "Trivance" not in out  # neither does all-to-all: nothing to compare
+
+
+def test_crossovers():
+    s = [1, 2, 4, 8]
+    two = np.full(4, 2.0)
+    assert crossovers(s, {"a": np.array([1, 4, 4, 4.0]), "b": two}, "a", "b") == pytest.approx([2 ** 0.5])
+    assert crossovers(s, {"a": np.array([1, 2, 3, 4.0]), "b": two}, "a", "b") == pytest.approx([2])  # a tie
+    assert crossovers(s, {"a": np.array([1, 2, 2, 4.0]), "b": two}, "a", "b") == pytest.approx([8 ** 0.5])
+    assert crossovers(s, {"a": np.array([1, 2, 1, 1.0]), "b": two}, "a", "b") == []  # touches, never crosses
+    assert crossovers(s, {"a": np.array([1, 3, 1, 3.0]), "b": two}, "a", "b") == pytest.approx(
+        [1.5486, 2.5830, 6.1943], rel=1e-4)
+
+
+def test_help_lists_algorithms_and_topology_grammar():
+    parser = argparse.ArgumentParser(prog="inagg")
+    sub = parser.add_subparsers(dest="command")
+    cli.register(sub)
+    text = sub.choices["schedule"].format_help()
+    for name in ("ring", "dbtree", "rd", "rabenseifner", "bruck", "swing-lat", "swing-bw", "trivance-lat",
+                 "trivance-bw", "ina", "direct", "fast"):
+        assert f"\n  {name} " in text
+    for spec in ("ring:N", "torus:AxB[xC...]", "clos:LEAVESxHOSTS:OVERSUB", "multirail:SERVERSxGPUS"):
+        assert spec in text
 
 
 def test_alltoall_json(capsys):
     rc, out, _ = run(capsys, "alltoall", "--servers", "4", "--gpus-per-server", "8", "--zipf", "0.8", "--json")
     d = json.loads(out)
     assert rc == 0 and d["makespan"] == d["lower_bound"] and d["stages"] >= 1 and d["compute_us"] > 0
+    assert len(d["plan"]) == d["stages"] and sum(st["bytes"] for st in d["plan"]) == d["lower_bound_bytes"]
+    assert all(sorted(st["send_to"]) == [0, 1, 2, 3] for st in d["plan"])  # one-to-one: no incast
 
 
 def test_sizes():
