@@ -32,6 +32,21 @@ ALGORITHMS: dict[str, tuple[tuple[Collective, ...], str]] = {
 }
 
 
+#: the generators with GPU ranks only: name -> (function, whether it takes a multi-dimensional
+#: torus's ``dims``); those that implement several collectives take ``collective``
+_ENDPOINT = {
+    "ring": (allreduce.ring, False),
+    "dbtree": (dbtree.dbtree, False),
+    "rd": (allreduce.recursive_doubling, True),
+    "rabenseifner": (allreduce.rabenseifner, True),
+    "bruck": (bruck.bruck, False),
+    "swing-lat": (allreduce.swing_latency, True),
+    "swing-bw": (allreduce.swing_bandwidth, True),
+    "trivance-lat": (allreduce.trivance_latency, True),
+    "trivance-bw": (allreduce.trivance_bandwidth, True),
+}
+
+
 def _ranks(ranks, topo: Topology | None, algo: str) -> int:
     if topo is not None:
         if ranks is not None and int(ranks) != topo.nhosts:
@@ -63,25 +78,13 @@ def generate(algo: str, ranks: int | None = None, *, topo: Topology | None = Non
         raise ValueError(f"{algo} does not implement {coll.value}; it implements "
                          f"{', '.join(c.value for c in allowed)}")
     n = _ranks(ranks, topo, algo)
-    dims = topo.dims if topo is not None and topo.kind == "torus" and len(topo.dims) > 1 else None
-    if algo == "ring":
-        return allreduce.ring(n, collective=coll, abstract=abstract, **options)
-    if algo == "dbtree":
-        return dbtree.dbtree(n, abstract=abstract, **options)
-    if algo == "rd":
-        return allreduce.recursive_doubling(n, dims=dims, abstract=abstract, **options)
-    if algo == "rabenseifner":
-        return allreduce.rabenseifner(n, collective=coll, dims=dims, abstract=abstract, **options)
-    if algo == "bruck":
-        return bruck.bruck(n, collective=coll, abstract=abstract, **options)
-    if algo == "swing-lat":
-        return allreduce.swing_latency(n, dims=dims, abstract=abstract, **options)
-    if algo == "swing-bw":
-        return allreduce.swing_bandwidth(n, collective=coll, dims=dims, abstract=abstract, **options)
-    if algo == "trivance-lat":
-        return allreduce.trivance_latency(n, dims=dims, abstract=abstract, **options)
-    if algo == "trivance-bw":
-        return allreduce.trivance_bandwidth(n, collective=coll, dims=dims, abstract=abstract, **options)
+    if algo in _ENDPOINT:
+        make, tori = _ENDPOINT[algo]
+        if len(allowed) > 1:
+            options["collective"] = coll
+        if tori and topo is not None and topo.kind == "torus" and len(topo.dims) > 1:
+            options["dims"] = topo.dims
+        return make(n, abstract=abstract, **options)
     if algo == "ina":
         if topo is None:
             g = options.pop("gpus_per_server", 1)
