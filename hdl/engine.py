@@ -35,8 +35,8 @@ frame to the slot of a frame still in flight would read a word before its
 new value lands when frames are shorter than the pipeline
 (``beats <= lag``): its first beat then waits until the earlier frame's
 last beat is ``lag - beats + 2`` cycles past A (:attr:`SlotEngine.lag`).
-A frame that sends a result waits until the previous such frame has reached
-the emitters, so ``can_start`` counts it.
+A first beat also waits while a frame that sends a result is on its way
+from B to the emitters, so that ``can_start`` has counted that result.
 
 :meth:`SlotEngine.decide` is the one place that maps a contribution to its
 slot (the seam of the exception path).
