@@ -66,6 +66,7 @@ from ...host.service import SwitchBackendError
 from ...models import regmap as rm
 from ...models.job import JobSpec, SwitchSpec
 from ...models.protocol import MAX_WORKERS, Counter
+from ...hdl.switch import check_parameters
 from .bridge import FrameBridge
 from .build import HarnessParams, build, run
 from .harness import RingGeometry
@@ -220,6 +221,8 @@ class RtlSwitch:
         Entries of the RTL's job table: job numbers 0..jobs-1 (a service numbers its jobs from 1).
     workers:
         Most workers per job; ``min(spec.ports, 64)`` when None.
+    start_timeout:
+        Seconds the simulator has, after the build, to connect.
 
     The first use of a geometry builds a Verilator model (minutes; cached
     in :attr:`build_dir` under ``sim_build/``); :attr:`pid` is the
@@ -233,13 +236,11 @@ class RtlSwitch:
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
         workers = min(spec.ports, MAX_WORKERS) if workers is None else workers
+        check_parameters(ports=spec.ports, width=width, slots=spec.slots, chunk_bytes=spec.chunk_bytes, jobs=jobs,
+                         workers=workers)
         self.spec, self.width = spec, width
         self.params = HarnessParams.for_switch(spec, width=width, jobs=jobs, workers=workers)
         self.geometry = RingGeometry(spec.ports, width, spec.chunk_bytes, self.params.depth, self.params.order_depth)
-        from inagg.hdl.switch import check_parameters
-
-        check_parameters(ports=spec.ports, width=width, slots=spec.slots, chunk_bytes=spec.chunk_bytes, jobs=jobs,
-                         workers=workers)
         self.drops: Tally = Tally()
         self.retired_slots: list[tuple[int, int]] = []  # (first slot, slots) of removed jobs
         self.pid: int | None = None
@@ -268,8 +269,11 @@ class RtlSwitch:
             raise
         listener.close()
         self._chan = _Channel(self._sock)
-        payload = self._expect(HELLO)
-        self.pid, ident, jobs_reg, geometry = _HELLO.unpack(payload)
+        try:
+            self.pid, ident, jobs_reg, geometry = _HELLO.unpack(self._expect(HELLO))
+        except BaseException:
+            self.close()
+            raise
         self.regmap = rm.RegMap(jobs_reg & 0xFFFF, jobs_reg >> 16)
         want = self.regmap.geometry(spec, width)
         if ident != rm.ID_VALUE or geometry != want or (self.regmap.jobs, self.regmap.workers) != (jobs, workers):
