@@ -191,8 +191,9 @@ class ICRCChecker(wiring.Component):
         Frame byte offset just after the IP datagram (14 + IPv4 total length),
         needed from the beat that holds it onwards; any value on earlier beats.
     ok : Out(1)
-        From the cycle after the beat that holds ``end - 1`` until the next
-        frame starts: the ICRC (the datagram's last 4 bytes) is right.
+        Two cycles after the beat that holds ``end - 1`` was accepted, and
+        until the next frame's first beat is two cycles old: the ICRC (the
+        datagram's last 4 bytes) is right.
     """
 
     def __init__(self, width: int):
@@ -207,17 +208,25 @@ class ICRCChecker(wiring.Component):
         inside = beat_start < self.end
         left = Signal(16)
         m.d.comb += left.eq(self.end - beat_start)
-        zeros = Signal(range(nbytes))
-        with m.If(self.valid & inside):
-            m.d.sync += zeros.eq(Mux(left < nbytes, nbytes - left, 0))
         # Signals, not expressions, wherever a value is sliced: Amaranth would rebuild
         # the whole expression for every slice of it.
         masked = Signal(self._width)
         m.d.comb += masked.eq(icrc_mask(self.data, self.beat, self._width))
+        # The masks (a subtraction and a compare per byte) and the CRC step (an XOR tree of
+        # width + 32 inputs) are a cycle of logic each: a register between them.
+        data = Signal(self._width)
+        start, valid = Signal(), Signal()
+        tail_zeros, zeros = Signal(range(nbytes)), Signal(range(nbytes))
+        m.d.sync += [
+            data.eq(_tail_zero(masked, nbytes, left)),
+            start.eq(self.valid & (self.beat == 0)),
+            valid.eq(self.valid & inside),
+            tail_zeros.eq(Mux(left < nbytes, nbytes - left, 0)),
+        ]
+        with m.If(valid):
+            m.d.sync += zeros.eq(tail_zeros)
         m.d.comb += [
-            proc.start.eq(self.valid & (self.beat == 0)),
-            proc.valid.eq(self.valid & inside),
-            proc.data.eq(_tail_zero(masked, nbytes, left)),
+            proc.start.eq(start), proc.valid.eq(valid), proc.data.eq(data),
             self.ok.eq(proc.crc == Array(Const(r, 32) for r in RESIDUES[:nbytes])[zeros]),
         ]
         return m

@@ -15,7 +15,7 @@ never a drop).
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,6 +36,16 @@ _RETH_OPS = (Opcode.RC_RDMA_WRITE_ONLY, Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC
              Opcode.UC_RDMA_WRITE_ONLY_IMM)
 _IMM_OPS = (Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC_RDMA_WRITE_ONLY_IMM)
 _FIFO_DESCS = 8
+_FAILING = data.StructLayout({"failed": 1, "counter": range(N_COUNTERS)})
+
+
+def _first_failing(m: Module, checks: list) -> Value:
+    """A ``_FAILING`` value: whether any of ``(failed, counter)`` checks failed, and the first one's counter."""
+    out = Signal(_FAILING)
+    for k, (failed, counter) in enumerate(checks):
+        with (m.If if k == 0 else m.Elif)(failed):
+            m.d.comb += [out.failed.eq(1), out.counter.eq(counter)]
+    return out
 
 
 def frame_desc_layout(slots: int) -> data.StructLayout:
@@ -74,7 +84,8 @@ class IngressPort(wiring.Component):
     pkey : In(16)
         The P_Key contributions must carry.
     events : Out(N_COUNTERS)
-        Counter strobes: ``RX_FRAMES`` and the drop reason of each frame.
+        Counter strobes: ``RX_FRAMES`` and the drop reason of each frame,
+        three cycles after its last beat.
     """
 
     def __init__(self, width: int, chunk_bytes: int, slots: int):
@@ -105,8 +116,8 @@ class IngressPort(wiring.Component):
         hdr = Signal(8 * _HDR_LEN)
         prev = Signal(self._width)
         stored = Signal(range(beats + 1))
-        # A verdict is pending for one cycle after a last beat: keep room for it.
-        m.d.comb += self.i.ready.eq(pay.w_rdy & (dq.level < _FIFO_DESCS - 1))
+        # Two verdicts may be in flight behind a last beat: keep room for them.
+        m.d.comb += self.i.ready.eq(pay.w_rdy & (dq.level < _FIFO_DESCS - 2))
         accept = self.i.valid & self.i.ready
         bdata = self.i.p.data
         # A signal, not an expression: every field slices it, and Amaranth would rebuild an
@@ -165,58 +176,62 @@ class IngressPort(wiring.Component):
         entry = self.job.entry
         chunk = va[lg_chunk:lg_chunk + 32]
 
+        n = v_len
+        # Two verdict stages: the checks themselves (compares, the IPv4 checksum, the job
+        # table read) in the cycle after the last beat, registered as the first failing
+        # check before the ICRC and the first after it; the ICRC's result and the choice
+        # between them a cycle later, when the checker has it.
+        before = _first_failing(m, [
+            (n < ETH_LEN, Counter.DROP_BAD_LENGTH),
+            (be_get(hdr, 12, 2) != ETH_TYPE_IPV4, Counter.DROP_NON_ROCE),
+            (n < ETH_LEN + IPV4_LEN, Counter.DROP_BAD_LENGTH),
+            ((hdr.word_select(ETH_LEN, 8) != 0x45) | (be_get(hdr, ETH_LEN + 6, 2)[:14] != 0) | (fold2 != 0xFFFF),
+             Counter.DROP_BAD_HEADER),
+            (hdr.word_select(ETH_LEN + 9, 8) != IP_PROTO_UDP, Counter.DROP_NON_ROCE),
+            ((total < IPV4_LEN + UDP_LEN) | (end > n), Counter.DROP_BAD_LENGTH),
+            (be_get(hdr, ETH_LEN + IPV4_LEN + 2, 2) != ROCE_UDP_PORT, Counter.DROP_NON_ROCE),
+            ((be_get(hdr, ETH_LEN + IPV4_LEN + 4, 2) != total - IPV4_LEN)
+             | (total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN), Counter.DROP_BAD_LENGTH),
+        ])
+        after = _first_failing(m, [
+            ((bth_flags[:4] != 0) | (be_get(hdr, _BTH + 2, 2) != self.pkey), Counter.DROP_BAD_HEADER),
+            (has_reth & ((total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
+                         | (has_imm & (total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + IMMDT_LEN + ICRC_LEN))
+                         | (dma_expect < 0) | (dma_len != dma_expect[:18])), Counter.DROP_BAD_LENGTH),
+            (opcode != Opcode.UC_RDMA_WRITE_ONLY, Counter.DROP_BAD_OPCODE),
+            ((dma_len != self._chunk) | (pad != 0), Counter.DROP_BAD_LENGTH),
+            ((qpn[16:] != QPN_PREFIX) | ~entry.valid | (worker >= entry.workers), Counter.DROP_UNKNOWN_QPN),
+            (rkey != entry.rkey, Counter.DROP_BAD_RKEY),
+            ((va[:lg_chunk] != 0) | (va[lg_chunk + 32:] != 0), Counter.DROP_BAD_ADDRESS),
+        ])
+        checked = Signal(data.StructLayout({"fire": 1, "before": _FAILING, "after": _FAILING,
+                                            "stored": range(beats + 1), "desc": frame_desc_layout(self._slots)}))
+        m.d.sync += [
+            checked.fire.eq(v_fire), checked.before.eq(before), checked.after.eq(after),
+            checked.stored.eq(v_stored),
+            checked.desc.job.eq(job_no), checked.desc.worker.eq(worker), checked.desc.chunk.eq(chunk),
+            checked.desc.slot.eq(entry.slot_base + (chunk & (entry.slots - 1))),
+            checked.desc.workers.eq(entry.workers), checked.desc.slots.eq(entry.slots),
+        ]
         code = Signal(range(N_COUNTERS))
         take = Signal()
-        n = v_len
-        with m.If(n < ETH_LEN):
-            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
-        with m.Elif(be_get(hdr, 12, 2) != ETH_TYPE_IPV4):
-            m.d.comb += code.eq(Counter.DROP_NON_ROCE)
-        with m.Elif(n < ETH_LEN + IPV4_LEN):
-            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
-        with m.Elif((hdr.word_select(ETH_LEN, 8) != 0x45) | (be_get(hdr, ETH_LEN + 6, 2)[:14] != 0)
-                    | (fold2 != 0xFFFF)):
-            m.d.comb += code.eq(Counter.DROP_BAD_HEADER)
-        with m.Elif(hdr.word_select(ETH_LEN + 9, 8) != IP_PROTO_UDP):
-            m.d.comb += code.eq(Counter.DROP_NON_ROCE)
-        with m.Elif((total < IPV4_LEN + UDP_LEN) | (end > n)):
-            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
-        with m.Elif(be_get(hdr, ETH_LEN + IPV4_LEN + 2, 2) != ROCE_UDP_PORT):
-            m.d.comb += code.eq(Counter.DROP_NON_ROCE)
-        with m.Elif((be_get(hdr, ETH_LEN + IPV4_LEN + 4, 2) != total - IPV4_LEN)
-                    | (total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN)):
-            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
+        with m.If(checked.before.failed):
+            m.d.comb += code.eq(checked.before.counter)
         with m.Elif(~icrc.ok):
             m.d.comb += code.eq(Counter.DROP_BAD_ICRC)
-        with m.Elif((bth_flags[:4] != 0) | (be_get(hdr, _BTH + 2, 2) != self.pkey)):
-            m.d.comb += code.eq(Counter.DROP_BAD_HEADER)
-        with m.Elif(has_reth & ((total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
-                                | (has_imm & (total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + IMMDT_LEN + ICRC_LEN))
-                                | (dma_expect < 0) | (dma_len != dma_expect[:18]))):
-            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
-        with m.Elif(opcode != Opcode.UC_RDMA_WRITE_ONLY):
-            m.d.comb += code.eq(Counter.DROP_BAD_OPCODE)
-        with m.Elif((dma_len != self._chunk) | (pad != 0)):
-            m.d.comb += code.eq(Counter.DROP_BAD_LENGTH)
-        with m.Elif((qpn[16:] != QPN_PREFIX) | ~entry.valid | (worker >= entry.workers)):
-            m.d.comb += code.eq(Counter.DROP_UNKNOWN_QPN)
-        with m.Elif(rkey != entry.rkey):
-            m.d.comb += code.eq(Counter.DROP_BAD_RKEY)
-        with m.Elif((va[:lg_chunk] != 0) | (va[lg_chunk + 32:] != 0)):
-            m.d.comb += code.eq(Counter.DROP_BAD_ADDRESS)
+        with m.Elif(checked.after.failed):
+            m.d.comb += code.eq(checked.after.counter)
         with m.Else():
             m.d.comb += take.eq(1)
 
         verdict = Signal(desc_layout)
         m.d.comb += [
-            verdict.take.eq(take), verdict.stored.eq(v_stored),
-            verdict.desc.job.eq(job_no), verdict.desc.worker.eq(worker), verdict.desc.chunk.eq(chunk),
-            verdict.desc.slot.eq(entry.slot_base + (chunk & (entry.slots - 1))),
-            verdict.desc.workers.eq(entry.workers), verdict.desc.slots.eq(entry.slots),
-            dq.w_data.eq(verdict), dq.w_en.eq(v_fire),
+            verdict.take.eq(take), verdict.stored.eq(checked.stored), verdict.desc.eq(checked.desc),
+            dq.w_data.eq(verdict), dq.w_en.eq(checked.fire),
         ]
-        drops = {c: v_fire & ~take & (code == c) for c in Counter if c != Counter.RX_FRAMES}
-        m.d.comb += self.events.eq(event_vector({Counter.RX_FRAMES: v_fire, **drops}))
+        # Registered: the counters' adders are in another block.
+        drops = {c: checked.fire & ~take & (code == c) for c in Counter if c != Counter.RX_FRAMES}
+        m.d.sync += self.events.eq(event_vector({Counter.RX_FRAMES: checked.fire, **drops}))
 
         # -- send: contributions to the engine, dropped frames' beats to nowhere --
         head = data.View(desc_layout, dq.r_data)

@@ -61,20 +61,32 @@ def test_unzero_matrix_undoes_zero_bytes(k):
 
 
 def _run_checker(width, frames):
+    # Back to back, with an idle cycle after every third frame: a verdict is read two cycles
+    # after its frame's last beat, while the next frame's beats go in.
     dut = ICRCChecker(width)
     results = []
 
     async def bench(ctx):
-        for frame in frames:
+        last_beats, oks = [], []
+        for k, frame in enumerate(frames):
             end = 14 + int.from_bytes(frame[16:18], "big")
             for n, (data, _, _) in enumerate(frame_beats(frame, width)):
                 ctx.set(dut.valid, 1)
                 ctx.set(dut.beat, n)
                 ctx.set(dut.data, data)
                 ctx.set(dut.end, end)
+                oks.append(ctx.get(dut.ok))
                 await ctx.tick()
-            ctx.set(dut.valid, 0)
-            results.append(ctx.get(dut.ok))
+            last_beats.append(len(oks) - 1)
+            if k % 3 == 2:
+                ctx.set(dut.valid, 0)
+                oks.append(ctx.get(dut.ok))
+                await ctx.tick()
+        ctx.set(dut.valid, 0)
+        for _ in range(2):
+            oks.append(ctx.get(dut.ok))
+            await ctx.tick()
+        results.extend(oks[t + 2] for t in last_beats)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
