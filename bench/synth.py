@@ -1,24 +1,41 @@
 """Utilization and Fmax of the gateware on an ECP5-85F, per configuration.
 
 Writes docs/results/synth.md. Run: ``make synth-report`` (or
-``.venv/bin/python bench/synth.py [--quick]``). Each configuration is one
-full YoWASP build (synthesis, place and route, bitstream); the large ones
-take many minutes each on 2 cores.
+``.venv/bin/python bench/synth.py [--quick] [--only TEXT]``). Each
+configuration is one full YoWASP build (synthesis, place and route,
+bitstream) into ``build/synth-report/<slug>/``, whose figures are kept
+there as ``row.json`` with the commit they were built from. The report is
+written from every configuration's latest row, so that builds of hours can
+be run one at a time (``--only``) and a partial run never drops the rows
+of earlier ones; ``--report`` only rewrites the report from the rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-
-from inagg.hdl.synth.ecp5 import synthesize
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results" / "synth.md"
 BUILD = ROOT / "build" / "synth-report"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One row of the report: what is built, its stream width (for W x Fmax) and the clock constraint."""
+
+    slug: str
+    label: str
+    make: Callable
+    width: int | None
+    mhz: float = 200.0
 
 
 def _fp32_adder():
@@ -33,75 +50,116 @@ def _int_to_fp32():
     return IntToFP32(33)
 
 
-def _switch(ports, width, slots, chunk_bytes=1024):
+def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8):
     def make():
         from inagg.hdl.switch import Switch
 
-        return Switch(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes)
-    return make
+        return Switch(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers)
+    tables = "" if (jobs, workers) == (4, 8) else f"-j{jobs}-k{workers}"
+    return Config(f"switch-p{ports}-w{width}-s{slots}-c{chunk_bytes}{tables}",
+                  f"switch P={ports} W={width} S={slots} C={chunk_bytes}" + (f" J={jobs} K={workers}" if tables else ""),
+                  make, width)
 
 
-# (label, factory, W or None, clock constraint in MHz)
+# The smallest switch is the one the test suite builds (tests/synth/test_synth.py).
+SMALLEST = _switch_config(1, 64, 8, 64, jobs=1, workers=2)
 CONFIGS = [
-    ("FP32Adder", _fp32_adder, None, 200),
-    ("IntToFP32 (33 bit)", _int_to_fp32, None, 200),
-    ("switch P=2 W=64 S=64 C=256", _switch(2, 64, 64, 256), 64, 200),
-    ("switch P=2 W=256 S=64 C=1024", _switch(2, 256, 64), 256, 200),
-    ("switch P=2 W=512 S=64 C=1024", _switch(2, 512, 64), 512, 200),
-    ("switch P=4 W=512 S=256 C=1024", _switch(4, 512, 256), 512, 200),
+    Config("fp32-adder", "FP32Adder", _fp32_adder, None),
+    Config("int-to-fp32", "IntToFP32 (33 bit)", _int_to_fp32, None),
+    SMALLEST,
+    _switch_config(2, 64, 64, 256),
+    _switch_config(2, 256, 64, 1024),
+    _switch_config(2, 512, 64, 1024),
+    _switch_config(4, 512, 256, 1024),
 ]
-QUICK = CONFIGS[:3]
+QUICK = CONFIGS[:4]
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="only the small configurations")
-    ap.add_argument("--only", help="run only configurations whose label contains this text")
-    args = ap.parse_args(argv)
-    configs = QUICK if args.quick else CONFIGS
-    if args.only:
-        configs = [c for c in configs if args.only in c[0]]
-    rows, tools, failures = [], None, []
-    for i, (label, make, width, mhz) in enumerate(configs):
-        t0 = time.perf_counter()
-        print(f"[{i + 1}/{len(configs)}] {label} ...", flush=True)
-        try:
-            r = synthesize(make(), BUILD / f"cfg{i}", clock_mhz=mhz, width=width)
-        except Exception as e:  # noqa: BLE001 - a failed build is a row of the report, not a crash
-            failures.append((label, f"{type(e).__name__}: {e}".splitlines()[0]))
-            print(f"    failed: {failures[-1][1]}", flush=True)
-            continue
-        tools = r.tools
-        # The core and every module below it (core.engine, core.ingress0, ...).
-        core = {k: sum(c[k] for name, c in r.modules.items() if name == "core" or name.startswith("core."))
-                for k in ("luts", "carries", "ffs")}
-        rows.append((label, r, core, time.perf_counter() - t0))
-        print(f"    {r.luts} LUT4, {r.ffs} FF, {r.ebr} EBR, {r.fmax_mhz:.1f} MHz", flush=True)
+def _commit() -> str:
+    p = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "hdl"], cwd=ROOT).returncode
+    return p.stdout.strip() + ("+" if dirty else "") if p.returncode == 0 else "?"
+
+
+def build(cfg: Config, command: str) -> dict:
+    """Build ``cfg`` and keep its row (figures, build time, commit, command) beside the build."""
+    from inagg.hdl.synth.ecp5 import synthesize
+
+    t0 = time.perf_counter()
+    r = synthesize(cfg.make(), BUILD / cfg.slug, clock_mhz=cfg.mhz, width=cfg.width)
+    row = {"result": r.as_dict(), "seconds": round(time.perf_counter() - t0), "commit": _commit(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.machine(),
+           "command": command}
+    (BUILD / cfg.slug / "row.json").write_text(json.dumps(row, indent=1))
+    return row
+
+
+def _core_cells(modules: dict) -> dict:
+    # The core and every module below it (core.engine, core.ingress0, ...).
+    return {k: sum(c[k] for name, c in modules.items() if name == "core" or name.startswith("core."))
+            for k in ("luts", "carries", "ffs")}
+
+
+def report(failures: dict[str, str]) -> str:
+    """docs/results/synth.md from every configuration's latest row."""
+    rows = {c.slug: json.loads(p.read_text()) for c in CONFIGS if (p := BUILD / c.slug / "row.json").exists()}
+    tools = next((r["result"]["tools"] for r in rows.values()), {})
     lines = [
         "# Synthesis on Lattice ECP5 (LFE5UM5G-85F, speed 8)",
         "",
-        f"Measured with `{' '.join(['.venv/bin/python', 'bench/synth.py', *(argv or sys.argv[1:])])}` "
-        f"on {time.strftime('%Y-%m-%d')} ({platform.machine()}).",
-        f"Tools: {tools['yosys'] if tools else '?'}; {tools['nextpnr-ecp5'] if tools else '?'}.",
+        "Written by `make synth-report` (`.venv/bin/python bench/synth.py`); each row gives the command, date",
+        "and commit of its own build (`+`: the build had uncommitted changes under hdl/).",
+        f"Tools: {tools.get('yosys', '?')}; {tools.get('nextpnr-ecp5', '?')} (YoWASP, WebAssembly).",
         "Each row is one build inside the scan/MISR wrapper of `inagg.hdl.synth.wrapper` (3 pins); totals include",
         "the wrapper, whose cost is exactly one flip-flop per core port bit plus about one LUT4 per output bit;",
         "the core columns are yosys cells of the core alone from a non-flattened synthesis (LUT4 + carry pairs).",
         "nextpnr runs with `--timing-allow-fail`: Fmax is what the placed design reaches, met or not.",
         "",
-        "| configuration | LUT4 | FF | EBR | DSP | core LUT4 + CCU2C | core FF | Fmax (MHz) | constraint | W x Fmax (Gb/s) | build time |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| configuration | LUT4 | FF | EBR | DSP | core LUT4 + CCU2C | core FF | Fmax (MHz) | constraint"
+        " | W x Fmax (Gb/s) | build time | built |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for label, r, core, secs in rows:
-        gbps = f"{r.width * r.fmax_mhz / 1000:.1f}" if r.width else "-"
+    for cfg in CONFIGS:
+        if cfg.slug in failures:
+            lines.append(f"| {cfg.label} | build failed: {failures[cfg.slug]} |" + " |" * 11)
+            continue
+        if cfg.slug not in rows:
+            lines.append(f"| {cfg.label} | not built yet |" + " |" * 11)
+            continue
+        row = rows[cfg.slug]
+        r, core = row["result"], _core_cells(row["result"]["modules"])
+        gbps = f"{r['width'] * r['fmax_mhz'] / 1000:.1f}" if r["width"] else "-"
         lines.append(
-            f"| {label} | {r.luts:,} ({100 * r.luts / r.luts_avail:.1f}%) | {r.ffs:,} | {r.ebr} | {r.dsp} | "
-            f"{core.get('luts', 0):,} + {core.get('carries', 0):,} | {core.get('ffs', 0):,} | {r.fmax_mhz:.1f} | "
-            f"{r.constraint_mhz:.0f} | {gbps} | {secs:.0f} s |")
-    for label, why in failures:
-        lines.append(f"| {label} | build failed: {why} | | | | | | | | | |")
+            f"| {cfg.label} | {r['luts']:,} ({100 * r['luts'] / r['luts_avail']:.1f}%) | {r['ffs']:,} | {r['ebr']} | "
+            f"{r['dsp']} | {core['luts']:,} + {core['carries']:,} | {core['ffs']:,} | {r['fmax_mhz']:.1f} | "
+            f"{r['constraint_mhz']:.0f} | {gbps} | {row['seconds']:,} s | {row['date']}, {row['commit']}, "
+            f"`{row['command']}` |")
     lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="only the small configurations")
+    ap.add_argument("--only", help="build only the configurations whose label or slug contains this text")
+    ap.add_argument("--report", action="store_true", help="build nothing; rewrite the report from the kept rows")
+    args = ap.parse_args(argv)
+    command = " ".join(["bench/synth.py", *(sys.argv[1:] if argv is None else argv)])
+    configs = [] if args.report else QUICK if args.quick else CONFIGS
+    if args.only:
+        configs = [c for c in configs if args.only in c.label or args.only in c.slug]
+    failures = {}
+    for i, cfg in enumerate(configs):
+        print(f"[{i + 1}/{len(configs)}] {cfg.label} ...", flush=True)
+        try:
+            r = build(cfg, command)["result"]
+        except Exception as e:  # noqa: BLE001 - a failed build is a row of the report, not a crash
+            failures[cfg.slug] = f"{type(e).__name__}: {e}".splitlines()[0]
+            print(f"    failed: {failures[cfg.slug]}", flush=True)
+            continue
+        print(f"    {r['luts']} LUT4, {r['ffs']} FF, {r['ebr']} EBR, {r['fmax_mhz']:.1f} MHz", flush=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines))
+    OUT.write_text(report(failures))
     print(f"wrote {OUT}")
     return 1 if failures else 0
 
