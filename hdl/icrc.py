@@ -213,10 +213,12 @@ class ICRCChecker(wiring.Component):
         masked = Signal(self._width)
         m.d.comb += masked.eq(icrc_mask(self.data, self.beat, self._width))
         # The masks (a subtraction and a compare per byte) and the CRC step (an XOR tree of
-        # width + 32 inputs) are a cycle of logic each: a register between them.
-        data = Signal(self._width)
+        # width + 32 inputs) are a cycle of logic each: a register between them. Its data
+        # needs no reset (``valid`` has one), which leaves the flip-flops' set/reset input
+        # to the trailing-zero compare alone.
+        data = Signal(self._width, reset_less=True)
         start, valid = Signal(), Signal()
-        tail_zeros, zeros = Signal(range(nbytes)), Signal(range(nbytes))
+        tail_zeros, zeros = Signal(range(nbytes), reset_less=True), Signal(range(nbytes))
         m.d.sync += [
             data.eq(_tail_zero(masked, nbytes, left)),
             start.eq(self.valid & (self.beat == 0)),
