@@ -13,13 +13,14 @@ import random
 
 import numpy as np
 
-from ..models.job import JobSpec, SwitchSpec
+from ..models.job import ExceptionSpec, JobSpec, SwitchSpec
 from ..models.protocol import Counter
 from ..models.switch import ModelSwitch
-from .exception.reference import State
+from ..hdl.exception import STATS, entry_layout, stats_layout
+from .exception.reference import MODEL_STATS, State
 from .traffic import contribution, lanes, make_job
 
-__all__ = ["collision_jobs", "claim", "mixed", "model_state"]
+__all__ = ["collision_jobs", "claim", "mixed", "model_state", "engine_state"]
 
 
 def collision_jobs(spec: SwitchSpec, hosts: int, guests: int, region: int, workers: int) -> list[JobSpec]:
@@ -30,20 +31,19 @@ def collision_jobs(spec: SwitchSpec, hosts: int, guests: int, region: int, worke
 
 
 def _window(spec, job, chunks, rng, pyrng, loss, dup):
-    """A job's contributions of ``chunks``, shuffled, with losses retransmitted at the end and duplicates."""
-    batch = [(w, c) for c in chunks for w in range(len(job.workers))]
-    pyrng.shuffle(batch)
-    out, late = [], []
-    for w, c in batch:
-        f = (job.workers[w].port, contribution(spec, job, w, c, lanes(rng, spec)))
-        roll = pyrng.random()
-        if roll < loss:
-            late.append(f)
-            continue
-        out.append(f)
-        if roll > 1 - dup:
-            out.append(f)
-    return out + late
+    """A job's contributions of ``chunks``, with duplicates; and the share ``loss`` that is lost on the way."""
+    sent, lost = [], []
+    for c in chunks:
+        for w in range(len(job.workers)):
+            f = (job.workers[w].port, contribution(spec, job, w, c, lanes(rng, spec)))
+            roll = pyrng.random()
+            if roll < loss:
+                lost.append(f)
+                continue
+            sent.append(f)
+            if roll > 1 - dup:
+                sent.append(f)
+    return sent, lost
 
 
 def claim(spec: SwitchSpec, jobs: list[JobSpec], hosts: int, rng: np.random.Generator) -> list[tuple[int, bytes]]:
@@ -56,25 +56,29 @@ def mixed(spec: SwitchSpec, jobs: list[JobSpec], hosts: int, rate: float, contri
           first_chunk: int, loss: float = 0.0, dup: float = 0.0) -> tuple[list[tuple[int, bytes]], int]:
     """About ``contributions`` contributions, a share ``rate`` of them from the guests, window by window.
 
-    Each job sends chunks from ``first_chunk`` on, half a region per window,
-    shuffled, with a share ``loss`` retransmitted at the end of its window and
-    ``dup`` sent twice. Returns the traffic and the guest contributions in it.
+    Each job sends chunks from ``first_chunk`` on, half a region per window;
+    the contributions of all jobs in a window are shuffled together, ``dup``
+    of them sent twice, and a share ``loss`` is lost and retransmitted at the
+    window's end. Returns the traffic and the number of guest frames in it.
     """
     rng, pyrng = np.random.default_rng(seed), random.Random(seed)
-    guests = jobs[hosts:]
     workers = len(jobs[0].workers)
-    per_job_host = contributions * (1 - rate) / hosts / workers if hosts else 0
-    per_job_guest = contributions * rate / len(guests) / workers if guests else 0
-    plan = {j.job: round(per_job_host if n < hosts else per_job_guest) for n, j in enumerate(jobs)}
+    share = {True: contributions * (1 - rate) / hosts / workers if hosts else 0,
+             False: contributions * rate / (len(jobs) - hosts) / workers if len(jobs) > hosts else 0}
+    plan = [round(share[n < hosts]) for n in range(len(jobs))]
     out, guest_frames = [], 0
     step = jobs[0].slots // 2
-    for base in range(0, max(plan.values(), default=0), step):
+    for base in range(0, max(plan, default=0), step):
+        window, retransmitted = [], []
         for n, job in enumerate(jobs):
-            chunks = range(first_chunk + base, first_chunk + min(base + step, plan[job.job]))
-            frames = _window(spec, job, chunks, rng, pyrng, loss, dup)
-            out += frames
+            sent, lost = _window(spec, job, range(first_chunk + base, first_chunk + min(base + step, plan[n])),
+                                 rng, pyrng, loss, dup)
+            window += sent
+            retransmitted += lost
             if n >= hosts:
-                guest_frames += len(frames)
+                guest_frames += len(sent) + len(lost)
+        pyrng.shuffle(window)
+        out += window + retransmitted
     return out, guest_frames
 
 
@@ -87,3 +91,24 @@ def model_state(model: ModelSwitch) -> State:
              "deletes": s.deletes}
     return State(tuple([e if e is None else tuple(e) for e in t] for t in cuckoo.tables),
                  [tuple(e) for e in cuckoo.stash_entries], list(model._free), stats)
+
+
+def engine_state(scope, exception: ExceptionSpec, key_width: int) -> tuple[State, int]:
+    """The state of a Verilated exception engine (``scope``: its instance under cocotb) and its ``stalls``."""
+    cap = exception.capacity
+    core = scope.core  # the logic behind the queues (ExceptionEngine.elaborate's submodule "core")
+    layout = entry_layout(key_width, cap, exception.table)
+    tables = []
+    for name in ("t0", "t1"):
+        entries = [layout.from_bits(int(getattr(core, name)[i].value.to_unsigned())) for i in range(exception.table)]
+        tables.append([(int(e.key), int(e.ptr)) if e.valid else None for e in entries])
+    free_list = [int(core.free_list[i].value.to_unsigned()) for i in range(cap)]
+    first, count = int(core.free_first.value.to_unsigned()), int(core.free_count.value.to_unsigned())
+    stashed = int(core.stash_count.value.to_unsigned()) if exception.stash else 0
+    stash = [(int(getattr(core, f"stash{i}_key").value.to_unsigned()),
+              int(getattr(core, f"stash{i}_ptr").value.to_unsigned())) for i in range(stashed)]
+    raw = stats_layout().from_bits(scope.stats.value.to_unsigned())
+    stats = {name: int(getattr(raw, name)) for name in STATS}
+    state = State(tuple(tables), stash, [free_list[(first + i) % cap] for i in range(count)],
+                  {name: stats[name] for name in MODEL_STATS})
+    return state, stats["stalls"]
