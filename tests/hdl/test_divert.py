@@ -125,7 +125,7 @@ def _expect(frames, exception):
 def test_diverted_frames_come_back_at_their_overflow_slot(width, exception, queue):
     """Half the frames collide: each comes back whole, in order, at slot ``slots + ptr`` of the model's pointer;
     refused ones are dropped and counted; the table ends as the model's."""
-    frames = _frames(np.random.default_rng(width + queue), 40, width, 0.5)
+    frames = _frames(np.random.default_rng(width + queue), 40 if width > 64 else 20, width, 0.5)
     back, strobes, result = _run(width, frames, exception, queue=queue)
     want_back, want_strobes, want_state = _expect(frames, exception)
     assert want_strobes["refused"] and want_strobes["inserted"]  # the case covers both
