@@ -13,7 +13,9 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..models import regmap as rm
+from ..models.job import ExceptionSpec
 from ..models.protocol import DEFAULT_PKEY, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
+from .exception import STATS, stats_layout
 
 __all__ = ["AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead", "SwitchConfig", "Control",
            "N_COUNTERS", "event_vector"]
@@ -82,6 +84,9 @@ class Control(wiring.Component):
         Number of job-table read ports.
     event_sources:
         Number of counter event inputs.
+    exception:
+        The switch's exception path, reported in ``EXCEPTION``; with one, its
+        engine's counters are read at ``EXC_BASE``.
 
     Members
     -------
@@ -104,15 +109,20 @@ class Control(wiring.Component):
         The switch port of every worker, at ``(job * workers + worker) * port_bits``.
     events : In(N_COUNTERS).array(event_sources)
         Counter strobes: bit ``c`` of a source adds one to ``protocol.Counter`` ``c``.
+    exc_stats : In(stats_layout())
+        The exception engine's counters (with an exception path only).
     """
 
     def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int, jobs: int, workers: int,
-                 job_readers: int, event_sources: int):
+                 job_readers: int, event_sources: int, exception: ExceptionSpec | None = None):
         self.regmap = rm.RegMap(jobs, workers)
         self._ports, self._width, self._slots, self._chunk = ports, width, slots, chunk_bytes
         self._jobs, self._workers = jobs, workers
+        self._exception = exception
         self.port_bits = max(1, (ports - 1).bit_length())
+        members = {} if exception is None else {"exc_stats": In(stats_layout())}
         super().__init__({
+            **members,
             "axil": In(AXILiteSignature(self.regmap.addr_width)),
             "switch": Out(SwitchConfig),
             "job_rd": In(JobRead()).array(job_readers),
@@ -238,10 +248,16 @@ class Control(wiring.Component):
         cidx = (raddr - rm.COUNTER_BASE)[2:]
         geometry = Const(self._ports | (self._width // 64) << 8 | (self._slots.bit_length() - 1) << 16
                          | (self._chunk.bit_length() - 1) << 24, 32)
+        assert tuple(rm.EXC_STATS) == STATS, "the register map lists the engine's counters in their order"
+        exc_hit = (raddr >= rm.EXC_BASE) & (raddr < rm.EXC_BASE + 4 * len(STATS)) & (raddr[:2] == 0)
         with m.If(bus.arvalid & ~rvalid):
             m.d.sync += [rvalid.eq(1), rresp.eq(_OKAY), rdata.eq(0)]
             with m.If((raddr >= rm.COUNTER_BASE) & (raddr < rm.COUNTER_BASE + 4 * N_COUNTERS) & (raddr[:2] == 0)):
                 m.d.sync += rdata.eq(Array(counters)[cidx])
+            if self._exception is not None:
+                with m.Elif(exc_hit):
+                    stats = Array(getattr(self.exc_stats, name) for name in STATS)
+                    m.d.sync += rdata.eq(stats[(raddr - rm.EXC_BASE)[2:]])
             with m.Elif((raddr >= rm.JOB_BASE) & (raddr < rm.JOB_BASE + rm.JOB_STRIDE * jobs)):
                 with m.Switch(raddr[:5]):
                     for name, reg in (("CTRL", j_ctrl), ("RKEY", j_rkey), ("SLOT_BASE", j_base), ("SLOTS", j_slots)):
@@ -253,7 +269,8 @@ class Control(wiring.Component):
                 with m.Switch(raddr):
                     for name, value in (("ID", Const(rm.ID_VALUE, 32)), ("GEOMETRY", geometry),
                                         ("JOBS", Const(jobs | workers << 16, 32)), ("MAC_HI", mac[32:]),
-                                        ("MAC_LO", mac[:32]), ("IP", ip), ("PKEY", pkey)):
+                                        ("MAC_LO", mac[:32]), ("IP", ip), ("PKEY", pkey),
+                                        ("EXCEPTION", Const(rm.RegMap.exception(self._exception), 32))):
                         with m.Case(rm.SWITCH_FIELDS[name][0]):
                             m.d.sync += rdata.eq(value)
                     with m.Default():

@@ -15,7 +15,9 @@ are build parameters), read back from ``GEOMETRY``::
     0x0014  MAC_LO      RW  switch MAC bytes 2-5
     0x0018  IP          RW  switch IPv4 address
     0x001C  PKEY        RW  P_Key contributions must carry (resets to 0xFFFF)
+    0x0020  EXCEPTION   RO  log2 table[4:0] (0: no exception path) | stash[14:8] | max_kicks[26:16]
     0x0100  counter c   RO  protocol.Counter c at 0x100 + 4 c
+    0x0200  exc stat i  RO  the exception engine's counters (EXC_STATS) at 0x200 + 4 i
     0x1000  job j       RW  8 registers at 0x1000 + 0x20 j   (JOB_FIELDS)
     0x8000  worker      WO  16 registers at 0x8000 + 0x40 (j * workers + w)   (WORKER_FIELDS)
 
@@ -27,12 +29,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .job import JobSpec, SwitchSpec
+from .job import ExceptionSpec, JobSpec, SwitchSpec
 from .protocol import MAX_JOBS, MAX_WORKERS, Counter
 from .wire import ip_bytes, mac_bytes
 
-__all__ = ["ID_VALUE", "SWITCH_FIELDS", "JOB_FIELDS", "WORKER_FIELDS", "COUNTER_BASE", "JOB_BASE",
-           "JOB_STRIDE", "WORKER_BASE", "WORKER_STRIDE", "RegMap"]
+__all__ = ["ID_VALUE", "SWITCH_FIELDS", "JOB_FIELDS", "WORKER_FIELDS", "COUNTER_BASE", "EXC_BASE", "EXC_STATS",
+           "JOB_BASE", "JOB_STRIDE", "WORKER_BASE", "WORKER_STRIDE", "RegMap"]
 
 ID_VALUE = 0x696E4147
 
@@ -45,8 +47,20 @@ SWITCH_FIELDS = {
     "MAC_LO": (0x14, "RW", "switch MAC bytes 2-5 (byte 2 in 31:24)"),
     "IP": (0x18, "RW", "switch IPv4 address (first byte in 31:24)"),
     "PKEY": (0x1C, "RW", "P_Key that contributions must carry; resets to 0xFFFF"),
+    "EXCEPTION": (0x20, "RO", "exception path: log2 table [4:0] (0: none), stash [14:8], max_kicks [26:16]"),
 }
 COUNTER_BASE = 0x100
+EXC_BASE = 0x200
+# name: description; at EXC_BASE + 4 i in this order (the gateware's ExceptionEngine.stats)
+EXC_STATS = {
+    "inserts": "keys placed in table 0 or 1 (CuckooStats.inserts)",
+    "kicks": "displacements of successful kick-out chains (CuckooStats.kicks)",
+    "stashed": "keys placed in the stash (CuckooStats.stashed)",
+    "refused": "inserts refused: chain failed, stash full (CuckooStats.refused)",
+    "full": "inserts refused before the walk: every overflow slot in use",
+    "deletes": "keys deleted (CuckooStats.deletes)",
+    "stalls": "cycles a request waited for the engine's request queue",
+}
 JOB_BASE, JOB_STRIDE = 0x1000, 0x20
 JOB_FIELDS = {
     "CTRL": (0x00, "RW", "bit 0: job enabled; bits 14:8: worker count"),
@@ -100,6 +114,27 @@ class RegMap:
     @staticmethod
     def counter(c: Counter) -> int:
         return COUNTER_BASE + 4 * Counter(c)
+
+    @staticmethod
+    def exc_stat(name: str) -> int:
+        """Address of the exception engine's counter ``name`` (:data:`EXC_STATS`)."""
+        if name not in EXC_STATS:
+            raise ValueError(f"exception counter must be one of {', '.join(EXC_STATS)}, not {name!r}")
+        return EXC_BASE + 4 * list(EXC_STATS).index(name)
+
+    @staticmethod
+    def exception(exc: ExceptionSpec | None) -> int:
+        """The EXCEPTION value of a switch built with exception path ``exc``."""
+        if exc is None:
+            return 0
+        return (exc.table.bit_length() - 1) | exc.stash << 8 | exc.max_kicks << 16
+
+    @staticmethod
+    def decode_exception(value: int) -> ExceptionSpec | None:
+        """The exception path an EXCEPTION value describes (:meth:`exception` inverted)."""
+        if not value & 0x1F:
+            return None
+        return ExceptionSpec(1 << (value & 0x1F), value >> 16 & 0x7FF, value >> 8 & 0x7F)
 
     def job(self, job: int, field: str) -> int:
         if not 0 <= job < self.jobs:
@@ -159,6 +194,8 @@ class RegMap:
             lines.append(f"| 0x{off:04X} | {name} | {acc} | {doc} |")
         for c in Counter:
             lines.append(f"| 0x{self.counter(c):04X} | {c.name} | RO | counter `protocol.Counter.{c.name}` |")
+        for name, doc in EXC_STATS.items():
+            lines.append(f"| 0x{self.exc_stat(name):04X} | EXC.{name} | RO | {doc}; SLVERR without an exception path |")
         for name, (off, acc, doc) in JOB_FIELDS.items():
             lines.append(f"| 0x{JOB_BASE + off:04X} + 0x{JOB_STRIDE:X} j | JOB.{name} | {acc} | {doc} |")
         for name, (off, acc, doc) in WORKER_FIELDS.items():
