@@ -145,7 +145,8 @@ class Switch(wiring.Component):
         self.space = space = slot_space(slots, self.exception)
         inputs = ports + (self.exception is not None)
         self.control = Control(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs,
-                               workers=workers, job_readers=ports, event_sources=2 * ports + 1 + (inputs > ports))
+                               workers=workers, job_readers=ports, event_sources=2 * ports + 1 + (inputs > ports),
+                               exception=self.exception)
         self.arbiter = FrameArbiter(width, space, inputs)
         self.engine = SlotEngine(width, chunk_bytes, slots, workers, overflow=space - slots)
         self.divert = None if self.exception is None else Divert(
@@ -181,7 +182,7 @@ class Switch(wiring.Component):
             m.submodules.divert = div = self.divert
             wiring.connect(m, div.o, arb.i[self.ports])
             m.d.comb += [div.taken.eq(taken), div.beat.eq(arb.o.p), div.collide.eq(collide),
-                         self.order.p.diverted.eq(collide), self.refused.eq(div.refused),
+                         self.order.p.diverted.eq(collide), self.refused.eq(div.refused), ctl.exc_stats.eq(div.stats),
                          ctl.events[2 * self.ports + 1].eq(event_vector({Counter.EXC_INSERTS: div.inserted,
                                                                           Counter.EXC_REFUSED: div.refused}))]
             # A diverted frame is not dropped: the model counts no collision when it has an exception path.
