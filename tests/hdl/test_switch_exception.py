@@ -14,10 +14,11 @@ from inagg.hdl.switch import Switch, SwitchTop
 from inagg.models import regmap as rm
 from inagg.models.job import ExceptionSpec, SwitchSpec
 from inagg.models.protocol import Counter
+from inagg.models.switch import ModelSwitch
 from inagg.testbench.amaranth_switch import cycle, simulate
 from inagg.testbench.axil_sim import axil_read
 from inagg.testbench.collisions import collision_jobs
-from inagg.testbench.replay import DIVERTED
+from inagg.testbench.replay import DIVERTED, replay
 from inagg.testbench.traffic import contribution, lanes
 
 CHUNK = 256
@@ -104,3 +105,23 @@ def test_registers_describe_the_exception_path_and_its_counters(exception):
         assert all(resp == 0b10 for _, resp in seen["stats"])  # SLVERR: no exception path
     else:
         assert seen["stats"] == [(0x1000_0000 * (i + 1) + i, 0) for i in range(len(STATS))]
+
+
+def test_replay_feeds_a_diverted_frame_where_it_came_back():
+    spec = SwitchSpec(ports=2, slots=8, chunk_bytes=CHUNK, exception=ExceptionSpec(4, 4, 2))
+    host, guest = collision_jobs(spec, 1, 1, 4, 2)
+    rng = np.random.default_rng(0)
+    sent = {p: [contribution(spec, job, p, 0, lanes(rng, spec)) for job in (host, guest)] for p in (0, 1)}
+
+    def model():
+        m = ModelSwitch(spec)
+        m.add_job(host)
+        m.add_job(guest)
+        return m
+
+    out = replay(model(), sent, [0, 1, 0 | DIVERTED, 1 | DIVERTED, 2, 2])
+    assert [len(out[p]) for p in (0, 1)] == [2, 2]
+    with pytest.raises(AssertionError, match=r"^1 diverted frames never came back$"):
+        replay(model(), sent, [0, 1, 0 | DIVERTED, 1 | DIVERTED, 2])
+    with pytest.raises(AssertionError, match=r"contribution #2 is a diverted frame the model does not have"):
+        replay(model(), sent, [0, 1, 2])
