@@ -204,26 +204,28 @@ class ICRCChecker(wiring.Component):
         m = Module()
         nbytes = self._width // 8
         m.submodules.crc = proc = CRC32(self._width)
-        beat_start = self.beat * nbytes
-        inside = beat_start < self.end
-        left = Signal(16)
-        m.d.comb += left.eq(self.end - beat_start)
+        # Where the end falls, as (beat, byte in it): the masks then take compares of the
+        # beat number and of a byte index, not a subtraction in front of them.
+        lg = nbytes.bit_length() - 1
+        end_beat, end_byte = self.end[lg:], self.end[:lg]
+        before = self.beat < end_beat
+        at = self.beat == end_beat
+        inside = before | (at & (end_byte != 0))
         # Signals, not expressions, wherever a value is sliced: Amaranth would rebuild
         # the whole expression for every slice of it.
         masked = Signal(self._width)
         m.d.comb += masked.eq(icrc_mask(self.data, self.beat, self._width))
-        # The masks (a subtraction and a compare per byte) and the CRC step (an XOR tree of
-        # width + 32 inputs) are a cycle of logic each: a register between them. Its data
-        # needs no reset (``valid`` has one), which leaves the flip-flops' set/reset input
-        # to the trailing-zero compare alone.
+        # The masks and the CRC step (an XOR tree of width + 32 inputs) are a cycle of logic
+        # each: a register between them. Its data needs no reset (``valid`` has one), which
+        # leaves the flip-flops' set/reset input to the trailing-zero compare alone.
         data = Signal(self._width, reset_less=True)
         start, valid = Signal(), Signal()
         tail_zeros, zeros = Signal(range(nbytes), reset_less=True), Signal(range(nbytes))
         m.d.sync += [
-            data.eq(_tail_zero(masked, nbytes, left)),
+            data.eq(Cat(*[Mux(before | (at & (j < end_byte)), masked.word_select(j, 8), 0) for j in range(nbytes)])),
             start.eq(self.valid & (self.beat == 0)),
             valid.eq(self.valid & inside),
-            tail_zeros.eq(Mux(left < nbytes, nbytes - left, 0)),
+            tail_zeros.eq(Mux(at, nbytes - end_byte, 0)),
         ]
         with m.If(valid):
             m.d.sync += zeros.eq(tail_zeros)

@@ -26,8 +26,16 @@ def _frames(chunk_bytes=256):
     out = []
     for extra in range(0, 68, 4):  # payload lengths step the datagram's end through a 64-byte beat
         out.append(contribution(spec, job, 0, 0, lanes(rng, spec)[: 4 + extra // 4]))
+    out += [_longer(f, 2) for f in out]  # and through the other half of the byte offsets, beat ends included
     out.append(out[3] + bytes(9))  # Ethernet padding after the ICRC
     return out
+
+
+def _longer(frame, n):
+    """``frame`` with ``n`` more payload bytes, its IPv4 total length and ICRC to match."""
+    body = bytearray(frame[:-4] + bytes(range(n)))
+    body[16:18] = (int.from_bytes(frame[16:18], "big") + n).to_bytes(2, "big")
+    return bytes(body) + model_icrc.icrc(body)
 
 
 def test_algorithm_is_the_model_icrc():
