@@ -12,11 +12,13 @@ never stalling once started:
 * **B** decides on the first beat what the frame does (the rules of
   ``docs/protocol.md`` section 3, fast path only: a slot held by another
   job is ``DROP_COLLISION``) and writes the metadata back. For every beat it
-  adds the lanes in INT32 with the exact 33-bit sum beside it, and feeds
-  each lane's :class:`~inagg.hdl.fp32.IntToFP32`: the contribution of a
-  promoted lane, the exact sum of an unpromoted one.
-* **FP** (``convert_latency + add_latency`` cycles): a promoted lane adds
-  the converted contribution to its word in its
+  adds the lanes in INT32 with the exact 33-bit sum beside it, and picks
+  what each lane's :class:`~inagg.hdl.fp32.IntToFP32` converts: the
+  contribution of a promoted lane, the exact sum of an unpromoted one. That
+  choice hangs on the decision, so it is registered before the converter
+  (one cycle), which keeps the converter off the decision's path.
+* **FP** (``1 + convert_latency + add_latency`` cycles): a promoted lane
+  adds the converted contribution to its word in its
   :class:`~inagg.hdl.fp32.FP32Adder`; every other lane waits beside it.
 * **W** writes the beat's words and promotion bits (a slot's first
   contribution is stored as it came), as :func:`inagg.models.arith.accumulate`
@@ -123,10 +125,10 @@ class SlotEngine(wiring.Component):
 
     The defaults (1 and 2) keep both units above 80 MHz on an ECP5
     (``docs/results/fp32.md``), clear of the switch's own critical path
-    (65.5 MHz, ``docs/results/synth.md``), with the shortest pipeline that
-    never holds back a frame of 4 beats or more (every chunk size at every
-    width): :attr:`lag` is 3. A faster clock takes deeper units, and then
-    frames of ``lag`` beats or fewer to one slot wait for each other.
+    (65.5 MHz, ``docs/results/synth.md``), with a short pipeline:
+    :attr:`lag` is 4, so only frames of 4 beats (C = 256 at W = 512) to
+    one slot wait for each other, one cycle. A faster clock takes deeper
+    units, and then frames of ``lag`` beats or fewer to one slot wait.
     overflow:
         Slots after the direct-mapped ones, ``slots .. slots + overflow - 1``:
         the exception path's overflow slots (``docs/exception.md``). They follow
@@ -138,7 +140,7 @@ class SlotEngine(wiring.Component):
         Beats per contribution.
     lag : int
         Cycles from a lane word's arrival in B to the write of its new value
-        (``convert_latency + add_latency``).
+        (``1 + convert_latency + add_latency``).
 
     Members
     -------
@@ -170,7 +172,7 @@ class SlotEngine(wiring.Component):
         self._convert = _check_latency("Conversion", convert_latency, 4)
         self._add = _check_latency("Adder", add_latency, 6)
         self.beats = chunk_bytes * 8 // width
-        self.lag = self._convert + self._add
+        self.lag = 1 + self._convert + self._add
         super().__init__({
             "i": In(frame_signature(width, self._depth)),
             "can_start": In(1),
@@ -285,9 +287,9 @@ class SlotEngine(wiring.Component):
                 promoted[k].eq(p),
                 overflow[k].eq(write & ~store & ~p & (total[32] ^ total[31])),
                 int_word.word_select(k, 32).eq(Mux(store, x, Mux(write, total[:32], a))),
-                conv.i.eq(Mux(p | store, x.as_signed(), Mux(write, total, a.as_signed()))),
-                conv.i_valid.eq(b_valid),
             ]
+            m.d.sync += [conv.i.eq(Mux(p | store, x.as_signed(), Mux(write, total, a.as_signed()))),
+                         conv.i_valid.eq(b_valid)]
 
         # -- FP: the adders, and the rest of the beat waiting beside them --
         ctrl_layout = data.StructLayout({"first": 1, "last": 1, "j": range(beats), "write": 1, "emit": 1,
@@ -300,7 +302,7 @@ class SlotEngine(wiring.Component):
                      ctrl.desc.eq(b_desc)]
         valids = _delay_line(m, b_valid, 1, lag, "fp_valid", reset_less=False)
         ctrls = _delay_line(m, ctrl, ctrl_layout, lag, "fp")
-        acc_late = _delay_line(m, acc, width, self._convert, "fp_acc")[-1]
+        acc_late = _delay_line(m, acc, width, 1 + self._convert, "fp_acc")[-1]
         converted = Cat(*[c.o for c in convs])
         conv_late = _delay_line(m, converted, width, self._add, "fp_conv")[-1]
         sums = []

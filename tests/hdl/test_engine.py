@@ -73,14 +73,14 @@ def _lanes(result, dtype, width=WIDTH):
 
 
 def test_frames_to_one_slot_wait_for_the_write():
-    """With lag 5 and 4 beats a frame, a frame to the slot of the one before waits until its words are written."""
+    """With lag 6 and 4 beats a frame, a frame to the slot of the one before waits until its words are written."""
     rng = np.random.default_rng(1)
     lanes = CHUNK // 4
     slots = [0, 0, 1, 0, 1, 1, 2, 3, 0]
     frames = [(s, n, 64, adversarial(rng, 1, lanes)[0]) for n, s in enumerate(slots)]
     dut, starts, _ = _run(frames, convert_latency=2, add_latency=3)
     beats, lag = dut.beats, dut.lag
-    assert (beats, lag) == (4, 5)
+    assert (beats, lag) == (4, 6)
     want, ends = [], {}
     for s, *_ in frames:
         t = want[-1] + beats if want else starts[0]
@@ -92,12 +92,12 @@ def test_frames_to_one_slot_wait_for_the_write():
     assert starts[1] - starts[0] == lag + 1 and starts[2] - starts[1] == beats
 
 
-def test_default_latencies_never_wait_on_one_slot():
-    """The default pipeline is shorter than the shortest frame: frames to one slot follow back to back."""
+def test_frames_longer_than_the_pipeline_never_wait_on_one_slot():
+    """At the default lag of 4, frames of 8 beats to one slot follow back to back."""
     rng = np.random.default_rng(3)
     frames = [(0, w, 64, adversarial(rng, 1, CHUNK // 4)[0]) for w in range(6)]
-    dut, starts, _ = _run(frames)
-    assert dut.lag < dut.beats == 4
+    dut, starts, _ = _run(frames, width=256)
+    assert dut.lag == 4 and dut.beats == 8
     assert np.all(np.diff(starts) == dut.beats)
 
 
@@ -112,7 +112,7 @@ def test_result_lanes_follow_the_model(latencies):
     frames = [(c, w, n, chunks[c][w]) for w in range(n) for c in range(2)]
     frames.append((0, 1, n, chunks[0][1]))  # a duplicate in a done slot: the result again
     dut, starts, results = _run(frames, **latencies)
-    assert dut.lag == latencies.get("convert_latency", 1) + latencies.get("add_latency", 2)
+    assert dut.lag == 1 + latencies.get("convert_latency", 1) + latencies.get("add_latency", 2)
     assert len(results) == 3
     for result, c in zip(results, (0, 1, 0)):
         state = arith.LaneState(lanes)
