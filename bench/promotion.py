@@ -177,9 +177,10 @@ Promoted: every lane overflows on the first addition, and every later addition i
 {chr(10).join(rows)}
 
 Promotion costs no throughput: the two columns are equal in every row, since every beat takes the same
-pipeline. What is lost at 4 beats comes from the pipeline's length, not from promotion: with the deepest
-units (lag 10) a frame to the slot of the frame before it waits for its writes; with the defaults (lag 3)
-the only wait is one cycle after a frame that sends a result (`docs/rtl.md`, "Read-after-write").
+pipeline. What is lost at 4 beats comes from the pipeline's length, not from promotion: a frame to the slot
+of the frame before it waits for its writes (one cycle at the default lag of 4, eight at the deepest, lag
+11), and a frame after one that sends a result waits until that result reached the emitters (`docs/rtl.md`,
+"Read-after-write").
 
 ## Result latency
 
