@@ -414,7 +414,7 @@ class SwitchService:
 
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
         if direction == 0:
-            if self.failure is not None or (out := self._switch_call(lambda: self.switch.receive(port, frame))) is None:
+            if (out := self._switch_call(lambda: self.switch.receive(port, frame))) is None:
                 self.stats["switch_failed"] += 1
                 return
             for out_port, f in out:
