@@ -300,9 +300,12 @@ def main(argv):
     for spec, (res, path, cross, wins) in (("ring:81", cmp_ring), ("torus:8x8", cmp_torus)):
         w(f"![{spec}]({path.name})")
         w("")
-        if wins:
-            w(f"On {spec} the faster Trivance beats the faster Swing from {min(wins)} B to {max(wins)} B; "
-              f"crossover(s) at {', '.join(f'{x / 1024:.0f} KiB' for x in cross) or 'none'}.")
+        if len(wins) == len(sizes):
+            w(f"On {spec} the faster Trivance beats the faster Swing at every size from 1 KiB to 1 GiB.")
+        elif wins:
+            w(f"On {spec} the faster Trivance beats the faster Swing at {len(wins)} of the {len(sizes)} sizes, "
+              f"from {min(wins) / 1024:.0f} KiB to {max(wins) / 1024:.0f} KiB; they cross at "
+              f"{', '.join(f'{x / 1024:.0f} KiB' for x in cross)} (shaded in the plot).")
         else:
             w(f"On {spec} Swing is never slower than Trivance over 1 KiB..1 GiB.")
         w("")

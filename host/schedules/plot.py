@@ -86,8 +86,10 @@ def plot_compare(sizes, costs: dict[str, list[Cost]], path: str, title: str = ""
         ax.loglog(sizes, t, marker="o", markersize=3, label=a)
     ts = trivance_vs_swing(sizes, times)
     if ts is not None:
-        # shade from midway (in log size) to the neighbouring sizes, so an isolated win shows too
+        # a win is shaded up to the crossovers around it, or midway (in log size) to the next size
         edges = np.sqrt(sizes[1:] * sizes[:-1])
+        for x in ts["crossovers"]:
+            edges[np.searchsorted(sizes, x) - 1] = x
         lo = np.concatenate([[sizes[0]], edges])
         hi = np.concatenate([edges, [sizes[-1]]])
         won = np.isin(sizes, ts["trivance_faster"])
