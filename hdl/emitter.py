@@ -9,7 +9,7 @@ Whether a result goes out as INT32 or as binary32 (ImmDt bit 31) is known
 only once its last beat has left the slot pipeline: a promotion in the last
 beat changes every lane of the chunk. So a buffer entry holds each beat
 twice, the lanes as the slot holds them and every lane as binary32 (the
-engine converts both), and a result joins the queue of frames to send only
+engine sends both), and a result joins the queue of frames to send only
 after its last beat is in; the head's flag then picks one of the two
 copies. The entry is reserved from the first beat on, so the engine never
 overruns the buffer. Holding the start costs the result latency of one
