@@ -50,29 +50,34 @@ def _int_to_fp32():
     return IntToFP32(33)
 
 
-def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8):
+def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_table=0):
     def make():
         from inagg.hdl.switch import Switch
 
-        return Switch(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers)
-    tables = "" if (jobs, workers) == (4, 8) else f"-j{jobs}-k{workers}"
-    return Config(f"switch-p{ports}-w{width}-s{slots}-c{chunk_bytes}{tables}",
-                  f"switch P={ports} W={width} S={slots} C={chunk_bytes}" + (f" J={jobs} K={workers}" if tables else ""),
-                  make, width)
+        return Switch(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers,
+                      exc_table=exc_table)
+    slug = f"switch-p{ports}-w{width}-s{slots}-c{chunk_bytes}"
+    label = f"switch P={ports} W={width} S={slots} C={chunk_bytes}"
+    if (jobs, workers) != (4, 8):
+        slug, label = f"{slug}-j{jobs}-k{workers}", f"{label} J={jobs} K={workers}"
+    if exc_table:
+        slug, label = f"{slug}-x{exc_table}", f"{label} + cuckoo T={exc_table}"
+    return Config(slug, label, make, width)
 
 
 # The smallest switch is the one the test suite builds (tests/synth/test_synth.py).
-SMALLEST = _switch_config(1, 64, 8, 64, jobs=1, workers=2)
+SMALLEST = _switch_config(1, 64, 8, 256, jobs=1, workers=2)
 CONFIGS = [
     Config("fp32-adder", "FP32Adder", _fp32_adder, None),
     Config("int-to-fp32", "IntToFP32 (33 bit)", _int_to_fp32, None),
     SMALLEST,
     _switch_config(2, 64, 64, 256),
+    _switch_config(2, 64, 64, 256, exc_table=64),
     _switch_config(2, 256, 64, 1024),
     _switch_config(2, 512, 64, 1024),
     _switch_config(4, 512, 256, 1024),
 ]
-QUICK = CONFIGS[:4]
+QUICK = CONFIGS[:5]
 
 
 def _commit() -> str:
@@ -85,9 +90,9 @@ def build(cfg: Config, command: str) -> dict:
     """Build ``cfg`` and keep its row (figures, build time, commit, command) beside the build."""
     from inagg.hdl.synth.ecp5 import synthesize
 
-    t0 = time.perf_counter()
+    t0, commit = time.perf_counter(), _commit()  # the sources are read now, at elaboration
     r = synthesize(cfg.make(), BUILD / cfg.slug, clock_mhz=cfg.mhz, width=cfg.width)
-    row = {"result": r.as_dict(), "seconds": round(time.perf_counter() - t0), "commit": _commit(),
+    row = {"result": r.as_dict(), "seconds": round(time.perf_counter() - t0), "commit": commit,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.machine(),
            "command": command}
     (BUILD / cfg.slug / "row.json").write_text(json.dumps(row, indent=1))
@@ -134,6 +139,17 @@ def report(failures: dict[str, str]) -> str:
             f"{r['dsp']} | {core['luts']:,} + {core['carries']:,} | {core['ffs']:,} | {r['fmax_mhz']:.1f} | "
             f"{r['constraint_mhz']:.0f} | {gbps} | {row['seconds']:,} s | {row['date']}, {row['commit']}, "
             f"`{row['command']}` |")
+    lines += ["", "## The 100 Gb/s goal", "",
+              "W x Fmax of the best switch row of each width against 100 Gb/s; what limits each width is in",
+              "`docs/synth.md` (\"What limits Fmax\", \"The 100 Gb/s goal\").", "",
+              "| W | Fmax for 100 Gb/s (MHz) | best measured Fmax (MHz) | W x Fmax (Gb/s) | share of the goal |",
+              "|---:|---:|---:|---:|---:|"]
+    for width in sorted({c.width for c in CONFIGS if c.width}):
+        built = [rows[c.slug]["result"]["fmax_mhz"] for c in CONFIGS if c.width == width and c.slug in rows]
+        best = max(built, default=None)
+        measured = (f"{best:.1f} | {width * best / 1000:.1f} | {width * best / 1e5:.0%}" if best is not None
+                    else "not built yet | | ")
+        lines.append(f"| {width} | {1e5 / width:,.0f} | {measured} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -141,13 +157,13 @@ def report(failures: dict[str, str]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="only the small configurations")
-    ap.add_argument("--only", help="build only the configurations whose label or slug contains this text")
+    ap.add_argument("--only", help="build only the configuration of this slug, or those whose label contains this text")
     ap.add_argument("--report", action="store_true", help="build nothing; rewrite the report from the kept rows")
     args = ap.parse_args(argv)
     command = " ".join(["bench/synth.py", *(sys.argv[1:] if argv is None else argv)])
     configs = [] if args.report else QUICK if args.quick else CONFIGS
     if args.only:
-        configs = [c for c in configs if args.only in c.label or args.only in c.slug]
+        configs = [c for c in configs if args.only == c.slug or args.only in c.label]
     failures = {}
     for i, cfg in enumerate(configs):
         print(f"[{i + 1}/{len(configs)}] {cfg.label} ...", flush=True)

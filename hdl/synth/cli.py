@@ -13,7 +13,8 @@ __all__ = ["register", "CORES"]
 
 # Core name -> what it builds (see _make_core).
 CORES = {
-    "switch": "the switch top (inagg.hdl.switch.Switch) with --ports/--width/--slots/--chunk-bytes/--jobs/--workers",
+    "switch": "the switch top (inagg.hdl.switch.Switch) with --ports/--width/--slots/--chunk-bytes/--jobs/--workers"
+              " and, with --exc-table, the cuckoo exception path",
     "fp32-adder": "the pipelined binary32 adder of the promoted lanes (inagg.hdl.fp32.FP32Adder)",
     "int-to-fp32": "the 33-bit integer to binary32 converter (inagg.hdl.fp32.IntToFP32)",
 }
@@ -24,7 +25,7 @@ def _make_core(args: argparse.Namespace):
         from inagg.hdl.switch import Switch
 
         return Switch(ports=args.ports, width=args.width, slots=args.slots, chunk_bytes=args.chunk_bytes,
-                      jobs=args.jobs, workers=args.workers)
+                      jobs=args.jobs, workers=args.workers, exc_table=args.exc_table)
     if args.core == "fp32-adder":
         from inagg.hdl.fp32 import FP32Adder
 
@@ -100,6 +101,8 @@ def register(sub) -> None:
     p.add_argument("--chunk-bytes", type=int, default=256)
     p.add_argument("--jobs", type=int, default=4, help="jobs the tables hold (default %(default)s)")
     p.add_argument("--workers", type=int, default=8, help="most workers per job (default %(default)s)")
+    p.add_argument("--exc-table", type=int, default=0,
+                   help="entries per cuckoo table of the exception path (default 0: none)")
     p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-module synthesis")
     p.add_argument("--json", action="store_true", help="machine-readable result")
