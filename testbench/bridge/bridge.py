@@ -6,7 +6,9 @@ wakes, :meth:`FrameBridge.pull` takes every finished frame out of the egress
 rings and :meth:`FrameBridge.push` copies queued frames into free ingress
 rows. One wake costs one read of the harness's ``status`` word, one write of
 its ``control`` word, and one simulator access per frame moved, whatever
-the number of beats. Between wakes the simulator runs alone:
+the number of beats: a row crosses as 32-bit words
+(:class:`~inagg.testbench.bridge.vpi.RowMemory`), not as cocotb's string
+of bits. Between wakes the simulator runs alone:
 :meth:`FrameBridge.wait` sleeps until the harness's alarm, which rings when
 an egress ring is half full, when an ingress ring that frames wait for runs
 empty, or after a given number of cycles.
@@ -25,10 +27,12 @@ from collections import Counter as Tally
 from collections import deque
 
 import cocotb
+import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
 from .harness import COUNT_BITS, RingGeometry
+from .vpi import RowMemory
 
 __all__ = ["FrameBridge", "CLOCK_NS"]
 
@@ -44,10 +48,13 @@ class FrameBridge:
         self.dut = dut
         self.ports, self.depth, self.frame_bytes = harness.ports, harness.depth, harness.frame_bytes
         self.port_bits, self.order_depth = harness.port_bits, harness.order_depth
-        self._len_shift = harness.beats * harness.width
         self._beats = harness.beats
-        self._iring = [getattr(dut, f"i{p}_ring") for p in range(self.ports)]
-        self._oring = [getattr(dut, f"o{p}_ring") for p in range(self.ports)]
+        self._row_bits = harness.row_bits
+        self._len_word = harness.beats * harness.width // 32  # the length lane's first word
+        self._row = np.zeros(harness.row_bits // 8, np.uint8)  # the row being written, as bytes
+        self._ring_names = harness.ring_names
+        self._iring: list[RowMemory] = []  # in start(): the simulator must be running
+        self._oring: list[RowMemory] = []
         self._status, self._control, self.alarm = dut.status, dut.control, dut.alarm
         self._tails = [0] * (2 * self.ports)  # ingress tails, then egress tails
         self._heads = [0] * self.ports        # ingress heads at the last pull
@@ -64,6 +71,8 @@ class FrameBridge:
     async def start(self) -> None:
         """Start the clock (in the simulator, not in Python) and reset the harness."""
         dut = self.dut
+        rings = [RowMemory(f"{dut._name}.{name}", self.depth, self._row_bits) for name in self._ring_names]
+        self._iring, self._oring = rings[:self.ports], rings[self.ports:]
         self._write_control()
         cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns", impl="gpi").start())
         dut.rst.value = 1
@@ -101,7 +110,7 @@ class FrameBridge:
         count = (status >> (2 * P * COUNT_BITS)) & 0xFFFFFFFF
         self.cycle = status >> (2 * P * COUNT_BITS + 32)
         got = []
-        shift, fb = self._len_shift, self.frame_bytes
+        fb, lw = self.frame_bytes, self._len_word
         for p in range(P):
             head = (status >> (COUNT_BITS * (P + p))) & _MASK
             tail = self._tails[P + p]
@@ -109,12 +118,12 @@ class FrameBridge:
                 continue
             ring = self._oring[p]
             while tail != head:
-                row = ring[tail % self.depth].value.to_unsigned()
-                n = (row >> shift) & _MASK
+                row = ring.read(tail % self.depth)
+                n = int(row[lw]) & _MASK
                 if n > fb:
                     self.stats["truncated"] += 1
                 else:
-                    got.append((p, (row & ((1 << 8 * n) - 1)).to_bytes(n, "little")))
+                    got.append((p, row.astype("<u4", copy=False).tobytes()[:n]))
                 tail = (tail + 1) % _MOD
             self._tails[P + p] = tail
         new = (count - self._order_seen) % (1 << 32)
@@ -129,7 +138,8 @@ class FrameBridge:
 
     def push(self) -> None:
         """Copy queued frames into the free ingress rows (by the heads :meth:`pull` read)."""
-        shift = self._len_shift
+        row = self._row
+        words = row.view("<u4")
         for p in range(self.ports):
             q = self.queues[p]
             if not q:
@@ -139,7 +149,10 @@ class FrameBridge:
             ring = self._iring[p]
             for _ in range(min(free, len(q))):
                 frame = q.popleft()
-                ring[tail % self.depth].value = int.from_bytes(frame, "little") | len(frame) << shift
+                row[:] = 0
+                row[:len(frame)] = np.frombuffer(frame, np.uint8)
+                words[self._len_word] = len(frame)
+                ring.write(tail % self.depth, words)
                 tail = (tail + 1) % _MOD
             self._tails[p] = tail
 
@@ -158,12 +171,12 @@ class FrameBridge:
 
     async def wait(self, cycles: int) -> None:
         """Sleep until an egress ring is half full, an ingress ring with frames waiting for it runs empty,
-        or ``cycles`` cycles pass (at most :attr:`flush_cycles`).
+        or ``cycles`` cycles pass (at least 1, at most :attr:`flush_cycles`).
 
         Hands the tails and the order acknowledgement of the last
         :meth:`pull` / :meth:`push` to the harness first.
         """
-        self._wake_at = (self.cycle + max(0, min(cycles, self.flush_cycles))) & 0xFFFFFFFF
+        self._wake_at = (self.cycle + max(1, min(cycles, self.flush_cycles))) & 0xFFFFFFFF
         self._wake_rx = bool(self.backlog)
         self._write_control()
         await self.alarm.value_change

@@ -74,15 +74,22 @@ def _check_fst() -> None:
 def _sources(params: HarnessParams) -> dict[str, str]:
     """The harness's Verilog and Verilator control file (generated once per process: it takes seconds)."""
     from amaranth.back import verilog
+    from amaranth.lib.wiring import In
 
     from .harness import BridgeHarness
 
     harness = BridgeHarness(**asdict(params))
-    # What the testbench reaches through VPI: the harness's ports and rings, nothing inside the switch.
-    public = ["clk", "rst", *harness.signature.members.keys(), *harness.geometry.ring_names]
+    g = harness.geometry
+    # What the testbench reaches through VPI: the harness's ports and rings, nothing inside the switch. Only
+    # what it writes is writable: Verilator evaluates the logic that reads a writable signal again at every
+    # eval call, as it does for an input.
+    members = harness.signature.members
+    writes = ["clk", "rst", *(name for name, m in members.items() if m.flow == In), *g.ring_names[:g.ports]]
+    reads = [*(name for name, m in members.items() if m.flow != In), *g.ring_names[g.ports:]]
+    rules = [("public_flat_rw", name) for name in writes] + [("public_flat_rd", name) for name in reads]
     return {f"{TOPLEVEL}.v": verilog.convert(harness, name=TOPLEVEL, emit_src=False),
-            f"{TOPLEVEL}.vlt": "`verilator_config\n" + "".join(f'public_flat_rw -module "{TOPLEVEL}" -var "{name}"\n'
-                                                                for name in public)}
+            f"{TOPLEVEL}.vlt": "`verilator_config\n" + "".join(f'{rule} -module "{TOPLEVEL}" -var "{name}"\n'
+                                                                for rule, name in rules)}
 
 
 def build(params: HarnessParams, *, waves: str | None = None):
