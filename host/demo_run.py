@@ -140,7 +140,7 @@ def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
     data = {job.job: _tensors(cfg, j) for j, job in enumerate(p.jobs)}
     rtl = None
     if cfg.switch == "rtl":
-        outcomes, counters, moved, rtl = _run_rtl(cfg, p, data)
+        outcomes, counters, moved, rtl = _run_rtl(cfg, p, data, progress)
     else:
         run = _run_netns if cfg.net == "netns" else _run_memory
         outcomes, counters, moved = run(cfg, p, data, progress)
@@ -151,15 +151,20 @@ def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
     return summary
 
 
-def _run_rtl(cfg, p, data):
+def _run_rtl(cfg, p, data, progress):
     # The RTL needs Amaranth, cocotb and Verilator: imported here only, so the host library never loads them.
     from inagg.testbench.toolchain import MissingTool
 
+    inputs = {w.port: data[job.job][r] for job in p.jobs for r, w in enumerate(job.workers)}
+    lanes = p.switch.lanes
+    # Every worker's chunks: the memory transport counts the results the workers took, netns the results sent.
+    total = len(inputs) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
     try:
         from inagg.testbench.bridge.run import run_rtl
-        inputs = {w.port: data[job.job][r] for job in p.jobs for r, w in enumerate(job.workers)}
-        out = run_rtl(p, inputs, width=cfg.width, net=cfg.net, faults=cfg.faults(), seed=cfg.seed,
-                      compare=cfg.compare, waves=cfg.waves, pcap=cfg.pcap)
+        with _progress_bar(progress, total) as bar:
+            tick = None if bar is None else (lambda done: bar(min(done, total)))
+            out = run_rtl(p, inputs, width=cfg.width, net=cfg.net, faults=cfg.faults(), seed=cfg.seed,
+                          compare=cfg.compare, waves=cfg.waves, pcap=cfg.pcap, progress=tick)
     except (MissingTool, ImportError) as e:
         raise RtlUnavailable(f"the RTL switch cannot be simulated here: {e}") from e
     outcomes = {port: _Outcome(out.results[port], out.exponents[port], out.stats[port]) for port in out.results}

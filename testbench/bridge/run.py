@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from ...host.worker import Timing
 from ...models.protocol import Counter
 from .bridge import CLOCK_NS
 from .build import HarnessParams, build, run, wave_format
-from .session import JOB_ENV, Job, Outcome
+from .session import JOB_ENV, Job, Outcome, read_progress
 
 __all__ = ["harness_params", "rtl_timing", "netns_timing", "run_rtl"]
 
@@ -50,6 +52,7 @@ def rtl_timing(plan: Plan, width: int) -> Timing:
 
 
 _START_TIMEOUT = 120.0  # seconds for the simulator to come up and create the TAP devices
+_PROGRESS_POLL = 0.2  # seconds between two looks at the simulation's progress file
 
 
 def netns_timing(plan: Plan) -> Timing:
@@ -67,7 +70,8 @@ def netns_timing(plan: Plan) -> Timing:
 
 def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: str = "memory",
             faults: Faults | None = None, seed: int = 0, timing: Timing | None = None, compare: bool = False,
-            waves: str | os.PathLike | None = None, pcap: str | None = None) -> Outcome:
+            waves: str | os.PathLike | None = None, pcap: str | None = None,
+            progress: Callable[[int], None] | None = None) -> Outcome:
     """All-reduce ``data`` (float32, by worker port) through the RTL switch configured with ``plan``.
 
     ``net`` is ``"memory"`` (the workers run inside the simulation, in
@@ -76,7 +80,10 @@ def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: s
     ``compare`` runs the model switch on the same traffic (see
     :class:`~inagg.testbench.bridge.compare.LiveCompare`); ``waves`` names a
     waveform file for the run (``.fst``, or ``.vcd``); ``pcap`` a capture of every frame on
-    the link. Raises ``AssertionError`` when the simulation fails (the
+    the link. ``progress(n)``, when given, is called from another thread a
+    few times a second while the simulation runs: ``n`` is the chunks the
+    workers completed (with ``net="netns"``: the result frames the switch
+    sent). Raises ``AssertionError`` when the simulation fails (the
     simulator's log says why) and what a worker raises.
     """
     if net not in ("memory", "netns"):
@@ -93,7 +100,8 @@ def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: s
         job = Job(plan=plan, harness=params.__dict__.copy(), data=data if net == "memory" else {},
                   timing=timing or rtl_timing(plan, width), faults=faults or Faults(), seed=seed, compare=compare,
                   pcap=pcap, out=str(tmp / "out.pkl"), net=net, tag=uuid.uuid4().hex[:6],
-                  ready=str(tmp / "ready"), stop=str(tmp / "stop"))
+                  ready=str(tmp / "ready"), stop=str(tmp / "stop"),
+                  progress=str(tmp / "progress") if progress is not None else "")
         with open(tmp / "job.pkl", "wb") as f:
             pickle.dump(job, f)
         env = {JOB_ENV: str(tmp / "job.pkl")}
@@ -101,11 +109,21 @@ def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: s
         def simulate() -> None:
             run(runner, folder, "inagg.testbench.bridge.session", waves_file=waves, env=env)
 
-        if net == "memory":
-            simulate()
-            workers = None
-        else:
-            workers = _netns_workers(job, data, simulate)
+        done = threading.Event()
+        watcher = None
+        if progress is not None:
+            watcher = threading.Thread(target=_watch, args=(job.progress, progress, done), name="inagg-rtl-progress")
+            watcher.start()
+        try:
+            if net == "memory":
+                simulate()
+                workers = None
+            else:
+                workers = _netns_workers(job, data, simulate)
+        finally:
+            done.set()
+            if watcher is not None:
+                watcher.join()
         with open(job.out, "rb") as f:
             out: Outcome = pickle.load(f)
     if workers is not None:
@@ -115,6 +133,19 @@ def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: s
         out.to_switch = out.counters[Counter.RX_FRAMES]
         out.to_hosts = out.counters[Counter.TX_RESULTS]
     return out
+
+
+def _watch(path: str, progress: Callable[[int], None], done: threading.Event) -> None:
+    """Hand ``progress`` every new count the simulation writes to ``path`` until ``done`` is set, and the last."""
+    last = None
+    while True:
+        finished = done.wait(_PROGRESS_POLL)
+        count = read_progress(path)
+        if count is not None and count != last:
+            progress(count)
+            last = count
+        if finished:
+            return
 
 
 @dataclass
@@ -127,7 +158,6 @@ class _WorkerOutcome:
 def _netns_workers(job: Job, data: dict[int, np.ndarray], simulate) -> dict[int, _WorkerOutcome]:
     """Run the simulator in a thread; once its TAP devices are up, one worker process per port; collect them."""
     import multiprocessing as mp
-    import threading
 
     from ...host.tap import TapTopology
 

@@ -30,9 +30,50 @@ from .bridge import CLOCK_NS, FrameBridge
 from .compare import Difference, LiveCompare
 from .harness import RingGeometry
 
-__all__ = ["Job", "Outcome", "JOB_ENV"]
+__all__ = ["Job", "Outcome", "JOB_ENV", "ProgressFile", "read_progress"]
 
 JOB_ENV = "INAGG_BRIDGE_JOB"
+_PROGRESS_PERIOD = 0.1  # wall-clock seconds between two writes of the progress file
+
+
+class ProgressFile:
+    """A running count in the first 8 bytes of a file, for the process that started the simulator to poll.
+
+    Calling it with a count writes it at most every ``_PROGRESS_PERIOD`` seconds of wall-clock time;
+    :meth:`close` writes the last count.
+    """
+
+    def __init__(self, path: str):
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._last = -_PROGRESS_PERIOD
+        self._count: int | None = None
+        self._written: int | None = None
+
+    def __call__(self, count: int) -> None:
+        self._count = count
+        now = time.monotonic()
+        if now - self._last >= _PROGRESS_PERIOD:
+            self._write()
+            self._last = now
+
+    def _write(self) -> None:
+        if self._count is not None and self._count != self._written:
+            os.pwrite(self._fd, self._count.to_bytes(8, "little"), 0)
+            self._written = self._count
+
+    def close(self) -> None:
+        self._write()
+        os.close(self._fd)
+
+
+def read_progress(path: str | os.PathLike) -> int | None:
+    """The count a :class:`ProgressFile` last wrote at ``path``, or None before its first write."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+    except FileNotFoundError:
+        return None
+    return int.from_bytes(raw, "little") if len(raw) == 8 else None
 
 
 @dataclass
@@ -53,6 +94,7 @@ class Job:
     tag: str | None = None
     ready: str = ""
     stop: str = ""
+    progress: str = ""  # a file for the count of completed chunks (ProgressFile), or none
 
 
 @dataclass
@@ -98,11 +140,14 @@ async def allreduce(dut):
         await axil.write_dword(addr, value)
 
     compare = LiveCompare(job.plan.switch, job.plan.jobs) if job.compare else None
-    with pcap_writer(job.pcap) as capture:
-        if job.net == "netns":
-            fields = await _serve_netns(job, bridge, capture, compare)
-        else:
-            fields = await _serve_memory(job, bridge, capture, compare)
+    progress = ProgressFile(job.progress) if job.progress else None
+    try:
+        with pcap_writer(job.pcap) as capture:
+            serve = _serve_netns if job.net == "netns" else _serve_memory
+            fields = await serve(job, bridge, capture, compare, progress)
+    finally:
+        if progress is not None:
+            progress.close()
     counters = {c: await axil.read_dword(regmap.counter(c)) for c in Counter}
     differences = compare.finish(counters) if compare is not None else None
     outcome = Outcome(**fields, counters=counters, bridge=dict(bridge.stats), differences=differences,
@@ -112,15 +157,18 @@ async def allreduce(dut):
         pickle.dump(outcome, f)
 
 
-async def _serve_memory(job: Job, bridge: FrameBridge, capture, compare) -> dict:
+async def _serve_memory(job: Job, bridge: FrameBridge, capture, compare, progress) -> dict:
     from .memory import serve_memory
 
     ops = {}
     for spec in job.plan.jobs:
         for r, w in enumerate(spec.workers):
             ops[w.port] = AllReduce(Worker(job.plan.switch, spec, r, timing=job.timing), job.data[w.port])
+    # Chunks done, counted as the model demo counts them: the results the workers took.
+    tick = None if progress is None else (lambda: progress(sum(op.worker.stats["results"] for op in ops.values())))
     wall, cpu = time.perf_counter(), time.process_time()
-    run = await serve_memory(bridge, ops, faults=job.faults, seed=job.seed, capture=capture, compare=compare)
+    run = await serve_memory(bridge, ops, faults=job.faults, seed=job.seed, capture=capture, compare=compare,
+                             progress=tick)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return dict(results={p: op.result() for p, op in ops.items()}, exponents={p: op.exponent for p, op in ops.items()},
                 stats={p: op.worker.stats for p, op in ops.items()}, link=run.link, to_switch=run.to_switch,
@@ -128,7 +176,7 @@ async def _serve_memory(job: Job, bridge: FrameBridge, capture, compare) -> dict
                 wall_time=wall, cpu_time=cpu)
 
 
-async def _serve_netns(job: Job, bridge: FrameBridge, capture, compare) -> dict:
+async def _serve_netns(job: Job, bridge: FrameBridge, capture, compare, progress) -> dict:
     """Serve worker processes in namespaces (started by the caller once ``job.ready`` exists) until ``job.stop``."""
     from cocotb.simtime import get_sim_time
 
@@ -141,7 +189,7 @@ async def _serve_netns(job: Job, bridge: FrameBridge, capture, compare) -> dict:
         start = round(get_sim_time("ns")) // CLOCK_NS
         wall, cpu = time.perf_counter(), time.process_time()
         link = await serve_taps(bridge, topo.taps, stop=lambda: os.path.exists(job.stop), faults=job.faults,
-                                seed=job.seed, capture=capture, compare=compare)
+                                seed=job.seed, capture=capture, compare=compare, progress=progress)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     # The workers report their own results and counters to the caller.
     return dict(results={}, exponents={}, stats={}, link=link, to_switch=0, to_hosts=0,

@@ -32,10 +32,12 @@ _POLL = 0.05  # seconds of the longest wait on the TAP devices (the stop check r
 async def serve_taps(bridge: FrameBridge, taps: Mapping[int, TapPort], *, stop: Callable[[], bool],
                      faults: Faults | None = None, seed: int = 0,
                      capture: Callable[[float, bytes], None] | None = None,
-                     compare: LiveCompare | None = None) -> dict:
+                     compare: LiveCompare | None = None, progress: Callable[[int], None] | None = None) -> dict:
     """Serve the RTL on ``taps`` (by switch port) until ``stop()`` is true; returns the link's fault counts.
 
-    ``stop`` is looked at whenever the switch has nothing to do.
+    ``stop`` is looked at whenever the switch has nothing to do;
+    ``progress(n)`` is called after every wake that brought frames out of
+    the switch, with the number of frames it sent so far.
     """
     link = LossyLink(faults, seed)
     held = HeldFrames()
@@ -61,9 +63,12 @@ async def serve_taps(bridge: FrameBridge, taps: Mapping[int, TapPort], *, stop: 
         while (frame := taps[port].recv_nowait()) is not None:
             cross(0, port, frame)
 
-    quiet = 0
+    quiet = sent = 0
     while True:
         got = bridge.pull()
+        if got and progress is not None:
+            sent += len(got)
+            progress(sent)
         if compare is not None and bridge.order:
             compare.taken(bridge.order)
             bridge.order.clear()

@@ -44,3 +44,18 @@ def test_frames_no_port_carries_are_counted_not_queued():
     assert bridge.send(0, bytes(g.frame_bytes)) and bridge.send(1, b"\x01")
     assert not bridge.send(0, bytes(g.frame_bytes + 1)) and not bridge.send(1, b"")
     assert bridge.stats == {"oversize": 1, "empty": 1} and bridge.backlog == 2
+
+
+def test_the_progress_file_holds_the_last_count(tmp_path):
+    from inagg.testbench.bridge.session import ProgressFile, read_progress
+
+    path = tmp_path / "progress"
+    assert read_progress(path) is None
+    path.write_bytes(b"\x01\x02")  # a write under way
+    assert read_progress(path) is None
+    progress = ProgressFile(str(path))
+    progress(3)
+    assert read_progress(path) == 3
+    progress(4)  # within the period, or not: close writes it
+    progress.close()
+    assert read_progress(path) == 4

@@ -27,7 +27,8 @@ def test_allreduce_under_faults_is_exact_and_frame_for_frame_the_model():
     n = 48 * 1024  # 192 KiB per worker
     data = {w.port: rng.integers(-1000, 1000, n).astype(np.float32) for w in p.jobs[0].workers}
     faults = Faults(loss=0.02, dup=0.02, reorder=0.05, corrupt=0.01)
-    out = run_rtl(p, data, width=WIDTH, faults=faults, seed=5, compare=True)
+    seen = []
+    out = run_rtl(p, data, width=WIDTH, faults=faults, seed=5, compare=True, progress=seen.append)
     ref = np.sum(list(data.values()), axis=0, dtype=np.float64).astype(np.float32)
     for port, result in out.results.items():
         assert np.array_equal(result, ref), f"worker on port {port}"
@@ -37,6 +38,8 @@ def test_allreduce_under_faults_is_exact_and_frame_for_frame_the_model():
     assert sum(s["resent"] for s in out.stats.values()) > 0
     assert out.counters[Counter.DROP_BAD_ICRC] > 0 and out.counters[Counter.DUP_CONTRIB] > 0
     assert out.bridge == {} and out.cycles > 0
+    # The progress the caller saw: rising, ending at every result the workers took.
+    assert seen == sorted(set(seen)) and seen[-1] == sum(s["results"] for s in out.stats.values())
 
 
 def test_demo_on_the_rtl_prints_the_simulation_figures(capsys):
