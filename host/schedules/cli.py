@@ -73,14 +73,24 @@ def register(subparsers) -> None:
     p.set_defaults(func=_cmd_schedule)
 
     a = subparsers.add_parser("alltoall", help="plan a skewed all-to-all with FAST")
-    a.add_argument("--servers", type=int, required=True)
-    a.add_argument("--gpus-per-server", type=int, required=True)
+    a.add_argument("--servers", type=_positive_int, required=True)
+    a.add_argument("--gpus-per-server", type=_positive_int, required=True)
     a.add_argument("--zipf", type=float, default=0.8, help="skew of the per-source destination sizes")
     a.add_argument("--mean-bytes", type=parse_size, default=1 << 20, help="mean bytes per GPU pair")
     a.add_argument("--nic-gbps", type=float, default=400.0, help="NIC rate in Gb/s")
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=_cmd_alltoall)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return value
 
 
 def _fail(msg: str) -> int:
@@ -171,6 +181,8 @@ def _cmd_alltoall(args: argparse.Namespace) -> int:
 
     try:
         n = args.servers * args.gpus_per_server
+        if n < 2:
+            raise ValueError(f"an all-to-all needs at least 2 GPUs, not {args.servers} x {args.gpus_per_server}")
         m = alltoall.zipf_matrix(n, args.zipf, mean_bytes=args.mean_bytes, seed=args.seed)
         plan = alltoall.fast_plan(m, args.gpus_per_server)
     except (ValueError, TypeError) as e:

@@ -94,6 +94,19 @@ def test_alltoall_json(capsys):
     assert all(sorted(st["send_to"]) == [0, 1, 2, 3] for st in d["plan"])  # one-to-one: no incast
 
 
+def test_alltoall_errors(capsys):
+    with pytest.raises(SystemExit):
+        run(capsys, "alltoall", "--servers", "2", "--gpus-per-server", "0")
+    assert "argument --gpus-per-server: must be a positive integer, not '0'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run(capsys, "alltoall", "--servers", "two", "--gpus-per-server", "2")
+    assert "argument --servers: must be a positive integer, not 'two'" in capsys.readouterr().err
+    rc, _, err = run(capsys, "alltoall", "--servers", "1", "--gpus-per-server", "1")
+    assert rc == 2 and "an all-to-all needs at least 2 GPUs, not 1 x 1" in err
+    rc, _, err = run(capsys, "alltoall", "--servers", "2", "--gpus-per-server", "2", "--zipf", "-1")
+    assert rc == 2 and "zipf skew must be non-negative, not -1.0" in err
+
+
 def test_sizes():
     assert cli.parse_size("64KiB") == 65536
     assert cli.parse_sizes("1KiB..8KiB") == [1024, 2048, 4096, 8192]
