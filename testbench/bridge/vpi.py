@@ -31,6 +31,8 @@ class _Value(ctypes.Structure):
 
 def _vpi():
     lib = ctypes.CDLL(None)  # the simulator executable: its VPI functions are exported for cocotb's library
+    if not hasattr(lib, "vpi_handle_by_name"):
+        raise RuntimeError("the VPI is reachable only inside a running simulator (a cocotb test)")
     handle = ctypes.c_void_p
     for name, args, res in [("vpi_handle_by_name", [ctypes.c_char_p, handle], handle),
                             ("vpi_handle_by_index", [handle, ctypes.c_int32], handle),
@@ -45,7 +47,7 @@ def _vpi():
 class RowMemory:
     """The ``depth`` rows of ``bits`` bits of the memory at hierarchical ``path`` (public to the VPI).
 
-    Raises ``LookupError`` when the simulator has no such memory or row.
+    Raises ``LookupError`` when the simulator has no such memory or row, ``RuntimeError`` outside a simulator.
     """
 
     def __init__(self, path: str, depth: int, bits: int):

@@ -59,3 +59,10 @@ def test_the_progress_file_holds_the_last_count(tmp_path):
     progress(4)  # within the period, or not: close writes it
     progress.close()
     assert read_progress(path) == 4
+
+
+def test_ring_rows_need_a_running_simulator():
+    from inagg.testbench.bridge.vpi import RowMemory
+
+    with pytest.raises(RuntimeError, match=r"^the VPI is reachable only inside a running simulator \(a cocotb test\)$"):
+        RowMemory("inagg_bridge.i0_ring", 8, 9728)
