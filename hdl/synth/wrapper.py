@@ -14,9 +14,11 @@ bits and no board to wire them to, so :class:`ScanWrapper` gives it:
   and each output bit costs one 2-input XOR, which adds no logic level of
   note behind the core's own output registers.
 
-The wrapper thus costs exactly ``inputs + outputs`` flip-flops and about
-``outputs`` LUTs; :func:`wrapper_cost` says how many for a given core, and
-the flow also reports each module's share from a hierarchical synthesis.
+The wrapper thus costs ``inputs + outputs`` flip-flops (a few fewer when
+the last bits of the scan chain feed inputs the core ignores, which
+synthesis then removes) and about ``outputs`` LUTs; :func:`wrapper_cost`
+says how many for a given core, and the flow also reports each module's
+share from a hierarchical synthesis.
 """
 
 from __future__ import annotations
