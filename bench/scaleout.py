@@ -1,6 +1,8 @@
 """Scale-out figures: DDP through inagg against gloo, and the switch service's frame rate.
 
-Writes docs/results/scaleout.md. Run: ``.venv/bin/python bench/scaleout.py`` (needs the ``torch`` extra).
+Writes docs/results/scaleout.md. Run: ``.venv/bin/python bench/scaleout.py [--only ddp,service,rtl]``
+(``ddp`` needs the ``torch`` extra; ``rtl`` the simulation tools of the ``dev`` extra). With ``--only``,
+the other sections of the file stay as they were.
 
 1. ``examples/ddp_train.py --backend both`` under torchrun with 2 and 4 CPU
    processes: median step time and bytes each rank sends per step, inagg
@@ -10,10 +12,13 @@ Writes docs/results/scaleout.md. Run: ``.venv/bin/python bench/scaleout.py`` (ne
    4 worker processes (threads within), each worker all-reducing the same
    number of float32 elements: contribution frames in and result frames out
    per second of the service.
+3. The same with ``--backend rtl``: 4 workers on the Verilated RTL switch
+   (4 ports) at 64- and 512-bit beats.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -30,6 +35,11 @@ STEPS = 30
 WORKER_PROCESSES = 4
 ELEMENTS = 64 << 10  # float32 elements per worker and all-reduce: 256 KiB, 256 chunks
 ROUNDS = 3
+TIMEOUT = 0.2      # first retransmission timeout of the workers, seconds
+RTL_TIMEOUT = 1.0  # the simulated switch drains 128 frames in flight in a few hundred milliseconds
+RTL_WIDTHS = (64, 512)
+RTL_WORKERS = 4
+SECTIONS = ("ddp", "service", "rtl")
 
 WORKERS = r"""
 import json, os, sys, threading, time
@@ -40,8 +50,8 @@ from inagg.host.worker import Timing
 
 ticket = Ticket.from_json(os.environ["INAGG_TICKET"])
 ranks = [int(r) for r in sys.argv[1].split(",")]
-n, rounds = int(sys.argv[2]), int(sys.argv[3])
-timing = Timing(timeout=0.2, max_timeout=2.0, tries=12)
+n, rounds, timeout = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+timing = Timing(timeout=timeout, max_timeout=10 * timeout, tries=12)
 groups = {r: join(ticket, r, timing=timing) for r in ranks}
 print("ready", flush=True)
 sys.stdin.readline()
@@ -74,14 +84,21 @@ def ddp(nproc: int) -> dict:
     return json.loads(next(line for line in out.splitlines() if line.startswith("{")))
 
 
-def service_rate(workers: int) -> dict:
+def service_rate(workers: int, width: int | None = None) -> dict:
+    """The service's frame rate for one job of ``workers``; on the RTL at ``width`` bits when given."""
     from inagg.host.service import ENV_TICKET, SwitchClient
 
+    switch = (["--ports", "64", "--slots", "4096"] if width is None else
+              ["--backend", "rtl", "--ports", str(workers), "--slots", "256", "--width", str(width)])
+    # The simulator's own output (cocotb's) goes nowhere; the service logs to stderr.
     serve = subprocess.Popen([sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen", "127.0.0.1:0",
-                              "--vxlan", "127.0.0.1:0", "--ports", "64", "--slots", "4096", "--log-level",
-                              "info"], stderr=subprocess.PIPE, text=True)
+                              "--vxlan", "127.0.0.1:0", *switch, "--log-level", "info"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        addr = re.search(r"listening: control ([\d.]+:\d+)", serve.stderr.readline()).group(1)
+        while not (m := re.search(r"listening: control ([\d.]+:\d+)", line := serve.stderr.readline())):
+            if not line:
+                raise RuntimeError(f"inagg switch serve {' '.join(switch)} did not start")
+        addr = m.group(1)
         with SwitchClient(addr) as client:
             # About 128 frames in flight in all: a deeper queue only lengthens the round trip.
             ticket = client.create_job(workers, window=max(2, 128 // workers))
@@ -89,7 +106,9 @@ def service_rate(workers: int) -> dict:
             procs = []
             for k in range(min(WORKER_PROCESSES, workers)):
                 ranks = ",".join(str(r) for r in range(k, workers, WORKER_PROCESSES))
-                procs.append(subprocess.Popen([sys.executable, "-c", WORKERS, ranks, str(ELEMENTS), str(ROUNDS)],
+                timeout = TIMEOUT if width is None else RTL_TIMEOUT
+                procs.append(subprocess.Popen([sys.executable, "-c", WORKERS, ranks, str(ELEMENTS), str(ROUNDS),
+                                               str(timeout)],
                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
             for p in procs:
                 assert p.stdout.readline().strip() == "ready"
@@ -110,26 +129,13 @@ def service_rate(workers: int) -> dict:
         raise RuntimeError(f"an all-reduce through the service came out wrong with {workers} workers")
     rx = after["RX_FRAMES"] - before["RX_FRAMES"]
     tx = after["TX_RESULTS"] - before["TX_RESULTS"]
-    return {"workers": workers, "processes": len(procs), "wall_s": wall, "rx_fps": rx / wall, "tx_fps": tx / wall,
-            "retransmissions": sum(a["resent"] for a in answers)}
+    return {"workers": workers, "width": width, "processes": len(procs), "wall_s": wall, "rx_fps": rx / wall,
+            "tx_fps": tx / wall, "retransmissions": sum(a["resent"] for a in answers)}
 
 
-def main() -> int:
-    import numpy
-    import torch
-
-    load0 = os.getloadavg()[0]
+def _ddp_section() -> list[str]:
     runs = {n: ddp(n) for n in (2, 4)}
-    rates = [service_rate(n) for n in (4, 16, 64)]
-    load1 = os.getloadavg()[0]
     lines = [
-        "# Scale-out: DDP through inagg, and the switch service",
-        "",
-        f"Measured with `.venv/bin/python bench/scaleout.py` on {platform.machine()}, {os.cpu_count()} cores shared "
-        f"by every process, Python {platform.python_version()}, numpy {numpy.__version__}, torch {torch.__version__}, "
-        f"loopback only; 1-minute load average {load0:.1f} at the start and {load1:.1f} at the end (other",
-        "work shares the machine: rates vary from run to run by a factor of two or more).",
-        "",
         f"## DDP step time and bytes per rank (`examples/ddp_train.py --backend both --steps {STEPS}`)",
         "",
         "Median over the steps of forward + backward (the all-reduce included). S is the gradient's size; inagg",
@@ -150,30 +156,107 @@ def main() -> int:
                      f"{g['step_time_s'] * 1e3:.1f} ms | {a['bytes_sent_per_step']:,.0f} ({a['bytes_sent_per_step'] / s:.2f} S) | "
                      f"{g['bytes_sent_per_step']:,.0f} ({g['bytes_sent_per_step'] / s:.2f} S) | "
                      f"{2 * (n - 1) / n * s:,.0f} | {a['retransmissions']} | {r['max_loss_rel_diff']:.1e} |")
-    lines += [
+    return lines + [
         "",
         "The inagg step is slow here because the switch is the numpy model switch running in a thread of",
         "rank 0 (an embedded service) and every frame is built, checked and parsed in Python on the two",
         "shared cores; gloo adds in C++. The bytes are the point: in-network aggregation sends each",
         "gradient byte once, the ring twice (less 1/N).",
         "",
-        f"## Switch service frame rate (`inagg switch serve`, {WORKER_PROCESSES} worker processes, "
-        f"{ELEMENTS * 4 >> 10} KiB per worker, {ROUNDS} all-reduces)",
-        "",
-        "| workers | processes | wall time | contributions in | results out | retransmissions |",
-        "|---:|---:|---:|---:|---:|---:|",
     ]
+
+
+def _rate_rows(rates: list[dict]) -> list[str]:
+    lines = ["| workers | processes | wall time | contributions in | results out | retransmissions |",
+             "|---:|---:|---:|---:|---:|---:|"]
     for r in rates:
         lines.append(f"| {r['workers']} | {r['processes']} | {r['wall_s']:.2f} s | {r['rx_fps']:,.0f} frames/s | "
                      f"{r['tx_fps']:,.0f} frames/s | {r['retransmissions']:,} |")
-    lines += [
+    return lines
+
+
+def _service_section() -> list[str]:
+    rates = [service_rate(n) for n in (4, 16, 64)]
+    return [
+        f"## Switch service frame rate (`inagg switch serve`, {WORKER_PROCESSES} worker processes, "
+        f"{ELEMENTS * 4 >> 10} KiB per worker, {ROUNDS} all-reduces)",
+        "",
+        *_rate_rows(rates),
         "",
         "One service thread runs the model switch (docs/results/models.md: about 20,000 contribution",
         "frames/s alone); the worker processes compete with it for the same cores.",
         "",
     ]
-    OUT.write_text("\n".join(lines))
-    print("\n".join(lines))
+
+
+def _rtl_section() -> list[str]:
+    rates = [service_rate(RTL_WORKERS, width) for width in RTL_WIDTHS]
+    lines = [
+        f"## Switch service frame rate on the RTL (`inagg switch serve --backend rtl --ports {RTL_WORKERS} "
+        f"--slots 256 --width W`, {RTL_WORKERS} worker processes, {ELEMENTS * 4 >> 10} KiB per worker, "
+        f"{ROUNDS} all-reduces)",
+        "",
+        "| W | " + _rate_rows(rates)[0][2:],
+        "|---:" + _rate_rows(rates)[1],
+    ]
+    lines += [f"| {r['width']} " + row for r, row in zip(rates, _rate_rows(rates)[2:])]
+    return lines + [
+        "",
+        "The Verilated switch runs in a simulator child process of the service (docs/emulation.md, real",
+        "time); the service thread, the simulator and the worker processes share the two cores. Start-up",
+        "(the Verilog generation, the cached build's check, the simulator) is not in the wall time.",
+        f"The workers' first timeout is {RTL_TIMEOUT} s here ({TIMEOUT} s on the model switch); contributions in",
+        "count retransmitted frames too.",
+        "",
+    ]
+
+
+def _sections(text: str) -> dict[str, str]:
+    """The ``## `` sections of a results file by key, each with its heading."""
+    keys = {"## DDP": "ddp", "## Switch service frame rate on the RTL": "rtl", "## Switch service frame rate": "service"}
+    out = {}
+    for part in re.split(r"(?m)^(?=## )", text)[1:]:
+        out[next(k for h, k in keys.items() if part.startswith(h))] = part
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import numpy
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", type=lambda t: t.split(","), default=list(SECTIONS),
+                    help=f"sections to measure again, of {','.join(SECTIONS)} (default all)")
+    args = ap.parse_args(argv)
+    if set(args.only) - set(SECTIONS):
+        ap.error(f"--only takes sections of {','.join(SECTIONS)}, not {','.join(args.only)}")
+    try:
+        import torch
+        versions = f"numpy {numpy.__version__}, torch {torch.__version__}"
+    except ImportError:
+        if "ddp" in args.only:
+            raise
+        versions = f"numpy {numpy.__version__}"
+    kept = _sections(OUT.read_text()) if OUT.exists() else {}
+    load0 = os.getloadavg()[0]
+    build = {"ddp": _ddp_section, "service": _service_section, "rtl": _rtl_section}
+    fresh = {k: "\n".join(build[k]()) + "\n" for k in SECTIONS if k in args.only}
+    load1 = os.getloadavg()[0]
+    command = "bench/scaleout.py" + ("" if len(args.only) == len(SECTIONS) else f" --only {','.join(args.only)}")
+    lines = [
+        "# Scale-out: DDP through inagg, and the switch service",
+        "",
+        f"Measured with `.venv/bin/python {command}` on {platform.machine()}, {os.cpu_count()} cores shared "
+        f"by every process, Python {platform.python_version()}, {versions}, "
+        f"loopback only; 1-minute load average {load0:.1f} at the start and {load1:.1f} at the end (other",
+        "work shares the machine: rates vary from run to run by a factor of two or more)."
+        + ("" if len(args.only) == len(SECTIONS) else
+           f" Sections other than {', '.join(args.only)} are from an earlier run."),
+        "",
+    ]
+    parts = [fresh.get(k, kept.get(k, "")).strip("\n") for k in SECTIONS]
+    text = "\n".join(lines) + "\n" + "\n\n".join(p for p in parts if p) + "\n"
+    OUT.write_text(text)
+    print(text)
     return 0
 
 
