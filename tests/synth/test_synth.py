@@ -102,11 +102,13 @@ def test_ecp5_build_of_the_smallest_switch(tmp_path, capsys):
     assert 2000 < r["luts"] < 20000 and r["ebr"] >= 1 and 30 < r["fmax_mhz"] < 400
     assert r["timing_met"] == (r["fmax_mhz"] >= 100) and r["constraint_mhz"] == 100
     blocks = {name for name in r["modules"] if name.startswith("core.")}
-    assert {"core.control", "core.engine", "core.arbiter", "core.ingress0", "core.emitter0"} <= blocks
+    # (The arbiter of one port is wires: no cells, no row.)
+    assert {"core.control", "core.engine", "core.ingress0", "core.emitter0"} <= blocks
     # Synthesis removes the scan chain's last flip-flops when they feed inputs the core ignores.
     cost = wrapper_cost_of_smallest_switch()
     assert cost - 8 <= r["modules"]["wrapper"]["ffs"] <= cost
-    assert sum(c["ffs"] for c in r["modules"].values()) <= r["ffs"]
+    # The hierarchical synthesis optimizes less across modules than the placed, flattened one.
+    assert abs(sum(c["ffs"] for c in r["modules"].values()) - r["ffs"]) <= 0.05 * r["ffs"]
     assert (tmp_path / "top.bit").stat().st_size > 100_000
     text = format_result(ecp5.SynthResult(**r))
     assert "Fmax" in text and "W x Fmax = 64 x" in text
