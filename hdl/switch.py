@@ -177,7 +177,7 @@ class Switch(wiring.Component):
         m.d.sync += [self.order.valid.eq(taken & starting), self.order.p.port.eq(arb.grant)]
         collide = eng.events[list(Counter).index(Counter.DROP_COLLISION)]
         events = eng.events
-        room = 1
+        room = Signal(init=1)
         if self.divert is not None:
             m.submodules.divert = div = self.divert
             wiring.connect(m, div.o, arb.i[self.ports])
@@ -187,8 +187,12 @@ class Switch(wiring.Component):
                                                                           Counter.EXC_REFUSED: div.refused}))]
             # A diverted frame is not dropped: the model counts no collision when it has an exception path.
             events = Cat(*[0 if c is Counter.DROP_COLLISION else eng.events[i] for i, c in enumerate(Counter)])
-            # Frames going back never divert, and they are what empties the queue.
-            room = div.room | (arb.grant == self.ports)
+            # Admission is at the arbiter's inputs, not at the engine: the arbiter holds a frame it has
+            # offered until it is taken, so a port's frame held back in front of a full queue would keep
+            # the way back (another input) out for good. A port offers a first beat only while the queue
+            # has room, which cannot fall before that frame starts (only a frame that started diverts);
+            # the rest of a started frame always goes on.
+            m.d.comb += room.eq(div.room)
         m.d.comb += ctl.events[2 * self.ports].eq(events)
         space = []
         for p in range(self.ports):
@@ -200,7 +204,11 @@ class Switch(wiring.Component):
             wiring.connect(m, wiring.flipped(self.s[p]), ing.i)
             # Field by field: the arbiter's slot numbers include the overflow slots.
             src, dst = ing.o, arb.i[p]
-            m.d.comb += [dst.valid.eq(src.valid), src.ready.eq(dst.ready), dst.p.data.eq(src.p.data),
+            inside = Signal(name=f"inside{p}")
+            with m.If(src.valid & src.ready):
+                m.d.sync += inside.eq(~src.p.last)
+            admit = inside | room
+            m.d.comb += [dst.valid.eq(src.valid & admit), src.ready.eq(dst.ready & admit), dst.p.data.eq(src.p.data),
                          dst.p.last.eq(src.p.last)]
             m.d.comb += [getattr(dst.p.desc, name).eq(getattr(src.p.desc, name))
                          for name in src.p.desc.shape().members]
@@ -213,7 +221,7 @@ class Switch(wiring.Component):
                 ctl.events[p].eq(ing.events), ctl.events[self.ports + p].eq(emi.events),
             ]
             space.append(emi.space)
-        m.d.comb += eng.can_start.eq(Cat(*space).all() & room)
+        m.d.comb += eng.can_start.eq(Cat(*space).all())
         return m
 
 

@@ -53,10 +53,12 @@ class SimRun:
 
 
 def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, bytes]], *, width: int,
-             n_jobs: int = 4, workers: int = 8, gaps=None, pause=None, cycles: int = 400) -> SimRun:
+             n_jobs: int = 4, workers: int = 8, gaps=None, pause=None, cycles: int = 400,
+             divert_frames: int = 4) -> SimRun:
     """Configure a :class:`Switch` for ``spec`` and ``jobs``, send ``traffic`` ((port, frame), sent in
     order per port, ports concurrently), and compare with :class:`ModelSwitch`.
 
+    ``divert_frames`` sizes the exception path's queue (``spec.exception``).
     ``gaps`` and ``pause`` are functions of the port returning iterators of 0/1
     (idle cycles on ingress, ready low on egress). The run ends when every
     frame went in and no port offered a beat for ``cycles`` cycles.
@@ -64,7 +66,8 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     exc = spec.exception
     dut = Switch(ports=spec.ports, width=width, slots=spec.slots, chunk_bytes=spec.chunk_bytes, jobs=n_jobs,
                  workers=workers, **({} if exc is None else
-                                     dict(exc_table=exc.table, exc_max_kicks=exc.max_kicks, exc_stash=exc.stash)))
+                                     dict(exc_table=exc.table, exc_max_kicks=exc.max_kicks, exc_stash=exc.stash,
+                                          divert_frames=divert_frames)))
     regmap = rm.RegMap(n_jobs, workers)
     model = ModelSwitch(spec)
     for job in jobs:

@@ -17,7 +17,7 @@ from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
 from inagg.testbench.amaranth_switch import cycle, simulate
 from inagg.testbench.axil_sim import axil_read
-from inagg.testbench.collisions import collision_jobs
+from inagg.testbench.collisions import claim, collision_jobs, mixed
 from inagg.testbench.replay import DIVERTED, replay
 from inagg.testbench.traffic import contribution, lanes
 
@@ -39,6 +39,18 @@ def test_collisions_aggregate_in_overflow_slots_or_are_refused():
     assert run.counters[Counter.EXC_INSERTS] == 2 and run.counters[Counter.EXC_REFUSED] == 2
     assert run.counters[Counter.TX_RESENDS] == 1 and run.counters[Counter.DROP_COLLISION] == 0
     assert run.exception.stats["refused"] == 2
+
+
+def test_a_full_divert_queue_lets_the_diverted_frames_back_in():
+    """A one-frame queue and most contributions colliding, from both ports: a port's frame never holds the
+    arbiter in front of the full queue (which would keep the queue's frame from going back)."""
+    spec = SwitchSpec(ports=2, slots=16, chunk_bytes=CHUNK, exception=ExceptionSpec(4, 4, 2))
+    jobs = collision_jobs(spec, 1, 1, 2, 2)
+    t = claim(spec, jobs, 1, np.random.default_rng(1))
+    guests, n = mixed(spec, jobs, 1, 0.6, 12, 5, first_chunk=2)
+    run = simulate(spec, jobs, t + guests, width=512, divert_frames=1)
+    run.assert_matches()
+    assert [e & DIVERTED != 0 for e in run.order].count(True) == n == 8
 
 
 @pytest.mark.parametrize("kwargs, message", [
