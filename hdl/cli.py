@@ -13,7 +13,9 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
 
     try:
         text = generate_verilog(args.name, ports=args.ports, width=args.width, slots=args.slots,
-                                chunk_bytes=args.chunk_bytes, jobs=args.jobs, workers=args.workers)
+                                chunk_bytes=args.chunk_bytes, jobs=args.jobs, workers=args.workers,
+                                exc_table=args.exc_table, exc_max_kicks=args.exc_max_kicks, exc_stash=args.exc_stash,
+                                divert_frames=args.divert_frames)
     except ValueError as e:
         print(f"inagg verilog: error: {e}", file=sys.stderr)
         return 2
@@ -36,6 +38,13 @@ def register(subparsers) -> None:
     p.add_argument("--chunk-bytes", type=int, default=1024, help="payload bytes per contribution (default 1024)")
     p.add_argument("--jobs", type=int, default=4, help="jobs the tables hold (default 4)")
     p.add_argument("--workers", type=int, default=8, help="most workers per job (default 8)")
+    p.add_argument("--exc-table", type=int, default=0,
+                   help="entries per cuckoo table of the exception path, a power of two; 0 (default): no exception "
+                        "path, a colliding contribution is dropped (docs/exception.md)")
+    p.add_argument("--exc-max-kicks", type=int, default=16, help="longest cuckoo kick-out chain (default 16)")
+    p.add_argument("--exc-stash", type=int, default=4, help="stash entries of the exception path (default 4)")
+    p.add_argument("--divert-frames", type=int, default=4,
+                   help="colliding frames the divert queue holds while the exception engine answers (default 4)")
     p.add_argument("--name", default="inagg_switch", help="Verilog module name (default inagg_switch)")
     p.add_argument("-o", "--output", default="-", help="output file (default: standard output)")
     p.set_defaults(func=_cmd_verilog)

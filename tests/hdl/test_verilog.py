@@ -24,6 +24,24 @@ def test_refuses_bad_parameters(capsys):
                                        "not 100\n")
 
 
+def test_writes_the_top_with_an_exception_path(tmp_path):
+    out = tmp_path / "switch.v"
+    assert main(["verilog", "--ports", "2", "--width", "64", "--slots", "8", "--chunk-bytes", "256", "--jobs", "2",
+                 "--workers", "2", "--exc-table", "4", "--exc-max-kicks", "2", "--exc-stash", "1",
+                 "--divert-frames", "2", "-o", str(out)]) == 0
+    without = tmp_path / "plain.v"
+    assert main(["verilog", "--ports", "2", "--width", "64", "--slots", "8", "--chunk-bytes", "256", "--jobs", "2",
+                 "--workers", "2", "-o", str(without)]) == 0
+    # The cuckoo walker's kick counter exists only with an exception path.
+    assert "kicks" in out.read_text() and "kicks" not in without.read_text()
+
+
+def test_refuses_a_bad_exception_table(capsys):
+    assert main(["verilog", "--exc-table", "3", "-o", "-"]) == 2
+    assert capsys.readouterr().err == ("inagg verilog: error: Exception table must be 0 (no exception path) or a "
+                                       "power of two from 2 to 65536, not 3\n")
+
+
 @pytest.mark.parametrize("width", [64, 512])
 def test_lint_is_clean(tmp_path, width):
     from inagg.testbench import toolchain
