@@ -38,6 +38,7 @@ from inagg.testbench.exception.reference import Reference
 from inagg.testbench.exception.stimulus import keys_with, random_requests
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "exception.md"
+_COLLISIONS = "<!-- bench/collisions.py: begin -->"
 COMMAND = ".venv/bin/python bench/exception_engine.py"
 JOBS, SLOTS = 32, 64
 LOAD_BINS = (0.0, 0.2, 0.3, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.01)
@@ -209,6 +210,10 @@ yosys cells of the engine alone from the non-flattened synthesis.
 
 {synth}
 """
+    # bench/collisions.py keeps its own section at the end of the same file (between its markers).
+    kept = OUT.read_text() if OUT.exists() else ""
+    if _COLLISIONS in kept:
+        text = text.rstrip("\n") + "\n\n" + kept[kept.index(_COLLISIONS):]
     OUT.write_text(text)
     print(text)
     return 0
