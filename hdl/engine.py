@@ -57,7 +57,7 @@ from .control import N_COUNTERS, event_vector
 from .fp32 import FP32Adder, IntToFP32
 from .ingress import frame_desc_layout, frame_signature
 
-__all__ = ["meta_layout", "lane_word_layout", "result_desc_layout", "result_signature", "SlotEngine"]
+__all__ = ["check_fp32_latencies", "meta_layout", "lane_word_layout", "result_desc_layout", "result_signature", "SlotEngine"]
 
 
 def meta_layout(workers: int) -> data.StructLayout:
@@ -93,6 +93,11 @@ def _check_latency(what: str, latency: object, most: int) -> int:
     if not isinstance(latency, int) or isinstance(latency, bool) or not 1 <= latency <= most:
         raise ValueError(f"{what} latency must be an integer from 1 to {most}, not {latency!r}")
     return latency
+
+
+def check_fp32_latencies(convert_latency: object, add_latency: object) -> tuple[int, int]:
+    """Raise ``ValueError`` unless both are latencies :class:`SlotEngine` takes; return them."""
+    return _check_latency("Conversion", convert_latency, 4), _check_latency("Adder", add_latency, 6)
 
 
 def _delay_line(m: Module, value, shape, cycles: int, name: str, reset_less: bool = True) -> list:
@@ -169,8 +174,7 @@ class SlotEngine(wiring.Component):
             raise ValueError(f"Overflow slots must be an integer in 0..65536, not {overflow!r}")
         self._workers = workers
         self._depth = slots + overflow
-        self._convert = _check_latency("Conversion", convert_latency, 4)
-        self._add = _check_latency("Adder", add_latency, 6)
+        self._convert, self._add = check_fp32_latencies(convert_latency, add_latency)
         self.beats = chunk_bytes * 8 // width
         self.lag = 1 + self._convert + self._add
         super().__init__({

@@ -30,7 +30,7 @@ from .axis import beat_signature, check_chunk_bytes, check_slots, check_width
 from .control import AXILiteSignature, Control, event_vector
 from .divert import Divert
 from .emitter import ResultEmitter
-from .engine import SlotEngine
+from .engine import SlotEngine, check_fp32_latencies
 from .ingress import IngressPort
 
 __all__ = ["check_parameters", "exception_spec", "slot_space", "Switch", "SwitchTop", "generate_verilog"]
@@ -58,7 +58,7 @@ def slot_space(slots: int, exception: ExceptionSpec | None) -> int:
 
 
 def check_parameters(*, ports, width, slots, chunk_bytes=CHUNK_BYTES_DEFAULT, jobs=4, workers=8, exc_table=0,
-                     exc_max_kicks=16, exc_stash=4, divert_frames=4) -> None:
+                     exc_max_kicks=16, exc_stash=4, divert_frames=4, convert_latency=1, add_latency=2) -> None:
     """Raise ``ValueError`` naming the first parameter of :class:`Switch` that is out of range."""
     if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= 64:
         raise ValueError(f"Port count must be an integer in 1..64, not {ports!r}")
@@ -69,6 +69,7 @@ def check_parameters(*, ports, width, slots, chunk_bytes=CHUNK_BYTES_DEFAULT, jo
         raise ValueError(f"Job count must be an integer in 1..64, not {jobs!r}")
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
         raise ValueError(f"Workers per job must be an integer in 1..{MAX_WORKERS}, not {workers!r}")
+    check_fp32_latencies(convert_latency, add_latency)
     exception = exception_spec(exc_table, exc_max_kicks, exc_stash)
     if exception is not None:
         if exception.capacity > 1 << 16:
@@ -77,7 +78,7 @@ def check_parameters(*, ports, width, slots, chunk_bytes=CHUNK_BYTES_DEFAULT, jo
 
 
 class Switch(wiring.Component):
-    """The Mode II switch (fast path, INT32 lanes).
+    """The Mode II switch: INT32 lanes promoted to FP32 on overflow, with an optional cuckoo exception path.
 
     Parameters
     ----------
@@ -104,6 +105,9 @@ class Switch(wiring.Component):
         Stash entries, 0..64.
     divert_frames:
         Frames the exception path's queue holds, 1..64.
+    convert_latency, add_latency:
+        Cycles of each lane's INT32 -> FP32 converter (1..4) and FP32 adder
+        (1..6) in the slot engine (:class:`~inagg.hdl.engine.SlotEngine`).
 
     Members
     -------
@@ -135,10 +139,10 @@ class Switch(wiring.Component):
 
     def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
                  jobs: int = 4, workers: int = 8, exc_table: int = 0, exc_max_kicks: int = 16,
-                 exc_stash: int = 4, divert_frames: int = 4):
+                 exc_stash: int = 4, divert_frames: int = 4, convert_latency: int = 1, add_latency: int = 2):
         check_parameters(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers,
                          exc_table=exc_table, exc_max_kicks=exc_max_kicks, exc_stash=exc_stash,
-                         divert_frames=divert_frames)
+                         divert_frames=divert_frames, convert_latency=convert_latency, add_latency=add_latency)
         self.ports, self.width, self.slots, self.chunk_bytes = ports, width, slots, chunk_bytes
         self.jobs, self.workers = jobs, workers
         self.exception = exception_spec(exc_table, exc_max_kicks, exc_stash)
@@ -148,7 +152,8 @@ class Switch(wiring.Component):
                                workers=workers, job_readers=ports, event_sources=2 * ports + 1 + (inputs > ports),
                                exception=self.exception)
         self.arbiter = FrameArbiter(width, space, inputs)
-        self.engine = SlotEngine(width, chunk_bytes, slots, workers, overflow=space - slots)
+        self.engine = SlotEngine(width, chunk_bytes, slots, workers, overflow=space - slots,
+                                 convert_latency=convert_latency, add_latency=add_latency)
         self.divert = None if self.exception is None else Divert(
             width=width, chunk_bytes=chunk_bytes, slots=slots, space=space, jobs=jobs, exception=self.exception,
             frames=divert_frames)

@@ -77,6 +77,8 @@ def test_back_to_back_on_one_slot():
     (dict(chunk_bytes=100), r"^Chunk size must be one of \(256, 512, 1024, 2048, 4096\), not 100$"),
     (dict(jobs=0), r"^Job count must be an integer in 1\.\.64, not 0$"),
     (dict(workers=65), r"^Workers per job must be an integer in 1\.\.64, not 65$"),
+    (dict(convert_latency=5), r"^Conversion latency must be an integer from 1 to 4, not 5$"),
+    (dict(add_latency=0), r"^Adder latency must be an integer from 1 to 6, not 0$"),
 ])
 def test_parameters_are_checked(kwargs, message):
     params = dict(ports=2, width=64, slots=16, chunk_bytes=CHUNK)
@@ -88,6 +90,14 @@ def test_parameters_are_checked(kwargs, message):
             Switch(**params)
         del refused
         gc.collect()
+
+
+def test_fp32_latencies_reach_the_slot_engine():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        assert Switch(ports=2, width=64, slots=16, chunk_bytes=CHUNK).engine.lag == 1 + 1 + 2
+        assert Switch(ports=2, width=64, slots=16, chunk_bytes=CHUNK, convert_latency=3, add_latency=4).engine.lag == 8
+    gc.collect()
 
 
 def test_verilog_ports_are_axi_names():
