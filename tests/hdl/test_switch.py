@@ -97,7 +97,7 @@ def test_fp32_latencies_reach_the_slot_engine():
         warnings.simplefilter("ignore", UnusedElaboratable)
         assert Switch(ports=2, width=64, slots=16, chunk_bytes=CHUNK).engine.lag == 1 + 1 + 2
         assert Switch(ports=2, width=64, slots=16, chunk_bytes=CHUNK, convert_latency=3, add_latency=4).engine.lag == 8
-    gc.collect()
+        gc.collect()
 
 
 def test_verilog_ports_are_axi_names():
