@@ -16,7 +16,6 @@ pytestmark = pytest.mark.cocotb
 BUILDS = {
     "w64": dict(ports=2, width=64, slots=32, chunk_bytes=256, jobs=8, workers=4, exc_table=16, exc_max_kicks=8,
                 exc_stash=2),
-    # bench/collisions.py measures on this build too.
     "w512": dict(ports=2, width=512, slots=64, chunk_bytes=256, jobs=8, workers=2, exc_table=32, exc_max_kicks=16,
                  exc_stash=4),
 }
