@@ -222,7 +222,9 @@ class ICRCChecker(wiring.Component):
         start, valid = Signal(), Signal()
         tail_zeros, zeros = Signal(range(nbytes), reset_less=True), Signal(range(nbytes))
         m.d.sync += [
-            data.eq(Cat(*[Mux(before | (at & (j < end_byte)), masked.word_select(j, 8), 0) for j in range(nbytes)])),
+            # The beat's last byte lies before the end only in an earlier beat (``end_byte`` < nbytes).
+            data.eq(Cat(*[Mux(before | (at & (j < end_byte)) if j < nbytes - 1 else before, masked.word_select(j, 8), 0)
+                          for j in range(nbytes)])),
             start.eq(self.valid & (self.beat == 0)),
             valid.eq(self.valid & inside),
             tail_zeros.eq(Mux(at, nbytes - end_byte, 0)),
