@@ -79,6 +79,12 @@ def test_back_to_back_on_one_slot():
     (dict(workers=65), r"^Workers per job must be an integer in 1\.\.64, not 65$"),
     (dict(convert_latency=5), r"^Conversion latency must be an integer from 1 to 4, not 5$"),
     (dict(add_latency=0), r"^Adder latency must be an integer from 1 to 6, not 0$"),
+    (dict(exc_table=3), r"^Exception table must be 0 \(no exception path\) or a power of two from 2 to 65536, "
+                        r"not 3$"),
+    (dict(exc_table=4, exc_max_kicks=1025), r"^Exception kick-out bound must be an integer from 0 to 1024, not 1025$"),
+    (dict(exc_table=4, exc_stash=-1), r"^Exception stash must be an integer from 0 to 64, not -1$"),
+    (dict(exc_table=4, divert_frames=0), r"^Divert queue frames must be an integer from 1 to 64, not 0$"),
+    (dict(exc_table=32768), r"^65540 overflow slots exceed the slot engine's 65536$"),
 ])
 def test_parameters_are_checked(kwargs, message):
     params = dict(ports=2, width=64, slots=16, chunk_bytes=CHUNK)

@@ -53,25 +53,6 @@ def test_a_full_divert_queue_lets_the_diverted_frames_back_in():
     assert [e & DIVERTED != 0 for e in run.order].count(True) == n == 8
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(exc_table=3), r"^Exception table must be 0 \(no exception path\) or a power of two from 2 to 65536, "
-                        r"not 3$"),
-    (dict(exc_table=4, exc_max_kicks=1025), r"^Exception kick-out bound must be an integer from 0 to 1024, not 1025$"),
-    (dict(exc_table=4, exc_stash=-1), r"^Exception stash must be an integer from 0 to 64, not -1$"),
-    (dict(exc_table=4, divert_frames=0), r"^Divert queue frames must be an integer from 1 to 64, not 0$"),
-    (dict(exc_table=32768), r"^65540 overflow slots exceed the slot engine's 65536$"),
-])
-def test_exception_parameters_are_checked(kwargs, message):
-    params = dict(ports=2, width=64, slots=16, chunk_bytes=CHUNK)
-    params.update(kwargs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnusedElaboratable)
-        with pytest.raises(ValueError, match=message) as refused:
-            Switch(**params)
-        del refused
-        gc.collect()
-
-
 @pytest.mark.parametrize("table, stash, space", [(4, 2, 26), (256, 4, 532)])
 def test_overflow_slots_follow_the_fast_slots(table, stash, space):
     with warnings.catch_warnings():
