@@ -1,13 +1,17 @@
 """Utilization and Fmax of the gateware on an ECP5-85F, per configuration.
 
 Writes docs/results/synth.md. Run: ``make synth-report`` (or
-``.venv/bin/python bench/synth.py [--quick] [--only TEXT]``). Each
-configuration is one full YoWASP build (synthesis, place and route,
-bitstream) into ``build/synth-report/<slug>/``, whose figures are kept
-there as ``row.json`` with the commit they were built from. The report is
-written from every configuration's latest row, so that builds of hours can
-be run one at a time (``--only``) and a partial run never drops the rows
-of earlier ones; ``--report`` only rewrites the report from the rows.
+``.venv/bin/python bench/synth.py [--quick] [--only TEXT] [--synth-only [WHY]]``).
+Each configuration is one full YoWASP build (synthesis, place and route,
+bitstream) into ``build/synth-report/<slug>/``, or with ``--synth-only``
+one that stops after nextpnr's packer (utilization, no Fmax; a design too
+large for the device is reported so, whatever the flag). Its figures are
+kept, with the date, commit and command of the build, as
+``docs/results/synth/<slug>.json``, a committed folder, so that a lost
+build folder loses no row. The report is written from every
+configuration's row, so that builds of hours can be run one at a time
+(``--only``) and a partial run never drops the rows of earlier ones;
+``--report`` only rewrites the report from the rows.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -25,6 +30,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results" / "synth.md"
 BUILD = ROOT / "build" / "synth-report"
+ROWS = ROOT / "docs" / "results" / "synth"
 
 
 @dataclass(frozen=True)
@@ -86,20 +92,35 @@ def _commit() -> str:
     return p.stdout.strip() + ("+" if dirty else "") if p.returncode == 0 else "?"
 
 
-def build(cfg: Config, command: str) -> dict:
-    """Build ``cfg`` and keep its row (figures, build time, commit, command) beside the build.
+def build(cfg: Config, command: str, unplaced: str | None = None) -> dict:
+    """Build ``cfg`` and keep its row (figures, build time, commit, command) in ``ROWS``.
 
-    A row may also hold a ``note`` (what the build's sources lacked, say), which the report prints.
+    ``unplaced`` (why) stops the build after packing. A row may hold a
+    ``note``, which the report prints: why it has no Fmax, for one.
     """
     from inagg.hdl.synth.ecp5 import synthesize
 
     t0, commit = time.perf_counter(), _commit()  # the sources are read now, at elaboration
-    r = synthesize(cfg.make(), BUILD / cfg.slug, clock_mhz=cfg.mhz, width=cfg.width)
+    r = synthesize(cfg.make(), BUILD / cfg.slug, clock_mhz=cfg.mhz, width=cfg.width, place=unplaced is None)
     row = {"result": r.as_dict(), "seconds": round(time.perf_counter() - t0), "commit": commit,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.machine(),
            "command": command}
-    (BUILD / cfg.slug / "row.json").write_text(json.dumps(row, indent=1))
+    if not r.placed:
+        row["note"] = "synthesis only: " + (unplaced if r.fits() else "does not fit: " + _overuse(r.as_dict()))
+    ROWS.mkdir(parents=True, exist_ok=True)
+    (ROWS / f"{cfg.slug}.json").write_text(json.dumps(row, indent=1) + "\n")
     return row
+
+
+def _overuse(r: dict) -> str:
+    names = {"luts": "LUT4", "ffs": "FF", "ebr": "EBR", "dsp": "DSP"}
+    return ", ".join(f"{r[k]:,} {label} > {r[k + '_avail']:,}" for k, label in names.items() if r[k] > r[k + "_avail"])
+
+
+def fp32_cells(modules: dict) -> dict:
+    """Cells of the slot engine's FP32 units (``core.engine.conv<k>``, ``core.engine.add<k>``) and their count."""
+    units = [c for name, c in modules.items() if re.fullmatch(r"core\.engine\.(conv|add)\d+", name)]
+    return {"units": len(units), **{k: sum(c[k] for c in units) for k in ("luts", "carries", "ffs")}}
 
 
 def _core_cells(modules: dict) -> dict:
@@ -110,7 +131,7 @@ def _core_cells(modules: dict) -> dict:
 
 def report(failures: dict[str, str]) -> str:
     """docs/results/synth.md from every configuration's latest row."""
-    rows = {c.slug: json.loads(p.read_text()) for c in CONFIGS if (p := BUILD / c.slug / "row.json").exists()}
+    rows = {c.slug: json.loads(p.read_text()) for c in CONFIGS if (p := ROWS / f"{c.slug}.json").exists()}
     tools = next((r["result"]["tools"] for r in rows.values()), {})
     lines = [
         "# Synthesis on Lattice ECP5 (LFE5UM5G-85F, speed 8)",
@@ -123,6 +144,10 @@ def report(failures: dict[str, str]) -> str:
         "feed inputs the core ignores) plus about one LUT4 per output bit;",
         "the core columns are yosys cells of the core alone from a non-flattened synthesis (LUT4 + carry pairs).",
         "nextpnr runs with `--timing-allow-fail`: Fmax is what the placed design reaches, met or not.",
+        "A row marked \"synthesis only\" stopped after nextpnr's packer (`--synth-only`, or a design larger than",
+        "the device): its utilization is nextpnr's count of the packed cells, as in a placed row, and it has no Fmax.",
+        "The rows are kept in `docs/results/synth/<slug>.json`. A row \"recovered from the report\" was built before",
+        "that folder existed and its build folder is lost: only the report's columns survive (no per-module cells).",
         "",
         "| configuration | LUT4 | FF | EBR | DSP | core LUT4 + CCU2C | core FF | Fmax (MHz) | constraint"
         " | W x Fmax (Gb/s) | build time | built |",
@@ -137,26 +162,42 @@ def report(failures: dict[str, str]) -> str:
             continue
         row = rows[cfg.slug]
         r, core = row["result"], _core_cells(row["result"]["modules"])
-        gbps = f"{r['width'] * r['fmax_mhz'] / 1000:.1f}" if r["width"] else "-"
+        placed = r.get("placed", True)
+        fmax = f"{r['fmax_mhz']:.1f}" if placed else "-"
+        gbps = f"{r['width'] * r['fmax_mhz'] / 1000:.1f}" if r["width"] and placed else "-"
+        notes = "".join(f"; {row[k]}" for k in ("note", "recovered") if k in row)
         lines.append(
             f"| {cfg.label} | {r['luts']:,} ({100 * r['luts'] / r['luts_avail']:.1f}%) | {r['ffs']:,} | {r['ebr']} | "
-            f"{r['dsp']} | {core['luts']:,} + {core['carries']:,} | {core['ffs']:,} | {r['fmax_mhz']:.1f} | "
+            f"{r['dsp']} | {core['luts']:,} + {core['carries']:,} | {core['ffs']:,} | {fmax} | "
             f"{r['constraint_mhz']:.0f} | {gbps} | {row['seconds']:,} s | {row['date']}, {row['commit']}, "
-            f"`{row['command']}`{'; ' + row['note'] if 'note' in row else ''} |")
+            f"`{row['command']}`{notes} |")
     lines += ["", "The FP32 units alone, at every latency, are in `docs/results/fp32.md`; the cuckoo exception engine",
               "alone in `docs/results/exception.md`. Without the FP32 units in the slot engine, the switch at",
               "P=2 W=64 S=64 C=256 took 16,706 LUT4, 4,345 FF, 14 EBR and reached 65.5 MHz (commit 9408749, the",
               "registers before their PSN copies)."]
+    fp32 = [(cfg, fp32_cells(rows[cfg.slug]["result"]["modules"]), _core_cells(rows[cfg.slug]["result"]["modules"]))
+            for cfg in CONFIGS if cfg.slug in rows]
+    fp32 = [(cfg, f, core) for cfg, f, core in fp32 if f["units"]]
+    if fp32:
+        lines += ["", "## The FP32 lanes' share", "",
+                  "Yosys cells of the slot engine's FP32 units (one `IntToFP32` and one `FP32Adder` per 32-bit lane)",
+                  "in each switch row's per-module synthesis, against the core's; a CCU2C is two LUT4 sites.", "",
+                  "| configuration | FP32 units | their LUT4 + CCU2C | their FF | share of the core's LUT4 sites |",
+                  "|---|---:|---:|---:|---:|"]
+        for cfg, f, core in fp32:
+            share = (f["luts"] + 2 * f["carries"]) / (core["luts"] + 2 * core["carries"])
+            lines.append(f"| {cfg.label} | {f['units']} | {f['luts']:,} + {f['carries']:,} | {f['ffs']:,} | "
+                         f"{share:.0%} |")
     lines += ["", "## The 100 Gb/s goal", "",
               "W x Fmax of the best switch row of each width against 100 Gb/s; what limits each width is in",
               "`docs/synth.md` (\"What limits Fmax\", \"The 100 Gb/s goal\").", "",
               "| W | Fmax for 100 Gb/s (MHz) | best measured Fmax (MHz) | W x Fmax (Gb/s) | share of the goal |",
               "|---:|---:|---:|---:|---:|"]
     for width in sorted({c.width for c in CONFIGS if c.width}):
-        built = [rows[c.slug]["result"]["fmax_mhz"] for c in CONFIGS if c.width == width and c.slug in rows]
-        best = max(built, default=None)
+        built = [rows[c.slug]["result"] for c in CONFIGS if c.width == width and c.slug in rows]
+        best = max((r["fmax_mhz"] for r in built if r.get("placed", True)), default=None)
         measured = (f"{best:.1f} | {width * best / 1000:.1f} | {width * best / 1e5:.0%}" if best is not None
-                    else "not built yet | | ")
+                    else "not placed: synthesis only (see its row) | | " if built else "not built yet | | ")
         lines.append(f"| {width} | {1e5 / width:,.0f} | {measured} |")
     lines.append("")
     return "\n".join(lines)
@@ -167,6 +208,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="only the small configurations")
     ap.add_argument("--only", help="build only the configuration of this slug, or those whose label contains this text")
     ap.add_argument("--report", action="store_true", help="build nothing; rewrite the report from the kept rows")
+    ap.add_argument("--synth-only", nargs="?", const="not placed (`--synth-only`)", metavar="WHY",
+                    help="stop each build after nextpnr's packer: utilization without Fmax; WHY goes in the row")
     args = ap.parse_args(argv)
     command = " ".join(["bench/synth.py", *(sys.argv[1:] if argv is None else argv)])
     configs = [] if args.report else QUICK if args.quick else CONFIGS
@@ -176,12 +219,13 @@ def main(argv=None) -> int:
     for i, cfg in enumerate(configs):
         print(f"[{i + 1}/{len(configs)}] {cfg.label} ...", flush=True)
         try:
-            r = build(cfg, command)["result"]
+            r = build(cfg, command, args.synth_only)["result"]
         except Exception as e:  # noqa: BLE001 - a failed build is a row of the report, not a crash
             failures[cfg.slug] = f"{type(e).__name__}: {e}".splitlines()[0]
             print(f"    failed: {failures[cfg.slug]}", flush=True)
             continue
-        print(f"    {r['luts']} LUT4, {r['ffs']} FF, {r['ebr']} EBR, {r['fmax_mhz']:.1f} MHz", flush=True)
+        fmax = f"{r['fmax_mhz']:.1f} MHz" if r["placed"] else "not placed"
+        print(f"    {r['luts']} LUT4, {r['ffs']} FF, {r['ebr']} EBR, {fmax}", flush=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(report(failures))
     print(f"wrote {OUT}")

@@ -46,9 +46,13 @@ def format_result(r) -> str:
     for key, label in (("luts", "LUT4"), ("ffs", "FF"), ("ebr", "EBR"), ("dsp", "DSP")):
         used, avail = getattr(r, key), getattr(r, f"{key}_avail")
         lines.append(f"{label:<10}{used:>9,}{avail:>9,}  {_pct(used, avail)}")
-    met = "met" if r.timing_met else "MISSED"
-    lines += ["", f"Fmax {r.fmax_mhz:.1f} MHz (constraint {r.constraint_mhz:.1f} MHz: {met})"]
-    if r.width:
+    if not r.placed:
+        fits = "fits the device" if r.fits() else "DOES NOT FIT the device"
+        lines += ["", f"not placed (stopped after packing): {fits}; no Fmax"]
+    else:
+        met = "met" if r.timing_met else "MISSED"
+        lines += ["", f"Fmax {r.fmax_mhz:.1f} MHz (constraint {r.constraint_mhz:.1f} MHz: {met})"]
+    if r.width and r.placed:
         lines.append(f"W x Fmax = {r.width} x {r.fmax_mhz:.1f} MHz = {r.width * r.fmax_mhz / 1000:.1f} Gb/s")
     if r.modules:
         lines += ["", "yosys cells per module (LUT4, CCU2C carry pairs, FF):"]
@@ -73,7 +77,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
     width = args.width if args.core == "switch" else None
     r = synthesize(core, args.out, device=args.device, speed=args.speed, clock_mhz=args.clock_mhz or 200.0, width=width,
-                   breakdown=not args.no_breakdown, seed=args.seed)
+                   breakdown=not args.no_breakdown, seed=args.seed, place=not args.pack_only)
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
     else:
@@ -105,6 +109,8 @@ def register(sub) -> None:
                    help="entries per cuckoo table of the exception path (default 0: none)")
     p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-module synthesis")
+    p.add_argument("--pack-only", action="store_true",
+                   help="stop after nextpnr's packer: utilization (also of a design too large for the device), no Fmax")
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.add_argument("--out", default="build/synth", help="build folder (default %(default)s)")
     p.set_defaults(func=_cmd_synth)

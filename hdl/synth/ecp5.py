@@ -7,6 +7,13 @@ tool chain at them -- the one place that does. nextpnr runs with
 ``--timing-allow-fail`` so that a missed clock constraint still yields a
 report (the result says whether timing was met), and with ``--report`` so
 that utilization and Fmax come from its JSON, not from scraping logs.
+
+``synthesize(..., place=False)`` stops after nextpnr's packer
+(``--pack-only``): the utilization is nextpnr's own count of the packed
+cells (from its log: the JSON report needs a placement), so it is the same
+measure as a placed row's, and it is there for a design that does not fit
+the device or whose place and route takes longer than one can wait; such a
+result has no Fmax.
 """
 
 from __future__ import annotations
@@ -122,7 +129,11 @@ class _Top(Elaboratable):
 
 @dataclass
 class SynthResult:
-    """What one build used and reached. ``*_avail`` are the device's capacities."""
+    """What one build used and reached. ``*_avail`` are the device's capacities.
+
+    ``placed`` is false for a build that stopped after packing: ``fmax_mhz``
+    and ``timing_met`` are then ``None``.
+    """
 
     device: str
     width: int | None
@@ -134,13 +145,18 @@ class SynthResult:
     ffs_avail: int
     ebr_avail: int
     dsp_avail: int
-    fmax_mhz: float
+    fmax_mhz: float | None
     constraint_mhz: float
-    timing_met: bool
+    timing_met: bool | None
     wrapper: dict = field(default_factory=dict)
     modules: dict = field(default_factory=dict)
     tools: dict = field(default_factory=dict)
     build_dir: str = ""
+    placed: bool = True
+
+    def fits(self) -> bool:
+        """Whether every counted resource is within the device's capacity."""
+        return all(getattr(self, k) <= getattr(self, f"{k}_avail") for k in _CELLS)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -158,6 +174,51 @@ def _parse_report(report: dict) -> tuple[dict, float, float]:
     # One clock domain: the wrapped core's sync domain.
     (clock,) = fmax.values() if len(fmax) == 1 else (min(fmax.values(), key=lambda c: c["achieved"]),)
     return counts, float(clock["achieved"]), float(clock["constraint"])
+
+
+_UTIL_LINE = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%$")
+
+
+def _parse_pack_log(log: str) -> dict:
+    """Counts of the first "Device utilisation" table of a nextpnr log, as :func:`_parse_report` gives them."""
+    lines = log.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if "Device utilisation" in line)
+    except StopIteration:
+        raise ValueError("nextpnr's log has no device utilisation: the packer did not finish") from None
+    util = {}
+    for line in lines[start + 1:]:
+        found = _UTIL_LINE.match(line.strip() if line.startswith("Info:") else "")
+        if not found:
+            break
+        util[found.group(1)] = {"used": int(found.group(2)), "available": int(found.group(3))}
+    counts = {}
+    for key, cell in _CELLS.items():
+        entry = util.get(cell, {"used": 0, "available": 0})
+        counts[key], counts[f"{key}_avail"] = entry["used"], entry["available"]
+    return counts
+
+
+def _run(env: dict[str, str], args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, env={**os.environ, **env}, check=check, capture_output=True, text=True)
+
+
+def _pack_only(platform: "ECP5Platform", plan, out: Path, env: dict[str, str]) -> dict:
+    # The same yosys script as the full flow, then nextpnr's packer alone. A design larger than
+    # the device makes nextpnr fail after it has printed the utilisation, which is the figure wanted.
+    plan.extract(str(out))
+    _run(env, [env["YOSYS"], "-q", "-l", "top.rpt", "top.ys"], out)
+    p = _run(env, [env["NEXTPNR_ECP5"], "--quiet", "--pack-only", "--log", "top.tim",
+                   platform._nextpnr_device_options[platform.device],
+                   "--package", platform._nextpnr_package_options[platform.package].upper(),
+                   "--speed", platform.speed, "--json", "top.json", "--lpf", "top.lpf"], out, check=False)
+    log = (out / "top.tim").read_text() if (out / "top.tim").exists() else p.stdout + p.stderr
+    try:
+        return _parse_pack_log(log)
+    except ValueError:
+        if p.returncode:
+            raise subprocess.CalledProcessError(p.returncode, p.args, p.stdout, p.stderr) from None
+        raise
 
 
 def _module_breakdown(build: Path, env: dict[str, str], name: str) -> dict[str, dict[str, int]]:
@@ -184,12 +245,15 @@ def _module_breakdown(build: Path, env: dict[str, str], name: str) -> dict[str, 
 
 def synthesize(core: wiring.Component, out_dir: str | Path, *, device: str = "LFE5UM5G-85F",
                speed: str | None = None, clock_mhz: float = 200.0, width: int | None = None,
-               breakdown: bool = True, seed: int = 1) -> SynthResult:
+               breakdown: bool = True, seed: int = 1, place: bool = True) -> SynthResult:
     """Build ``core`` inside the scan wrapper to a bitstream and return its figures.
 
     Writes everything (RTLIL, Verilog, logs, ``top.bit``, nextpnr's
-    ``report.json``) to ``out_dir``. Raises ``subprocess.CalledProcessError``
-    when a tool fails, with its log in ``out_dir``.
+    ``report.json``) to ``out_dir``. With ``place=False`` the build stops
+    after nextpnr's packer (no placement, routing or bitstream; the result
+    has no Fmax), which also gives the figures of a design too large for the
+    device. Raises ``subprocess.CalledProcessError`` when a tool fails, with
+    its log in ``out_dir``.
     """
     env = tool_env()
     platform = ECP5Platform(device, speed, clock_mhz)
@@ -197,18 +261,22 @@ def synthesize(core: wiring.Component, out_dir: str | Path, *, device: str = "LF
     cost = wrapper_cost(core)
     plan = platform.prepare(_Top(core), name="top",
                             nextpnr_opts=f"--timing-allow-fail --seed {seed} --report report.json")
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        plan.execute_local(str(out))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    counts, fmax, constraint = _parse_report(json.loads((out / "report.json").read_text()))
+    if place:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            plan.execute_local(str(out))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        counts, fmax, constraint = _parse_report(json.loads((out / "report.json").read_text()))
+        fmax, met = round(fmax, 2), fmax >= constraint
+    else:
+        counts, fmax, constraint, met = _pack_only(platform, plan, out, env), None, platform.clock_mhz, None
     modules = _module_breakdown(out, env, "top") if breakdown else {}
-    return SynthResult(device=device, width=width, **counts, fmax_mhz=round(fmax, 2), constraint_mhz=constraint,
-                       timing_met=fmax >= constraint, wrapper=cost, modules=modules, tools=tool_versions(env),
-                       build_dir=str(out))
+    return SynthResult(device=device, width=width, **counts, fmax_mhz=fmax, constraint_mhz=constraint,
+                       timing_met=met, wrapper=cost, modules=modules, tools=tool_versions(env),
+                       build_dir=str(out), placed=place)

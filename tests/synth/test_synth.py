@@ -76,6 +76,23 @@ def test_report_parsing():
         ecp5._parse_report({"utilization": {}})
 
 
+def test_pack_log_parsing_of_a_design_larger_than_the_device():
+    log = ("Info: Packing IOs..\nInfo: Device utilisation:\n"
+           "Info: \t          TRELLIS_IO:       3/    365     0%\n"
+           "Info: \t              DP16KD:     215/    208   103%\n"
+           "Info: \t        TRELLIS_COMB:  120417/  83640   143%\n"
+           "Info: \t          TRELLIS_FF:   40001/  83640    47%\n"
+           "\nERROR: Design too large\n")
+    counts = ecp5._parse_pack_log(log)
+    assert counts == {"luts": 120417, "luts_avail": 83640, "ffs": 40001, "ffs_avail": 83640, "ebr": 215,
+                      "ebr_avail": 208, "dsp": 0, "dsp_avail": 0}
+    r = ecp5.SynthResult(device="LFE5UM5G-85F", width=512, **counts, fmax_mhz=None, constraint_mhz=200.0,
+                         timing_met=None, placed=False)
+    assert not r.fits() and "DOES NOT FIT" in format_result(r) and "W x Fmax" not in format_result(r)
+    with pytest.raises(ValueError, match="no device utilisation"):
+        ecp5._parse_pack_log("Info: Packing IOs..\nERROR: no such cell\n")
+
+
 def test_vivado_project(tmp_path, capsys):
     assert cli.main(["synth", "--target", "vivado", "--core", "fp32-adder", "--out", str(tmp_path)]) == 0
     assert "create_clock -period 4.000" in (tmp_path / "constraints.xdc").read_text()
