@@ -113,8 +113,8 @@ def build(cfg: Config, command: str, unplaced: str | None = None) -> dict:
 
 
 def _overuse(r: dict) -> str:
-    names = {"luts": "LUT4", "ffs": "FF", "ebr": "EBR", "dsp": "DSP"}
-    return ", ".join(f"{r[k]:,} {label} > {r[k + '_avail']:,}" for k, label in names.items() if r[k] > r[k + "_avail"])
+    names = {"TRELLIS_COMB": "LUT4", "TRELLIS_FF": "FF", "DP16KD": "EBR", "MULT18X18D": "DSP"}
+    return ", ".join(f"{what} {names.get(cell, cell)}" for cell, what in r["overused"].items())
 
 
 def fp32_cells(modules: dict) -> dict:

@@ -153,10 +153,11 @@ class SynthResult:
     tools: dict = field(default_factory=dict)
     build_dir: str = ""
     placed: bool = True
+    overused: dict = field(default_factory=dict)
 
     def fits(self) -> bool:
-        """Whether every counted resource is within the device's capacity."""
-        return all(getattr(self, k) <= getattr(self, f"{k}_avail") for k in _CELLS)
+        """Whether the design is within the device's capacity (``overused`` names what is not)."""
+        return not self.overused and all(getattr(self, k) <= getattr(self, f"{k}_avail") for k in _CELLS)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -180,7 +181,11 @@ _UTIL_LINE = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%$")
 
 
 def _parse_pack_log(log: str) -> dict:
-    """Counts of the first "Device utilisation" table of a nextpnr log, as :func:`_parse_report` gives them."""
+    """Counts of the first "Device utilisation" table of a nextpnr log, as :func:`_parse_report` gives them.
+
+    ``overused`` lists every cell type of the table, counted or not (``TRELLIS_RAMW``, the write
+    ports of distributed RAM, say), of which the design needs more than the device has.
+    """
     lines = log.splitlines()
     try:
         start = next(i for i, line in enumerate(lines) if "Device utilisation" in line)
@@ -196,6 +201,8 @@ def _parse_pack_log(log: str) -> dict:
     for key, cell in _CELLS.items():
         entry = util.get(cell, {"used": 0, "available": 0})
         counts[key], counts[f"{key}_avail"] = entry["used"], entry["available"]
+    counts["overused"] = {cell: f"{e['used']:,} > {e['available']:,}" for cell, e in util.items()
+                          if e["used"] > e["available"]}
     return counts
 
 

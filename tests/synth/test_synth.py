@@ -85,7 +85,8 @@ def test_pack_log_parsing_of_a_design_larger_than_the_device():
            "\nERROR: Design too large\n")
     counts = ecp5._parse_pack_log(log)
     assert counts == {"luts": 120417, "luts_avail": 83640, "ffs": 40001, "ffs_avail": 83640, "ebr": 215,
-                      "ebr_avail": 208, "dsp": 0, "dsp_avail": 0}
+                      "ebr_avail": 208, "dsp": 0, "dsp_avail": 0,
+                      "overused": {"DP16KD": "215 > 208", "TRELLIS_COMB": "120,417 > 83,640"}}
     r = ecp5.SynthResult(device="LFE5UM5G-85F", width=512, **counts, fmax_mhz=None, constraint_mhz=200.0,
                          timing_met=None, placed=False)
     assert not r.fits() and "DOES NOT FIT" in format_result(r) and "W x Fmax" not in format_result(r)
