@@ -1,4 +1,4 @@
-"""Shared pytest set-up: deterministic hypothesis runs everywhere (CI and local)."""
+"""Shared pytest set-up: deterministic hypothesis runs everywhere (CI and local), the long tests first."""
 
 import os
 
@@ -14,3 +14,12 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("inagg"), derandomize=False, max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "inagg"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the tests that build RTL or synthesize it first, each group in collection order otherwise.
+
+    Under pytest-xdist (``make test`` runs two workers) the long builds then overlap the many short
+    tests instead of ending the run alone on one core.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("cocotb") is None and item.get_closest_marker("synth") is None)
