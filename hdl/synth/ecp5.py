@@ -9,11 +9,12 @@ report (the result says whether timing was met), and with ``--report`` so
 that utilization and Fmax come from its JSON, not from scraping logs.
 
 ``synthesize(..., place=False)`` stops after nextpnr's packer
-(``--pack-only``): the utilization is nextpnr's own count of the packed
-cells (from its log: the JSON report needs a placement), so it is the same
-measure as a placed row's, and it is there for a design that does not fit
-the device or whose place and route takes longer than one can wait; such a
-result has no Fmax.
+(``--pack-only``) on the per-module synthesis, flattened: the utilization
+is nextpnr's own count of the packed cells (from its log: the JSON report
+needs a placement), the measure of a placed build, less the optimizations
+across modules of a flattened synthesis. It is there for a design that
+does not fit the device or whose place and route takes longer than one
+can wait; such a result has no Fmax.
 """
 
 from __future__ import annotations
@@ -210,34 +211,37 @@ def _run(env: dict[str, str], args: list[str], cwd: Path, check: bool = True) ->
     return subprocess.run(args, cwd=cwd, env={**os.environ, **env}, check=check, capture_output=True, text=True)
 
 
-def _pack_only(platform: "ECP5Platform", plan, out: Path, env: dict[str, str]) -> dict:
-    # The same yosys script as the full flow, then nextpnr's packer alone. A design larger than
-    # the device makes nextpnr fail after it has printed the utilisation, which is the figure wanted.
+def _pack_only(platform: "ECP5Platform", plan, out: Path, env: dict[str, str]) -> tuple[dict, dict]:
+    # One synthesis, the per-module one, flattened for nextpnr's packer: at W = 512 a synthesis takes
+    # a long while, and a second, flattened one would only add its optimizations across modules. A
+    # design larger than the device makes nextpnr fail after it has printed the utilisation, which is
+    # the figure wanted.
     plan.extract(str(out))
-    _run(env, [env["YOSYS"], "-q", "-l", "top.rpt", "top.ys"], out)
+    modules = _module_breakdown(out, env, "top", then="flatten\nwrite_json top.json\n")
     p = _run(env, [env["NEXTPNR_ECP5"], "--quiet", "--pack-only", "--log", "top.tim",
                    platform._nextpnr_device_options[platform.device],
                    "--package", platform._nextpnr_package_options[platform.package].upper(),
                    "--speed", platform.speed, "--json", "top.json", "--lpf", "top.lpf"], out, check=False)
     log = (out / "top.tim").read_text() if (out / "top.tim").exists() else p.stdout + p.stderr
     try:
-        return _parse_pack_log(log)
+        return _parse_pack_log(log), modules
     except ValueError:
         if p.returncode:
             raise subprocess.CalledProcessError(p.returncode, p.args, p.stdout, p.stderr) from None
         raise
 
 
-def _module_breakdown(build: Path, env: dict[str, str], name: str) -> dict[str, dict[str, int]]:
+def _module_breakdown(build: Path, env: dict[str, str], name: str, then: str = "") -> dict[str, dict[str, int]]:
     """Yosys cells per module (LUT4, CCU2C carry pairs, flip-flops) from a non-flattened synthesis.
 
-    nextpnr counts a CCU2C as two TRELLIS_COMB, so ``luts + 2 * carries``
-    of all modules is close to the placed ``luts``.
+    nextpnr counts a CCU2C as two TRELLIS_COMB (and a distributed-RAM
+    cell as more), so ``luts + 2 * carries`` of all modules is a little
+    below the placed ``luts``. ``then``: yosys commands run after it.
     """
     script = build / f"{name}_breakdown.ys"
-    script.write_text(f"read_rtlil {name}.il\nsynth_ecp5 -noflatten -top {name}\ntee -q -o {name}_breakdown.json stat -json\n")
-    subprocess.run([env["YOSYS"], "-q", script.name], cwd=build, env={**os.environ, **env}, check=True,
-                   capture_output=True)
+    script.write_text(f"read_rtlil {name}.il\nsynth_ecp5 -noflatten -top {name}\n"
+                      f"tee -q -o {name}_breakdown.json stat -json\n{then}")
+    _run(env, [env["YOSYS"], "-q", "-l", f"{name}_breakdown.rpt", script.name], build)
     stat = json.loads((build / f"{name}_breakdown.json").read_text())
     out = {}
     for mod, s in stat["modules"].items():
@@ -259,7 +263,8 @@ def synthesize(core: wiring.Component, out_dir: str | Path, *, device: str = "LF
     ``report.json``) to ``out_dir``. With ``place=False`` the build stops
     after nextpnr's packer (no placement, routing or bitstream; the result
     has no Fmax), which also gives the figures of a design too large for the
-    device. Raises ``subprocess.CalledProcessError`` when a tool fails, with
+    device; its one synthesis is the per-module one, flattened for the
+    packer, so ``breakdown`` has no effect. Raises ``subprocess.CalledProcessError`` when a tool fails, with
     its log in ``out_dir``.
     """
     env = tool_env()
@@ -281,9 +286,9 @@ def synthesize(core: wiring.Component, out_dir: str | Path, *, device: str = "LF
                     os.environ[k] = v
         counts, fmax, constraint = _parse_report(json.loads((out / "report.json").read_text()))
         fmax, met = round(fmax, 2), fmax >= constraint
+        modules = _module_breakdown(out, env, "top") if breakdown else {}
     else:
-        counts, fmax, constraint, met = _pack_only(platform, plan, out, env), None, platform.clock_mhz, None
-    modules = _module_breakdown(out, env, "top") if breakdown else {}
+        (counts, modules), fmax, constraint, met = _pack_only(platform, plan, out, env), None, platform.clock_mhz, None
     return SynthResult(device=device, width=width, **counts, fmax_mhz=fmax, constraint_mhz=constraint,
                        timing_met=met, wrapper=cost, modules=modules, tools=tool_versions(env),
                        build_dir=str(out), placed=place)
