@@ -17,9 +17,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "inagg"))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run the tests that build RTL or synthesize it first, each group in collection order otherwise.
+    """Run the FPGA build first, then the tests that build RTL, each group in collection order otherwise.
 
     Under pytest-xdist (``make test`` runs two workers) the long builds then overlap the many short
     tests instead of ending the run alone on one core.
     """
-    items.sort(key=lambda item: item.get_closest_marker("cocotb") is None and item.get_closest_marker("synth") is None)
+    items.sort(key=lambda item: 0 if item.get_closest_marker("synth") else 1 if item.get_closest_marker("cocotb") else 2)
