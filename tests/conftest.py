@@ -22,4 +22,7 @@ def pytest_collection_modifyitems(config, items):
     Under pytest-xdist (``make test`` runs two workers) the long builds then overlap the many short
     tests instead of ending the run alone on one core.
     """
-    items.sort(key=lambda item: 0 if item.get_closest_marker("synth") else 1 if item.get_closest_marker("cocotb") else 2)
+    def rank(item):
+        return 0 if item.get_closest_marker("synth") else 1 if item.get_closest_marker("cocotb") else 2
+
+    items.sort(key=rank)
