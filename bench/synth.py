@@ -189,6 +189,18 @@ def report(failures: dict[str, str]) -> str:
             share = (f["luts"] + 2 * f["carries"]) / (core["luts"] + 2 * core["carries"])
             lines.append(f"| {cfg.label} | {f['units']} | {f['luts']:,} + {f['carries']:,} | {f['ffs']:,} | "
                          f"{share:.0%} |")
+    paths = [(cfg, rows[cfg.slug]["result"]["critical_path"]) for cfg in CONFIGS
+             if cfg.slug in rows and rows[cfg.slug]["result"].get("critical_path")]
+    if paths:
+        lines += ["", "## Worst paths", "",
+                  "nextpnr's worst path of each placed row (`top.tim`), by the blocks it crosses in turn and the delay",
+                  "when it leaves each (`core` is the switch's own glue). nextpnr names a cell after a net, so a cell at",
+                  "a block's edge may carry its neighbour's name.", "",
+                  "| configuration | delay (ns) | logic + routing (ns) | from | through |", "|---|---:|---:|---|---|"]
+        for cfg, path in paths:
+            through = " → ".join(f"{block} ({ns:.1f})" for block, ns in path["blocks"])
+            lines.append(f"| {cfg.label} | {path['ns']:.2f} | {path['logic_ns']:.2f} + {path['routing_ns']:.2f} | "
+                         f"`{path['source'].removeprefix('wrapper.')}` | {through} |")
     lines += ["", "## The 100 Gb/s goal", "",
               "W x Fmax of the best switch row of each width against 100 Gb/s; what limits each width is in",
               "`docs/synth.md` (\"What limits Fmax\", \"The 100 Gb/s goal\").", "",

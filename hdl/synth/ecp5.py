@@ -35,7 +35,7 @@ from amaranth.vendor import LatticePlatform
 
 from .wrapper import ScanWrapper, wrapper_cost
 
-__all__ = ["DEVICES", "ECP5Platform", "SynthResult", "tool_env", "tool_versions", "synthesize"]
+__all__ = ["DEVICES", "ECP5Platform", "SynthResult", "critical_path", "tool_env", "tool_versions", "synthesize"]
 
 # ECP5 devices in the caBGA381 package, all of which nextpnr-ecp5 supports.
 DEVICES = (
@@ -155,6 +155,7 @@ class SynthResult:
     build_dir: str = ""
     placed: bool = True
     overused: dict = field(default_factory=dict)
+    critical_path: dict = field(default_factory=dict)
 
     def fits(self) -> bool:
         """Whether the design is within the device's capacity (``overused`` names what is not)."""
@@ -205,6 +206,53 @@ def _parse_pack_log(log: str) -> dict:
     counts["overused"] = {cell: f"{e['used']:,} > {e['available']:,}" for cell, e in util.items()
                           if e["used"] > e["available"]}
     return counts
+
+
+_PATH_STEP = re.compile(r"^Info:\s+(clk-to-q|logic|routing|setup)\s+([\d.]+)\s+([\d.]+)\s+(?:Source|Net)\s+(\S+)")
+
+
+def _block(pin: str) -> str:
+    # nextpnr names a cell after the net yosys derived it from, "wrapper.core.engine.meta.0.0_DOA14_LUT4_B.F"
+    # (cell, then pin) is in core.engine; so a cell at a block's edge may carry its neighbour's name.
+    # The block is the hierarchy down to the switch's blocks (core.<block>).
+    parts = pin.removeprefix("wrapper.").split(".")[:-1]
+    return ".".join(parts[:2]) if parts[0] == "core" and len(parts) > 2 else parts[0]
+
+
+def critical_path(log: str) -> dict:
+    """The worst path of the clock in a nextpnr log (``top.tim``), by the blocks it crosses.
+
+    ``blocks`` lists ``[block, ns]``: each block the path enters in turn
+    (``core.engine``, ``core.ingress0``; ``core`` is the switch's own glue)
+    and the path's delay when it leaves it. Empty when the log has no
+    critical-path report (a build that was not placed).
+    """
+    lines = log.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith("Info: Critical path report for clock"))
+    except StopIteration:
+        return {}
+    steps = []
+    for line in lines[start + 2:]:
+        if not line.startswith("Info:  ") or line.startswith("Info: Critical path report"):
+            break
+        found = _PATH_STEP.match(line)
+        if found:
+            steps.append((found.group(1), float(found.group(2)), float(found.group(3)), found.group(4)))
+    if not steps:
+        return {}
+    blocks: list[list] = []
+    for kind, _, total, name in steps:
+        if kind == "routing":
+            continue
+        block = _block(name)
+        if blocks and blocks[-1][0] == block:
+            blocks[-1][1] = total
+        else:
+            blocks.append([block, total])
+    return {"ns": steps[-1][2], "logic_ns": round(sum(d for k, d, _, _ in steps if k != "routing"), 2),
+            "routing_ns": round(sum(d for k, d, _, _ in steps if k == "routing"), 2),
+            "source": steps[0][3], "sink": steps[-1][3], "blocks": blocks}
 
 
 def _run(env: dict[str, str], args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
@@ -285,10 +333,10 @@ def synthesize(core: wiring.Component, out_dir: str | Path, *, device: str = "LF
                 else:
                     os.environ[k] = v
         counts, fmax, constraint = _parse_report(json.loads((out / "report.json").read_text()))
-        fmax, met = round(fmax, 2), fmax >= constraint
+        fmax, met, path = round(fmax, 2), fmax >= constraint, critical_path((out / "top.tim").read_text())
         modules = _module_breakdown(out, env, "top") if breakdown else {}
     else:
-        (counts, modules), fmax, constraint, met = _pack_only(platform, plan, out, env), None, platform.clock_mhz, None
+        (counts, modules), fmax, constraint, met, path = _pack_only(platform, plan, out, env), None, platform.clock_mhz, None, {}
     return SynthResult(device=device, width=width, **counts, fmax_mhz=fmax, constraint_mhz=constraint,
                        timing_met=met, wrapper=cost, modules=modules, tools=tool_versions(env),
-                       build_dir=str(out), placed=place)
+                       build_dir=str(out), placed=place, critical_path=path)

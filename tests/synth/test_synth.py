@@ -94,6 +94,28 @@ def test_pack_log_parsing_of_a_design_larger_than_the_device():
         ecp5._parse_pack_log("Info: Packing IOs..\nERROR: no such cell\n")
 
 
+def test_critical_path_by_blocks():
+    log = ("Info: Critical path report for clock '$glbnet$clk' (posedge -> posedge):\n"
+           "Info:       type curr  total name\n"
+           "Info:   clk-to-q  1.36  1.36 Source wrapper.core.engine.meta.0.0.DOA14\n"
+           "Info:    routing  1.18  2.55 Net wrapper.core.engine.meta.0.0_DOA14[0] (17,22) -> (17,6)\n"
+           "Info:                          Sink wrapper.core.engine.x_LUT4_B.B\n"
+           "Info:                          Defined in:\n"
+           "Info:                               /share/ecp5/cells_map.v:108.23-108.24\n"
+           "Info:      logic  0.14  2.69 Source wrapper.core.engine.x_LUT4_B.F\n"
+           "Info:    routing  0.74  3.43 Net wrapper.core.inside0_Z[2] (18,16) -> (18,16)\n"
+           "Info:      logic  0.14  3.57 Source wrapper.core.inside0_LUT4_Z.F\n"
+           "Info:    routing  1.65  5.22 Net wrapper.core.ingress0.payload.r_port__en (17,43) -> (16,19)\n"
+           "Info:      setup  0.20  5.42 Source wrapper.core.ingress0.payload.level_TRELLIS_FF_Q_4.DI\n"
+           "Info: 1.84 ns logic, 3.58 ns routing\n"
+           "Info: Critical path report for cross-domain path '<async>' -> 'posedge $glbnet$clk':\n")
+    path = ecp5.critical_path(log)
+    assert path["blocks"] == [["core.engine", 2.69], ["core", 3.57], ["core.ingress0", 5.42]]
+    assert (path["ns"], path["logic_ns"], path["routing_ns"]) == (5.42, 1.84, 3.57)
+    assert path["source"] == "wrapper.core.engine.meta.0.0.DOA14"
+    assert ecp5.critical_path("Info: Device utilisation:\n") == {}
+
+
 def test_vivado_project(tmp_path, capsys):
     assert cli.main(["synth", "--target", "vivado", "--core", "fp32-adder", "--out", str(tmp_path)]) == 0
     assert "create_clock -period 4.000" in (tmp_path / "constraints.xdc").read_text()
