@@ -2,14 +2,18 @@
 
 Each parameter set gets its own folder under ``sim_build/`` at the top of
 the repository; the Verilog is rewritten only when it changes, so cocotb's
-runner (``always=False``) reuses the Verilated model across test runs.
+runner (``always=False``) reuses the Verilated model across test runs. A
+lock file in the folder keeps processes (pytest-xdist workers) that want the
+same build from compiling it at once.
 ``WAVES=1`` in the environment builds with tracing (a build folder of its
 own) and writes the waveform of each run, ``dump.vcd``, into that folder.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -31,8 +35,30 @@ def _build_dir(params: dict) -> Path:
     return ROOT / "sim_build" / f"switch_{tag}{'_waves' if waves_enabled() else ''}"
 
 
+_PORT = re.compile(r"^\s*(input|output)\s+(?:\[[^\]]*\]\s*)?(\w+);", re.M)
+# The exception engine's instances, whose state testbench.collisions.engine_state reads.
+_ENGINE = ("core.divert.engine", "core.divert.engine.core")
+
+
+def _control_file(verilog: str, internals: tuple[str, ...]) -> str:
+    """The Verilator control file that makes public what a testbench reaches through VPI, and nothing more.
+
+    The top's inputs are writable, its outputs readable; each of ``internals`` (an instance path below
+    the top) has every signal readable.
+    """
+    top = verilog[verilog.index(f"module {TOPLEVEL}("):]
+    top = top[:top.index("endmodule")]
+    rules = [("public_flat_rw" if d == "input" else "public_flat_rd", TOPLEVEL, name) for d, name in _PORT.findall(top)]
+    rules += [("public_flat_rd", f"{TOPLEVEL}.{path}", "*") for path in internals]
+    return "`verilator_config\n" + "".join(f'{rule} -module "{module}" -var "{var}"\n' for rule, module, var in rules)
+
+
 def build_switch(**params):
-    """Verilate :class:`~inagg.hdl.switch.SwitchTop` with ``params``; return (runner, build folder)."""
+    """Verilate :class:`~inagg.hdl.switch.SwitchTop` with ``params``; return (runner, build folder).
+
+    The testbench reaches the top's ports and, in a build with an exception path, the signals of
+    the exception engine; nothing else is visible through VPI.
+    """
     from cocotb_tools import runner as cocotb_runner
 
     from ..hdl.switch import generate_verilog
@@ -40,16 +66,22 @@ def build_switch(**params):
     toolchain.activate()
     build_dir = _build_dir(params)
     build_dir.mkdir(parents=True, exist_ok=True)
-    source = build_dir / f"{TOPLEVEL}.v"
     text = generate_verilog(TOPLEVEL, **params)
-    if not source.exists() or source.read_text() != text:
-        source.write_text(text)
+    files = {f"{TOPLEVEL}.v": text, f"{TOPLEVEL}.vlt": _control_file(text, _ENGINE if params.get("exc_table") else ())}
     # The machines this runs on are shared: one compiler process at a time.
     cocotb_runner.MAX_PARALLEL_BUILD_JOBS = 1
     runner = cocotb_runner.get_runner("verilator")
     # Amaranth's output trips Verilator's style warnings (see docs/rtl.md, "Lint"); none is an error.
-    runner.build(sources=[source], hdl_toplevel=TOPLEVEL, build_dir=build_dir, always=False,
-                 build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O2"], waves=waves_enabled())
+    # cocotb's runner would make every signal public (--public-flat-rw), which keeps Verilator from
+    # optimizing the logic between them: the control file names what the testbench reaches instead.
+    args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O2", "--no-public-flat-rw"]
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name, content in files.items():
+            if not (build_dir / name).exists() or (build_dir / name).read_text() != content:
+                (build_dir / name).write_text(content)
+        runner.build(sources=[build_dir / name for name in files], hdl_toplevel=TOPLEVEL, build_dir=build_dir,
+                     always=False, build_args=args, waves=waves_enabled())
     return runner, build_dir
 
 
@@ -64,7 +96,8 @@ def run(runner, build_dir: Path, test_module: str, module_dir: Path, **env: str)
     # The runner hands this process's sys.path to the simulator as PYTHONPATH.
     sys.path.insert(0, str(module_dir))
     try:
-        runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, build_dir=build_dir, test_dir=build_dir,
+        runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog", build_dir=build_dir,
+                    test_dir=build_dir,
                     results_xml=str(results), waves=waves_enabled(), extra_env=env)
     finally:
         sys.path.remove(str(module_dir))

@@ -13,7 +13,7 @@ import logging
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, RisingEdge, gather
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from ..models import regmap as rm
@@ -48,6 +48,13 @@ class SwitchTB:
         cocotb.start_soon(self._watch_order())
         for p in range(self.ports):
             cocotb.start_soon(self._collect(p))
+
+    @classmethod
+    async def start(cls, dut, spec: SwitchSpec) -> "SwitchTB":
+        """The testbench of ``dut`` built for ``spec``, after the switch's reset."""
+        tb = cls(dut, spec)
+        await tb.reset()
+        return tb
 
     async def _watch_order(self) -> None:
         while True:
@@ -93,6 +100,14 @@ class SwitchTB:
         """Queue ``frame`` on ``port`` (returns once the source took it)."""
         self.sent[port].append(frame)
         await self.src[port].send(AxiStreamFrame(frame))
+
+    async def send_all(self, traffic: list[tuple[int, bytes]]) -> None:
+        """Send (port, frame) pairs, each port's in order, all ports at once."""
+        async def one_port(p):
+            for q, frame in traffic:
+                if q == p:
+                    await self.send(p, frame)
+        await gather(*[one_port(p) for p in range(self.ports)])
 
     async def counters(self) -> dict[Counter, int]:
         return {c: await self.read(rm.RegMap.counter(c)) for c in Counter}

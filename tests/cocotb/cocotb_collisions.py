@@ -15,7 +15,6 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.triggers import gather
 
 from inagg.models.job import ExceptionSpec, SwitchSpec
 from inagg.models.protocol import Counter
@@ -32,14 +31,6 @@ def _spec(exc: ExceptionSpec = EXC) -> SwitchSpec:
     return SwitchSpec(ports=PARAMS["ports"], slots=PARAMS["slots"], chunk_bytes=PARAMS["chunk_bytes"], exception=exc)
 
 
-async def _send_all(tb: SwitchTB, traffic) -> None:
-    async def one_port(p):
-        for q, frame in traffic:
-            if q == p:
-                await tb.send(p, frame)
-    await gather(*[one_port(p) for p in range(tb.ports)])
-
-
 async def _check_exception(tb: SwitchTB) -> None:
     state, stalls = engine_state(tb.dut.core.divert.engine, EXC, 22 + max(1, (PARAMS["jobs"] - 1).bit_length()))
     want = model_state(tb.model)
@@ -51,20 +42,19 @@ async def _check_exception(tb: SwitchTB) -> None:
 
 
 async def _rate(dut, rate: float) -> None:
-    tb = SwitchTB(dut, _spec())
-    await tb.reset()
+    tb = await SwitchTB.start(dut, _spec())
     spec = tb.spec
     hosts, guests = 4, 4
     jobs = collision_jobs(spec, hosts, guests, spec.slots // hosts, PARAMS["workers"])
     await tb.configure(jobs)
-    await _send_all(tb, claim(spec, jobs, hosts, np.random.default_rng(1)))
+    await tb.send_all(claim(spec, jobs, hosts, np.random.default_rng(1)))
     await tb.settle(quiet=50)
     traffic, guest = mixed(spec, jobs, hosts, rate, PARAMS["contributions"], int(rate * 1000) + PARAMS["width"],
                            first_chunk=spec.slots // hosts, loss=0.05, dup=0.05)
     for p in range(tb.ports):
         tb.src[p].set_pause_generator(itertools.cycle([0] * (5 + p) + [1]))
         tb.snk[p].set_pause_generator(itertools.cycle([0, 0, 0, 1]))
-    await _send_all(tb, traffic)
+    await tb.send_all(traffic)
     await tb.check()
     await _check_exception(tb)
     diverted = sum(e & DIVERTED != 0 for e in tb.order)
@@ -86,19 +76,18 @@ async def collision_rate(dut, rate):
 async def refused_when_full(dut):
     """More guest keys than overflow slots: the refused contributions are counted as the model counts them, and
     retransmitted they are refused again while the keys already placed aggregate exactly."""
-    tb = SwitchTB(dut, _spec())
-    await tb.reset()
+    tb = await SwitchTB.start(dut, _spec())
     spec = tb.spec
     region = spec.slots // 2
     hosts = 2
     guests = (EXC.capacity + region - 1) // region + 1   # more guest keys than overflow slots
     jobs = collision_jobs(spec, hosts, min(guests, PARAMS["jobs"] - hosts), region, PARAMS["workers"])
     await tb.configure(jobs)
-    await _send_all(tb, claim(spec, jobs, hosts, np.random.default_rng(2)))
+    await tb.send_all(claim(spec, jobs, hosts, np.random.default_rng(2)))
     await tb.settle(quiet=50)
     traffic, _ = mixed(spec, jobs, hosts, 1.0, len(jobs[hosts:]) * region * PARAMS["workers"], 9,
                        first_chunk=region)
-    await _send_all(tb, traffic + traffic)
+    await tb.send_all(traffic + traffic)
     await tb.check()
     await _check_exception(tb)
     counters = await tb.counters()

@@ -1,4 +1,4 @@
-"""cocotb tests of FP32 promotion in the switch top against the model switch (run by test_promotion.py).
+"""cocotb tests of FP32 promotion in the switch top against the model switch (run by test_switch.py).
 
 Every test ends in :meth:`SwitchTB.check`: every frame the RTL sent, FP32
 results included, equals the model's byte for byte, per port and in order,
@@ -15,7 +15,6 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import gather
 
 from inagg.models.job import SwitchSpec
 from inagg.models.protocol import Counter
@@ -27,18 +26,8 @@ PARAMS = json.loads(os.environ.get("INAGG_PARAMS", "{}"))
 
 
 async def _tb(dut) -> SwitchTB:
-    tb = SwitchTB(dut, SwitchSpec(ports=PARAMS["ports"], slots=PARAMS["slots"], chunk_bytes=PARAMS["chunk_bytes"]))
-    await tb.reset()
-    return tb
-
-
-async def _send_all(tb: SwitchTB, traffic: list[tuple[int, bytes]]) -> None:
-    """Send (port, frame) pairs, each port's in order, all ports at once."""
-    async def one_port(p):
-        for q, frame in traffic:
-            if q == p:
-                await tb.send(p, frame)
-    await gather(*[one_port(p) for p in range(tb.ports)])
+    return await SwitchTB.start(dut, SwitchSpec(ports=PARAMS["ports"], slots=PARAMS["slots"],
+                                                chunk_bytes=PARAMS["chunk_bytes"]))
 
 
 def _chunk_values(rng, n, lanes, c):
@@ -93,7 +82,7 @@ async def adversarial_jobs(dut):
     for p in range(tb.ports):
         tb.src[p].set_pause_generator(itertools.cycle([0] * (5 + p) + [1]))
         tb.snk[p].set_pause_generator(itertools.cycle([0, 0, 1]))
-    await _send_all(tb, traffic)
+    await tb.send_all(traffic)
     await tb.check()
     counters = await tb.counters()
     assert 0 < counters[Counter.PROMOTED] < counters[Counter.COMPLETED]
@@ -110,7 +99,7 @@ async def back_to_back(dut):
     await tb.configure([job])
     rng = np.random.default_rng(9)
     values = [adversarial(rng, n, spec.lanes, ("alternating", "random", "ties")) for _ in range(2)]
-    await _send_all(tb, [(job.workers[w].port, contribution(spec, job, w, c, values[c][w]))
+    await tb.send_all([(job.workers[w].port, contribution(spec, job, w, c, values[c][w]))
                          for c in range(2) for w in range(n)])
     await tb.check()
     assert (await tb.counters())[Counter.PROMOTED] == 2

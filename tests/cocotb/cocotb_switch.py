@@ -14,7 +14,6 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import gather
 
 from inagg.models import regmap as rm
 from inagg.models.job import SwitchSpec
@@ -32,18 +31,7 @@ def _spec(pkey: int | None = None) -> SwitchSpec:
 
 
 async def _tb(dut, spec: SwitchSpec | None = None) -> SwitchTB:
-    tb = SwitchTB(dut, spec or _spec())
-    await tb.reset()
-    return tb
-
-
-async def _send_all(tb: SwitchTB, traffic: list[tuple[int, bytes]]) -> None:
-    """Send (port, frame) pairs, each port's in order, all ports at once."""
-    async def one_port(p):
-        for q, frame in traffic:
-            if q == p:
-                await tb.send(p, frame)
-    await gather(*[one_port(p) for p in range(tb.ports)])
+    return await SwitchTB.start(dut, spec or _spec())
 
 
 @cocotb.test()
@@ -53,7 +41,7 @@ async def one_chunk(dut):
     job = make_job(tb.spec, 1, 3, 0, 4)
     await tb.configure([job])
     rng = np.random.default_rng(1)
-    await _send_all(tb, [(job.workers[w].port, contribution(tb.spec, job, w, 0, lanes(rng, tb.spec)))
+    await tb.send_all([(job.workers[w].port, contribution(tb.spec, job, w, 0, lanes(rng, tb.spec)))
                          for w in range(3)])
     out = await tb.check()
     assert sum(len(v) for v in out.values()) == 3
@@ -88,7 +76,7 @@ async def random_jobs(dut):
     spec = tb.spec
     pyrng = random.Random(PARAMS["width"])
     rng = np.random.default_rng(PARAMS["width"])
-    most = PARAMS["workers"]
+    most = PARAMS["most_workers"]
     sizes = [2, most, max(2, most // 4)][:PARAMS["jobs"]]
     region = spec.slots >> (len(sizes) - 1).bit_length()  # a power of two per job
     jobs = [make_job(spec, j, n, j * region, region // 2 if j else region) for j, n in enumerate(sizes)]
@@ -102,7 +90,7 @@ async def random_jobs(dut):
     for p in range(tb.ports):
         tb.src[p].set_pause_generator(itertools.cycle([0] * (3 + p) + [1]))
         tb.snk[p].set_pause_generator(itertools.cycle([0, 1, 0, 0, 1] if p % 2 else [0, 0, 0, 1]))
-    await _send_all(tb, traffic)
+    await tb.send_all(traffic)
     await tb.check()
     counters = await tb.counters()
     assert counters[Counter.COMPLETED] > 0 and counters[Counter.DUP_CONTRIB] > 0
@@ -120,7 +108,7 @@ async def bad_input(dut):
     bad = bad_frames(spec, job, rng)
     good = [contribution(spec, job, w, 0, lanes(rng, spec)) for w in range(2)]
     traffic = [(0, good[0])] + [(n % tb.ports, f) for n, (_, f, _) in enumerate(bad)] + [(1 % tb.ports, good[1])]
-    await _send_all(tb, traffic)
+    await tb.send_all(traffic)
     await tb.check()
     counters = await tb.counters()
     for name, _, counter in bad:
@@ -166,6 +154,6 @@ async def registers(dut):
     rng = np.random.default_rng(2)
     traffic = [(job.workers[w].port, contribution(tb.spec, job, w, 5, lanes(rng, tb.spec))) for w in range(2)]
     traffic.append((0, contribution(tb.spec, job, 0, 6, lanes(rng, tb.spec), pkey=0xFFFF)))
-    await _send_all(tb, traffic)
+    await tb.send_all(traffic)
     await tb.check()
     assert (await tb.counters())[Counter.DROP_BAD_HEADER] == 1

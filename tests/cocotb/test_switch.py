@@ -1,6 +1,11 @@
-"""The switch top on Verilator under cocotb, compared with the model switch (see cocotb_switch.py).
+"""The switch top on Verilator under cocotb, compared with the model switch.
 
-One Verilated build per width, reused by every test of the module.
+One Verilated build per width, shared by the switch's tests (cocotb_switch.py)
+and those of FP32 promotion (cocotb_promotion.py): its parameters are the
+union of what both need. W = 64 takes 64 workers per job (``MAX_WORKERS``,
+the most the switch takes), for promotion's job of every worker; W = 512
+runs chunks of 4 beats. ``most_workers`` is the size of the largest job the
+switch's random stimulus makes.
 """
 
 from __future__ import annotations
@@ -13,17 +18,22 @@ import pytest
 pytestmark = pytest.mark.cocotb
 
 BUILDS = {
-    "w64": dict(ports=3, width=64, slots=16, chunk_bytes=256, jobs=3, workers=32),
+    "w64": dict(ports=3, width=64, slots=16, chunk_bytes=256, jobs=3, workers=64),
     "w512": dict(ports=2, width=512, slots=16, chunk_bytes=256, jobs=2, workers=8),
 }
-STIMULUS = {"w64": dict(chunks=8), "w512": dict(chunks=12)}
+STIMULUS = {
+    "cocotb_switch": {"w64": dict(chunks=8, most_workers=32), "w512": dict(chunks=12, most_workers=8)},
+    "cocotb_promotion": {"w64": dict(chunks=4), "w512": dict(chunks=8)},
+}
 
 
-@pytest.mark.parametrize("name", sorted(BUILDS))
-def test_switch(name):
+@pytest.mark.parametrize("module", sorted(STIMULUS))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xdist_group(f"switch_{name}"))
+                                  for name in sorted(BUILDS)])
+def test_switch(name, module):
     from inagg.testbench.sim import build_switch, run
 
     params = BUILDS[name]
     runner, build_dir = build_switch(**params)
-    run(runner, build_dir, "cocotb_switch", Path(__file__).parent,
-        INAGG_PARAMS=json.dumps({**params, **STIMULUS[name]}))
+    run(runner, build_dir, module, Path(__file__).parent,
+        INAGG_PARAMS=json.dumps({**params, **STIMULUS[module][name]}))
