@@ -2,7 +2,9 @@
 
 Writes docs/results/synth.md. Run: ``make synth-report`` (or
 ``.venv/bin/python bench/synth.py [--quick] [--only TEXT] [--synth-only [WHY]]``).
-Each configuration is one full YoWASP build (synthesis, place and route,
+With ``--at REV`` the build is of that commit's tree (exported to
+``build/synth-src/``), not of the shared working tree. Each configuration
+is one full YoWASP build (synthesis, place and route,
 bitstream) into ``build/synth-report/<slug>/``, or with ``--synth-only``
 one that stops after nextpnr's packer (utilization, no Fmax; a design too
 large for the device is reported so, whatever the flag). Its figures are
@@ -18,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results" / "synth.md"
 BUILD = ROOT / "build" / "synth-report"
 ROWS = ROOT / "docs" / "results" / "synth"
+SRC = ROOT / "build" / "synth-src"
+_AT = "INAGG_SYNTH_AT"  # set for the process that builds an exported commit
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,29 @@ CONFIGS = [
 QUICK = CONFIGS[:5]
 
 
+def _export(rev: str) -> tuple[Path, str]:
+    """The tree of commit ``rev`` in ``build/synth-src/<sha>/``, laid out so that it imports as ``inagg``.
+
+    The folders map to the package as pyproject.toml's ``package-dir`` says, by symlinks under the
+    export's ``inagg/``; a PYTHONPATH of the export then comes before the editable install.
+    """
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    src = SRC / sha
+    if not (src / "inagg" / "hdl").exists():
+        src.mkdir(parents=True, exist_ok=True)
+        tree = subprocess.run(["git", "archive", sha], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=tree, check=True)
+        dirs = tomllib.loads((src / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+        for package, folder in dirs.items():
+            if package.startswith("inagg."):
+                (src / "inagg" / package.removeprefix("inagg.")).symlink_to(Path("..") / folder)
+    return src, sha
+
+
 def _commit() -> str:
+    if os.environ.get(_AT):
+        return os.environ[_AT]
     p = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "hdl"], cwd=ROOT).returncode
     return p.stdout.strip() + ("+" if dirty else "") if p.returncode == 0 else "?"
@@ -223,8 +251,19 @@ def main(argv=None) -> int:
     ap.add_argument("--report", action="store_true", help="build nothing; rewrite the report from the kept rows")
     ap.add_argument("--synth-only", nargs="?", const="not placed (`--synth-only`)", metavar="WHY",
                     help="stop each build after nextpnr's packer: utilization without Fmax; WHY goes in the row")
+    ap.add_argument("--at", metavar="REV", help="build the committed tree of REV (e.g. HEAD), not the working tree, "
+                                                "which others sharing the checkout may be editing")
     args = ap.parse_args(argv)
     command = " ".join(["bench/synth.py", *(sys.argv[1:] if argv is None else argv)])
+    if args.at and not os.environ.get(_AT):
+        src, sha = _export(args.at)
+        env = {**os.environ, "PYTHONPATH": str(src), _AT: sha}
+        return subprocess.run([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)], env=env).returncode
+    if os.environ.get(_AT):
+        import inagg.hdl
+
+        if not Path(inagg.hdl.__file__).resolve().is_relative_to(SRC.resolve()):
+            raise RuntimeError(f"inagg.hdl comes from {inagg.hdl.__file__}, not from the export of {os.environ[_AT]}")
     configs = [] if args.report else QUICK if args.quick else CONFIGS
     if args.only:
         configs = [c for c in configs if args.only == c.slug or args.only in c.label]
