@@ -22,8 +22,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/inagg demo
 
+# Two pytest-xdist workers, as CI has two cores (TEST_WORKERS=0: one process); --dist loadgroup
+# keeps the tests of one Verilated build in one worker.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -p no:cacheprovider
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
