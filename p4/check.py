@@ -11,8 +11,8 @@ from PATH:
   and ``-I $TOFINO_P4INCLUDE``.
 - ``p4c-bm2-ss v1model``: ``P4C_BM2_SS`` or ``p4c-bm2-ss``; BMv2 JSON and
   P4Info, both lane counts.
-- ``p4c-barefoot tna``: ``P4C_BAREFOOT`` or ``p4c-barefoot``; the Tofino back
-  end (PHV allocation, stages).
+- ``p4c-barefoot tna`` and ``t2na``: ``P4C_BAREFOOT`` or ``p4c-barefoot``; the
+  Tofino back end (PHV allocation, stages) for Tofino 1 and Tofino 2.
 
 ``TOFINO_P4INCLUDE`` is the folder holding ``tna.p4`` (in p4c's tree:
 ``backends/tofino/bf-p4c/p4include``). Each tool's ``--version`` is printed
@@ -95,7 +95,8 @@ def checks(lanes: tuple[int, ...] = (64, 256)) -> list[Check]:
         out.append(Check("p4c-bm2-ss v1model", None, "p4c-bm2-ss not found (set P4C_BM2_SS or put it on PATH)"))
     bf = _tool("P4C_BAREFOOT", "p4c-barefoot")
     if bf:
-        out.append(Check("p4c-barefoot tna", (bf, "--target", "tofino", "--arch", "tna", "-o", "{out}", str(TNA))))
+        out += [Check(f"p4c-barefoot {arch}", (bf, "--target", target, "--arch", arch, "-o", "{out}", str(TNA)))
+                for target, arch in (("tofino", "tna"), ("tofino2", "t2na"))]
     else:
         out.append(Check("p4c-barefoot tna", None, "p4c-barefoot not found (set P4C_BAREFOOT or put it on PATH)"))
     return out
