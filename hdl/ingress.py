@@ -79,6 +79,8 @@ class IngressPort(wiring.Component):
         Frames from the MAC, without FCS.
     o : Out(frame_signature(width, slots))
         Contributions that passed every stateless check, in arrival order.
+        ``o.ready`` reaches only a skid register (no combinational path
+        to the payload buffer).
     job : Out(JobRead())
         The job table, read at each frame's verdict.
     pkey : In(16)
@@ -233,16 +235,29 @@ class IngressPort(wiring.Component):
         drops = {c: checked.fire & ~take & (code == c) for c in Counter if c != Counter.RX_FRAMES}
         m.d.sync += self.events.eq(event_vector({Counter.RX_FRAMES: checked.fire, **drops}))
 
-        # -- send: contributions to the engine, dropped frames' beats to nowhere --
+        # -- send: contributions to the engine through a skid register, dropped frames' beats to nowhere --
+        # o.ready comes late in the cycle (the engine's slot decision, the arbiter), and the payload
+        # FIFO's read logic is placed by its memory: the skid register takes the beat on offer
+        # whenever it is empty, so o.ready drives only its own enables, and beats pass it in the
+        # same cycle when o.ready is high (no added latency, no lost cycle).
+        up_valid, skid_valid = Signal(), Signal()
+        up, skid = Signal(self.o.p.shape()), Signal(self.o.p.shape())
+        up_ready = ~skid_valid
+        m.d.comb += [self.o.valid.eq(skid_valid | up_valid),
+                     self.o.p.eq(Mux(skid_valid, skid.as_value(), up.as_value()))]
+        with m.If(self.o.ready):
+            m.d.sync += skid_valid.eq(0)
+        with m.Elif(up_valid & up_ready):
+            m.d.sync += [skid_valid.eq(1), skid.eq(up)]
         head = data.View(desc_layout, dq.r_data)
         sent = Signal(range(beats + 1))
         with m.If(dq.r_rdy & head.take):
             last = sent == beats - 1
             m.d.comb += [
-                self.o.valid.eq(pay.r_rdy), self.o.p.data.eq(pay.r_data), self.o.p.last.eq(last),
-                self.o.p.desc.eq(head.desc), pay.r_en.eq(self.o.ready),
+                up_valid.eq(pay.r_rdy), up.data.eq(pay.r_data), up.last.eq(last), up.desc.eq(head.desc),
+                pay.r_en.eq(up_ready),
             ]
-            with m.If(self.o.valid & self.o.ready):
+            with m.If(up_valid & up_ready):
                 m.d.sync += sent.eq(Mux(last, 0, sent + 1))
                 m.d.comb += dq.r_en.eq(last)
         with m.Elif(dq.r_rdy):
