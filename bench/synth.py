@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -134,7 +135,7 @@ def build(cfg: Config, command: str, unplaced: str | None = None) -> dict:
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.machine(),
            "command": command}
     if not r.placed:
-        row["note"] = "synthesis only: " + (unplaced if r.fits() else "does not fit: " + _overuse(r.as_dict()))
+        row["note"] = "synthesis only: " + ("fits; " + unplaced if r.fits() else "does not fit: " + _overuse(r.as_dict()))
     ROWS.mkdir(parents=True, exist_ok=True)
     (ROWS / f"{cfg.slug}.json").write_text(json.dumps(row, indent=1) + "\n")
     return row
@@ -254,7 +255,7 @@ def main(argv=None) -> int:
     ap.add_argument("--at", metavar="REV", help="build the committed tree of REV (e.g. HEAD), not the working tree, "
                                                 "which others sharing the checkout may be editing")
     args = ap.parse_args(argv)
-    command = " ".join(["bench/synth.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["bench/synth.py", *(sys.argv[1:] if argv is None else argv)])
     if args.at and not os.environ.get(_AT):
         src, sha = _export(args.at)
         env = {**os.environ, "PYTHONPATH": str(src), _AT: sha}
