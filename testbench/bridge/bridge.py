@@ -5,8 +5,8 @@ caller queues frames per port with :meth:`FrameBridge.send`; whenever it
 wakes, :meth:`FrameBridge.pull` takes every finished frame out of the egress
 rings and :meth:`FrameBridge.push` copies queued frames into free ingress
 rows. One wake costs one read of the harness's ``status`` word, one write of
-its ``control`` word, and one simulator access per frame moved, whatever
-the number of beats: a row crosses as 32-bit words
+its ``control`` word, and one simulator access per ring with frames to
+move, whatever the number of frames and beats: the rows cross as raw bytes
 (:class:`~inagg.testbench.bridge.vpi.RowMemory`), not as cocotb's string
 of bits. Between wakes the simulator runs alone:
 :meth:`FrameBridge.wait` sleeps until the harness's alarm, which rings when
@@ -50,8 +50,8 @@ class FrameBridge:
         self.port_bits, self.order_depth = harness.port_bits, harness.order_depth
         self._beats = harness.beats
         self._row_bits = harness.row_bits
-        self._len_word = harness.beats * harness.width // 32  # the length lane's first word
-        self._row = np.zeros(harness.row_bits // 8, np.uint8)  # the row being written, as bytes
+        self._len_byte = harness.beats * harness.width // 8  # the length lane's first byte
+        self._rows = np.zeros((harness.depth, harness.row_bits // 8), np.uint8)  # the rows being written
         self._ring_names = harness.ring_names
         self._iring: list[RowMemory] = []  # in start(): the simulator must be running
         self._oring: list[RowMemory] = []
@@ -110,22 +110,21 @@ class FrameBridge:
         count = (status >> (2 * P * COUNT_BITS)) & 0xFFFFFFFF
         self.cycle = status >> (2 * P * COUNT_BITS + 32)
         got = []
-        fb, lw = self.frame_bytes, self._len_word
+        fb, lb = self.frame_bytes, self._len_byte
         for p in range(P):
             head = (status >> (COUNT_BITS * (P + p))) & _MASK
             tail = self._tails[P + p]
-            if head == tail:
+            n = (head - tail) % _MOD
+            if not n:
                 continue
-            ring = self._oring[p]
-            while tail != head:
-                row = ring.read(tail % self.depth)
-                n = int(row[lw]) & _MASK
-                if n > fb:
+            rows = self._oring[p].read(tail, n)
+            lengths = rows[:, lb] | rows[:, lb + 1].astype(np.uint16) << 8
+            for row, length in zip(rows, lengths.tolist()):
+                if length > fb:
                     self.stats["truncated"] += 1
                 else:
-                    got.append((p, row.astype("<u4", copy=False).tobytes()[:n]))
-                tail = (tail + 1) % _MOD
-            self._tails[P + p] = tail
+                    got.append((p, row[:length].tobytes()))
+            self._tails[P + p] = head
         new = (count - self._order_seen) % (1 << 32)
         if new:
             if self.record_order:
@@ -137,24 +136,24 @@ class FrameBridge:
         return got
 
     def push(self) -> None:
-        """Copy queued frames into the free ingress rows (by the heads :meth:`pull` read)."""
-        row = self._row
-        words = row.view("<u4")
+        """Copy queued frames into the free ingress rows (by the heads :meth:`pull` read), a port's in one access."""
+        rows, lb = self._rows, self._len_byte
         for p in range(self.ports):
             q = self.queues[p]
             if not q:
                 continue
             tail = self._tails[p]
-            free = self.depth - (tail - self._heads[p]) % _MOD
-            ring = self._iring[p]
-            for _ in range(min(free, len(q))):
+            n = min(self.depth - (tail - self._heads[p]) % _MOD, len(q))
+            if not n:
+                continue
+            batch = rows[:n]
+            batch[:] = 0
+            for row in batch:
                 frame = q.popleft()
-                row[:] = 0
                 row[:len(frame)] = np.frombuffer(frame, np.uint8)
-                words[self._len_word] = len(frame)
-                ring.write(tail % self.depth, words)
-                tail = (tail + 1) % _MOD
-            self._tails[p] = tail
+                row[lb], row[lb + 1] = len(frame) & 0xFF, len(frame) >> 8
+            self._iring[p].write(tail, batch)
+            self._tails[p] = (tail + n) % _MOD
 
     def _write_control(self) -> None:
         P = self.ports

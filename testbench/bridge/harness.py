@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -132,6 +132,8 @@ class BridgeHarness(wiring.Component):
 
     Members
     -------
+    clk, rst : In(1)
+        The clock and the synchronous reset; the reset passes a register (it acts one edge later).
     control : In
         Tails, order acknowledgement and wake-up requests (module docstring).
     status : Out
@@ -156,6 +158,8 @@ class BridgeHarness(wiring.Component):
         self.ports, self.width, self.depth, self.order_depth = ports, width, depth, order_depth
         self.frame_bytes, self.beats, self.row_bits, self.port_bits = g.frame_bytes, g.beats, g.row_bits, g.port_bits
         members = {
+            "clk": In(1),
+            "rst": In(1),
             "control": In(2 * ports * COUNT_BITS + 65),
             "status": Out(2 * ports * COUNT_BITS + 64),
             "alarm": Out(1),
@@ -168,6 +172,15 @@ class BridgeHarness(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.switch = sw = self.switch
+        # The reset passes a register, as the control word does: every register's next-state logic reads
+        # the reset, so with the reset a top-level input Verilator evaluates all of it in the input region,
+        # at both eval calls of a cycle (rising and falling edge) besides the clocked region.
+        m.domains.sync = ClockDomain("sync")
+        m.domains.rst_in = ClockDomain("rst_in", reset_less=True)
+        rst_q = Signal(init=1)
+        m.d.rst_in += rst_q.eq(self.rst)
+        m.d.comb += [ClockSignal("sync").eq(self.clk), ClockSignal("rst_in").eq(self.clk),
+                     ResetSignal("sync").eq(rst_q)]
         P, W, K, beats = self.ports, self.width, self.depth, self.beats
         nb = W // 8
         lg_nb = nb.bit_length() - 1

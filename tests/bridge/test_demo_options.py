@@ -54,4 +54,4 @@ def test_fst_without_the_lz4_headers_says_what_to_install(monkeypatch):
     with pytest.raises(toolchain.MissingTool, match=r"^FST waveforms need the lz4 headers \(Debian/Ubuntu: apt-get "
                                                     r"install liblz4-dev\); VCD needs nothing more: name the file "
                                                     r"\.vcd$"):
-        build._check_fst()
+        build.check_fst()
