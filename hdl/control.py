@@ -17,7 +17,8 @@ from ..models.job import ExceptionSpec
 from ..models.protocol import DEFAULT_PKEY, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 from .exception import STATS, stats_layout
 
-__all__ = ["AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead", "SwitchConfig", "Control",
+__all__ = ["AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead", "SwitchConfig", "TeardownRequest",
+           "Control",
            "N_COUNTERS", "event_vector"]
 
 N_COUNTERS = len(Counter)
@@ -54,6 +55,9 @@ WorkerEntry = data.StructLayout({"mac": 48, "ip": 32, "qpn": 24, "rkey": 32, "va
 """Where one worker's results go (its port is in :attr:`Control.ports`)."""
 
 SwitchConfig = data.StructLayout({"mac": 48, "ip": 32, "pkey": 16})
+
+TeardownRequest = data.StructLayout({"start": 1, "job": QPN_JOB_BITS, "slot_base": 16, "slots": 17})
+"""A teardown the controller asked for, and the region of the job."""
 
 
 class JobRead(wiring.Signature):
@@ -111,6 +115,17 @@ class Control(wiring.Component):
         Counter strobes: bit ``c`` of a source adds one to ``protocol.Counter`` ``c``.
     exc_stats : In(stats_layout())
         The exception engine's counters (with an exception path only).
+    enabled : Out(jobs)
+        Bit ``j``: job ``j``'s ``CTRL`` enable bit.
+    teardown : Out(TeardownRequest)
+        A ``TEARDOWN`` write that was taken: ``start`` strobes for one cycle
+        with the job and its region as the job table held them.
+    teardown_done : In(1)
+        The teardown has finished (``teardown_refused``: without a change);
+        ``TEARDOWN`` reads busy from ``start`` to this strobe.
+    teardown_refused : In(1)
+    teardown_disable : In(1)
+        Clear the enable bit of the job being torn down.
     """
 
     def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int, jobs: int, workers: int,
@@ -129,6 +144,9 @@ class Control(wiring.Component):
             "worker_rd": In(WorkerRead()).array(ports),
             "ports": Out(jobs * workers * self.port_bits),
             "events": In(N_COUNTERS).array(event_sources),
+            "enabled": Out(jobs),
+            "teardown": Out(TeardownRequest),
+            "teardown_done": In(1), "teardown_refused": In(1), "teardown_disable": In(1),
         })
 
     def elaborate(self, platform):
@@ -146,6 +164,7 @@ class Control(wiring.Component):
         j_rkey = Array(Signal(32, name=f"job{j}_rkey") for j in range(jobs))
         j_base = Array(Signal(16, name=f"job{j}_slot_base") for j in range(jobs))
         j_slots = Array(Signal(17, name=f"job{j}_slots") for j in range(jobs))
+        m.d.comb += self.enabled.eq(Cat(c[0] for c in j_ctrl))
         for rd in self.job_rd:
             known = rd.index < jobs
             idx = rd.index[:max(1, (jobs - 1).bit_length())]
@@ -208,6 +227,13 @@ class Control(wiring.Component):
         for port, rd, next_psn in psn_wr:
             m.d.comb += [port.addr.eq(Mux(rd.psn_inc, rd.index, widx)), port.data.eq(Mux(rd.psn_inc, next_psn, wdata)),
                          port.en.eq(rd.psn_inc | (do_write & psn_hit))]
+        # Teardown: busy from an accepted TEARDOWN write until the switch says it is done.
+        td, td_busy, td_refused = self.teardown, Signal(), Signal()
+        m.d.sync += td.start.eq(0)
+        with m.If(self.teardown_done):
+            m.d.sync += [td_busy.eq(0), td_refused.eq(self.teardown_refused)]
+        td_job = wdata[:max(1, (jobs - 1).bit_length())]
+        td_ok = ~td_busy & (wdata < jobs) & self.enabled.bit_select(td_job, 1)
         with m.If(do_write):
             m.d.sync += [bvalid.eq(1), bresp.eq(_OKAY)]
             sw = {name: off for name, (off, _, _) in rm.SWITCH_FIELDS.items()}
@@ -234,8 +260,16 @@ class Control(wiring.Component):
                 m.d.sync += ip.eq(wdata)
             with m.Elif(addr == sw["PKEY"]):
                 m.d.sync += pkey.eq(wdata)
+            with m.Elif(addr == sw["TEARDOWN"]):
+                with m.If(td_ok):
+                    m.d.sync += [td.start.eq(1), td.job.eq(wdata), td.slot_base.eq(j_base[td_job]),
+                                 td.slots.eq(j_slots[td_job]), td_busy.eq(1)]
+                with m.Else():
+                    m.d.sync += bresp.eq(_SLVERR)
             with m.Else():
                 m.d.sync += bresp.eq(_SLVERR)
+        with m.If(self.teardown_disable):
+            m.d.sync += j_ctrl[td.job][0].eq(0)
 
         # AXI4-Lite reads: one at a time, answered the next cycle.
         rvalid, rdata, rresp = Signal(), Signal(32), Signal(2)
@@ -270,7 +304,8 @@ class Control(wiring.Component):
                     for name, value in (("ID", Const(rm.ID_VALUE, 32)), ("GEOMETRY", geometry),
                                         ("JOBS", Const(jobs | workers << 16, 32)), ("MAC_HI", mac[32:]),
                                         ("MAC_LO", mac[:32]), ("IP", ip), ("PKEY", pkey),
-                                        ("EXCEPTION", Const(rm.RegMap.exception(self._exception), 32))):
+                                        ("EXCEPTION", Const(rm.RegMap.exception(self._exception), 32)),
+                                        ("TEARDOWN", Cat(td_busy, td_refused))):
                         with m.Case(rm.SWITCH_FIELDS[name][0]):
                             m.d.sync += rdata.eq(value)
                     with m.Default():

@@ -16,19 +16,21 @@ stash full) leaves the queue without going back, counted as
 
 Why the decision is ``ModelSwitch._locate``'s for the same order:
 
-* A fast slot held by another job stays so: the RTL frees no slot (there
-  is no teardown; a slot goes from FREE to AGG and then between AGG and
-  DONE of the same job). So the collision strobe of a key is the same on
-  every later frame of it, and an entry exists only for keys whose fast
-  slot another job holds. A contribution whose fast slot is FREE therefore
-  has no entry and takes the fast slot, as the model's LOOKUP would find.
+* A fast slot held by another job stays so until that job's teardown
+  (a slot goes from FREE to AGG and then between AGG and DONE of the same
+  job), and a teardown refuses to free a slot another job's key diverted
+  from. So the collision strobe of a key is the same on every later frame
+  of it, and an entry exists only for keys whose fast slot another job
+  holds. A contribution whose fast slot is FREE therefore has no entry and
+  takes the fast slot, as the model's LOOKUP would find.
 * The engine answers in request order, which is the order the frames
   diverted; the frames go back in that order too. Frames of the fast path
   do not touch the table. The model, fed every diverted frame where it goes
   back (or is refused) and every other frame where the slot engine took
   it, makes the same table decisions in the same order.
-* An overflow slot belongs to one key for good (no teardown frees a
-  pointer), so a frame sent back never collides again.
+* An overflow slot belongs to one key until the key's job is torn down,
+  which clears the slot with no frame of the key left in the switch; so a
+  frame sent back never collides again.
 
 Admission: the slot engine may start a frame only while the queue has room
 for one more whole frame, counting a frame whose first beat is in stage B
@@ -40,12 +42,13 @@ request queue (``frames`` entries) always takes a request at once.
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..models.cuckoo import KEY_INDEX_BITS
 from ..models.job import ExceptionSpec
+from ..models.protocol import QPN_JOB_BITS
 from .axis import check_chunk_bytes, check_slots, check_width
 from .exception import ExceptionEngine, Op, Status, stats_layout
 from .ingress import frame_desc_layout, frame_signature
@@ -89,6 +92,15 @@ class Divert(wiring.Component):
         ``EXC_INSERTS`` and ``EXC_REFUSED`` strobes, when an answer leaves the queue.
     stats : Out(stats_layout())
         The exception engine's counters.
+    idle : Out(1)
+        No diverted frame is held, none is being copied, no request is outstanding.
+    teardown : In(1)
+        Send ``TEARDOWN`` for job ``teardown_job``'s indices ``0 .. teardown_slots - 1``
+        (only while ``idle``, with no frame coming: its answer is then the next).
+    teardown_job, teardown_slots : In
+    teardown_done : Out(1)
+        The engine answered the ``TEARDOWN``: the job's keys are deleted and their
+        pointers at the end of the free list, in key order.
     """
 
     def __init__(self, *, width: int, chunk_bytes: int, slots: int, space: int, jobs: int,
@@ -113,6 +125,8 @@ class Divert(wiring.Component):
         super().__init__({
             "taken": In(1), "beat": In(sig.members["payload"].shape), "collide": In(1), "room": Out(1),
             "o": Out(sig), "inserted": Out(1), "refused": Out(1), "stats": Out(stats_layout()),
+            "idle": Out(1), "teardown": In(1), "teardown_job": In(QPN_JOB_BITS), "teardown_slots": In(17),
+            "teardown_done": Out(1),
         })
 
     def elaborate(self, platform):
@@ -139,18 +153,21 @@ class Divert(wiring.Component):
         with m.If(b_valid):
             m.d.sync += capturing.eq((diverts | (~b_first & capturing)) & ~b_last)
         index = (b_desc.chunk & (b_desc.slots - 1))[:KEY_INDEX_BITS]
+        last_index = (self.teardown_slots - 1)[:KEY_INDEX_BITS]
         m.d.comb += [
             lanes.w_data.eq(b_data), lanes.w_en.eq(b_valid & (diverts | (~b_first & capturing))),
             descs.w_data.eq(b_desc), descs.w_en.eq(diverts),
-            exc.req.valid.eq(diverts), exc.req.p.op.eq(Op.LOCATE),
-            exc.req.p.key.eq(Cat(index, b_desc.job[:self._job_bits])),
+            exc.req.valid.eq(diverts | self.teardown), exc.req.p.op.eq(Mux(self.teardown, Op.TEARDOWN, Op.LOCATE)),
+            exc.req.p.key.eq(Mux(self.teardown, Cat(last_index, self.teardown_job[:self._job_bits]),
+                                 Cat(index, b_desc.job[:self._job_bits]))),
         ]
 
         # -- frames held, from their first beat in the queue until their last leaves it --
         held = Signal(range(self.frames + 1))
         leaves = Signal()
         m.d.sync += held.eq(held + diverts - leaves)
-        m.d.comb += self.room.eq(held + (b_valid & b_first) < self.frames)
+        m.d.comb += [self.room.eq(held + (b_valid & b_first) < self.frames),
+                     self.idle.eq((held == 0) & ~b_valid)]
 
         # -- the head frame: back to the engine at its overflow slot, or dropped when refused --
         k = Signal(range(beats))
@@ -165,9 +182,11 @@ class Divert(wiring.Component):
         step = (self.o.valid & self.o.ready) | (ready & refuse)
         with m.If(step):
             m.d.sync += k.eq(k + 1)  # beats is a power of two: k wraps at the frame's end
+        # A teardown's DONE comes when no frame is held, so it is never a frame's answer.
+        done = exc.resp.valid & (answer.status == Status.DONE)
         m.d.comb += [
             leaves.eq(step & (k == beats - 1)), lanes.r_en.eq(step), descs.r_en.eq(leaves),
-            exc.resp.ready.eq(leaves),
+            exc.resp.ready.eq(leaves | done), self.teardown_done.eq(done),
             self.inserted.eq(leaves & (answer.status == Status.INSERTED)), self.refused.eq(leaves & refuse),
             self.stats.eq(exc.stats),
         ]

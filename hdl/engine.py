@@ -57,13 +57,19 @@ from .control import N_COUNTERS, event_vector
 from .fp32 import FP32Adder, IntToFP32
 from .ingress import frame_desc_layout, frame_signature
 
-__all__ = ["check_fp32_latencies", "meta_layout", "lane_word_layout", "result_desc_layout", "result_signature", "SlotEngine"]
+__all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "lane_word_layout", "result_desc_layout",
+           "result_signature", "SlotEngine"]
 
 
 def meta_layout(workers: int) -> data.StructLayout:
-    """A slot's state, key, worker bitmap and count."""
+    """A slot's state, key, worker bitmap and count; ``guest``: another job's key diverted from it while held."""
     return data.StructLayout({"state": 2, "job": QPN_JOB_BITS, "chunk": 32, "bitmap": workers,
-                              "count": range(MAX_WORKERS + 1)})
+                              "count": range(MAX_WORKERS + 1), "guest": 1})
+
+
+SweepRequest = data.StructLayout({"start": 1, "job": QPN_JOB_BITS, "first": 17, "count": 17, "check": 1})
+"""A sweep over slots ``first .. first + count - 1`` for the slots ``job`` holds: with ``check``, whether one of
+them is marked ``guest``; without, clear them to FREE (a job's teardown)."""
 
 
 def lane_word_layout(width: int) -> data.StructLayout:
@@ -146,6 +152,8 @@ class SlotEngine(wiring.Component):
     lag : int
         Cycles from a lane word's arrival in B to the write of its new value
         (``1 + convert_latency + add_latency``).
+    slot_meta : Memory
+        Every slot's :func:`meta_layout`; read by testbenches.
 
     Members
     -------
@@ -161,6 +169,19 @@ class SlotEngine(wiring.Component):
         Results to send.
     events : Out(N_COUNTERS)
         Counter strobes of the slot rules and ``PROMOTED``.
+    gone : In(1)
+        The job of the frame whose first beat ``i`` carries is not enabled (torn
+        down after the frame passed its port's checks): the frame is dropped
+        as ``DROP_UNKNOWN_QPN``, as the model drops a frame of a removed job.
+    sweep : In(SweepRequest)
+        Start a sweep over slot metadata (``start`` strobes). ``i.ready`` is
+        low while it runs; the caller starts it only with no frame in the
+        pipeline before stage W. It reads one slot a cycle: ``count + 1``
+        cycles.
+    sweep_busy : Out(1)
+        A sweep runs, from its ``start``.
+    sweep_hazard : Out(1)
+        After a checking sweep: a slot of the job is marked ``guest``.
     """
 
     def __init__(self, width: int, chunk_bytes: int, slots: int, workers: int, *, convert_latency: int = 1,
@@ -177,21 +198,29 @@ class SlotEngine(wiring.Component):
         self._convert, self._add = check_fp32_latencies(convert_latency, add_latency)
         self.beats = chunk_bytes * 8 // width
         self.lag = 1 + self._convert + self._add
+        self.slot_meta = memory.Memory(shape=meta_layout(workers), depth=self._depth, init=[])
         super().__init__({
             "i": In(frame_signature(width, self._depth)),
             "can_start": In(1),
             "o": Out(result_signature(width, slots)),
             "events": Out(N_COUNTERS),
+            "gone": In(1),
+            "sweep": In(SweepRequest),
+            "sweep_busy": Out(1),
+            "sweep_hazard": Out(1),
         })
 
-    def decide(self, m, meta, desc):
-        """The slot rules for one contribution: (outcome signals, new metadata)."""
+    def decide(self, m, meta, desc, gone):
+        """The slot rules for one contribution of a job that is enabled unless ``gone``:
+        (outcome signals, new metadata)."""
         fresh, proceed = Signal(), Signal()
         code = {c: Signal(name=f"is_{c.name.lower()}") for c in
-                (Counter.DROP_COLLISION, Counter.DROP_STALE, Counter.DROP_WINDOW)}
+                (Counter.DROP_UNKNOWN_QPN, Counter.DROP_COLLISION, Counter.DROP_STALE, Counter.DROP_WINDOW)}
         ahead = Signal(32)
         m.d.comb += ahead.eq(desc.chunk - meta.chunk)
-        with m.If(meta.state == SlotState.FREE):
+        with m.If(gone):
+            m.d.comb += code[Counter.DROP_UNKNOWN_QPN].eq(1)
+        with m.Elif(meta.state == SlotState.FREE):
             m.d.comb += [fresh.eq(1), proceed.eq(1)]
         with m.Elif(meta.job != desc.job):
             m.d.comb += code[Counter.DROP_COLLISION].eq(1)
@@ -214,7 +243,7 @@ class SlotEngine(wiring.Component):
         m.d.comb += [
             new.state.eq(Mux(complete, SlotState.DONE, SlotState.AGG)), new.job.eq(desc.job),
             new.chunk.eq(desc.chunk), new.bitmap.eq(bitmap | (Const(1, self._workers) << desc.worker)[:self._workers]),
-            new.count.eq(count + 1),
+            new.count.eq(count + 1), new.guest.eq(meta.guest),
         ]
         out = {"add": add, "store": add & (count == 0), "dup": dup, "resend": dup & done_before,
                "complete": complete, "codes": code}
@@ -225,7 +254,7 @@ class SlotEngine(wiring.Component):
         beats, width, lag = self.beats, self._width, self.lag
         n_lanes = width // 32
         m.submodules.lanes = lanes = memory.Memory(shape=lane_word_layout(width), depth=self._depth * beats, init=[])
-        m.submodules.meta = metas = memory.Memory(shape=meta_layout(self._workers), depth=self._depth, init=[])
+        m.submodules.meta = metas = self.slot_meta
         l_wr = lanes.write_port()
         l_rd = lanes.read_port(transparent_for=(l_wr,))
         m_wr = metas.write_port()
@@ -238,30 +267,59 @@ class SlotEngine(wiring.Component):
         with m.If(clearing):
             m.d.sync += sweep.eq(sweep + 1)
 
+        # A teardown's sweep: read a slot a cycle, act on it the next (the metadata ports are the
+        # pipeline's, which is empty meanwhile).
+        sw = Signal(SweepRequest)
+        sw_busy, sw_next = Signal(), Signal(range(self._depth + 1))
+        sw_read, sw_acts = Signal(), Signal()
+        sw_addr = Signal(range(self._depth))
+        with m.If(self.sweep.start):
+            m.d.sync += [sw.eq(self.sweep), sw_busy.eq(1), sw_next.eq(0), self.sweep_hazard.eq(0)]
+        m.d.comb += [self.sweep_busy.eq(sw_busy | self.sweep.start),
+                     sw_read.eq(sw_busy & ~clearing & (sw_next != sw.count))]
+        m.d.sync += sw_acts.eq(sw_read)
+        with m.If(sw_read):
+            m.d.sync += [sw_next.eq(sw_next + 1), sw_addr.eq(sw.first + sw_next)]
+        with m.If(sw_busy & (sw_next == sw.count) & ~sw_acts):
+            m.d.sync += sw_busy.eq(0)
+        swept = m_rd.data
+        sw_held = sw_acts & (swept.state != SlotState.FREE) & (swept.job == sw.job)
+        with m.If(sw_held & sw.check & swept.guest):
+            m.d.sync += self.sweep_hazard.eq(1)
+
         # -- stage A --
         j = Signal(range(beats))
         first = j == 0
         waits = Signal()
-        m.d.comb += self.i.ready.eq(~clearing & (~first | (self.can_start & ~waits)))
+        m.d.comb += self.i.ready.eq(~clearing & ~self.sweep_busy & (~first | (self.can_start & ~waits)))
         take = self.i.valid & self.i.ready
         desc = self.i.p.desc
         with m.If(take):
             m.d.sync += j.eq(Mux(self.i.p.last, 0, j + 1))
-        m.d.comb += [l_rd.addr.eq(Cat(j, desc.slot)), m_rd.addr.eq(desc.slot)]
+        m.d.comb += [l_rd.addr.eq(Cat(j, desc.slot)), m_rd.addr.eq(Mux(sw_read, sw.first + sw_next, desc.slot))]
 
         # -- stage B: the slot rules --
-        b_valid, b_first, b_last = Signal(), Signal(), Signal()
+        b_valid, b_first, b_last, b_gone = Signal(), Signal(), Signal(), Signal()
         b_j = Signal.like(j)
         b_x = Signal(width)
         b_desc = Signal(frame_desc_layout(self._depth))
         m.d.sync += [b_valid.eq(take), b_first.eq(first), b_last.eq(self.i.p.last), b_j.eq(j),
-                     b_x.eq(swap_lanes(self.i.p.data)), b_desc.eq(desc)]
-        out, new_meta = self.decide(m, m_rd.data, b_desc)
+                     b_x.eq(swap_lanes(self.i.p.data)), b_desc.eq(desc), b_gone.eq(self.gone)]
+        out, new_meta = self.decide(m, m_rd.data, b_desc, b_gone)
         decide = b_valid & b_first
+        # With overflow slots, a slot that another job's key diverted from is marked, so that
+        # its holder's teardown can tell whether freeing it would leave keys with entries on a
+        # FREE fast slot (docs/exception.md "Teardown").
+        marks = decide & out["codes"][Counter.DROP_COLLISION] if self._depth > self._slots else Const(0, 1)
+        marked = Signal(meta_layout(self._workers))
+        m.d.comb += [marked.eq(m_rd.data), marked.guest.eq(1)]
         with m.If(clearing):
             m.d.comb += [m_wr.addr.eq(sweep), m_wr.data.eq(0), m_wr.en.eq(1)]
+        with m.Elif(sw_acts):
+            m.d.comb += [m_wr.addr.eq(sw_addr), m_wr.data.eq(0), m_wr.en.eq(sw_held & ~sw.check)]
         with m.Else():
-            m.d.comb += [m_wr.addr.eq(b_desc.slot), m_wr.data.eq(new_meta), m_wr.en.eq(decide & out["add"])]
+            m.d.comb += [m_wr.addr.eq(b_desc.slot), m_wr.data.eq(Mux(marks, marked, new_meta)),
+                         m_wr.en.eq(decide & (out["add"] | marks))]
 
         # What the frame does, held for its later beats.
         f_write, f_store, f_emit, f_all = Signal(), Signal(), Signal(), Signal()

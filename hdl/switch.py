@@ -124,9 +124,15 @@ class Switch(wiring.Component):
         :attr:`refused` this is the order that decides the switch's
         behaviour, so a testbench can replay it into
         :class:`~inagg.models.switch.ModelSwitch` (``testbench.replay``).
+        ``gone``: its job was torn down after the frame passed its port's
+        checks, and the engine dropped it (``DROP_UNKNOWN_QPN``).
     refused : Out(1)
         The oldest diverted frame was refused (``EXC_REFUSED``) and dropped;
         in a cycle that also reports :attr:`order`, after it.
+    torn : Out(1)
+        A teardown (the ``TEARDOWN`` register) takes effect: every contribution
+        :attr:`order` reported before is the job's last, every later one finds
+        the job gone. Strobes in a cycle with no :attr:`order`.
 
     Attributes
     ----------
@@ -157,13 +163,14 @@ class Switch(wiring.Component):
         self.divert = None if self.exception is None else Divert(
             width=width, chunk_bytes=chunk_bytes, slots=slots, space=space, jobs=jobs, exception=self.exception,
             frames=divert_frames)
-        order = data.StructLayout({"port": range(inputs), "diverted": 1})
+        order = data.StructLayout({"port": range(inputs), "diverted": 1, "gone": 1})
         super().__init__({
             "s": In(beat_signature(width)).array(ports),
             "m": Out(beat_signature(width)).array(ports),
             "axil": In(AXILiteSignature(self.control.regmap.addr_width)),
             "order": Out(stream.Signature(order, always_ready=True)),
             "refused": Out(1),
+            "torn": Out(1),
         })
 
     def elaborate(self, platform):
@@ -178,8 +185,11 @@ class Switch(wiring.Component):
         starting = Signal(init=1)
         with m.If(taken):
             m.d.sync += starting.eq(arb.o.p.last)
+        gone = ~ctl.enabled.bit_select(arb.o.p.desc.job, 1)
+        m.d.comb += eng.gone.eq(gone)
         # Reported in step with the engine's stage B, where the collision strobe is.
-        m.d.sync += [self.order.valid.eq(taken & starting), self.order.p.port.eq(arb.grant)]
+        m.d.sync += [self.order.valid.eq(taken & starting), self.order.p.port.eq(arb.grant),
+                     self.order.p.gone.eq(gone)]
         collide = eng.events[list(Counter).index(Counter.DROP_COLLISION)]
         events = eng.events
         room = Signal(init=1)
@@ -199,7 +209,9 @@ class Switch(wiring.Component):
             # the rest of a started frame always goes on.
             m.d.comb += room.eq(div.room)
         m.d.comb += ctl.events[2 * self.ports].eq(events)
-        space = []
+        ports_idle = Signal()  # no port is inside a frame at the arbiter's input
+        stop = self._teardown(m, taken, starting, ports_idle)
+        space, insides = [], []
         for p in range(self.ports):
             ing = IngressPort(self.width, self.chunk_bytes, self.slots)
             emi = ResultEmitter(width=self.width, chunk_bytes=self.chunk_bytes, slots=self.slots, jobs=self.jobs,
@@ -212,7 +224,8 @@ class Switch(wiring.Component):
             inside = Signal(name=f"inside{p}")
             with m.If(src.valid & src.ready):
                 m.d.sync += inside.eq(~src.p.last)
-            admit = inside | room
+            admit = inside | (room & ~stop)
+            insides.append(inside)
             m.d.comb += [dst.valid.eq(src.valid & admit), src.ready.eq(dst.ready & admit), dst.p.data.eq(src.p.data),
                          dst.p.last.eq(src.p.last)]
             m.d.comb += [getattr(dst.p.desc, name).eq(getattr(src.p.desc, name))
@@ -226,8 +239,70 @@ class Switch(wiring.Component):
                 ctl.events[p].eq(ing.events), ctl.events[self.ports + p].eq(emi.events),
             ]
             space.append(emi.space)
-        m.d.comb += eng.can_start.eq(Cat(*space).all())
+        m.d.comb += [eng.can_start.eq(Cat(*space).all()), ports_idle.eq(~Cat(*insides).any())]
         return m
+
+    def _teardown(self, m, taken, starting, ports_idle):
+        """The teardown sequencer; returns the signal that holds new frames at the ports.
+
+        ``ModelSwitch.remove_job`` is one step between two frames, so the
+        switch makes it one: new frames wait at the ports, every frame
+        inside the switch (diverted ones included) finishes as if the job
+        were still there, and then, with nothing in the pipeline before
+        stage W, the job's slots are checked, its enable bit cleared, its
+        fast slots and overflow slots cleared and its keys deleted.
+        """
+        ctl, eng, div = self.control, self.engine, self.divert
+        td = ctl.teardown
+        stop = Signal()
+        was_taken = Signal()
+        m.d.sync += was_taken.eq(taken)
+        quiet = ~taken & ~was_taken & starting & ports_idle
+        if div is not None:
+            quiet &= div.idle
+            m.d.comb += [div.teardown_job.eq(td.job), div.teardown_slots.eq(td.slots)]
+        engine_done = Signal()  # the exception engine answered the TEARDOWN
+        if div is not None:
+            with m.If(div.teardown_done):
+                m.d.sync += engine_done.eq(1)
+        m.d.comb += [eng.sweep.job.eq(td.job), eng.sweep.first.eq(td.slot_base), eng.sweep.count.eq(td.slots)]
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(td.start):
+                    m.next = "STOP"
+            with m.State("STOP"):
+                # Only while no port's first beat waits at the arbiter: one held back there
+                # would keep the arbiter, and with it the diverted frames' way back, for good.
+                arb = self.arbiter
+                with m.If(~(arb.o.valid & ~arb.o.ready)):
+                    m.d.sync += [stop.eq(1), engine_done.eq(div is None)]
+                    m.next = "DRAIN"
+            with m.State("DRAIN"):
+                with m.If(quiet):
+                    m.d.comb += [eng.sweep.start.eq(1), eng.sweep.check.eq(1)]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                with m.If(~eng.sweep_busy & eng.sweep_hazard):
+                    m.d.comb += [ctl.teardown_done.eq(1), ctl.teardown_refused.eq(1)]
+                    m.d.sync += stop.eq(0)
+                    m.next = "IDLE"
+                with m.Elif(~eng.sweep_busy):
+                    m.d.comb += [ctl.teardown_disable.eq(1), self.torn.eq(1), eng.sweep.start.eq(1)]
+                    if div is not None:
+                        m.d.comb += div.teardown.eq(1)
+                    m.next = "FAST"
+            with m.State("FAST"):
+                with m.If(~eng.sweep_busy):
+                    if div is not None:
+                        m.d.comb += [eng.sweep.start.eq(1), eng.sweep.first.eq(self.slots),
+                                     eng.sweep.count.eq(self.space - self.slots)]
+                    m.next = "OVERFLOW"
+            with m.State("OVERFLOW"):
+                with m.If(~eng.sweep_busy & engine_done):
+                    m.d.comb += ctl.teardown_done.eq(1)
+                    m.d.sync += stop.eq(0)
+                    m.next = "IDLE"
+        return stop
 
 
 class SwitchTop(wiring.Component):
@@ -238,8 +313,9 @@ class SwitchTop(wiring.Component):
     and the synchronous active-high ``rst``, so that cocotbext-axi's
     ``AxiStreamBus.from_prefix(dut, "s0_axis")`` and
     ``AxiLiteBus.from_prefix(dut, "s_axil")`` connect as is, and
-    ``order_valid``/``order_port``/``order_diverted`` (:attr:`Switch.order`)
-    and ``order_refused`` (:attr:`Switch.refused`). Takes the parameters of
+    ``order_valid``/``order_port``/``order_diverted``/``order_gone``
+    (:attr:`Switch.order`), ``order_refused`` (:attr:`Switch.refused`) and
+    ``order_teardown`` (:attr:`Switch.torn`). Takes the parameters of
     :class:`Switch`.
     """
 
@@ -255,7 +331,7 @@ class SwitchTop(wiring.Component):
         for name, member in sw.axil.signature.members.items():
             members[f"s_axil_{name}"] = member
         members.update({"order_valid": Out(1), "order_port": Out(len(sw.order.p.port)), "order_diverted": Out(1),
-                        "order_refused": Out(1)})
+                        "order_gone": Out(1), "order_refused": Out(1), "order_teardown": Out(1)})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -272,7 +348,8 @@ class SwitchTop(wiring.Component):
                 o.ready.eq(getattr(self, f"m{p}_axis_tready")),
             ]
         m.d.comb += [self.order_valid.eq(sw.order.valid), self.order_port.eq(sw.order.p.port),
-                     self.order_diverted.eq(sw.order.p.diverted), self.order_refused.eq(sw.refused)]
+                     self.order_diverted.eq(sw.order.p.diverted), self.order_gone.eq(sw.order.p.gone),
+                     self.order_refused.eq(sw.refused), self.order_teardown.eq(sw.torn)]
         for name, member in sw.axil.signature.members.items():
             mine, theirs = getattr(self, f"s_axil_{name}"), getattr(sw.axil, name)
             if member.flow == Out:

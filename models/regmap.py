@@ -16,13 +16,18 @@ are build parameters), read back from ``GEOMETRY``::
     0x0018  IP          RW  switch IPv4 address
     0x001C  PKEY        RW  P_Key contributions must carry (resets to 0xFFFF)
     0x0020  EXCEPTION   RO  log2 table[4:0] (0: no exception path) | stash[14:8] | max_kicks[26:16]
+    0x0024  TEARDOWN    RW  write a job number: tear the job down; read busy[0] | refused[1]
     0x0100  counter c   RO  protocol.Counter c at 0x100 + 4 c
     0x0200  exc stat i  RO  the exception engine's counters (EXC_STATS) at 0x200 + 4 i
     0x1000  job j       RW  8 registers at 0x1000 + 0x20 j   (JOB_FIELDS)
     0x8000  worker      WO  16 registers at 0x8000 + 0x40 (j * workers + w)   (WORKER_FIELDS)
 
 A job's ``CTRL`` register enables it: the controller writes the other
-fields of a job and of its workers first and ``CTRL`` last.
+fields of a job and of its workers first and ``CTRL`` last. Writing a job
+number to ``TEARDOWN`` removes the job as ``ModelSwitch.remove_job`` does
+(its ``CTRL`` enable bit clears, its slots and overflow slots are freed);
+the controller polls ``TEARDOWN`` until :data:`TEARDOWN_BUSY` clears
+(``docs/exception.md`` "Teardown").
 """
 
 from __future__ import annotations
@@ -33,10 +38,14 @@ from .job import ExceptionSpec, JobSpec, SwitchSpec
 from .protocol import MAX_JOBS, MAX_WORKERS, Counter
 from .wire import ip_bytes, mac_bytes
 
-__all__ = ["ID_VALUE", "SWITCH_FIELDS", "JOB_FIELDS", "WORKER_FIELDS", "COUNTER_BASE", "EXC_BASE", "EXC_STATS",
-           "JOB_BASE", "JOB_STRIDE", "WORKER_BASE", "WORKER_STRIDE", "RegMap"]
+__all__ = ["ID_VALUE", "TEARDOWN_BUSY", "TEARDOWN_REFUSED", "SWITCH_FIELDS", "JOB_FIELDS", "WORKER_FIELDS",
+           "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE", "WORKER_STRIDE", "RegMap"]
 
 ID_VALUE = 0x696E4147
+TEARDOWN_BUSY = 1 << 0
+"""``TEARDOWN`` read: a teardown is running; frames wait at the ports meanwhile."""
+TEARDOWN_REFUSED = 1 << 1
+"""``TEARDOWN`` read: the last teardown changed nothing: another job's key diverted from a slot the job holds."""
 
 # name: (offset, access, description)
 SWITCH_FIELDS = {
@@ -48,6 +57,9 @@ SWITCH_FIELDS = {
     "IP": (0x18, "RW", "switch IPv4 address (first byte in 31:24)"),
     "PKEY": (0x1C, "RW", "P_Key that contributions must carry; resets to 0xFFFF"),
     "EXCEPTION": (0x20, "RO", "exception path: log2 table [4:0] (0: none), stash [14:8], max_kicks [26:16]"),
+    "TEARDOWN": (0x24, "RW", "write a job number: tear that job down (SLVERR while busy, or for a job that is not "
+                             "enabled); read: busy [0], last teardown refused [1]: a slot of the job hosts "
+                             "overflow keys of other jobs"),
 }
 COUNTER_BASE = 0x100
 EXC_BASE = 0x200

@@ -15,21 +15,44 @@ port ``ports``, the exception path's input), which is where the model
 takes it: the oldest diverted frame not taken yet. Whether a diverted frame
 passed the ingress checks is asked of a second model with the same jobs
 (those checks are stateless).
+
+A teardown (the RTL's ``torn`` strobe) is an entry :class:`RemoveJob`, a
+job installed later an :class:`AddJob`, both where they took effect; a
+frame that passed its port's checks before its job was torn down and that
+the engine then dropped is reported with :data:`GONE`.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
+from ..models.job import JobSpec
 from ..models.protocol import Counter
 from ..models.switch import ModelSwitch
 
-__all__ = ["ENGINE_COUNTERS", "DIVERTED", "replay"]
+__all__ = ["ENGINE_COUNTERS", "DIVERTED", "GONE", "RemoveJob", "AddJob", "replay"]
 
 ENGINE_COUNTERS = (Counter.RX_CONTRIB, Counter.DUP_CONTRIB, Counter.DROP_STALE, Counter.DROP_WINDOW,
                    Counter.DROP_COLLISION, Counter.EXC_REFUSED)
 DIVERTED = 1 << 16
 """Flag of an ``order`` entry: the engine took this frame of the port and diverted it."""
+GONE = 1 << 17
+"""Flag of an ``order`` entry: the engine took this frame of the port and dropped it, its job torn down."""
+
+
+@dataclass(frozen=True)
+class RemoveJob:
+    """An ``order`` entry: ``ModelSwitch.remove_job(job)`` took effect here."""
+
+    job: int
+
+
+@dataclass(frozen=True)
+class AddJob:
+    """An ``order`` entry: ``spec`` was installed here."""
+
+    spec: JobSpec
 
 
 def _reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, list[bytes]]) -> bool:
@@ -39,13 +62,17 @@ def _reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, 
     return [model.counters[c] for c in ENGINE_COUNTERS] != before
 
 
-def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list[int]) -> dict[int, list[bytes]]:
+def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dict[int, list[bytes]]:
     """Feed ``sent`` (frames per port, in sending order) to ``model`` as the RTL's ``order`` merged them.
 
     ``order`` holds a port for each frame the engine took, ``port | DIVERTED``
-    for one it diverted, and ``model.spec.ports`` where the oldest diverted
-    frame came back or was refused. Returns the frames the model sends, per
-    port. Raises ``AssertionError`` when the order cannot be the RTL's: it
+    for one it diverted, ``model.spec.ports`` where the oldest diverted
+    frame came back or was refused, ``port | GONE`` for a frame the engine
+    dropped because its job's teardown had taken effect, and
+    :class:`RemoveJob` and :class:`AddJob` where the jobs changed (a frame
+    that never reached the engine is fed to the model with the next entry
+    of its port that did, so no such frame may be sent across one of
+    these). Returns the frames the model sends, per port. Raises ``AssertionError`` when the order cannot be the RTL's: it
     names a port that has no frame left the model would take, a diverted
     frame that is not there, or frames that the model would take are left
     over.
@@ -55,7 +82,14 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list[int]) -
     diverted: deque[tuple[int, bytes]] = deque()
     probe = None
     for n, entry in enumerate(order):
-        port = entry & ~DIVERTED
+        if isinstance(entry, (RemoveJob, AddJob)):
+            for m in (model, probe) if probe is not None else (model,):
+                if isinstance(entry, RemoveJob):
+                    m.remove_job(entry.job)
+                else:
+                    m.add_job(entry.spec)
+            continue
+        port = entry & ~(DIVERTED | GONE)
         if port == model.spec.ports:
             if not diverted or not _reached_engine(model, *diverted.popleft(), out):
                 raise AssertionError(f"the RTL's contribution #{n} is a diverted frame the model does not have")
@@ -66,7 +100,13 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list[int]) -
                 raise AssertionError(f"the RTL's contribution #{n} came from port {port}, "
                                      "where the model finds none left")
             frame = q.popleft()
-            if entry & DIVERTED:
+            if entry & GONE:
+                gone = model.counters[Counter.DROP_UNKNOWN_QPN]
+                if _reached_engine(model, port, frame, out):
+                    raise AssertionError(f"the RTL's contribution #{n} found its job gone, the model takes it")
+                if model.counters[Counter.DROP_UNKNOWN_QPN] != gone:
+                    break
+            elif entry & DIVERTED:
                 if probe is None:
                     probe = ModelSwitch(model.spec)
                     for job in model.jobs.values():
