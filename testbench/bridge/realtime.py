@@ -28,11 +28,10 @@ frames that come before an answer are kept for the next :meth:`RtlSwitch.poll`.
 
 **Jobs.** :meth:`RtlSwitch.add_job` writes the job through
 :class:`~inagg.host.controller.RegisterTarget` (the switch-wide registers
-with the first job). The RTL cannot clear slots (``docs/rtl.md``, known
-limits): :meth:`RtlSwitch.remove_job` disables the job (its ``CTRL``) and
-retires its slot region until the simulator restarts, so no later job meets
-a removed job's partial sums. :attr:`RtlSwitch.retired_slots` lists those
-regions; :class:`~inagg.host.service.SwitchService` allocates around them.
+with the first job). :meth:`RtlSwitch.remove_job` tears the job down in
+the RTL (the ``TEARDOWN`` register: its enable bit and its slots cleared,
+as ``ModelSwitch.remove_job``) and waits until the RTL says it is done, so
+the next job may take the same region at once.
 
 **Failures.** When the simulator exits while the service runs (a crash, a
 kill), every call raises :class:`~inagg.host.service.SwitchBackendError`
@@ -242,7 +241,6 @@ class RtlSwitch:
         self.params = HarnessParams.for_switch(spec, width=width, jobs=jobs, workers=workers)
         self.geometry = RingGeometry(spec.ports, width, spec.chunk_bytes, self.params.depth, self.params.order_depth)
         self.drops: Tally = Tally()
-        self.retired_slots: list[tuple[int, int]] = []  # (first slot, slots) of removed jobs
         self.pid: int | None = None
         self._jobs: dict[int, JobSpec] = {}
         self._results: list[tuple[int, bytes]] = []
@@ -335,24 +333,26 @@ class RtlSwitch:
         return out
 
     def add_job(self, job: JobSpec) -> None:
-        """Write ``job`` into the RTL's registers; ``ValueError`` for a job it cannot hold or a retired region."""
+        """Write ``job`` into the RTL's registers; ``ValueError`` for a job it cannot hold."""
         self._check()
-        lo, hi = job.slot_base, job.slot_base + job.slots
-        for base, n in self.retired_slots:
-            if lo < base + n and base < hi:
-                raise ValueError(f"slots {base}..{base + n - 1} held a removed job's state; the RTL cannot clear "
-                                 "them before the simulator restarts")
         self._target.add_job(job)  # validates before it queues a write
         self._registers(WRITE, self._take_writes())
         self._jobs[job.job] = job
 
     def remove_job(self, job: int) -> None:
-        """Disable ``job`` and retire its slot region until the simulator restarts."""
+        """Tear ``job`` down in the RTL and wait until its slots are free (``KeyError`` for a job not added)."""
         self._check()
-        spec = self._jobs.pop(job)
-        self._target.remove_job(job)
-        self._registers(WRITE, self._take_writes())
-        self.retired_slots.append((spec.slot_base, spec.slots))
+        del self._jobs[job]
+        addr = self.regmap.switch("TEARDOWN")
+        self._registers(WRITE, struct.pack("<II", addr, job))
+        while True:
+            (status,) = struct.unpack("<I", self._registers(READ, struct.pack("<I", addr)))
+            if not status & rm.TEARDOWN_BUSY:
+                break
+        if status & rm.TEARDOWN_REFUSED:
+            # Only a slot another job's key diverted from refuses, and this switch has no exception path.
+            self._failure = f"the RTL refused to tear job {job} down (TEARDOWN 0x{status:08X})"
+            raise SwitchBackendError(self._failure)
 
     @property
     def counters(self) -> dict[Counter, int]:
