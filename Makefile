@@ -22,12 +22,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/inagg demo
 
-# Two pytest-xdist workers, as CI has two cores (TEST_WORKERS=0: one process); --dist loadgroup
-# keeps the tests of one Verilated build in one worker.
+# Two pytest-xdist workers, as CI has two cores (TEST_WORKERS=0: one process). --dist loadfile
+# keeps a file's tests, which share their Verilated builds, in one worker (loadgroup's
+# xdist_group marks are ignored under pytest 9.2: pytest-xdist issue 1386).
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -13,8 +13,7 @@ from inagg.host.controller import plan
 from inagg.host.link import Faults
 from inagg.models.protocol import Counter
 
-# One worker of pytest-xdist runs every test here: they share one build folder.
-pytestmark = [pytest.mark.cocotb, pytest.mark.xdist_group("bridge_rtl_allreduce")]
+pytestmark = pytest.mark.cocotb
 
 WORKERS, WINDOW, WIDTH = 3, 16, 512
 

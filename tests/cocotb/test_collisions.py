@@ -22,8 +22,7 @@ BUILDS = {
 STIMULUS = {"w64": dict(contributions=240), "w512": dict(contributions=480)}
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xdist_group(f"collisions_{name}"))
-                                  for name in sorted(BUILDS)])
+@pytest.mark.parametrize("name", sorted(BUILDS))
 def test_collisions(name):
     from inagg.testbench.sim import build_switch, run
 

@@ -28,8 +28,7 @@ STIMULUS = {
 
 
 @pytest.mark.parametrize("module", sorted(STIMULUS))
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xdist_group(f"switch_{name}"))
-                                  for name in sorted(BUILDS)])
+@pytest.mark.parametrize("name", sorted(BUILDS))
 def test_switch(name, module):
     from inagg.testbench.sim import build_switch, run
 

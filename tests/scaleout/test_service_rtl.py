@@ -20,8 +20,7 @@ from inagg.host.service import ENV_SWITCH, ServiceError, SwitchClient, SwitchSer
 from inagg.host.worker import Timing
 from inagg.models.job import SwitchSpec
 
-# One worker of pytest-xdist runs every test here: they share one build folder.
-pytestmark = [pytest.mark.cocotb, pytest.mark.xdist_group("bridge_service_rtl")]
+pytestmark = pytest.mark.cocotb
 
 PORTS, WIDTH, SLOTS, CHUNK, JOBS = 3, 64, 32, 256, 4
 SERVE = ["switch", "serve", "--backend", "rtl", "--ports", str(PORTS), "--width", str(WIDTH), "--slots", str(SLOTS),
