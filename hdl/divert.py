@@ -153,7 +153,8 @@ class Divert(wiring.Component):
         with m.If(b_valid):
             m.d.sync += capturing.eq((diverts | (~b_first & capturing)) & ~b_last)
         index = (b_desc.chunk & (b_desc.slots - 1))[:KEY_INDEX_BITS]
-        last_index = (self.teardown_slots - 1)[:KEY_INDEX_BITS]
+        last_index = Signal(KEY_INDEX_BITS)  # all 22 bits: the job's bits go above them
+        m.d.comb += last_index.eq(self.teardown_slots - 1)
         m.d.comb += [
             lanes.w_data.eq(b_data), lanes.w_en.eq(b_valid & (diverts | (~b_first & capturing))),
             descs.w_data.eq(b_desc), descs.w_en.eq(diverts),

@@ -179,7 +179,7 @@ class SlotEngine(wiring.Component):
         pipeline before stage W. It reads one slot a cycle: ``count + 1``
         cycles.
     sweep_busy : Out(1)
-        A sweep runs, from its ``start``.
+        A sweep runs, from the cycle after its ``start``.
     sweep_hazard : Out(1)
         After a checking sweep: a slot of the job is marked ``guest``.
     """
@@ -275,7 +275,8 @@ class SlotEngine(wiring.Component):
         sw_addr = Signal(range(self._depth))
         with m.If(self.sweep.start):
             m.d.sync += [sw.eq(self.sweep), sw_busy.eq(1), sw_next.eq(0), self.sweep_hazard.eq(0)]
-        m.d.comb += [self.sweep_busy.eq(sw_busy | self.sweep.start),
+        # Registered: the sweep's requester starts the next sweep when this falls.
+        m.d.comb += [self.sweep_busy.eq(sw_busy),
                      sw_read.eq(sw_busy & ~clearing & (sw_next != sw.count))]
         m.d.sync += sw_acts.eq(sw_read)
         with m.If(sw_read):
@@ -291,7 +292,8 @@ class SlotEngine(wiring.Component):
         j = Signal(range(beats))
         first = j == 0
         waits = Signal()
-        m.d.comb += self.i.ready.eq(~clearing & ~self.sweep_busy & (~first | (self.can_start & ~waits)))
+        m.d.comb += self.i.ready.eq(~clearing & ~sw_busy & ~self.sweep.start
+                                    & (~first | (self.can_start & ~waits)))
         take = self.i.valid & self.i.ready
         desc = self.i.p.desc
         with m.If(take):

@@ -255,9 +255,12 @@ class Switch(wiring.Component):
         ctl, eng, div = self.control, self.engine, self.divert
         td = ctl.teardown
         stop = Signal()
+        # From registers only (the sweep's start lowers the engine's ready, which `taken` depends
+        # on). With the ports held, none inside a frame and the divert queue empty, nothing can be
+        # offered to the arbiter, so nothing is taken this cycle either.
         was_taken = Signal()
         m.d.sync += was_taken.eq(taken)
-        quiet = ~taken & ~was_taken & starting & ports_idle
+        quiet = ~was_taken & starting & ports_idle
         if div is not None:
             quiet &= div.idle
             m.d.comb += [div.teardown_job.eq(td.job), div.teardown_slots.eq(td.slots)]
