@@ -23,7 +23,7 @@ from typing import Protocol
 
 from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
 from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_JOBS, MAX_WORKERS
-from inagg.models.regmap import RegMap
+from inagg.models.regmap import TEARDOWN_BUSY, TEARDOWN_REFUSED, RegMap
 
 __all__ = ["Plan", "plan", "ConfigTarget", "Controller", "RegisterTarget", "register_writes", "worker_mac",
            "worker_ip", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS"]
@@ -147,12 +147,17 @@ class RegisterTarget:
     """A :class:`ConfigTarget` that writes the RTL switch's register map through ``write(address, value)``.
 
     The first :meth:`add_job` also writes the switch-wide registers (MAC, IP,
-    P_Key) of ``spec``; :meth:`remove_job` clears the job's CTRL, which
-    disables it and lets the gateware release its slots.
+    P_Key) of ``spec``; :meth:`remove_job` writes the job's number to
+    ``TEARDOWN``, which removes it as ``ModelSwitch.remove_job`` does (its
+    enable bit and its slots cleared). With ``read(address)`` given,
+    :meth:`remove_job` also waits until the gateware is done and raises
+    :class:`RuntimeError` when it refused the teardown; without it the caller
+    must poll ``TEARDOWN`` before giving the job's region to another job.
     """
 
-    def __init__(self, write: Callable[[int, int], None], regmap: RegMap, spec: SwitchSpec):
-        self._write, self.regmap, self.spec = write, regmap, spec
+    def __init__(self, write: Callable[[int, int], None], regmap: RegMap, spec: SwitchSpec,
+                 read: Callable[[int], int] | None = None):
+        self._write, self._read, self.regmap, self.spec = write, read, regmap, spec
         self._switch_written = False
 
     def add_job(self, job: JobSpec) -> None:
@@ -164,4 +169,12 @@ class RegisterTarget:
             self._write(addr, value)
 
     def remove_job(self, job: int) -> None:
-        self._write(self.regmap.job(job, "CTRL"), 0)
+        addr = self.regmap.switch("TEARDOWN")
+        self._write(addr, job)
+        if self._read is None:
+            return
+        while (status := self._read(addr)) & TEARDOWN_BUSY:
+            pass
+        if status & TEARDOWN_REFUSED:
+            raise RuntimeError(f"the switch refused to tear job {job} down (TEARDOWN 0x{status:08X}): another "
+                               "job's key diverted from one of its slots; tear that job down first")

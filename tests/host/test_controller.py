@@ -52,7 +52,23 @@ def test_register_target_writes_the_rtl_register_map():
         assert log[-1] == (rm.job(2, "CTRL"), 1 | 3 << 8)
         assert (rm.switch("IP"), 0x0A0000FE) in log
         n = len(log)
-    assert log[n:] == [(rm.job(2, "CTRL"), 0), (rm.job(1, "CTRL"), 0)]
+    assert log[n:] == [(rm.switch("TEARDOWN"), 2), (rm.switch("TEARDOWN"), 1)]
+
+
+def test_register_target_waits_for_the_teardown_and_reports_a_refusal():
+    from inagg.host.controller import RegisterTarget
+    from inagg.models.regmap import TEARDOWN_BUSY, TEARDOWN_REFUSED, RegMap
+
+    p = plan([2])
+    rm = RegMap(jobs=2, workers=2)
+    reads = iter([TEARDOWN_BUSY, TEARDOWN_BUSY, 0, TEARDOWN_BUSY, TEARDOWN_REFUSED])
+    seen = []
+    target = RegisterTarget(lambda a, v: None, rm, p.switch, read=lambda a: seen.append(a) or next(reads))
+    target.add_job(p.jobs[0])
+    target.remove_job(1)
+    assert seen == [rm.switch("TEARDOWN")] * 3
+    with pytest.raises(RuntimeError, match=r"refused to tear job 1 down \(TEARDOWN 0x00000002\)"):
+        target.remove_job(1)
 
 
 def test_register_target_refuses_a_job_the_geometry_cannot_hold_before_writing():
