@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """The harness's parameters and geometry, and the frames the bridge refuses to queue (no simulator needed)."""
 
 import types
