@@ -278,7 +278,8 @@ class RtlSwitch:
             self.close()
             raise SwitchBackendError(f"the RTL switch is not the one built: ID 0x{ident:08X}, GEOMETRY "
                                      f"0x{geometry:08X} (0x{want:08X} expected), JOBS 0x{jobs_reg:08X}")
-        self._target = RegisterTarget(lambda addr, value: self._writes.append((addr, value)), self.regmap, spec)
+        self._target = RegisterTarget(lambda addr, value: self._writes.append((addr, value)), self.regmap, spec,
+                                      read=self._read_register)
 
     def _simulate(self, runner, folder, env) -> None:
         try:
@@ -343,16 +344,12 @@ class RtlSwitch:
         """Tear ``job`` down in the RTL and wait until its slots are free (``KeyError`` for a job not added)."""
         self._check()
         del self._jobs[job]
-        addr = self.regmap.switch("TEARDOWN")
-        self._registers(WRITE, struct.pack("<II", addr, job))
-        while True:
-            (status,) = struct.unpack("<I", self._registers(READ, struct.pack("<I", addr)))
-            if not status & rm.TEARDOWN_BUSY:
-                break
-        if status & rm.TEARDOWN_REFUSED:
+        try:
+            self._target.remove_job(job)  # writes TEARDOWN and polls it until the RTL is done
+        except RuntimeError as e:
             # Only a slot another job's key diverted from refuses, and this switch has no exception path.
-            self._failure = f"the RTL refused to tear job {job} down (TEARDOWN 0x{status:08X})"
-            raise SwitchBackendError(self._failure)
+            self._failure = str(e)
+            raise SwitchBackendError(self._failure) from e
 
     @property
     def counters(self) -> dict[Counter, int]:
@@ -375,6 +372,13 @@ class RtlSwitch:
         self._tmp.cleanup()
 
     # -- the channel --------------------------------------------------------------
+
+    def _read_register(self, addr: int) -> int:
+        """One register's value, after the writes queued before it (as a bus orders them)."""
+        if self._writes:
+            self._registers(WRITE, self._take_writes())
+        (value,) = struct.unpack("<I", self._registers(READ, struct.pack("<I", addr)))
+        return value
 
     def _take_writes(self) -> bytes:
         payload = b"".join(struct.pack("<II", a, v) for a, v in self._writes)
