@@ -122,16 +122,17 @@ def _commit() -> str:
     return p.stdout.strip() + ("+" if dirty else "") if p.returncode == 0 else "?"
 
 
-def build(cfg: Config, command: str, unplaced: str | None = None) -> dict:
+def build(cfg: Config, command: str, unplaced: str | None = None, router: str = "router1") -> dict:
     """Build ``cfg`` and keep its row (figures, build time, commit, command) in ``ROWS``.
 
-    ``unplaced`` (why) stops the build after packing. A row may hold a
+    ``unplaced`` (why) stops the build after packing; ``router`` is nextpnr's. A row may hold a
     ``note``, which the report prints: why it has no Fmax, for one.
     """
     from inagg.hdl.synth.ecp5 import synthesize
 
     t0, commit = time.perf_counter(), _commit()  # the sources are read now, at elaboration
-    r = synthesize(cfg.make(), BUILD / cfg.slug, clock_mhz=cfg.mhz, width=cfg.width, place=unplaced is None)
+    r = synthesize(cfg.make(), BUILD / cfg.slug, clock_mhz=cfg.mhz, width=cfg.width, place=unplaced is None,
+                   router=router)
     row = {"result": r.as_dict(), "seconds": round(time.perf_counter() - t0), "commit": commit,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.machine(),
            "command": command}
@@ -257,6 +258,8 @@ def main(argv=None) -> int:
     ap.add_argument("--report", action="store_true", help="build nothing; rewrite the report from the kept rows")
     ap.add_argument("--synth-only", nargs="?", const="not placed (`--synth-only`)", metavar="WHY",
                     help="stop each build after nextpnr's packer: utilization without Fmax; WHY goes in the row")
+    ap.add_argument("--router", choices=("router1", "router2"), default="router1",
+                    help="nextpnr's router (default %(default)s); see docs/synth.md")
     ap.add_argument("--at", metavar="REV", help="build the committed tree of REV (e.g. HEAD), not the working tree, "
                                                 "which others sharing the checkout may be editing")
     args = ap.parse_args(argv)
@@ -277,7 +280,7 @@ def main(argv=None) -> int:
     for i, cfg in enumerate(configs):
         print(f"[{i + 1}/{len(configs)}] {cfg.label} ...", flush=True)
         try:
-            r = build(cfg, command, args.synth_only)["result"]
+            r = build(cfg, command, args.synth_only, args.router)["result"]
         except Exception as e:  # noqa: BLE001 - a failed build is a row of the report, not a crash
             failures[cfg.slug] = f"{type(e).__name__}: {e}".splitlines()[0]
             print(f"    failed: {failures[cfg.slug]}", flush=True)

@@ -77,7 +77,8 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
     width = args.width if args.core == "switch" else None
     r = synthesize(core, args.out, device=args.device, speed=args.speed, clock_mhz=args.clock_mhz or 200.0, width=width,
-                   breakdown=not args.no_breakdown, seed=args.seed, place=not args.pack_only)
+                   breakdown=not args.no_breakdown, seed=args.seed, place=not args.pack_only,
+                   router=args.router)
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
     else:
@@ -108,6 +109,8 @@ def register(sub) -> None:
     p.add_argument("--exc-table", type=int, default=0,
                    help="entries per cuckoo table of the exception path (default 0: none)")
     p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    p.add_argument("--router", choices=("router1", "router2"), default="router1",
+                   help="nextpnr's router (default %(default)s; see docs/synth.md)")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-module synthesis")
     p.add_argument("--pack-only", action="store_true",
                    help="stop after nextpnr's packer: utilization (also of a design too large for the device), no Fmax")

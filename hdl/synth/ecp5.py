@@ -35,7 +35,10 @@ from amaranth.vendor import LatticePlatform
 
 from .wrapper import ScanWrapper, wrapper_cost
 
-__all__ = ["DEVICES", "ECP5Platform", "SynthResult", "critical_path", "tool_env", "tool_versions", "synthesize"]
+__all__ = ["DEVICES", "ROUTERS", "ECP5Platform", "SynthResult", "critical_path", "tool_env", "tool_versions", "synthesize"]
+
+# nextpnr-ecp5's routers (``--router``); router1 is its default.
+ROUTERS = ("router1", "router2")
 
 # ECP5 devices in the caBGA381 package, all of which nextpnr-ecp5 supports.
 DEVICES = (
@@ -304,7 +307,7 @@ def _module_breakdown(build: Path, env: dict[str, str], name: str, then: str = "
 
 def synthesize(core: wiring.Component, out_dir: str | Path, *, device: str = "LFE5UM5G-85F",
                speed: str | None = None, clock_mhz: float = 200.0, width: int | None = None,
-               breakdown: bool = True, seed: int = 1, place: bool = True) -> SynthResult:
+               breakdown: bool = True, seed: int = 1, place: bool = True, router: str = "router1") -> SynthResult:
     """Build ``core`` inside the scan wrapper to a bitstream and return its figures.
 
     Writes everything (RTLIL, Verilog, logs, ``top.bit``, nextpnr's
@@ -312,15 +315,19 @@ def synthesize(core: wiring.Component, out_dir: str | Path, *, device: str = "LF
     after nextpnr's packer (no placement, routing or bitstream; the result
     has no Fmax), which also gives the figures of a design too large for the
     device; its one synthesis is the per-module one, flattened for the
-    packer, so ``breakdown`` has no effect. Raises ``subprocess.CalledProcessError`` when a tool fails, with
+    packer, so ``breakdown`` has no effect. ``router`` is nextpnr's
+    (``router1``, its default, or ``router2``, its newer router, tried on
+    the congested, nearly full W = 512 switch; docs/synth.md). Raises ``subprocess.CalledProcessError`` when a tool fails, with
     its log in ``out_dir``.
     """
+    if router not in ROUTERS:
+        raise ValueError(f"Router must be one of {', '.join(ROUTERS)}, not {router!r}")
     env = tool_env()
     platform = ECP5Platform(device, speed, clock_mhz)
     out = Path(out_dir).resolve()
     cost = wrapper_cost(core)
     plan = platform.prepare(_Top(core), name="top",
-                            nextpnr_opts=f"--timing-allow-fail --seed {seed} --report report.json")
+                            nextpnr_opts=f"--timing-allow-fail --seed {seed} --router {router} --report report.json")
     if place:
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
