@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter as Tally
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +111,20 @@ class HeldFrames:
         """Keep ``frame`` (going ``direction`` on ``port``) for ``delay`` seconds."""
         self._seq += 1
         heapq.heappush(self._heap, (time.monotonic() + delay, self._seq, direction, port, frame))
+
+    def cross(self, link: LossyLink, direction: int, port: int, frame: bytes,
+              arrive: Callable[[int, int, bytes], None]) -> None:
+        """Send ``frame`` through ``link``: hold the copies it delays, hand the others to ``arrive`` now.
+
+        ``arrive(direction, port, frame)`` is what the transport does with a
+        frame that reached the far end; the held copies reach it later
+        through :meth:`due`.
+        """
+        for delay, f in link.transmit(frame):
+            if delay:
+                self.hold(delay, direction, port, f)
+            else:
+                arrive(direction, port, f)
 
     def wait(self, cap: float, now: float | None = None) -> float:
         """Seconds until the next frame is due (0 when one is), at most ``cap``."""

@@ -196,11 +196,7 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
         sel.register(port, selectors.EVENT_READ, p)
 
     def cross(direction: int, port: int, frame: bytes) -> None:
-        for delay, f in link.transmit(frame):
-            if delay:
-                held.hold(delay, direction, port, f)
-            else:
-                arrive(direction, port, f)
+        held.cross(link, direction, port, frame, arrive)
 
     def arrive(direction: int, port: int, frame: bytes) -> None:
         if direction == 0:

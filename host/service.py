@@ -406,11 +406,7 @@ class SwitchService:
 
     def _cross(self, direction: int, port: int, frame: bytes) -> None:
         """Put a frame on the lossy link; direction 0 is towards the switch."""
-        for delay, f in self.link.transmit(frame):
-            if delay:
-                self._held.hold(delay, direction, port, f)
-            else:
-                self._arrive(direction, port, f)
+        self._held.cross(self.link, direction, port, frame, self._arrive)
 
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
         if direction == 0:

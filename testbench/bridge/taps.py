@@ -47,11 +47,7 @@ async def serve_taps(bridge: FrameBridge, taps: Mapping[int, TapPort], *, stop: 
     def cross(direction: int, port: int, frame: bytes) -> None:
         if capture is not None:
             capture(time.time(), frame)
-        for delay, f in link.transmit(frame):
-            if delay:
-                held.hold(delay, direction, port, f)
-            else:
-                arrive(direction, port, f)
+        held.cross(link, direction, port, frame, arrive)
 
     def arrive(direction: int, port: int, frame: bytes) -> None:
         if direction == 1:

@@ -60,3 +60,23 @@ def test_held_frames_leave_when_due_in_due_order():
     assert list(held.due()) == [(0, 1, b"first"), (0, 2, b"second")]
     assert 0.0 < held.wait(0.5) <= 0.2 and list(held.due()) == []
     assert list(held.due(now=float("inf"))) == [(1, 3, b"late")] and len(held) == 0
+
+
+def test_held_frames_cross_delivers_now_or_holds():
+    from inagg.host.link import Faults, HeldFrames, LossyLink
+
+    got = []
+
+    def arrive(*frame):
+        got.append(frame)
+
+    held = HeldFrames()
+    held.cross(LossyLink(), 0, 2, b"clean", arrive)
+    assert got == [(0, 2, b"clean")] and len(held) == 0
+    # Every frame reordered and duplicated: both copies are held, none arrives before its delay.
+    link = LossyLink(Faults(reorder=0.999999, dup=0.999999, reorder_delay=10.0), seed=1)
+    held.cross(link, 1, 3, b"late", arrive)
+    assert got == [(0, 2, b"clean")] and len(held) == 2
+    assert list(held.due(now=float("inf"))) == [(1, 3, b"late"), (1, 3, b"late")]
+    held.cross(LossyLink(Faults(loss=0.999999), seed=1), 0, 1, b"lost", arrive)
+    assert len(got) == 1 and len(held) == 0
