@@ -377,9 +377,14 @@ class SlotEngine(wiring.Component):
 
         # A frame's first beat waits while an earlier frame to its slot is too close ahead
         # (its last beat `lag - beats + 1` stages or fewer past B), or while a result is
-        # between B and the emitters, which count it only once it arrives.
+        # between B and the emitters, which count it only once it arrives. A result's first beat
+        # is looked for from one stage past B on: while it is in B, A holds its frame's second
+        # beat (a chunk has 4 beats or more), never a first beat, and its `emit` there is still
+        # the decision on the metadata read, which would put that read and the slot rules in
+        # front of `i.ready` and the arbiter and ingress behind it (the switch's worst path).
+        assert beats >= 2
         hazards = [valids[k] & ctrls[k].last & (ctrls[k].desc.slot == desc.slot) for k in range(lag - beats + 1)]
-        results = [valids[k] & ctrls[k].first & ctrls[k].emit for k in range(lag + 1)]
+        results = [valids[k] & ctrls[k].first & ctrls[k].emit for k in range(1, lag + 1)]
         m.d.comb += waits.eq(Cat(*hazards, *results).any())
 
         # -- stage W --
