@@ -202,10 +202,15 @@ class Control(wiring.Component):
             ]
             psn_wr.append((psn.write_port(), rd, r["PSN"].data + 1))
 
-        # Counters: every source may strobe any counter in the same cycle.
+        # Counters: every source may strobe any counter in the same cycle. The strobes are
+        # registered before the adders: a source's strobe (the slot engine's decision on its
+        # metadata read, the exception path's insert) would otherwise end its own long path
+        # in a 32-bit carry chain here. A counter then counts one cycle after its event.
+        events = [Signal(N_COUNTERS, name=f"events{i}") for i in range(len(self.events))]
+        m.d.sync += [reg.eq(src) for reg, src in zip(events, self.events)]
         counters = [Signal(32, name=f"count_{c.name.lower()}") for c in Counter]
         for c, reg in zip(Counter, counters):
-            m.d.sync += reg.eq(reg + sum(src[c] for src in self.events))
+            m.d.sync += reg.eq(reg + sum(src[c] for src in events))
 
         # AXI4-Lite writes: address and data together, one at a time.
         bvalid, bresp = Signal(), Signal(2)
