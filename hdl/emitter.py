@@ -18,7 +18,11 @@ cycle and the frames of one result take longer than its beats.
 
 Each frame goes through a one-beat register before the port: the ICRC
 generator has then seen the frame's last data bytes when the beat that
-carries the ICRC leaves.
+carries the ICRC leaves. The header is built into a register in the cycle
+before the frame (``LOAD``), and the payload is read from the buffer one
+beat ahead into its read port's register, so that the beat the generator
+takes comes from registers through the beat multiplexer alone; neither
+adds a cycle.
 """
 
 from __future__ import annotations
@@ -175,7 +179,6 @@ class ResultEmitter(wiring.Component):
         rd_entry = Signal(range(_ENTRIES))
         rem = Signal(workers)
         w = Signal(range(workers))
-        psn = Signal(24)
         q, r = divmod(RESULT_HDR_LEN, nb)
         n_beats = q + beats + 1
         i = Signal(range(n_beats + 1))
@@ -183,14 +186,20 @@ class ResultEmitter(wiring.Component):
         m.d.comb += self.worker.index.eq(head.desc.job * workers + w)
         va = Signal(64)
         m.d.comb += va.eq(entry.va + head.desc.ring * self._chunk)
-        hdr = Signal(8 * RESULT_HDR_LEN)  # sliced per beat: a signal, so the header is built once
-        m.d.comb += hdr.eq(self._header(entry, self.switch, psn, va, head.desc.chunk, head.fp32))
+        # The header is built in LOAD, from the worker-table read and the worker's PSN before
+        # its increment, into a register: the table read, the address adder and the IPv4
+        # checksum's adders get a cycle of their own instead of sitting in front of the beat
+        # mux and the ICRC generator's XOR tree (the W = 256 switch's worst path).
+        hdr = Signal(8 * RESULT_HDR_LEN)
 
-        cur = buf.read_port(domain="comb")
-        prv = buf.read_port(domain="comb")
-        m.d.comb += [cur.addr.eq(Cat((i - q)[:len(wj)], rd_entry)), prv.addr.eq(Cat((i - q - 1)[:len(wj)], rd_entry))]
+        # The payload is read one beat ahead into the read port's register (address `i + 1`
+        # while the frame advances to beat `i + 1`), and the beat before the current one is the
+        # last beat read, kept in `prv_data`: one read port, and no combinational read of the
+        # wide buffer between the beat counter and the generator.
+        cur = buf.read_port(transparent_for=())
+        m.d.comb += cur.addr.eq(Cat((i + 1 - q)[:len(wj)], rd_entry))
         cur_data = Mux(head.fp32, cur.data.fp, cur.data.data)
-        prv_data = Mux(head.fp32, prv.data.fp, prv.data.data)
+        prv_data = Signal(self._width)
         split = 8 * (nb - r)
         hdr_pad = Signal((q + 1) * self._width)
         m.d.comb += hdr_pad.eq(hdr)
@@ -212,7 +221,9 @@ class ResultEmitter(wiring.Component):
         o_keep = Signal(nb)
         g_valid = Signal()
         adv = g_valid & (~o_valid | self.o.ready)
-        m.d.comb += [gen.valid.eq(adv), gen.beat.eq(i), gen.data.eq(g_data)]
+        m.d.comb += [gen.valid.eq(adv), gen.beat.eq(i), gen.data.eq(g_data), cur.en.eq(adv)]
+        with m.If(adv):
+            m.d.sync += prv_data.eq(cur_data)
         with m.If(self.o.ready):
             m.d.sync += o_valid.eq(0)
         with m.If(adv):
@@ -240,7 +251,8 @@ class ResultEmitter(wiring.Component):
                             m.d.sync += w.eq(k)
                     m.next = _State.LOAD
             with m.State(_State.LOAD):
-                m.d.sync += [psn.eq(entry.psn), i.eq(0)]
+                m.d.sync += [hdr.eq(self._header(entry, self.switch, entry.psn, va, head.desc.chunk, head.fp32)),
+                             i.eq(0)]
                 m.d.comb += [self.worker.psn_inc.eq(1), sent.eq(1)]
                 m.next = _State.FRAME
             with m.State(_State.FRAME):
