@@ -18,7 +18,7 @@ from ..models.protocol import Counter
 from ..models.switch import ModelSwitch
 from ..hdl.exception import STATS, entry_layout, stats_layout
 from .exception.reference import MODEL_STATS, State
-from .traffic import contribution, lanes, make_job
+from .traffic import contribution, lanes, lossy, make_job
 
 __all__ = ["collision_jobs", "claim", "mixed", "model_state", "engine_state"]
 
@@ -31,19 +31,10 @@ def collision_jobs(spec: SwitchSpec, hosts: int, guests: int, region: int, worke
 
 
 def _window(spec, job, chunks, rng, pyrng, loss, dup):
-    """A job's contributions of ``chunks``, with duplicates; and the share ``loss`` that is lost on the way."""
-    sent, lost = [], []
-    for c in chunks:
-        for w in range(len(job.workers)):
-            f = (job.workers[w].port, contribution(spec, job, w, c, lanes(rng, spec)))
-            roll = pyrng.random()
-            if roll < loss:
-                lost.append(f)
-                continue
-            sent.append(f)
-            if roll > 1 - dup:
-                sent.append(f)
-    return sent, lost
+    """A job's contributions of ``chunks`` through :func:`~.traffic.lossy`: (sent, lost)."""
+    frames = [(w.port, contribution(spec, job, i, c, lanes(rng, spec)))
+              for c in chunks for i, w in enumerate(job.workers)]
+    return lossy(frames, pyrng, loss=loss, dup=dup)
 
 
 def claim(spec: SwitchSpec, jobs: list[JobSpec], hosts: int, rng: np.random.Generator) -> list[tuple[int, bytes]]:

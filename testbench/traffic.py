@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+
 import numpy as np
 
 from ..models import icrc, wire
 from ..models.job import JobSpec, SwitchSpec, WorkerSpec
 from ..models.protocol import Counter, Opcode
 
-__all__ = ["make_job", "contribution", "lanes", "bad_frames"]
+__all__ = ["make_job", "contribution", "lanes", "bad_frames", "lossy", "windowed", "interleave"]
 
 
 def make_job(spec: SwitchSpec, job: int, workers: int, slot_base: int, slots: int, *, ports=None,
@@ -42,6 +45,57 @@ def contribution(spec: SwitchSpec, job: JobSpec, worker: int, chunk: int, values
                   payload=np.asarray(values, ">i4").tobytes(), pkey=spec.pkey)
     fields.update(overrides)
     return wire.build(**fields)
+
+
+def lossy(frames: list, pyrng: random.Random, *, loss: float, dup: float) -> tuple[list, list]:
+    """``frames`` as a lossy link passes them: (what arrives, duplicates included; what is lost).
+
+    Each frame is lost with probability ``loss``, else sent twice with
+    probability ``dup``; one draw of ``pyrng`` per frame, in order.
+    """
+    sent, lost = [], []
+    for f in frames:
+        roll = pyrng.random()
+        if roll < loss:
+            lost.append(f)
+            continue
+        sent.append(f)
+        if roll > 1 - dup:
+            sent.append(f)
+    return sent, lost
+
+
+def windowed(spec: SwitchSpec, job: JobSpec, chunks: range, values: Callable[[int], np.ndarray],
+             pyrng: random.Random, *, loss: float, dup: float, resend_done: bool = False) -> list[tuple[int, bytes]]:
+    """A job's (port, frame) contributions window by window, as its workers would send them over a lossy link.
+
+    A window is half the job's slots (the protocol's ``R = 2W``), so no chunk
+    of a window waits for a slot. Each window's frames are shuffled and pass
+    :func:`lossy`; its lost frames are resent after it. ``resend_done``
+    resends one lost frame once more, after its chunk has completed, so the
+    switch answers with the stored result. ``values(c)`` gives chunk ``c``'s
+    lanes, one row a worker.
+    """
+    window = job.slots // 2
+    out = []
+    for base in range(chunks.start, chunks.stop, window):
+        batch = []
+        for c in range(base, min(base + window, chunks.stop)):
+            rows = values(c)
+            batch += [(w.port, contribution(spec, job, i, c, rows[i])) for i, w in enumerate(job.workers)]
+        pyrng.shuffle(batch)
+        sent, late = lossy(batch, pyrng, loss=loss, dup=dup)
+        out += sent + late + (late[:1] if resend_done else [])
+    return out
+
+
+def interleave(streams: list[list], pyrng: random.Random) -> list:
+    """The streams' items merged at random, each stream's own order kept (jobs sharing a switch)."""
+    streams = [list(s) for s in streams]
+    out = []
+    while any(streams):
+        out.append(pyrng.choice([s for s in streams if s]).pop(0))
+    return out
 
 
 def _refresh(frame: bytearray) -> bytes:

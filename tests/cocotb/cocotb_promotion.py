@@ -20,7 +20,7 @@ from inagg.models.job import SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.testbench.promotion import adversarial
 from inagg.testbench.switch_tb import SwitchTB
-from inagg.testbench.traffic import contribution, make_job
+from inagg.testbench.traffic import contribution, interleave, make_job, windowed
 
 PARAMS = json.loads(os.environ.get("INAGG_PARAMS", "{}"))
 
@@ -41,28 +41,6 @@ def _chunk_values(rng, n, lanes, c):
     return values
 
 
-def _traffic(spec, job, rng, pyrng, chunks):
-    """A job's contributions window by window, shuffled, with losses (resent later) and duplicates."""
-    n, window = len(job.workers), job.slots // 2
-    out = []
-    for base in range(0, chunks, window):
-        batch, late = [], []
-        for c in range(base, min(base + window, chunks)):
-            values = _chunk_values(rng, n, spec.lanes, c)
-            batch += [(job.workers[w].port, contribution(spec, job, w, c, values[w])) for w in range(n)]
-        pyrng.shuffle(batch)
-        for f in batch:
-            roll = pyrng.random()
-            if roll < 0.05:
-                late.append(f)
-                continue
-            out.append(f)
-            if roll > 0.95:
-                out.append(f)
-        out += late + late[:1]  # the last resend finds a done slot: the result again
-    return out
-
-
 @cocotb.test()
 async def adversarial_jobs(dut):
     """The most workers the build takes and two workers, every overflow pattern, losses and duplicates."""
@@ -73,12 +51,10 @@ async def adversarial_jobs(dut):
     half = spec.slots // 2
     jobs = [make_job(spec, 0, PARAMS["workers"], 0, half), make_job(spec, 1, 2, half, half)]
     await tb.configure(jobs)
-    streams = [_traffic(spec, jobs[0], rng, pyrng, PARAMS["chunks"]),
-               _traffic(spec, jobs[1], rng, pyrng, 3 * PARAMS["chunks"])]
-    traffic = []
-    while any(streams):
-        s = pyrng.choice([s for s in streams if s])
-        traffic.append(s.pop(0))
+    streams = [windowed(spec, job, range(chunks), lambda c, n=len(job.workers): _chunk_values(rng, n, spec.lanes, c),
+                        pyrng, loss=0.05, dup=0.05, resend_done=True)
+               for job, chunks in zip(jobs, (PARAMS["chunks"], 3 * PARAMS["chunks"]))]
+    traffic = interleave(streams, pyrng)
     for p in range(tb.ports):
         tb.src[p].set_pause_generator(itertools.cycle([0] * (5 + p) + [1]))
         tb.snk[p].set_pause_generator(itertools.cycle([0, 0, 1]))

@@ -20,7 +20,7 @@ from inagg.models.job import SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.switch import _Job
 from inagg.testbench.switch_tb import SwitchTB
-from inagg.testbench.traffic import bad_frames, contribution, lanes, make_job
+from inagg.testbench.traffic import bad_frames, contribution, interleave, lanes, make_job, windowed
 
 PARAMS = json.loads(os.environ.get("INAGG_PARAMS", "{}"))
 
@@ -47,28 +47,6 @@ async def one_chunk(dut):
     assert sum(len(v) for v in out.values()) == 3
 
 
-def _job_traffic(spec, job, rng, pyrng, chunks, first_chunk=0):
-    """A job's contributions window by window, shuffled, with duplicates and late retransmissions."""
-    window = job.slots // 2
-    out, late = [], []
-    for base in range(first_chunk, first_chunk + chunks, window):
-        batch = [(w, c) for c in range(base, min(base + window, first_chunk + chunks)) for w in range(len(job.workers))]
-        pyrng.shuffle(batch)
-        frames = []
-        for w, c in batch:
-            f = (job.workers[w].port, contribution(spec, job, w, c, lanes(rng, spec)))
-            roll = pyrng.random()
-            if roll < 0.08:
-                late.append(f)            # lost, retransmitted later
-                continue
-            frames.append(f)
-            if roll > 0.93:
-                frames.append(f)          # duplicated on the way
-        out += frames + late
-        late = []
-    return out
-
-
 @cocotb.test()
 async def random_jobs(dut):
     """Several jobs, 2 to the most workers per job, random orders, duplicates, losses, idle gaps, slow egress."""
@@ -81,12 +59,11 @@ async def random_jobs(dut):
     region = spec.slots >> (len(sizes) - 1).bit_length()  # a power of two per job
     jobs = [make_job(spec, j, n, j * region, region // 2 if j else region) for j, n in enumerate(sizes)]
     await tb.configure(jobs)
-    streams = [_job_traffic(spec, j, rng, pyrng, chunks=PARAMS["chunks"] // (1 + (len(j.workers) > 8)))
+    streams = [windowed(spec, j, range(PARAMS["chunks"] // (1 + (len(j.workers) > 8))),
+                        lambda c, n=len(j.workers): np.stack([lanes(rng, spec) for _ in range(n)]),
+                        pyrng, loss=0.08, dup=0.07)
                for j in jobs]
-    traffic = []
-    while any(streams):  # interleave the jobs at random
-        s = pyrng.choice([s for s in streams if s])
-        traffic.append(s.pop(0))
+    traffic = interleave(streams, pyrng)
     for p in range(tb.ports):
         tb.src[p].set_pause_generator(itertools.cycle([0] * (3 + p) + [1]))
         tb.snk[p].set_pause_generator(itertools.cycle([0, 1, 0, 0, 1] if p % 2 else [0, 0, 0, 1]))

@@ -1,13 +1,7 @@
 """The switch service: its control protocol, job isolation, and clients in other processes."""
 
 import json
-import os
-import re
-import select
-import signal
 import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -168,124 +162,11 @@ def test_a_stopped_service_fails_the_allreduce_with_a_clear_error():
 
 # -- clients in other processes -------------------------------------------------
 
-OWNER = r"""
-import json, sys, threading
-import numpy as np
-from inagg.host import allreduce
-from inagg.host.service import SwitchClient, join
-
-client = SwitchClient()                         # INAGG_SWITCH
-ticket = client.create_job(2, window=4)
-print(json.dumps({"job": ticket.job.job, "token": ticket.token, "rkey": ticket.job.rkey}), flush=True)
-groups = [join(ticket, r) for r in range(2)]
-rng = np.random.default_rng(ticket.job.job)
-for line in sys.stdin:                          # one all-reduce per line, until stdin closes
-    data = [rng.integers(-99, 99, 1000).astype(np.float32) for _ in range(2)]
-    out = [None, None]
-    threads = [threading.Thread(target=lambda r: out.__setitem__(r, allreduce(data[r], groups[r])), args=(r,))
-               for r in range(2)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    print(json.dumps({"ok": all(np.array_equal(o, data[0] + data[1]) for o in out)}), flush=True)
-"""
-
-INTRUDER = r"""
-import json, os, time
-import numpy as np
-from inagg.host.service import ServiceError, SwitchClient, join
-from inagg.models import wire
-from inagg.models.protocol import Opcode, switch_qpn
-
-victim = int(os.environ["VICTIM_JOB"])
-client = SwitchClient()
-mine = client.create_job(1, window=4)
-out = {"own_job": mine.job.job, "refused": []}
-for op, fields in [("remove_job", {"token": mine.token}), ("counters", {"token": "0" * 32}),
-                   ("attach", {"token": mine.token, "rank": 0, "endpoint": ["127.0.0.1", 9]})]:
-    try:
-        client.request(op, job=victim, **fields)
-    except ServiceError as e:
-        out["refused"].append(str(e))
-g = join(mine, 0)
-sw, me = mine.switch, mine.job.workers[0]
-def frame(qpn, rkey):
-    return wire.build(eth_dst=wire.mac_bytes(sw.mac), eth_src=wire.mac_bytes(me.mac), ip_src=wire.ip_bytes(me.ip),
-                      ip_dst=wire.ip_bytes(sw.ip), udp_sport=0xC000, opcode=Opcode.UC_RDMA_WRITE_ONLY, dest_qpn=qpn,
-                      psn=0, va=0, rkey=rkey, payload=bytes(sw.chunk_bytes))
-before = client.counters(mine.job.job, mine.token)["switch"]
-g.port.send(frame(switch_qpn(victim, 0), mine.job.rkey))     # the victim's QPN with our R_Key
-g.port.send(frame(switch_qpn(victim, 9), mine.job.rkey))     # a worker the victim does not have
-deadline = time.monotonic() + 5
-while time.monotonic() < deadline:
-    after = client.counters(mine.job.job, mine.token)["switch"]
-    if after["RX_FRAMES"] - before["RX_FRAMES"] == 2:
-        break
-    time.sleep(0.01)
-out["delta"] = {k: after[k] - before[k] for k in after if after[k] != before[k]}
-print(json.dumps(out), flush=True)
-"""
-
-
-def _spawn(code: str, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-
-
-def _readline(p: subprocess.Popen, timeout: float = 30) -> dict:
-    ready, _, _ = select.select([p.stdout], [], [], timeout)
-    assert ready, f"no answer from the client process within {timeout} s"
-    line = p.stdout.readline()
-    assert line, f"the client process died: {p.stderr.read()}"
-    return json.loads(line)
-
-
-def test_two_client_processes_two_jobs_and_a_wrong_token(tmp_path):
+def test_two_client_processes_two_jobs_and_a_wrong_token(two_clients):
     """`inagg switch serve` as a process; job A's owner, and a second client that tries to touch job A."""
-    log = open(tmp_path / "serve.log", "w+")
-    serve = subprocess.Popen([sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen", "127.0.0.1:0",
-                              "--vxlan", "127.0.0.1:0", "--ports", "4", "--slots", "64", "--chunk-bytes", "256"],
-                             stderr=log)
-    owner = intruder = None
-    try:
-        deadline = time.monotonic() + 30
-        while not (m := re.search(r"listening: control ([\d.]+:\d+)", open(log.name).read())):
-            assert serve.poll() is None and time.monotonic() < deadline, open(log.name).read()
-            time.sleep(0.05)
-        env = {ENV_SWITCH: m.group(1)}
-        owner = _spawn(OWNER, env)
-        job_a = _readline(owner)
-        owner.stdin.write("go\n")
-        owner.stdin.flush()
-        assert _readline(owner) == {"ok": True}
-
-        intruder = _spawn(INTRUDER, {**env, "VICTIM_JOB": str(job_a["job"])})
-        seen = _readline(intruder)
-        assert intruder.wait(30) == 0
-        a = job_a["job"]
-        assert seen["refused"] == [f"inagg switch service refused {op}: job {a}: wrong token"
-                                   for op in ("remove_job", "counters", "attach")]
-        # The model switch drops and counts the frames that name job A without its key or worker.
-        assert seen["delta"] == {"RX_FRAMES": 2, "DROP_BAD_RKEY": 1, "DROP_UNKNOWN_QPN": 1}
-
-        owner.stdin.write("again\n")  # job A is intact
-        owner.stdin.flush()
-        assert _readline(owner) == {"ok": True}
-        owner.stdin.close()
-        assert owner.wait(30) == 0
-    finally:
-        for p in (owner, intruder):
-            if p is not None and p.poll() is None:
-                p.kill()
-        serve.send_signal(signal.SIGTERM)
-        rc = serve.wait(30)
-    text = open(log.name).read()
-    assert rc == 0, text
-    b = seen["own_job"]
-    for op in ("remove_job", "counters", "attach"):
-        assert re.search(rf"WARNING control 127\.0\.0\.1:\d+: refused {op} on job {a}: wrong token", text)
-    assert re.search(rf"job {a} torn down: its owner's control connection 127\.0\.0\.1:\d+ closed", text)
-    assert re.search(rf"job {b} torn down: its owner's control connection", text)
-    assert "inagg.switch INFO stopped: " in text and "refused_requests': 3" in text
+    run = two_clients(["switch", "serve", "--ports", "4", "--slots", "64", "--chunk-bytes", "256"],
+                      absent_worker=9, start_wait=30, answer_wait=30, count_wait=5)
+    assert "inagg.switch INFO stopped: " in run.log and "refused_requests': 3" in run.log
 
 
 def test_service_parameters_are_validated():
