@@ -64,6 +64,15 @@ def test_platform_validates_arguments(kw, msg):
         ecp5.ECP5Platform(**kw)
 
 
+def test_router_is_checked_before_any_tool_runs(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the core is, rightly, never elaborated
+        with pytest.raises(ValueError, match=r"^Router must be one of router1, router2, not 'router3'$"):
+            ecp5.synthesize(FP32Adder(), tmp_path, router="router3")
+        gc.collect()
+    assert not any(tmp_path.iterdir())
+
+
 def test_report_parsing():
     report = {"utilization": {"TRELLIS_COMB": {"used": 10, "available": 100}, "TRELLIS_FF": {"used": 4, "available": 100},
                               "DP16KD": {"used": 1, "available": 208}},
