@@ -12,7 +12,7 @@ from .layout import Plan
 
 __all__ = ["script", "SLOT_REGISTERS"]
 
-SLOT_REGISTERS = ("InaggIngress.slot_key", "InaggIngress.slot_bitmap")
+SLOT_REGISTERS = ("InaggIngress.slot_key", "InaggIngress.slot_state", "InaggIngress.slot_bitmap")
 
 
 def script(p: Plan, program: str = "inagg") -> str:

@@ -1,16 +1,27 @@
-/* inagg Mode II aggregation switch for Tofino (TNA), Tofino 1 by default.
+/* inagg Mode II aggregation switch for Tofino (TNA): Tofino 1, and Tofino 2
+ * when compiled with __TARGET_TOFINO__ == 2 (p4c-barefoot --target tofino2).
  *
  * The P4 profile of docs/protocol.md section 8 with the Tofino limits of
  * inagg.models.p4profile.TNA: chunks of 256 bytes (64 lanes), at most 32
  * workers per job, no ICRC check (results carry an ICRC field of zero; see
  * docs/p4.md), sticky saturating INT32 lanes and ImmDt bit 30 (SATURATED).
  *
- * A pipeline pass adds 32 lanes (one 32-bit register per lane, four per
- * stage in stages 4-11), so a chunk takes two passes: pass 0 runs the frame
- * checks, the slot rules and lanes 0-31, then recirculates the frame with a
- * bridge header; pass 1 adds lanes 32-63 into the same registers (entry
- * 2 * slot + 1) and multicasts the result. The egress parser flags pinned
- * lanes, and the egress rewrites one copy per worker.
+ * A contribution crosses the ingress pipeline up to four times, always
+ * through the pipe's recirculation port (one port, so the passes of all
+ * contributions keep their order):
+ *   pass 0  frame checks and the slot rules (slot_key, slot_state, slot_bitmap);
+ *   pass 1  32 lanes into the 32 lane registers at entry 2 * slot;
+ *   pass 2  the other 32 lanes at entry 2 * slot + 1;
+ *   pass 3  only for the contribution that completes the chunk and for a
+ *           resend: the parser flags pinned lanes (SATURATED) while it reads
+ *           the 64 result lanes, the slot becomes DONE, and the result is
+ *           multicast (or sent to the one worker).
+ * The slot rules take one pass of their own because each step reads the
+ * previous step's register output, and a Tofino 1 stage has four stateful
+ * ALUs: the 32 lane registers fill eight stages, which the slot rules would
+ * otherwise delay past the twelfth. The egress reads no lane: it rewrites
+ * the headers up to the RETH, adds ImmDt, and leaves lanes and ICRC as
+ * payload (Tofino 1's egress parser reads at most 160 bytes).
  *
  * Table, register and counter names are the control plane's
  * (inagg.host.p4ctl.bfrt): change them together. */
@@ -28,7 +39,11 @@
 #define INAGG_SLOTS 4096
 #endif
 #ifndef INAGG_RECIRC_PORT
+#if __TARGET_TOFINO__ == 2
+#define INAGG_RECIRC_PORT 6    /* pipe 0's recirculation port on Tofino 2 */
+#else
 #define INAGG_RECIRC_PORT 68   /* pipe 0's recirculation port on Tofino 1 */
+#endif
 #endif
 
 const bit<32> CHUNK_BYTES = 256;
@@ -36,33 +51,56 @@ const bit<16> CONTRIB_TOTAL = 20 + 8 + 12 + 16 + 256 + 4;
 const bit<32> PSN_ENTRIES = 1024 * 32;  /* one per (job, worker index) */
 
 /* Verdicts of the slot rules (docs/protocol.md section 3). */
-const bit<8> V_FIRST = 1;   /* the slot (re)starts with this chunk */
-const bit<8> V_SAME = 2;    /* the slot holds this chunk, still aggregating */
-const bit<8> V_DONE = 3;    /* the slot holds this chunk, complete */
-const bit<8> V_STALE = 4;
-const bit<8> V_WINDOW = 5;
+const bit<3> V_FIRST = 1;   /* the slot (re)starts with this chunk */
+const bit<3> V_SAME = 2;    /* the slot holds this chunk, still aggregating */
+const bit<3> V_DONE = 3;    /* the slot holds this chunk, complete */
+const bit<3> V_STALE = 4;
+const bit<3> V_WINDOW = 5;
 
-/* What pass 0 decided, for pass 1 and the egress. */
+/* What pass 0 decided, for the lane passes and the egress. */
 const bit<2> OP_ADD = 0;
 const bit<2> OP_FIRST = 1;
 const bit<2> OP_RESEND = 2;
 
 header bridge_h {
-    bit<1>  pass;       /* 0: ingress to recirculation, 1: to the workers */
-    bit<1>  complete;   /* this contribution completed the chunk */
+    bit<1>  result;     /* 1: a result on its way to a worker; 0: to the next pass */
+    bit<2>  pass;       /* the pass this frame takes next: 1, 2 or 3 */
     bit<2>  op;
-    bit<4>  _pad0;
+    bit<1>  complete;   /* this contribution completed the chunk */
+    bit<1>  saturated;  /* a result lane is pinned (set in pass 3) */
+    bit<1>  _pad0;
     bit<6>  worker;
     bit<10> job;
     bit<7>  _pad1;
     bit<9>  port;       /* the contributing worker's port, for a resend */
     bit<16> mcast_grp;  /* the job's group, for a completed chunk */
     bit<32> slot;
+    bit<32> lane_index; /* the lane registers' entry in the next lane pass */
+    bit<32> lane_next;  /* ... and in the one after it */
     bit<32> chunk;
+    bit<32> next_chunk; /* chunk + R: the slot key once the slot is DONE */
     bit<32> ring_offset;  /* (chunk mod R) * C: the result's offset in the ring */
 }
 
-struct headers_t {
+/* The payload as two halves of 32 lanes. The ingress deparser emits `hi`
+ * before `lo`, so the halves change places on every pass: pass 1 finds the
+ * frame's lanes 32-63 in `lo`, pass 2 its lanes 0-31, and pass 3 sees the
+ * frame's own order again. Each lane register thus reads one PHV field in
+ * both lane passes (a Tofino 1 stateful ALU takes one 32-bit PHV input), and
+ * no metadata copy of the lanes is needed. */
+struct ig_headers_t {
+    bridge_h bridge;
+    ethernet_h eth;
+    ipv4_h ipv4;
+    udp_h udp;
+    bth_h bth;
+    reth_h reth;
+    lane_h[32] lo;
+    lane_h[32] hi;
+    icrc_h icrc;
+}
+
+struct eg_headers_t {
     bridge_h bridge;
     ethernet_h eth;
     ipv4_h ipv4;
@@ -70,19 +108,22 @@ struct headers_t {
     bth_h bth;
     reth_h reth;
     immdt_h immdt;
-    lane_h[64] lanes;
-    icrc_h icrc;
 }
 
-#define INAGG_TNA_LANE_IN(i) bit<32> lane_in_##i;
-
+/* slot_key: `chunk` is the chunk the slot holds while FREE or aggregating,
+ * and that chunk + R once it is DONE, which is the one chunk allowed to
+ * restart it; `used` is 0 while the slot is FREE. With that encoding the
+ * claim needs two comparisons (a Tofino 1 stateful ALU has two). */
 struct slot_key_t {
+    bit<32> used;
     bit<32> chunk;
-    bit<32> state;
 }
 
 struct ig_metadata_t {
     bool    csum_err;
+    bit<1>  saturated;    /* the parser saw a pinned lane */
+    bit<1>  counted;      /* this pass counts meta.event */
+    bit<1>  accept;
     bit<10> job;
     bit<6>  worker;
     bit<32> rkey;
@@ -90,25 +131,28 @@ struct ig_metadata_t {
     bit<32> slot_mask;
     bit<32> wbit;
     bit<32> full;
-    bit<32> chunk;
-    bit<32> prev_chunk;   /* chunk - R: the generation a DONE slot may give way to */
-    bit<32> slot;
-    bit<32> lane_index;
-    bit<32> old_bitmap;
-    bit<8>  verdict;
     bit<9>  worker_port;
     bit<16> mcast_grp;
-    /* The 32 lanes this pass adds: lanes 0-31 in pass 0, 32-63 in pass 1. The
-     * register actions read them from here, metadata that every path of the
-     * apply block writes before it executes them. */
-    INAGG_LANES_32(INAGG_TNA_LANE_IN)
+    bit<32> event;
+    bit<32> chunk;
+    bit<32> region;       /* R */
+    bit<32> offset;       /* chunk mod R */
+    bit<32> slot;
+    bit<32> key_in;       /* slot_key's input: the chunk (pass 0), chunk + R (pass 3) */
+    bit<32> key;          /* slot_key.chunk before this contribution */
+    bit<32> d;            /* chunk - key */
+    bit<32> d_done;       /* chunk - (key - R): 0 for a resend of a DONE chunk */
+    bit<32> state;        /* slot_state before this contribution */
+    bit<3>  verdict;
+    bit<32> old_bitmap;
+    bit<32> dup;
+    bit<32> joined;
 }
 
 struct eg_metadata_t {
-    bit<1> saturated;
 }
 
-parser InaggIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t meta,
+parser InaggIngressParser(packet_in pkt, out ig_headers_t hdr, out ig_metadata_t meta,
                           out ingress_intrinsic_metadata_t ig_intr_md) {
     Checksum() ipv4_csum;
 
@@ -116,6 +160,7 @@ parser InaggIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t me
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
         meta.csum_err = false;
+        meta.saturated = 0;
         transition select(ig_intr_md.ingress_port) {
             INAGG_RECIRC_PORT: parse_bridge;
             default: parse_eth;
@@ -152,13 +197,45 @@ parser InaggIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t me
     state parse_roce {
         pkt.extract(hdr.bth);
         pkt.extract(hdr.reth);
-        transition parse_lanes;
+        transition lane_lo;
     }
-    state parse_lanes {
-        pkt.extract(hdr.lanes.next);
-        transition select(hdr.lanes.lastIndex) {
-            63: parse_icrc;
-            default: parse_lanes;
+    /* SATURATED: a lane at INT32_MIN or INT32_MAX (inagg.models.p4profile).
+     * Flagged on every pass; only pass 3, which reads the 64 result lanes,
+     * uses the flag. */
+    state lane_lo {
+        transition select(pkt.lookahead<bit<32>>()) {
+            I32_MIN: pinned_lo;
+            I32_MAX: pinned_lo;
+            default: next_lo;
+        }
+    }
+    state pinned_lo {
+        meta.saturated = 1;
+        transition next_lo;
+    }
+    state next_lo {
+        pkt.extract(hdr.lo.next);
+        transition select(hdr.lo.lastIndex) {
+            31: lane_hi;
+            default: lane_lo;
+        }
+    }
+    state lane_hi {
+        transition select(pkt.lookahead<bit<32>>()) {
+            I32_MIN: pinned_hi;
+            I32_MAX: pinned_hi;
+            default: next_hi;
+        }
+    }
+    state pinned_hi {
+        meta.saturated = 1;
+        transition next_hi;
+    }
+    state next_hi {
+        pkt.extract(hdr.hi.next);
+        transition select(hdr.hi.lastIndex) {
+            31: parse_icrc;
+            default: lane_hi;
         }
     }
     state parse_icrc {
@@ -167,22 +244,21 @@ parser InaggIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t me
     }
 }
 
-/* Lane i of this pass: register lane_<i> holds lane i at entry 2 * slot and
- * lane 32 + i at entry 2 * slot + 1. */
+/* Lane register i holds, per slot, the frame's lane 32 + i at entry 2 * slot
+ * (pass 1) and its lane i at entry 2 * slot + 1 (pass 2). */
 #define INAGG_TNA_LANE_DECL(i) \
     Register<bit<32>, bit<32>>(2 * INAGG_SLOTS) lane_##i; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(lane_##i) lane_add_##i = { \
         void apply(inout bit<32> v, out bit<32> rv) { \
             if (v != I32_MIN && v != I32_MAX) { \
-                v = (bit<32>)((int<32>)v |+| (int<32>)meta.lane_in_##i); \
+                v = (bit<32>)((int<32>)v |+| (int<32>)hdr.lo[i].v); \
             } \
             rv = v; \
         } \
     }; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(lane_##i) lane_store_##i = { \
-        void apply(inout bit<32> v, out bit<32> rv) { \
-            v = meta.lane_in_##i; \
-            rv = v; \
+        void apply(inout bit<32> v) { \
+            v = hdr.lo[i].v; \
         } \
     }; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(lane_##i) lane_read_##i = { \
@@ -191,56 +267,59 @@ parser InaggIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t me
         } \
     };
 
-/* The lane field this pass feeds to lane register i. */
-#define INAGG_TNA_LANE_SELECT_LO(i) meta.lane_in_##i = hdr.lanes[i].v;
-#define INAGG_TNA_LANE_SELECT_HI(i) meta.lane_in_##i = hdr.lanes[i + 32].v;
+/* A stored lane is already in the frame; an added or resent one comes from the register. */
+#define INAGG_TNA_LANE_APPLY(i) \
+    if (hdr.bridge.op == OP_ADD) { hdr.lo[i].v = lane_add_##i.execute(hdr.bridge.lane_index); } \
+    else if (hdr.bridge.op == OP_FIRST) { lane_store_##i.execute(hdr.bridge.lane_index); } \
+    else { hdr.lo[i].v = lane_read_##i.execute(hdr.bridge.lane_index); }
 
-#define INAGG_TNA_LANE_APPLY_LO(i) \
-    if (hdr.bridge.op == OP_ADD) { hdr.lanes[i].v = lane_add_##i.execute(meta.lane_index); } \
-    else if (hdr.bridge.op == OP_FIRST) { hdr.lanes[i].v = lane_store_##i.execute(meta.lane_index); } \
-    else { hdr.lanes[i].v = lane_read_##i.execute(meta.lane_index); }
-#define INAGG_TNA_LANE_APPLY_HI(i) \
-    if (hdr.bridge.op == OP_ADD) { hdr.lanes[i + 32].v = lane_add_##i.execute(meta.lane_index); } \
-    else if (hdr.bridge.op == OP_FIRST) { hdr.lanes[i + 32].v = lane_store_##i.execute(meta.lane_index); } \
-    else { hdr.lanes[i + 32].v = lane_read_##i.execute(meta.lane_index); }
-
-control InaggIngress(inout headers_t hdr, inout ig_metadata_t meta,
+control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                      in ingress_intrinsic_metadata_t ig_intr_md,
                      in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
                      inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
                      inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
-    /* A Tofino counter counts once per pass: RX_FRAMES has its own, the
-     * verdict of pass 0 and of pass 1 share the event counter. */
+    /* A Tofino counter counts once per pass and lives in one stage: pass 0
+     * and pass 3 each count exactly one event, from one call site. */
     Counter<bit<32>, bit<1>>(1, CounterType_t.PACKETS) rx_frames;
     Counter<bit<32>, bit<32>>(N_COUNTERS, CounterType_t.PACKETS) ingress_events;
+    Counter<bit<32>, bit<1>>(1, CounterType_t.PACKETS) promoted;
 
     Register<slot_key_t, bit<32>>(INAGG_SLOTS) slot_key;
+    Register<bit<32>, bit<32>>(INAGG_SLOTS) slot_state;
     Register<bit<32>, bit<32>>(INAGG_SLOTS) slot_bitmap;
 
-    RegisterAction<slot_key_t, bit<32>, bit<8>>(slot_key) slot_claim = {
-        void apply(inout slot_key_t v, out bit<8> rv) {
-            if (v.state == (bit<32>)SLOT_FREE
-                    || (v.chunk == meta.prev_chunk && v.state == (bit<32>)SLOT_DONE)) {
-                v.chunk = meta.chunk;
-                v.state = (bit<32>)SLOT_AGG;
-                rv = V_FIRST;
-            } else if (v.chunk == meta.chunk) {
-                rv = v.state == (bit<32>)SLOT_DONE ? V_DONE : V_SAME;
-            } else if (((meta.chunk - v.chunk) & 0x80000000) != 0) {
-                rv = V_STALE;
-            } else {
-                rv = V_WINDOW;
+    /* Claims a FREE slot, restarts a DONE one for chunk + R, and leaves any
+     * other as it is (rewriting a slot that holds this chunk changes nothing). */
+    RegisterAction<slot_key_t, bit<32>, bit<32>>(slot_key) key_claim = {
+        void apply(inout slot_key_t v, out bit<32> rv) {
+            rv = v.chunk;
+            if (v.used == 0 || v.chunk == meta.key_in) {
+                v.chunk = meta.key_in;
+                v.used = 1;
             }
         }
     };
-    RegisterAction<slot_key_t, bit<32>, bit<8>>(slot_key) slot_done = {
+    RegisterAction<slot_key_t, bit<32>, bit<32>>(slot_key) key_done = {
         void apply(inout slot_key_t v) {
-            v.state = (bit<32>)SLOT_DONE;
+            v.chunk = meta.key_in;
+        }
+    };
+    /* The same claim for the state: FREE, or a key that matched (d == 0). */
+    RegisterAction<bit<32>, bit<32>, bit<32>>(slot_state) state_enter = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            if (v == (bit<32>)SLOT_FREE || meta.d == 0) {
+                v = (bit<32>)SLOT_AGG;
+            }
+        }
+    };
+    RegisterAction<bit<32>, bit<32>, bit<32>>(slot_state) state_done = {
+        void apply(inout bit<32> v) {
+            v = (bit<32>)SLOT_DONE;
         }
     };
     RegisterAction<bit<32>, bit<32>, bit<32>>(slot_bitmap) bitmap_start = {
-        void apply(inout bit<32> v, out bit<32> rv) {
-            rv = 0;
+        void apply(inout bit<32> v) {
             v = meta.wbit;
         }
     };
@@ -252,11 +331,6 @@ control InaggIngress(inout headers_t hdr, inout ig_metadata_t meta,
     };
 
     INAGG_LANES_32(INAGG_TNA_LANE_DECL)
-
-    action drop(bit<32> reason) {
-        ingress_events.count(reason);
-        ig_dprsr_md.drop_ctl = 1;
-    }
 
     bit<16> pkey = 0xFFFF;
     action set_switch(bit<16> p) {
@@ -280,174 +354,218 @@ control InaggIngress(inout headers_t hdr, inout ig_metadata_t meta,
         meta.worker_port = port;
         meta.mcast_grp = mcast_grp;
     }
-    action unknown_qpn() {
-        drop(CNT_DROP_UNKNOWN_QPN);
-    }
     table workers {
         key = { hdr.bth.dqpn: exact; }
-        actions = { set_worker; unknown_qpn; }
-        const default_action = unknown_qpn();
+        actions = { set_worker; NoAction; }
+        const default_action = NoAction();
         size = 32768;
     }
 
+    /* Pass 0: the frame checks in the order of docs/protocol.md section 5
+     * (check 9, the ICRC, is not possible on Tofino), then the slot rules of
+     * section 3. Leaves meta.event and meta.accept. */
     apply {
-        if (hdr.bridge.isValid()) {
-            /* Pass 1: lanes 32-63, then the result. */
-            meta.lane_index = hdr.bridge.slot * 2 + 1;
-            INAGG_LANES_32(INAGG_TNA_LANE_SELECT_HI)
-            INAGG_LANES_32(INAGG_TNA_LANE_APPLY_HI)
-            hdr.bridge.pass = 1;
-            if (hdr.bridge.op == OP_RESEND) {
-                ig_tm_md.ucast_egress_port = hdr.bridge.port;
-                ingress_events.count(CNT_TX_RESENDS);
-            } else if (hdr.bridge.complete == 1) {
-                slot_done.execute(hdr.bridge.slot);
-                ingress_events.count(CNT_COMPLETED);
-                ig_tm_md.mcast_grp_a = hdr.bridge.mcast_grp;
+        meta.counted = 0;
+        meta.accept = 0;
+        if (!hdr.bridge.isValid()) {
+            rx_frames.count(0);
+            meta.counted = 1;
+            meta.event = CNT_RX_CONTRIB;
+            switch_config.apply();
+            bit<32> dma_room = CHUNK_BYTES - (bit<32>)hdr.bth.pad;
+            if (hdr.bth.opcode == OP_RC_WRITE_ONLY_IMM || hdr.bth.opcode == OP_UC_WRITE_ONLY_IMM) {
+                dma_room = dma_room - 4;
+            }
+            if (!hdr.eth.isValid()) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if (hdr.eth.ether_type != ETHERTYPE_IPV4) {
+                meta.event = CNT_DROP_NON_ROCE;
+            } else if (!hdr.ipv4.isValid()) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if (hdr.ipv4.version != 4 || hdr.ipv4.ihl != 5 || hdr.ipv4.flag_mf == 1
+                    || hdr.ipv4.frag_offset != 0 || meta.csum_err) {
+                meta.event = CNT_DROP_BAD_HEADER;
+            } else if (hdr.ipv4.protocol != IP_PROTO_UDP) {
+                meta.event = CNT_DROP_NON_ROCE;
+            } else if (hdr.ipv4.total_len < IPV4_LEN + UDP_LEN || !hdr.udp.isValid()) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if (hdr.udp.dport != ROCE_UDP_PORT) {
+                meta.event = CNT_DROP_NON_ROCE;
+            } else if ((ig_prsr_md.parser_err & PARSER_ERROR_PARTIAL_HDR) != 0
+                    || hdr.udp.len != hdr.ipv4.total_len - IPV4_LEN
+                    || hdr.ipv4.total_len != CONTRIB_TOTAL) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if (hdr.bth.tver != 0 || hdr.bth.pkey != pkey) {
+                meta.event = CNT_DROP_BAD_HEADER;
+            } else if ((hdr.bth.opcode == OP_RC_WRITE_ONLY || hdr.bth.opcode == OP_RC_WRITE_ONLY_IMM
+                    || hdr.bth.opcode == OP_UC_WRITE_ONLY || hdr.bth.opcode == OP_UC_WRITE_ONLY_IMM)
+                    && hdr.reth.dma_len != dma_room) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if (hdr.bth.opcode != OP_UC_WRITE_ONLY) {
+                meta.event = CNT_DROP_BAD_OPCODE;
+            } else if (hdr.reth.dma_len != CHUNK_BYTES || hdr.bth.pad != 0) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if (!workers.apply().hit) {
+                meta.event = CNT_DROP_UNKNOWN_QPN;
+            } else if (hdr.reth.rkey != meta.rkey) {
+                meta.event = CNT_DROP_BAD_RKEY;
+            } else if (hdr.reth.va[7:0] != 0 || hdr.reth.va[63:40] != 0) {
+                meta.event = CNT_DROP_BAD_ADDRESS;
+            } else {
+                /* Slot rules. Each step reads the previous one's result, so
+                 * the steps take consecutive stages. */
+                meta.chunk = hdr.reth.va[39:8];
+                meta.region = meta.slot_mask + 1;
+                meta.offset = meta.chunk & meta.slot_mask;
+                meta.slot = meta.slot_base | meta.offset;
+                meta.key_in = meta.chunk;
+                meta.key = key_claim.execute(meta.slot);
+                meta.d = meta.chunk - meta.key;
+                meta.d_done = meta.d + meta.region;
+                meta.state = state_enter.execute(meta.slot);
+                /* The verdict and the bitmap access share a stage: every
+                 * branch tests the state and key outputs directly. */
+                if (meta.state == (bit<32>)SLOT_FREE
+                        || (meta.state == (bit<32>)SLOT_DONE && meta.d == 0)) {
+                    meta.verdict = V_FIRST;    /* FREE, or DONE and this is its chunk + R */
+                    meta.old_bitmap = 0;
+                    bitmap_start.execute(meta.slot);
+                } else if ((meta.state == (bit<32>)SLOT_AGG && meta.d == 0)
+                        || (meta.state == (bit<32>)SLOT_DONE && meta.d_done == 0)) {
+                    meta.verdict = meta.state == (bit<32>)SLOT_DONE ? V_DONE : V_SAME;
+                    meta.old_bitmap = bitmap_join.execute(meta.slot);
+                } else if ((meta.state == (bit<32>)SLOT_AGG && meta.d[31:31] == 1)
+                        || (meta.state == (bit<32>)SLOT_DONE && meta.d_done[31:31] == 1)) {
+                    meta.verdict = V_STALE;
+                } else {
+                    meta.verdict = V_WINDOW;
+                }
+                if (meta.verdict == V_STALE) {
+                    meta.event = CNT_DROP_STALE;
+                } else if (meta.verdict == V_WINDOW) {
+                    meta.event = CNT_DROP_WINDOW;
+                } else {
+                    meta.dup = meta.old_bitmap & meta.wbit;
+                    meta.joined = meta.old_bitmap | meta.wbit;
+                    hdr.bridge.setValid();
+                    hdr.bridge.result = 0;
+                    hdr.bridge.pass = 1;
+                    hdr.bridge.saturated = 0;
+                    hdr.bridge._pad0 = 0;
+                    hdr.bridge._pad1 = 0;
+                    hdr.bridge.worker = meta.worker;
+                    hdr.bridge.job = meta.job;
+                    hdr.bridge.port = meta.worker_port;
+                    hdr.bridge.mcast_grp = meta.mcast_grp;
+                    hdr.bridge.slot = meta.slot;
+                    hdr.bridge.lane_index = meta.slot << 1;
+                    hdr.bridge.lane_next = hdr.bridge.lane_index | 1;
+                    hdr.bridge.chunk = meta.chunk;
+                    hdr.bridge.next_chunk = meta.chunk + meta.region;
+                    hdr.bridge.ring_offset = meta.offset << 8;
+                    hdr.bridge.complete = meta.joined == meta.full ? 1w1 : 1w0;
+                    if (meta.dup != 0) {
+                        meta.event = CNT_DUP_CONTRIB;
+                        if (meta.verdict == V_DONE) {
+                            meta.accept = 1;
+                            hdr.bridge.op = OP_RESEND;
+                        }
+                    } else {
+                        meta.accept = 1;
+                        hdr.bridge.op = meta.verdict == V_FIRST ? OP_FIRST : OP_ADD;
+                    }
+                }
+            }
+            if (meta.accept == 1) {
+                ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
             } else {
                 ig_dprsr_md.drop_ctl = 1;
             }
-            exit;
-        }
-
-        rx_frames.count(0);
-        /* Frame checks in the order of docs/protocol.md section 5; check 9
-         * (ICRC) is not possible on Tofino. */
-        if (!hdr.eth.isValid()) { drop(CNT_DROP_BAD_LENGTH); exit; }
-        if (hdr.eth.ether_type != ETHERTYPE_IPV4) { drop(CNT_DROP_NON_ROCE); exit; }
-        if (!hdr.ipv4.isValid()) { drop(CNT_DROP_BAD_LENGTH); exit; }
-        if (hdr.ipv4.version != 4 || hdr.ipv4.ihl != 5 || hdr.ipv4.flag_mf == 1
-                || hdr.ipv4.frag_offset != 0 || meta.csum_err) {
-            drop(CNT_DROP_BAD_HEADER); exit;
-        }
-        if (hdr.ipv4.protocol != IP_PROTO_UDP) { drop(CNT_DROP_NON_ROCE); exit; }
-        if (hdr.ipv4.total_len < IPV4_LEN + UDP_LEN) { drop(CNT_DROP_BAD_LENGTH); exit; }
-        if (!hdr.udp.isValid()) { drop(CNT_DROP_BAD_LENGTH); exit; }
-        if (hdr.udp.dport != ROCE_UDP_PORT) { drop(CNT_DROP_NON_ROCE); exit; }
-        if ((ig_prsr_md.parser_err & PARSER_ERROR_PARTIAL_HDR) != 0
-                || hdr.udp.len != hdr.ipv4.total_len - IPV4_LEN
-                || hdr.ipv4.total_len != CONTRIB_TOTAL) {
-            drop(CNT_DROP_BAD_LENGTH); exit;
-        }
-        switch_config.apply();
-        if (hdr.bth.tver != 0 || hdr.bth.pkey != pkey) { drop(CNT_DROP_BAD_HEADER); exit; }
-        bit<32> dma_room = CHUNK_BYTES - (bit<32>)hdr.bth.pad;
-        if (hdr.bth.opcode == OP_RC_WRITE_ONLY_IMM || hdr.bth.opcode == OP_UC_WRITE_ONLY_IMM) {
-            dma_room = dma_room - 4;
-        }
-        if ((hdr.bth.opcode == OP_RC_WRITE_ONLY || hdr.bth.opcode == OP_RC_WRITE_ONLY_IMM
-                || hdr.bth.opcode == OP_UC_WRITE_ONLY || hdr.bth.opcode == OP_UC_WRITE_ONLY_IMM)
-                && hdr.reth.dma_len != dma_room) {
-            drop(CNT_DROP_BAD_LENGTH); exit;
-        }
-        if (hdr.bth.opcode != OP_UC_WRITE_ONLY) { drop(CNT_DROP_BAD_OPCODE); exit; }
-        if (hdr.reth.dma_len != CHUNK_BYTES || hdr.bth.pad != 0) { drop(CNT_DROP_BAD_LENGTH); exit; }
-        if (!workers.apply().hit) { exit; }
-        if (hdr.reth.rkey != meta.rkey) { drop(CNT_DROP_BAD_RKEY); exit; }
-        if (hdr.reth.va[7:0] != 0 || hdr.reth.va[63:40] != 0) { drop(CNT_DROP_BAD_ADDRESS); exit; }
-
-        /* Slot rules, docs/protocol.md section 3. */
-        meta.chunk = hdr.reth.va[39:8];
-        meta.prev_chunk = meta.chunk - (meta.slot_mask + 1);
-        meta.slot = meta.slot_base | (meta.chunk & meta.slot_mask);
-        meta.verdict = slot_claim.execute(meta.slot);
-        if (meta.verdict == V_STALE) { drop(CNT_DROP_STALE); exit; }
-        if (meta.verdict == V_WINDOW) { drop(CNT_DROP_WINDOW); exit; }
-        hdr.bridge.setValid();
-        hdr.bridge.pass = 0;
-        hdr.bridge.worker = meta.worker;
-        hdr.bridge.job = meta.job;
-        hdr.bridge.port = meta.worker_port;
-        hdr.bridge.mcast_grp = meta.mcast_grp;
-        hdr.bridge.slot = meta.slot;
-        hdr.bridge.chunk = meta.chunk;
-        hdr.bridge.ring_offset = (meta.chunk & meta.slot_mask) << 8;
-        if (meta.verdict == V_FIRST) {
-            meta.old_bitmap = bitmap_start.execute(meta.slot);
-            hdr.bridge.op = OP_FIRST;
+        } else if (hdr.bridge.pass == 1 || hdr.bridge.pass == 2) {
+            INAGG_LANES_32(INAGG_TNA_LANE_APPLY)
+            hdr.bridge.lane_index = hdr.bridge.lane_next;
+            if (hdr.bridge.pass == 1 || hdr.bridge.op == OP_RESEND || hdr.bridge.complete == 1) {
+                hdr.bridge.pass = hdr.bridge.pass + 1;
+                ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
+            } else {
+                ig_dprsr_md.drop_ctl = 1;   /* added; the chunk is not complete yet */
+            }
         } else {
-            meta.old_bitmap = bitmap_join.execute(meta.slot);
-            hdr.bridge.op = OP_ADD;
+            /* Pass 3: the result. The parser read the 64 result lanes. */
+            meta.counted = 1;
+            hdr.bridge.result = 1;
+            hdr.bridge.saturated = meta.saturated;
+            /* No ICRC engine covers the frame: the field is zero, never stale (docs/p4.md). */
+            hdr.icrc.wire = 0;
+            if (hdr.bridge.op == OP_RESEND) {
+                meta.event = CNT_TX_RESENDS;
+                ig_tm_md.ucast_egress_port = hdr.bridge.port;
+            } else {
+                meta.event = CNT_COMPLETED;
+                meta.slot = hdr.bridge.slot;
+                meta.key_in = hdr.bridge.next_chunk;
+                key_done.execute(meta.slot);
+                state_done.execute(meta.slot);
+                if (meta.saturated == 1) {
+                    promoted.count(0);
+                }
+                ig_tm_md.mcast_grp_a = hdr.bridge.mcast_grp;
+            }
         }
-        if ((meta.old_bitmap & meta.wbit) != 0) {
-            ingress_events.count(CNT_DUP_CONTRIB);
-            if (meta.verdict != V_DONE) { ig_dprsr_md.drop_ctl = 1; exit; }
-            hdr.bridge.op = OP_RESEND;
-        } else {
-            ingress_events.count(CNT_RX_CONTRIB);
+        if (meta.counted == 1) {
+            ingress_events.count(meta.event);
         }
-        hdr.bridge.complete = ((meta.old_bitmap | meta.wbit) == meta.full) ? 1w1 : 1w0;
-        meta.lane_index = meta.slot * 2;
-        INAGG_LANES_32(INAGG_TNA_LANE_SELECT_LO)
-        INAGG_LANES_32(INAGG_TNA_LANE_APPLY_LO)
-        /* Every accepted contribution and every resend takes pass 1 for lanes 32-63. */
-        ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
     }
 }
 
-control InaggIngressDeparser(packet_out pkt, inout headers_t hdr, in ig_metadata_t meta,
+control InaggIngressDeparser(packet_out pkt, inout ig_headers_t hdr, in ig_metadata_t meta,
                              in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
     apply {
-        pkt.emit(hdr);
+        pkt.emit(hdr.bridge);
+        pkt.emit(hdr.eth);
+        pkt.emit(hdr.ipv4);
+        pkt.emit(hdr.udp);
+        pkt.emit(hdr.bth);
+        pkt.emit(hdr.reth);
+        pkt.emit(hdr.hi);   /* the halves change places: see ig_headers_t */
+        pkt.emit(hdr.lo);
+        pkt.emit(hdr.icrc);
     }
 }
 
-parser InaggEgressParser(packet_in pkt, out headers_t hdr, out eg_metadata_t meta,
+parser InaggEgressParser(packet_in pkt, out eg_headers_t hdr, out eg_metadata_t meta,
                          out egress_intrinsic_metadata_t eg_intr_md) {
     state start {
         pkt.extract(eg_intr_md);
-        meta.saturated = 0;
         pkt.extract(hdr.bridge);
-        transition select(hdr.bridge.pass) {
-            1: parse_eth;
-            default: accept;   /* on its way to pass 1: left as it is */
+        transition select(hdr.bridge.result) {
+            1: parse_result;
+            default: accept;   /* on its way to the next pass: left as it is */
         }
     }
-    state parse_eth {
+    state parse_result {
         pkt.extract(hdr.eth);
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);
         pkt.extract(hdr.bth);
         pkt.extract(hdr.reth);
-        transition lane;
-    }
-    /* SATURATED: a result lane at INT32_MIN or INT32_MAX (inagg.models.p4profile). */
-    state lane {
-        transition select(pkt.lookahead<bit<32>>()) {
-            I32_MIN: pinned;
-            I32_MAX: pinned;
-            default: next_lane;
-        }
-    }
-    state pinned {
-        meta.saturated = 1;
-        transition next_lane;
-    }
-    state next_lane {
-        pkt.extract(hdr.lanes.next);
-        transition select(hdr.lanes.lastIndex) {
-            63: parse_icrc;
-            default: lane;
-        }
-    }
-    state parse_icrc {
-        pkt.extract(hdr.icrc);
         transition accept;
     }
 }
 
-control InaggEgress(inout headers_t hdr, inout eg_metadata_t meta,
+control InaggEgress(inout eg_headers_t hdr, inout eg_metadata_t meta,
                     in egress_intrinsic_metadata_t eg_intr_md,
                     in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
                     inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
                     inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
     Counter<bit<32>, bit<1>>(1, CounterType_t.PACKETS) tx_results;
-    Counter<bit<32>, bit<1>>(1, CounterType_t.PACKETS) promoted;
+    /* The register keeps counting past 24 bits; the BTH takes the low 24
+     * (one operator per statement in a stateful ALU). */
     Register<bit<32>, bit<32>>(PSN_ENTRIES) result_psn;
     RegisterAction<bit<32>, bit<32>, bit<32>>(result_psn) next_psn = {
         void apply(inout bit<32> v, out bit<32> rv) {
             rv = v;
-            v = (v + 1) & 0xFFFFFF;
+            v = v + 1;
         }
     };
 
@@ -469,7 +587,7 @@ control InaggEgress(inout headers_t hdr, inout eg_metadata_t meta,
                    bit<32> psn_slot) {
         hdr.eth.dst = mac;
         hdr.ipv4.dst = ip;
-        hdr.udp.sport = RESULT_SPORT_BASE | (bit<16>)qpn[13:0];
+        hdr.udp.sport = RESULT_SPORT_BASE[15:14] ++ qpn[13:0];
         hdr.bth.dqpn = qpn;
         hdr.reth.rkey = rkey;
         /* result_va is a multiple of R * C (the control plane checks it): an OR adds the offset. */
@@ -484,7 +602,7 @@ control InaggEgress(inout headers_t hdr, inout eg_metadata_t meta,
     }
 
     apply {
-        if (hdr.bridge.pass == 0) {
+        if (hdr.bridge.result == 0) {
             exit;   /* to the recirculation port, untouched */
         }
         if (hdr.bridge.op != OP_RESEND) {
@@ -519,18 +637,14 @@ control InaggEgress(inout headers_t hdr, inout eg_metadata_t meta,
         hdr.bth.psn = next_psn.execute(psn_index)[23:0];
         hdr.reth.dma_len = CHUNK_BYTES;
         hdr.immdt.setValid();
-        hdr.immdt.imm = (meta.saturated == 1 ? IMM_SATURATED : 32w0) | (hdr.bridge.chunk & IMM_CHUNK_MASK);
-        /* No ICRC engine covers the frame: the field is zero, never stale (docs/p4.md). */
-        hdr.icrc.wire = 0;
+        /* ImmDt: bit 30 SATURATED, bits 29-0 the chunk (IMM_SATURATED, IMM_CHUNK_MASK). */
+        hdr.immdt.imm = 1w0 ++ hdr.bridge.saturated ++ hdr.bridge.chunk[29:0];
         tx_results.count(0);
-        if (meta.saturated == 1 && hdr.bridge.op != OP_RESEND && eg_intr_md.egress_rid_first == 1) {
-            promoted.count(0);
-        }
         hdr.bridge.setInvalid();
     }
 }
 
-control InaggEgressDeparser(packet_out pkt, inout headers_t hdr, in eg_metadata_t meta,
+control InaggEgressDeparser(packet_out pkt, inout eg_headers_t hdr, in eg_metadata_t meta,
                             in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
     Checksum() ipv4_csum;
     apply {
