@@ -124,6 +124,7 @@ struct ig_metadata_t {
     bit<1>  saturated;    /* the parser saw a pinned lane */
     bit<1>  counted;      /* this pass counts meta.event */
     bit<1>  accept;
+    bit<1>  known;        /* the workers table knows the QPN */
     bit<10> job;
     bit<6>  worker;
     bit<32> rkey;
@@ -344,6 +345,7 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
     action set_worker(bit<10> job, bit<6> worker, bit<32> rkey, bit<32> slot_base,
                       bit<32> slot_mask, bit<32> wbit, bit<32> full, bit<9> port,
                       bit<16> mcast_grp) {
+        meta.known = 1;
         meta.job = job;
         meta.worker = worker;
         meta.rkey = rkey;
@@ -354,28 +356,33 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
         meta.worker_port = port;
         meta.mcast_grp = mcast_grp;
     }
+    action unknown_qpn() {
+        meta.known = 0;
+    }
     table workers {
         key = { hdr.bth.dqpn: exact; }
-        actions = { set_worker; NoAction; }
-        const default_action = NoAction();
+        actions = { set_worker; unknown_qpn; }
+        const default_action = unknown_qpn();
         size = 32768;
     }
 
-    /* Pass 0: the frame checks in the order of docs/protocol.md section 5
-     * (check 9, the ICRC, is not possible on Tofino), then the slot rules of
-     * section 3. Leaves meta.event and meta.accept. */
     apply {
         meta.counted = 0;
         meta.accept = 0;
         if (!hdr.bridge.isValid()) {
+            /* Pass 0: the frame checks in the order of docs/protocol.md
+             * section 5 (check 9, the ICRC, is not possible on Tofino), then
+             * the slot rules of section 3. The lookups and sums the checks
+             * need run first, side by side, so that the slot rules start in
+             * stage 3. */
             rx_frames.count(0);
             meta.counted = 1;
             meta.event = CNT_RX_CONTRIB;
             switch_config.apply();
-            bit<32> dma_room = CHUNK_BYTES - (bit<32>)hdr.bth.pad;
-            if (hdr.bth.opcode == OP_RC_WRITE_ONLY_IMM || hdr.bth.opcode == OP_UC_WRITE_ONLY_IMM) {
-                dma_room = dma_room - 4;
-            }
+            workers.apply();
+            /* DMA length = C - PadCnt (- 4 with ImmDt) as one sum: */
+            bit<32> dma_pad = hdr.reth.dma_len + (bit<32>)hdr.bth.pad;
+            bit<16> ip_payload = hdr.ipv4.total_len - IPV4_LEN;
             if (!hdr.eth.isValid()) {
                 meta.event = CNT_DROP_BAD_LENGTH;
             } else if (hdr.eth.ether_type != ETHERTYPE_IPV4) {
@@ -392,20 +399,21 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
             } else if (hdr.udp.dport != ROCE_UDP_PORT) {
                 meta.event = CNT_DROP_NON_ROCE;
             } else if ((ig_prsr_md.parser_err & PARSER_ERROR_PARTIAL_HDR) != 0
-                    || hdr.udp.len != hdr.ipv4.total_len - IPV4_LEN
+                    || hdr.udp.len != ip_payload
                     || hdr.ipv4.total_len != CONTRIB_TOTAL) {
                 meta.event = CNT_DROP_BAD_LENGTH;
             } else if (hdr.bth.tver != 0 || hdr.bth.pkey != pkey) {
                 meta.event = CNT_DROP_BAD_HEADER;
-            } else if ((hdr.bth.opcode == OP_RC_WRITE_ONLY || hdr.bth.opcode == OP_RC_WRITE_ONLY_IMM
-                    || hdr.bth.opcode == OP_UC_WRITE_ONLY || hdr.bth.opcode == OP_UC_WRITE_ONLY_IMM)
-                    && hdr.reth.dma_len != dma_room) {
+            } else if (((hdr.bth.opcode == OP_RC_WRITE_ONLY || hdr.bth.opcode == OP_UC_WRITE_ONLY)
+                        && dma_pad != CHUNK_BYTES)
+                    || ((hdr.bth.opcode == OP_RC_WRITE_ONLY_IMM || hdr.bth.opcode == OP_UC_WRITE_ONLY_IMM)
+                        && dma_pad != CHUNK_BYTES - (bit<32>)IMMDT_LEN)) {
                 meta.event = CNT_DROP_BAD_LENGTH;
             } else if (hdr.bth.opcode != OP_UC_WRITE_ONLY) {
                 meta.event = CNT_DROP_BAD_OPCODE;
             } else if (hdr.reth.dma_len != CHUNK_BYTES || hdr.bth.pad != 0) {
                 meta.event = CNT_DROP_BAD_LENGTH;
-            } else if (!workers.apply().hit) {
+            } else if (meta.known == 0) {
                 meta.event = CNT_DROP_UNKNOWN_QPN;
             } else if (hdr.reth.rkey != meta.rkey) {
                 meta.event = CNT_DROP_BAD_RKEY;
