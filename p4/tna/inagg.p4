@@ -58,25 +58,24 @@ const bit<3> V_STALE = 4;
 const bit<3> V_WINDOW = 5;
 
 /* What pass 0 decided, for the lane passes and the egress. */
-const bit<2> OP_ADD = 0;
-const bit<2> OP_FIRST = 1;
-const bit<2> OP_RESEND = 2;
+const bit<8> OP_ADD = 0;
+const bit<8> OP_FIRST = 1;
+const bit<8> OP_RESEND = 2;
 
+/* Every field a whole byte or more: fields that share a PHV container must
+ * not be written from different sources in one action. */
 header bridge_h {
-    bit<1>  result;     /* 1: a result on its way to a worker; 0: to the next pass */
-    bit<2>  pass;       /* the pass this frame takes next: 1, 2 or 3 */
-    bit<2>  op;
-    bit<1>  complete;   /* this contribution completed the chunk */
-    bit<1>  saturated;  /* a result lane is pinned (set in pass 3) */
-    bit<1>  _pad0;
-    bit<6>  worker;
-    bit<10> job;
-    bit<7>  _pad1;
-    bit<9>  port;       /* the contributing worker's port, for a resend */
+    bit<8>  result;     /* 1: a result on its way to a worker; 0: to the next pass */
+    bit<8>  pass;       /* the pass this frame takes next: 1, 2 or 3 */
+    bit<8>  op;
+    bit<8>  complete;   /* this contribution completed the chunk */
+    bit<8>  saturated;  /* a result lane is pinned (set in pass 3) */
+    bit<8>  worker;
+    bit<16> job;
+    bit<16> port;       /* the contributing worker's port, for a resend */
     bit<16> mcast_grp;  /* the job's group, for a completed chunk */
     bit<32> slot;
-    bit<32> lane_index; /* the lane registers' entry in the next lane pass */
-    bit<32> lane_next;  /* ... and in the one after it */
+    bit<32> lane_index; /* the lane registers' entry in this lane pass */
     bit<32> chunk;
     bit<32> next_chunk; /* chunk + R: the slot key once the slot is DONE */
     bit<32> ring_offset;  /* (chunk mod R) * C: the result's offset in the ring */
@@ -143,6 +142,8 @@ struct ig_metadata_t {
     bit<32> key;          /* slot_key.chunk before this contribution */
     bit<32> d;            /* chunk - key */
     bit<32> d_done;       /* chunk - (key - R): 0 for a resend of a DONE chunk */
+    bit<32> next_chunk;   /* chunk + R */
+    bit<32> ring_offset;
     bit<32> state;        /* slot_state before this contribution */
     bit<3>  verdict;
     bit<32> old_bitmap;
@@ -156,6 +157,7 @@ struct eg_metadata_t {
 parser InaggIngressParser(packet_in pkt, out ig_headers_t hdr, out ig_metadata_t meta,
                           out ingress_intrinsic_metadata_t ig_intr_md) {
     Checksum() ipv4_csum;
+    ParserCounter() lanes_left;   /* the lane loops count with the parser counter */
 
     state start {
         pkt.extract(ig_intr_md);
@@ -198,6 +200,7 @@ parser InaggIngressParser(packet_in pkt, out ig_headers_t hdr, out ig_metadata_t
     state parse_roce {
         pkt.extract(hdr.bth);
         pkt.extract(hdr.reth);
+        lanes_left.set(8w32);
         transition lane_lo;
     }
     /* SATURATED: a lane at INT32_MIN or INT32_MAX (inagg.models.p4profile).
@@ -216,10 +219,15 @@ parser InaggIngressParser(packet_in pkt, out ig_headers_t hdr, out ig_metadata_t
     }
     state next_lo {
         pkt.extract(hdr.lo.next);
-        transition select(hdr.lo.lastIndex) {
-            31: lane_hi;
-            default: lane_lo;
+        lanes_left.decrement(8w1);
+        transition select(lanes_left.is_zero()) {
+            true: start_hi;
+            false: lane_lo;
         }
+    }
+    state start_hi {
+        lanes_left.set(8w32);
+        transition lane_hi;
     }
     state lane_hi {
         transition select(pkt.lookahead<bit<32>>()) {
@@ -234,9 +242,10 @@ parser InaggIngressParser(packet_in pkt, out ig_headers_t hdr, out ig_metadata_t
     }
     state next_hi {
         pkt.extract(hdr.hi.next);
-        transition select(hdr.hi.lastIndex) {
-            31: parse_icrc;
-            default: lane_hi;
+        lanes_left.decrement(8w1);
+        transition select(lanes_left.is_zero()) {
+            true: parse_icrc;
+            false: lane_hi;
         }
     }
     state parse_icrc {
@@ -252,14 +261,14 @@ parser InaggIngressParser(packet_in pkt, out ig_headers_t hdr, out ig_metadata_t
     RegisterAction<bit<32>, bit<32>, bit<32>>(lane_##i) lane_add_##i = { \
         void apply(inout bit<32> v, out bit<32> rv) { \
             if (v != I32_MIN && v != I32_MAX) { \
-                v = (bit<32>)((int<32>)v |+| (int<32>)hdr.lo[i].v); \
+                v = (bit<32>)((int<32>)v |+| (int<32>)hdr.lo[0 + i].v); \
             } \
             rv = v; \
         } \
     }; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(lane_##i) lane_store_##i = { \
         void apply(inout bit<32> v) { \
-            v = hdr.lo[i].v; \
+            v = hdr.lo[0 + i].v; \
         } \
     }; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(lane_##i) lane_read_##i = { \
@@ -270,9 +279,9 @@ parser InaggIngressParser(packet_in pkt, out ig_headers_t hdr, out ig_metadata_t
 
 /* A stored lane is already in the frame; an added or resent one comes from the register. */
 #define INAGG_TNA_LANE_APPLY(i) \
-    if (hdr.bridge.op == OP_ADD) { hdr.lo[i].v = lane_add_##i.execute(hdr.bridge.lane_index); } \
+    if (hdr.bridge.op == OP_ADD) { hdr.lo[0 + i].v = lane_add_##i.execute(hdr.bridge.lane_index); } \
     else if (hdr.bridge.op == OP_FIRST) { lane_store_##i.execute(hdr.bridge.lane_index); } \
-    else { hdr.lo[i].v = lane_read_##i.execute(hdr.bridge.lane_index); }
+    else { hdr.lo[0 + i].v = lane_read_##i.execute(hdr.bridge.lane_index); }
 
 control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                      in ingress_intrinsic_metadata_t ig_intr_md,
@@ -286,6 +295,9 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
     Counter<bit<32>, bit<1>>(1, CounterType_t.PACKETS) promoted;
 
     Register<slot_key_t, bit<32>>(INAGG_SLOTS) slot_key;
+    /* slot_base | offset: their bits do not overlap, so an XOR hash unit
+     * forms the register index (an ALU OR feeding the index is refused). */
+    Hash<bit<32>>(HashAlgorithm_t.XOR32) slot_index;
     Register<bit<32>, bit<32>>(INAGG_SLOTS) slot_state;
     Register<bit<32>, bit<32>>(INAGG_SLOTS) slot_bitmap;
 
@@ -332,6 +344,13 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
     };
 
     INAGG_LANES_32(INAGG_TNA_LANE_DECL)
+
+    /* A Tofino action takes one stage, so sums of sums are separate actions. */
+    action slot_sums() {
+        meta.d_done = meta.d + meta.region;
+        meta.next_chunk = meta.chunk + meta.region;
+        meta.ring_offset = meta.offset << 8;
+    }
 
     bit<16> pkey = 0xFFFF;
     action set_switch(bit<16> p) {
@@ -404,10 +423,12 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                 meta.event = CNT_DROP_BAD_LENGTH;
             } else if (hdr.bth.tver != 0 || hdr.bth.pkey != pkey) {
                 meta.event = CNT_DROP_BAD_HEADER;
-            } else if (((hdr.bth.opcode == OP_RC_WRITE_ONLY || hdr.bth.opcode == OP_UC_WRITE_ONLY)
-                        && dma_pad != CHUNK_BYTES)
-                    || ((hdr.bth.opcode == OP_RC_WRITE_ONLY_IMM || hdr.bth.opcode == OP_UC_WRITE_ONLY_IMM)
-                        && dma_pad != CHUNK_BYTES - (bit<32>)IMMDT_LEN)) {
+            /* The RC and UC opcodes of a WRITE differ in bit 5 only; one
+             * masked compare per test keeps each gateway simple. */
+            } else if ((hdr.bth.opcode & 0xDF) == OP_RC_WRITE_ONLY && dma_pad != CHUNK_BYTES) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if ((hdr.bth.opcode & 0xDF) == OP_RC_WRITE_ONLY_IMM
+                    && dma_pad != CHUNK_BYTES - (bit<32>)IMMDT_LEN) {
                 meta.event = CNT_DROP_BAD_LENGTH;
             } else if (hdr.bth.opcode != OP_UC_WRITE_ONLY) {
                 meta.event = CNT_DROP_BAD_OPCODE;
@@ -425,11 +446,11 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                 meta.chunk = hdr.reth.va[39:8];
                 meta.region = meta.slot_mask + 1;
                 meta.offset = meta.chunk & meta.slot_mask;
-                meta.slot = meta.slot_base | meta.offset;
+                meta.slot = slot_index.get({meta.slot_base, meta.offset});
                 meta.key_in = meta.chunk;
                 meta.key = key_claim.execute(meta.slot);
                 meta.d = meta.chunk - meta.key;
-                meta.d_done = meta.d + meta.region;
+                slot_sums();
                 meta.state = state_enter.execute(meta.slot);
                 /* The verdict and the bitmap access share a stage: every
                  * branch tests the state and key outputs directly. */
@@ -440,7 +461,11 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                     bitmap_start.execute(meta.slot);
                 } else if ((meta.state == (bit<32>)SLOT_AGG && meta.d == 0)
                         || (meta.state == (bit<32>)SLOT_DONE && meta.d_done == 0)) {
-                    meta.verdict = meta.state == (bit<32>)SLOT_DONE ? V_DONE : V_SAME;
+                    if (meta.state == (bit<32>)SLOT_DONE) {
+                        meta.verdict = V_DONE;
+                    } else {
+                        meta.verdict = V_SAME;
+                    }
                     meta.old_bitmap = bitmap_join.execute(meta.slot);
                 } else if ((meta.state == (bit<32>)SLOT_AGG && meta.d[31:31] == 1)
                         || (meta.state == (bit<32>)SLOT_DONE && meta.d_done[31:31] == 1)) {
@@ -459,19 +484,20 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                     hdr.bridge.result = 0;
                     hdr.bridge.pass = 1;
                     hdr.bridge.saturated = 0;
-                    hdr.bridge._pad0 = 0;
-                    hdr.bridge._pad1 = 0;
-                    hdr.bridge.worker = meta.worker;
-                    hdr.bridge.job = meta.job;
-                    hdr.bridge.port = meta.worker_port;
+                    hdr.bridge.worker = (bit<8>)meta.worker;
+                    hdr.bridge.job = (bit<16>)meta.job;
+                    hdr.bridge.port = (bit<16>)meta.worker_port;
                     hdr.bridge.mcast_grp = meta.mcast_grp;
                     hdr.bridge.slot = meta.slot;
                     hdr.bridge.lane_index = meta.slot << 1;
-                    hdr.bridge.lane_next = hdr.bridge.lane_index | 1;
                     hdr.bridge.chunk = meta.chunk;
-                    hdr.bridge.next_chunk = meta.chunk + meta.region;
-                    hdr.bridge.ring_offset = meta.offset << 8;
-                    hdr.bridge.complete = meta.joined == meta.full ? 1w1 : 1w0;
+                    hdr.bridge.next_chunk = meta.next_chunk;
+                    hdr.bridge.ring_offset = meta.ring_offset;
+                    if (meta.joined == meta.full) {
+                        hdr.bridge.complete = 1;
+                    } else {
+                        hdr.bridge.complete = 0;
+                    }
                     if (meta.dup != 0) {
                         meta.event = CNT_DUP_CONTRIB;
                         if (meta.verdict == V_DONE) {
@@ -480,7 +506,11 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                         }
                     } else {
                         meta.accept = 1;
-                        hdr.bridge.op = meta.verdict == V_FIRST ? OP_FIRST : OP_ADD;
+                        if (meta.verdict == V_FIRST) {
+                            hdr.bridge.op = OP_FIRST;
+                        } else {
+                            hdr.bridge.op = OP_ADD;
+                        }
                     }
                 }
             }
@@ -491,7 +521,7 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
             }
         } else if (hdr.bridge.pass == 1 || hdr.bridge.pass == 2) {
             INAGG_LANES_32(INAGG_TNA_LANE_APPLY)
-            hdr.bridge.lane_index = hdr.bridge.lane_next;
+            hdr.bridge.lane_index = hdr.bridge.lane_index | 1;   /* 2 * slot + 1 for pass 2 */
             if (hdr.bridge.pass == 1 || hdr.bridge.op == OP_RESEND || hdr.bridge.complete == 1) {
                 hdr.bridge.pass = hdr.bridge.pass + 1;
                 ig_tm_md.ucast_egress_port = INAGG_RECIRC_PORT;
@@ -502,12 +532,12 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
             /* Pass 3: the result. The parser read the 64 result lanes. */
             meta.counted = 1;
             hdr.bridge.result = 1;
-            hdr.bridge.saturated = meta.saturated;
+            hdr.bridge.saturated = (bit<8>)meta.saturated;
             /* No ICRC engine covers the frame: the field is zero, never stale (docs/p4.md). */
             hdr.icrc.wire = 0;
             if (hdr.bridge.op == OP_RESEND) {
                 meta.event = CNT_TX_RESENDS;
-                ig_tm_md.ucast_egress_port = hdr.bridge.port;
+                ig_tm_md.ucast_egress_port = (PortId_t)hdr.bridge.port;
             } else {
                 meta.event = CNT_COMPLETED;
                 meta.slot = hdr.bridge.slot;
@@ -614,7 +644,7 @@ control InaggEgress(inout eg_headers_t hdr, inout eg_metadata_t meta,
             exit;   /* to the recirculation port, untouched */
         }
         if (hdr.bridge.op != OP_RESEND) {
-            hdr.bridge.worker = (bit<6>)eg_intr_md.egress_rid;
+            hdr.bridge.worker = (bit<8>)eg_intr_md.egress_rid;
         }
         switch_addr.apply();
         if (!results.apply().hit) {
@@ -646,7 +676,11 @@ control InaggEgress(inout eg_headers_t hdr, inout eg_metadata_t meta,
         hdr.reth.dma_len = CHUNK_BYTES;
         hdr.immdt.setValid();
         /* ImmDt: bit 30 SATURATED, bits 29-0 the chunk (IMM_SATURATED, IMM_CHUNK_MASK). */
-        hdr.immdt.imm = 1w0 ++ hdr.bridge.saturated ++ hdr.bridge.chunk[29:0];
+        if (hdr.bridge.saturated == 1) {
+            hdr.immdt.imm = 2w1 ++ hdr.bridge.chunk[29:0];
+        } else {
+            hdr.immdt.imm = 2w0 ++ hdr.bridge.chunk[29:0];
+        }
         tx_results.count(0);
         hdr.bridge.setInvalid();
     }
