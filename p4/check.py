@@ -34,6 +34,9 @@ HERE = Path(__file__).resolve().parent
 TOOLS = (("P4TEST", "p4test"), ("P4C_BM2_SS", "p4c-bm2-ss"), ("P4C_BAREFOOT", "p4c-barefoot"))
 V1MODEL = HERE / "v1model" / "inagg.p4"
 TNA = HERE / "tna" / "inagg.p4"
+# p4c-barefoot 9.13.4 (p4c 34b86e9) stops on the Tofino 2 build with an internal error after PHV
+# allocation (docs/results/p4.md); the Tofino 1 build of the same source compiles.
+T2NA_KNOWN = "ixbar_realign.cpp"
 
 
 @dataclass(frozen=True)
@@ -41,11 +44,14 @@ class Check:
     """One compile check: the command to run, or why it cannot run here (``argv`` None).
 
     ``{out}`` in ``argv`` stands for a fresh temporary folder for the tool's output.
+    ``known`` is a text in the output of a failure of the tool itself that the
+    check is expected to hit (so a tool that stops failing is noticed too).
     """
 
     name: str
     argv: tuple[str, ...] | None
     skip: str = ""
+    known: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class Result:
     check: Check
     ok: bool
     detail: str  # the command that passed (with its warning count), or the first error line
+    output: str = ""  # all the tool printed
 
 
 def _tool(var: str, name: str) -> str | None:
@@ -95,8 +102,9 @@ def checks(lanes: tuple[int, ...] = (64, 256)) -> list[Check]:
         out.append(Check("p4c-bm2-ss v1model", None, "p4c-bm2-ss not found (set P4C_BM2_SS or put it on PATH)"))
     bf = _tool("P4C_BAREFOOT", "p4c-barefoot")
     if bf:
-        out += [Check(f"p4c-barefoot {arch}", (bf, "--target", target, "--arch", arch, "-o", "{out}", str(TNA)))
-                for target, arch in (("tofino", "tna"), ("tofino2", "t2na"))]
+        out += [Check(f"p4c-barefoot {arch}", (bf, "--target", target, "--arch", arch, "-o", "{out}", str(TNA)),
+                      known=known)
+                for target, arch, known in (("tofino", "tna", ""), ("tofino2", "t2na", T2NA_KNOWN))]
     else:
         out.append(Check("p4c-barefoot tna", None, "p4c-barefoot not found (set P4C_BAREFOOT or put it on PATH)"))
     return out
@@ -114,7 +122,7 @@ def run(check: Check) -> Result:
         warnings = sum("warning:" in ln for ln in lines)
         return Result(check, True, " ".join(check.argv) + (f"  ({warnings} warnings)" if warnings else ""))
     lines = lines or [f"exit status {p.returncode}, no output"]
-    return Result(check, False, next((ln for ln in lines if "error" in ln), lines[-1]))
+    return Result(check, False, next((ln for ln in lines if "error" in ln.lower()), lines[-1]), "\n".join(lines))
 
 
 def main() -> int:
@@ -128,6 +136,10 @@ def main() -> int:
             print(f"{'skipped':8} {c.name:28} {c.skip}")
             continue
         r = run(c)
+        if c.known and not r.ok and c.known in r.output:
+            skipped += 1  # the tool's own known failure, not the program's
+            print(f"{'known':8} {c.name:28} the tool fails in {c.known}: {r.detail}", flush=True)
+            continue
         passed += r.ok
         failed += not r.ok
         print(f"{'ok' if r.ok else 'FAILED':8} {c.name:28} {r.detail}", flush=True)

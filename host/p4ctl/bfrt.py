@@ -42,7 +42,7 @@ def script(p: Plan, program: str = "inagg") -> str:
         lines.append(
             f"egr.results.add_with_rewrite(hdr_bridge_job={r.job}, hdr_bridge_worker={r.worker}, "
             f"mac=0x{r.mac:012x}, ip=0x{r.ip:08x}, qpn=0x{r.qpn:06x}, rkey=0x{r.rkey:08x}, "
-            f"result_va=0x{r.result_va:016x}, psn_slot={index})")
+            f"result_va=0x{r.result_va:016x})")
         lines.append(f"egr.result_psn.mod(REGISTER_INDEX={index}, f1={psn[index]})")
     node = 0
     for g in p.groups:

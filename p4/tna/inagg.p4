@@ -149,6 +149,8 @@ struct ig_metadata_t {
     bit<32> old_bitmap;
     bit<32> dup;
     bit<32> joined;
+    bit<32> dma_pad;      /* RETH DMA length + BTH PadCnt */
+    bit<32> missing;      /* full ^ joined: 0 when this contribution completes the chunk */
 }
 
 struct eg_metadata_t {
@@ -352,6 +354,48 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
         meta.ring_offset = meta.offset << 8;
     }
 
+    /* The slot rules' verdict from the state before this contribution and
+     * the two key differences (docs/protocol.md section 3): a gateway could
+     * not read the state and a 32-bit difference and another at once, a
+     * ternary table reads all three; the first matching entry decides. */
+    action set_verdict(bit<3> v) {
+        meta.verdict = v;
+    }
+    table slot_verdict {
+        key = {
+            meta.state[1:0] : ternary;
+            meta.d          : ternary;
+            meta.d_done     : ternary;
+        }
+        actions = { set_verdict; }
+        const entries = {
+            (SLOT_FREE, _, _)                         : set_verdict(V_FIRST);
+            (SLOT_DONE, 0, _)                         : set_verdict(V_FIRST);  /* chunk + R */
+            (SLOT_AGG, 0, _)                          : set_verdict(V_SAME);
+            (SLOT_DONE, _, 0)                         : set_verdict(V_DONE);   /* a resend */
+            (SLOT_AGG, 0x80000000 &&& 0x80000000, _)  : set_verdict(V_STALE);
+            (SLOT_DONE, _, 0x80000000 &&& 0x80000000) : set_verdict(V_STALE);
+        }
+        const default_action = set_verdict(V_WINDOW);
+        size = 8;
+    }
+
+    /* DMA length = C - PadCnt (- 4 with ImmDt) as one sum, in a field the
+     * gateways read in halves. */
+    action length_sums() {
+        meta.dma_pad = hdr.reth.dma_len + (bit<32>)hdr.bth.pad;
+    }
+
+    /* Each a stage of its own: the gateways then read plain fields, one
+     * 32-bit field each, not the expressions. */
+    action bitmap_sums() {
+        meta.dup = meta.old_bitmap & meta.wbit;
+        meta.joined = meta.old_bitmap | meta.wbit;
+    }
+    action bitmap_missing() {
+        meta.missing = meta.full ^ meta.joined;
+    }
+
     bit<16> pkey = 0xFFFF;
     action set_switch(bit<16> p) {
         pkey = p;
@@ -399,9 +443,7 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
             meta.event = CNT_RX_CONTRIB;
             switch_config.apply();
             workers.apply();
-            /* DMA length = C - PadCnt (- 4 with ImmDt) as one sum: */
-            bit<32> dma_pad = hdr.reth.dma_len + (bit<32>)hdr.bth.pad;
-            bit<16> ip_payload = hdr.ipv4.total_len - IPV4_LEN;
+            length_sums();
             if (!hdr.eth.isValid()) {
                 meta.event = CNT_DROP_BAD_LENGTH;
             } else if (hdr.eth.ether_type != ETHERTYPE_IPV4) {
@@ -413,22 +455,41 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                 meta.event = CNT_DROP_BAD_HEADER;
             } else if (hdr.ipv4.protocol != IP_PROTO_UDP) {
                 meta.event = CNT_DROP_NON_ROCE;
-            } else if (hdr.ipv4.total_len < IPV4_LEN + UDP_LEN || !hdr.udp.isValid()) {
+            /* A gateway takes 4 bytes + 12 bits of PHV: an OR of tests on
+             * different fields is written as branches with the same event. */
+            } else if (!hdr.udp.isValid()) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            /* total_len < 28, as masked compares (a gateway has no 16-bit
+             * range compare to spare): 0..27 are the values below 32 whose
+             * bits 4:2 are not all ones. */
+            } else if ((hdr.ipv4.total_len & 0xFFE0) == 0 && (hdr.ipv4.total_len & 0x1C) != 0x1C) {
                 meta.event = CNT_DROP_BAD_LENGTH;
             } else if (hdr.udp.dport != ROCE_UDP_PORT) {
                 meta.event = CNT_DROP_NON_ROCE;
-            } else if ((ig_prsr_md.parser_err & PARSER_ERROR_PARTIAL_HDR) != 0
-                    || hdr.udp.len != ip_payload
-                    || hdr.ipv4.total_len != CONTRIB_TOTAL) {
+            } else if ((ig_prsr_md.parser_err & PARSER_ERROR_PARTIAL_HDR) != 0) {
                 meta.event = CNT_DROP_BAD_LENGTH;
-            } else if (hdr.bth.tver != 0 || hdr.bth.pkey != pkey) {
+            /* "UDP length != IP payload or IP length != the layout's" holds
+             * exactly when one of the two differs from the layout's own
+             * value: two compares with constants instead of one of two fields. */
+            } else if (hdr.ipv4.total_len != CONTRIB_TOTAL) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if (hdr.udp.len != CONTRIB_TOTAL - IPV4_LEN) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if (hdr.bth.tver != 0) {
                 meta.event = CNT_DROP_BAD_HEADER;
-            /* The RC and UC opcodes of a WRITE differ in bit 5 only; one
-             * masked compare per test keeps each gateway simple. */
-            } else if ((hdr.bth.opcode & 0xDF) == OP_RC_WRITE_ONLY && dma_pad != CHUNK_BYTES) {
+            } else if (hdr.bth.pkey != pkey) {
+                meta.event = CNT_DROP_BAD_HEADER;
+            /* The RC and UC opcodes of a WRITE differ in bit 5 only; the
+             * 32-bit DMA length sum is tested as two 16-bit halves, so each
+             * gateway reads the opcode byte and 2 bytes of the sum. */
+            } else if ((hdr.bth.opcode & 0xDF) == OP_RC_WRITE_ONLY && meta.dma_pad[31:16] != 0) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if ((hdr.bth.opcode & 0xDF) == OP_RC_WRITE_ONLY && meta.dma_pad[15:0] != (bit<16>)CHUNK_BYTES) {
+                meta.event = CNT_DROP_BAD_LENGTH;
+            } else if ((hdr.bth.opcode & 0xDF) == OP_RC_WRITE_ONLY_IMM && meta.dma_pad[31:16] != 0) {
                 meta.event = CNT_DROP_BAD_LENGTH;
             } else if ((hdr.bth.opcode & 0xDF) == OP_RC_WRITE_ONLY_IMM
-                    && dma_pad != CHUNK_BYTES - (bit<32>)IMMDT_LEN) {
+                    && meta.dma_pad[15:0] != (bit<16>)CHUNK_BYTES - IMMDT_LEN) {
                 meta.event = CNT_DROP_BAD_LENGTH;
             } else if (hdr.bth.opcode != OP_UC_WRITE_ONLY) {
                 meta.event = CNT_DROP_BAD_OPCODE;
@@ -452,34 +513,20 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                 meta.d = meta.chunk - meta.key;
                 slot_sums();
                 meta.state = state_enter.execute(meta.slot);
-                /* The verdict and the bitmap access share a stage: every
-                 * branch tests the state and key outputs directly. */
-                if (meta.state == (bit<32>)SLOT_FREE
-                        || (meta.state == (bit<32>)SLOT_DONE && meta.d == 0)) {
-                    meta.verdict = V_FIRST;    /* FREE, or DONE and this is its chunk + R */
+                slot_verdict.apply();
+                if (meta.verdict == V_FIRST) {
                     meta.old_bitmap = 0;
                     bitmap_start.execute(meta.slot);
-                } else if ((meta.state == (bit<32>)SLOT_AGG && meta.d == 0)
-                        || (meta.state == (bit<32>)SLOT_DONE && meta.d_done == 0)) {
-                    if (meta.state == (bit<32>)SLOT_DONE) {
-                        meta.verdict = V_DONE;
-                    } else {
-                        meta.verdict = V_SAME;
-                    }
+                } else if (meta.verdict == V_SAME || meta.verdict == V_DONE) {
                     meta.old_bitmap = bitmap_join.execute(meta.slot);
-                } else if ((meta.state == (bit<32>)SLOT_AGG && meta.d[31:31] == 1)
-                        || (meta.state == (bit<32>)SLOT_DONE && meta.d_done[31:31] == 1)) {
-                    meta.verdict = V_STALE;
-                } else {
-                    meta.verdict = V_WINDOW;
                 }
                 if (meta.verdict == V_STALE) {
                     meta.event = CNT_DROP_STALE;
                 } else if (meta.verdict == V_WINDOW) {
                     meta.event = CNT_DROP_WINDOW;
                 } else {
-                    meta.dup = meta.old_bitmap & meta.wbit;
-                    meta.joined = meta.old_bitmap | meta.wbit;
+                    bitmap_sums();
+                    bitmap_missing();
                     hdr.bridge.setValid();
                     hdr.bridge.result = 0;
                     hdr.bridge.pass = 1;
@@ -493,7 +540,7 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                     hdr.bridge.chunk = meta.chunk;
                     hdr.bridge.next_chunk = meta.next_chunk;
                     hdr.bridge.ring_offset = meta.ring_offset;
-                    if (meta.joined == meta.full) {
+                    if (meta.missing == 0) {
                         hdr.bridge.complete = 1;
                     } else {
                         hdr.bridge.complete = 0;
@@ -607,22 +654,22 @@ control InaggEgress(inout eg_headers_t hdr, inout eg_metadata_t meta,
         }
     };
 
-    bit<48> switch_mac = 0;
-    bit<32> switch_ip = 0;
-    bit<16> pkey = 0xFFFF;
+    /* The switch's own fields go straight into the headers: copied through
+     * locals, they made a keyless table whose action moves action data with
+     * the hash unit, which the driver cannot program on the miss path. A
+     * frame that then misses `results` is dropped, so writing them first
+     * changes nothing. */
     action set_switch(bit<48> mac, bit<32> ip, bit<16> p) {
-        switch_mac = mac;
-        switch_ip = ip;
-        pkey = p;
+        hdr.eth.src = mac;
+        hdr.ipv4.src = ip;
+        hdr.bth.pkey = p;
     }
     table switch_addr {
         actions = { set_switch; }
         default_action = set_switch(0x0200000000FE, 0x0A0000FE, 0xFFFF);
     }
 
-    bit<32> psn_index = 0;
-    action rewrite(bit<48> mac, bit<32> ip, bit<24> qpn, bit<32> rkey, bit<64> result_va,
-                   bit<32> psn_slot) {
+    action rewrite(bit<48> mac, bit<32> ip, bit<24> qpn, bit<32> rkey, bit<64> result_va) {
         hdr.eth.dst = mac;
         hdr.ipv4.dst = ip;
         hdr.udp.sport = RESULT_SPORT_BASE[15:14] ++ qpn[13:0];
@@ -630,7 +677,21 @@ control InaggEgress(inout eg_headers_t hdr, inout eg_metadata_t meta,
         hdr.reth.rkey = rkey;
         /* result_va is a multiple of R * C (the control plane checks it): an OR adds the offset. */
         hdr.reth.va = result_va | (bit<64>)hdr.bridge.ring_offset;
-        psn_index = psn_slot;
+    }
+
+    /* The PSN register's index is job * 32 + worker, the bits of the two
+     * side by side (host.p4ctl.layout.psn_index). It is its own action with
+     * no action data: the index goes through the hash unit, which a keyless
+     * table may use only without action data, and a register executed from
+     * `results` would have to share its stage with that table's 32K wide
+     * entries, more SRAM than a stage has. */
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) psn_hash;
+    action take_psn() {
+        hdr.bth.psn = next_psn.execute(psn_hash.get({hdr.bridge.job[9:0], hdr.bridge.worker[4:0]}))[23:0];
+    }
+    table psn {
+        actions = { take_psn; }
+        const default_action = take_psn();
     }
     table results {
         key = { hdr.bridge.job: exact; hdr.bridge.worker: exact; }
@@ -651,7 +712,6 @@ control InaggEgress(inout eg_headers_t hdr, inout eg_metadata_t meta,
             eg_dprsr_md.drop_ctl = 1;
             exit;
         }
-        hdr.eth.src = switch_mac;
         hdr.ipv4.tos = 0;
         hdr.ipv4.total_len = CONTRIB_TOTAL + IMMDT_LEN;
         hdr.ipv4.identification = 0;
@@ -660,7 +720,6 @@ control InaggEgress(inout eg_headers_t hdr, inout eg_metadata_t meta,
         hdr.ipv4.flag_mf = 0;
         hdr.ipv4.frag_offset = 0;
         hdr.ipv4.ttl = RESULT_TTL;
-        hdr.ipv4.src = switch_ip;
         hdr.udp.len = CONTRIB_TOTAL + IMMDT_LEN - IPV4_LEN;
         hdr.udp.checksum = 0;
         hdr.bth.opcode = OP_UC_WRITE_ONLY_IMM;
@@ -668,11 +727,10 @@ control InaggEgress(inout eg_headers_t hdr, inout eg_metadata_t meta,
         hdr.bth.migreq = 1;
         hdr.bth.pad = 0;
         hdr.bth.tver = 0;
-        hdr.bth.pkey = pkey;
         hdr.bth.resv8a = 0;
         hdr.bth.ackreq = 0;
         hdr.bth.resv7 = 0;
-        hdr.bth.psn = next_psn.execute(psn_index)[23:0];
+        psn.apply();
         hdr.reth.dma_len = CHUNK_BYTES;
         hdr.immdt.setValid();
         /* ImmDt: bit 30 SATURATED, bits 29-0 the chunk (IMM_SATURATED, IMM_CHUNK_MASK). */
