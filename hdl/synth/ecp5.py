@@ -35,7 +35,8 @@ from amaranth.vendor import LatticePlatform
 
 from .wrapper import ScanWrapper, wrapper_cost
 
-__all__ = ["DEVICES", "ROUTERS", "ECP5Platform", "SynthResult", "critical_path", "tool_env", "tool_versions", "synthesize"]
+__all__ = ["DEVICES", "ROUTERS", "ECP5Platform", "SynthResult", "critical_path", "tool_env", "tool_versions",
+           "synthesize"]
 
 # nextpnr-ecp5's routers (``--router``); router1 is its default.
 ROUTERS = ("router1", "router2")
@@ -317,8 +318,9 @@ def synthesize(core: wiring.Component, out_dir: str | Path, *, device: str = "LF
     device; its one synthesis is the per-module one, flattened for the
     packer, so ``breakdown`` has no effect. ``router`` is nextpnr's
     (``router1``, its default, or ``router2``, its newer router, tried on
-    the congested, nearly full W = 512 switch; docs/synth.md). Raises ``subprocess.CalledProcessError`` when a tool fails, with
-    its log in ``out_dir``.
+    the congested, nearly full W = 512 switch; docs/synth.md). Raises
+    ``subprocess.CalledProcessError`` when a tool fails, with its log in
+    ``out_dir``.
     """
     if router not in ROUTERS:
         raise ValueError(f"Router must be one of {', '.join(ROUTERS)}, not {router!r}")
