@@ -6,8 +6,8 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .axis import check_width
-from .ingress import frame_signature
+from inagg.hdl.axis import check_width
+from inagg.hdl.ingress import frame_signature
 
 __all__ = ["FrameArbiter"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from amaranth import Cat, Const, Value
 from amaranth.lib import data, stream
 
-from ..models.protocol import CHUNK_BYTES_ALLOWED
+from inagg.models.protocol import CHUNK_BYTES_ALLOWED
 
 __all__ = ["WIDTHS", "check_width", "check_chunk_bytes", "check_slots", "beat_layout", "beat_signature", "be_get", "be_bytes", "swap_lanes"]
 

@@ -9,7 +9,7 @@ __all__ = ["register"]
 
 
 def _cmd_verilog(args: argparse.Namespace) -> int:
-    from .switch import generate_verilog
+    from inagg.hdl.switch import generate_verilog
 
     try:
         text = generate_verilog(args.name, ports=args.ports, width=args.width, slots=args.slots,

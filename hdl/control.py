@@ -12,10 +12,10 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..models import regmap as rm
-from ..models.job import ExceptionSpec
-from ..models.protocol import DEFAULT_PKEY, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
-from .exception import STATS, stats_layout
+from inagg.models import regmap as rm
+from inagg.models.job import ExceptionSpec
+from inagg.models.protocol import DEFAULT_PKEY, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
+from inagg.hdl.exception import STATS, stats_layout
 
 __all__ = ["AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead", "SwitchConfig", "TeardownRequest",
            "Control",

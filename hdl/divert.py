@@ -46,12 +46,12 @@ from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..models.cuckoo import KEY_INDEX_BITS
-from ..models.job import ExceptionSpec
-from ..models.protocol import QPN_JOB_BITS
-from .axis import check_chunk_bytes, check_slots, check_width
-from .exception import ExceptionEngine, Op, Status, stats_layout
-from .ingress import frame_desc_layout, frame_signature
+from inagg.models.cuckoo import KEY_INDEX_BITS
+from inagg.models.job import ExceptionSpec
+from inagg.models.protocol import QPN_JOB_BITS
+from inagg.hdl.axis import check_chunk_bytes, check_slots, check_width
+from inagg.hdl.exception import ExceptionEngine, Op, Status, stats_layout
+from inagg.hdl.ingress import frame_desc_layout, frame_signature
 
 __all__ = ["Divert"]
 

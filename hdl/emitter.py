@@ -33,14 +33,14 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..models.protocol import (
+from inagg.models.protocol import (
     DEFAULT_TTL, ETH_TYPE_IPV4, ICRC_LEN, IMM_CHUNK_MASK, IP_PROTO_UDP, IPV4_LEN, RESULT_HDR_LEN, ROCE_UDP_PORT,
     Counter, Opcode,
 )
-from .axis import be_bytes, beat_signature, check_chunk_bytes, check_slots, check_width
-from .control import N_COUNTERS, SwitchConfig, WorkerRead, event_vector
-from .engine import result_desc_layout, result_signature
-from .icrc import ICRCGenerator
+from inagg.hdl.axis import be_bytes, beat_signature, check_chunk_bytes, check_slots, check_width
+from inagg.hdl.control import N_COUNTERS, SwitchConfig, WorkerRead, event_vector
+from inagg.hdl.engine import result_desc_layout, result_signature
+from inagg.hdl.icrc import ICRCGenerator
 
 __all__ = ["ipv4_checksum", "ResultEmitter"]
 

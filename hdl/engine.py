@@ -50,12 +50,12 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
-from ..models.switch import SlotState
-from .axis import check_chunk_bytes, check_slots, check_width, swap_lanes
-from .control import N_COUNTERS, event_vector
-from .fp32 import FP32Adder, IntToFP32
-from .ingress import frame_desc_layout, frame_signature
+from inagg.models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
+from inagg.models.switch import SlotState
+from inagg.hdl.axis import check_chunk_bytes, check_slots, check_width, swap_lanes
+from inagg.hdl.control import N_COUNTERS, event_vector
+from inagg.hdl.fp32 import FP32Adder, IntToFP32
+from inagg.hdl.ingress import frame_desc_layout, frame_signature
 
 __all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "lane_word_layout", "result_desc_layout",
            "result_signature", "SlotEngine"]

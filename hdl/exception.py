@@ -30,7 +30,7 @@ from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.crc.catalog import CRC32_ETHERNET
 from amaranth.lib.wiring import In, Out
 
-from ..models.cuckoo import KEY_INDEX_BITS, KEY_JOB_SHIFT
+from inagg.models.cuckoo import KEY_INDEX_BITS, KEY_JOB_SHIFT
 
 __all__ = ["Op", "Status", "STATS", "KeyHash", "request_layout", "response_layout", "entry_layout",
            "stats_layout", "ExceptionEngine"]

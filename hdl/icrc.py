@@ -38,8 +38,8 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import crc, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..models.protocol import ETH_LEN, IPV4_LEN, UDP_LEN
-from .axis import check_width
+from inagg.models.protocol import ETH_LEN, IPV4_LEN, UDP_LEN
+from inagg.hdl.axis import check_width
 
 __all__ = ["ALGORITHM", "ETH_SKIP_INIT", "RESIDUES", "step_matrix", "unzero_matrix", "icrc_mask", "CRC32",
            "ICRCChecker", "ICRCGenerator"]

@@ -19,13 +19,13 @@ from amaranth import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..models.protocol import (
+from inagg.models.protocol import (
     BTH_LEN, CONTRIB_HDR_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMMDT_LEN, IP_PROTO_UDP,
     IPV4_LEN, QPN_JOB_BITS, QPN_PREFIX, QPN_WORKER_BITS, RETH_LEN, ROCE_UDP_PORT, UDP_LEN, Counter, Opcode,
 )
-from .axis import be_get, beat_signature, check_chunk_bytes, check_slots, check_width
-from .control import JobRead, N_COUNTERS, event_vector
-from .icrc import ICRCChecker
+from inagg.hdl.axis import be_get, beat_signature, check_chunk_bytes, check_slots, check_width
+from inagg.hdl.control import JobRead, N_COUNTERS, event_vector
+from inagg.hdl.icrc import ICRCChecker
 
 __all__ = ["frame_desc_layout", "frame_signature", "IngressPort"]
 

@@ -23,15 +23,15 @@ from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..models.job import ExceptionSpec
-from ..models.protocol import CHUNK_BYTES_DEFAULT, MAX_WORKERS, Counter
-from .arbiter import FrameArbiter
-from .axis import beat_signature, check_chunk_bytes, check_slots, check_width
-from .control import AXILiteSignature, Control, event_vector
-from .divert import Divert
-from .emitter import ResultEmitter
-from .engine import SlotEngine, check_fp32_latencies
-from .ingress import IngressPort
+from inagg.models.job import ExceptionSpec
+from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_WORKERS, Counter
+from inagg.hdl.arbiter import FrameArbiter
+from inagg.hdl.axis import beat_signature, check_chunk_bytes, check_slots, check_width
+from inagg.hdl.control import AXILiteSignature, Control, event_vector
+from inagg.hdl.divert import Divert
+from inagg.hdl.emitter import ResultEmitter
+from inagg.hdl.engine import SlotEngine, check_fp32_latencies
+from inagg.hdl.ingress import IngressPort
 
 __all__ = ["check_parameters", "exception_spec", "slot_space", "Switch", "SwitchTop", "generate_verilog"]
 

@@ -19,8 +19,8 @@ import numpy as np
 
 from inagg.models.job import JobSpec, SwitchSpec
 
-from .link import Faults, HeldFrames, LossyLink
-from .worker import AllReduce, Timing, Worker
+from inagg.host.link import Faults, HeldFrames, LossyLink
+from inagg.host.worker import AllReduce, Timing, Worker
 
 __all__ = ["Port", "Group", "allreduce", "MemoryFabric"]
 

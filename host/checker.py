@@ -40,8 +40,8 @@ import numpy as np
 from inagg.models import arith
 from inagg.models.switch import ModelSwitch, Slot
 
-from .controller import Controller, plan
-from .worker import ProtocolError, Timing, Worker
+from inagg.host.controller import Controller, plan
+from inagg.host.worker import ProtocolError, Timing, Worker
 
 __all__ = ["Scope", "CheckResult", "Violation", "check"]
 

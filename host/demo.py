@@ -106,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     import json
 
-    from .demo_run import DemoConfig, format_summary, run_demo
+    from inagg.host.demo_run import DemoConfig, format_summary, run_demo
 
     try:
         cfg = DemoConfig(workers=args.workers, size=args.size, jobs=args.jobs, loss=args.loss, dup=args.dup,
@@ -120,9 +120,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         summary = run_demo(cfg, progress=progress)
     except Exception as e:  # a protocol failure ends the demo with its message, not a traceback
-        from .demo_run import RtlUnavailable
-        from .netns import NetnsUnavailable
-        from .worker import ProtocolError
+        from inagg.host.demo_run import RtlUnavailable
+        from inagg.host.netns import NetnsUnavailable
+        from inagg.host.worker import ProtocolError
 
         if isinstance(e, (ProtocolError, NetnsUnavailable, RtlUnavailable)):
             print(f"inagg demo: error: {e}", file=sys.stderr)

@@ -12,10 +12,10 @@ from inagg.models import quant
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
 
-from .controller import Controller, plan
-from .link import Faults
-from .memnet import MemoryNetwork
-from .worker import AllReduce, Timing, Worker, agreement_chunks
+from inagg.host.controller import Controller, plan
+from inagg.host.link import Faults
+from inagg.host.memnet import MemoryNetwork
+from inagg.host.worker import AllReduce, Timing, Worker, agreement_chunks
 
 __all__ = ["DemoConfig", "RtlUnavailable", "run_demo", "result_bound", "format_summary", "pcap_writer"]
 
@@ -206,7 +206,7 @@ def _run_netns(cfg, p, data, progress):
     import multiprocessing as mp
     import time
 
-    from . import netns
+    from inagg.host import netns
 
     netns.require_root()
     # fork: the children inherit the tensors instead of receiving them pickled.
@@ -266,7 +266,7 @@ def _run_netns(cfg, p, data, progress):
 
 
 def _switch_proc(topo, p, faults, seed, pcap, stop, completed, conn):
-    from . import netns
+    from inagg.host import netns
 
     netns.enter(topo.switch_ns)
     switch = ModelSwitch(p.switch)
@@ -283,8 +283,8 @@ def _switch_proc(topo, p, faults, seed, pcap, stop, completed, conn):
 
 
 def _worker_proc(ns, ifname, switch_spec, job, rank, data, timing, go, conn):
-    from . import netns
-    from .api import Group, allreduce
+    from inagg.host import netns
+    from inagg.host.api import Group, allreduce
 
     try:
         netns.enter(ns)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .link import Faults, LossyLink
+from inagg.host.link import Faults, LossyLink
 
 __all__ = ["Endpoint", "SwitchPlane", "MemoryNetwork", "RunStats"]
 

@@ -24,8 +24,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from .controller import Plan
-from .link import Faults, HeldFrames, LossyLink
+from inagg.host.controller import Plan
+from inagg.host.link import Faults, HeldFrames, LossyLink
 
 __all__ = ["NetnsUnavailable", "Topology", "PacketPort", "serve_switch", "enter", "require_root"]
 

@@ -28,7 +28,7 @@ from inagg.models.protocol import (
     DEFAULT_TTL, ROCE_UDP_PORT, Opcode, encode_imm, result_udp_sport,
 )
 
-from .fastpath import worker_udp_sport
+from inagg.host.fastpath import worker_udp_sport
 
 __all__ = ["BTH", "RETH", "ImmDt", "AETH", "contribution", "result"]
 

@@ -54,11 +54,11 @@ from inagg import __version__
 from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec, WorkerSpec
 from inagg.models.protocol import MAX_JOBS, MAX_WORKERS
 
-from .api import Group
-from .controller import RESULT_VA, worker_ip, worker_mac
-from .link import Faults, HeldFrames, LossyLink
-from .vxlan import VXLAN_PORT, Capture, VxlanDrop, VxlanPort, check_vni, decap, encap
-from .worker import Timing
+from inagg.host.api import Group
+from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
+from inagg.host.link import Faults, HeldFrames, LossyLink
+from inagg.host.vxlan import VXLAN_PORT, Capture, VxlanDrop, VxlanPort, check_vni, decap, encap
+from inagg.host.worker import Timing
 
 __all__ = [
     "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES", "SERVICE_TIMING",

@@ -12,7 +12,7 @@ __all__ = ["register"]
 
 
 def _address(text: str) -> tuple[str, int]:
-    from .service import parse_address
+    from inagg.host.service import parse_address
 
     try:
         return parse_address(text)
@@ -90,7 +90,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from inagg.models.job import SwitchSpec
 
-    from .link import Faults
+    from inagg.host.link import Faults
 
     if args.backend != "rtl" and (args.width is not None or args.jobs is not None):
         print("inagg switch serve: error: --width and --jobs are options of --backend rtl", file=sys.stderr)
@@ -118,8 +118,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, spec, faults, logger) -> int:
     import signal
 
-    from .service import SwitchService
-    from .vxlan import VXLAN_PORT, PcapWriter
+    from inagg.host.service import SwitchService
+    from inagg.host.vxlan import VXLAN_PORT, PcapWriter
 
     switch = None
     if args.backend == "rtl":
@@ -151,7 +151,7 @@ def _rtl_switch(args: argparse.Namespace, spec, logger):
     width, jobs = args.width or 64, args.jobs or 4
     logger.info("starting the RTL switch: %d ports, %d-bit beats, %d slots, %d jobs (a new geometry is built "
                 "first: minutes)", spec.ports, width, spec.slots, jobs)
-    from .service import ServiceError
+    from inagg.host.service import ServiceError
 
     try:
         # Lazily: the simulation tool chain is needed here only.

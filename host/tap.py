@@ -22,8 +22,8 @@ import os
 import select
 import struct
 
-from .controller import Plan
-from .netns import Topology
+from inagg.host.controller import Plan
+from inagg.host.netns import Topology
 
 __all__ = ["TapPort", "TapTopology"]
 
@@ -90,7 +90,7 @@ class TapTopology(Topology):
     def create(self) -> "TapTopology":
         from pyroute2 import IPRoute, NetNS, netns
 
-        from .netns import _MTU, _disable_ipv6
+        from inagg.host.netns import _MTU, _disable_ipv6
 
         try:
             macs = {w.port: w.mac for j in self.plan.jobs for w in j.workers}

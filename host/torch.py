@@ -47,9 +47,9 @@ except ImportError as e:  # the optional extra is not installed
 
 from inagg.models.job import SwitchSpec
 
-from .api import Group, allreduce
-from .service import ENV_SWITCH, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket, join
-from .worker import Timing
+from inagg.host.api import Group, allreduce
+from inagg.host.service import ENV_SWITCH, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket, join
+from inagg.host.worker import Timing
 
 __all__ = ["DistGroup", "InaggFallbackWarning", "group_from_process_group", "allreduce_hook"]
 

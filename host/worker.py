@@ -33,7 +33,7 @@ from inagg.models import quant
 from inagg.models.job import JobSpec, SwitchSpec
 from inagg.models.protocol import IMM_CHUNK_MASK, Counter
 
-from .fastpath import ContribTemplate, Result, ResultParser
+from inagg.host.fastpath import ContribTemplate, Result, ResultParser
 
 __all__ = [
     "Timing", "Worker", "AllReduce", "ProtocolError", "ChunkTimeoutError", "LengthMismatchError",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from .protocol import BTH_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IPV4_LEN, UDP_LEN
+from inagg.models.protocol import BTH_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IPV4_LEN, UDP_LEN
 
 __all__ = ["icrc", "icrc_value", "check", "masked_header"]
 

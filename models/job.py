@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .protocol import (
+from inagg.models.protocol import (
     CHUNK_BYTES_ALLOWED, CHUNK_BYTES_DEFAULT, DEFAULT_PKEY, LANE_BYTES, MAX_JOBS, MAX_WORKERS,
     switch_qpn,
 )
-from .wire import ip_bytes, mac_bytes
+from inagg.models.wire import ip_bytes, mac_bytes
 
 __all__ = ["WorkerSpec", "JobSpec", "SwitchSpec", "ExceptionSpec"]
 

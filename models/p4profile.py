@@ -34,14 +34,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import arith, wire
-from .icrc import icrc
-from .job import JobSpec, SwitchSpec
-from .protocol import (
+from inagg.models import arith, wire
+from inagg.models.icrc import icrc
+from inagg.models.job import JobSpec, SwitchSpec
+from inagg.models.protocol import (
     BTH_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IP_PROTO_UDP, IPV4_LEN, RETH_LEN, ROCE_UDP_PORT,
     UDP_LEN, Counter,
 )
-from .switch import ModelSwitch
+from inagg.models.switch import ModelSwitch
 
 __all__ = ["P4Target", "V1MODEL", "TNA", "TARGETS", "saturating_accumulate", "pinned", "P4ProfileSwitch"]
 

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .job import ExceptionSpec, JobSpec, SwitchSpec
-from .protocol import MAX_JOBS, MAX_WORKERS, Counter
-from .wire import ip_bytes, mac_bytes
+from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec
+from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter
+from inagg.models.wire import ip_bytes, mac_bytes
 
 __all__ = ["ID_VALUE", "TEARDOWN_BUSY", "TEARDOWN_REFUSED", "SWITCH_FIELDS", "JOB_FIELDS", "WORKER_FIELDS",
            "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE", "WORKER_STRIDE", "RegMap"]

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import arith, wire
-from .cuckoo import CuckooTable, make_key
-from .job import JobSpec, SwitchSpec
-from .protocol import Counter, Opcode, encode_imm, result_udp_sport, split_qpn
+from inagg.models import arith, wire
+from inagg.models.cuckoo import CuckooTable, make_key
+from inagg.models.job import JobSpec, SwitchSpec
+from inagg.models.protocol import Counter, Opcode, encode_imm, result_udp_sport, split_qpn
 
 __all__ = ["SlotState", "Slot", "ModelSwitch"]
 

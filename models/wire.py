@@ -16,8 +16,8 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from . import icrc as _icrc
-from .protocol import (
+from inagg.models import icrc as _icrc
+from inagg.models.protocol import (
     BTH_LEN, DEFAULT_PKEY, DEFAULT_TTL, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMMDT_LEN,
     IP_PROTO_UDP, IPV4_LEN, RETH_LEN, ROCE_UDP_PORT, UDP_LEN, Counter, Opcode,
 )

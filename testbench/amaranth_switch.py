@@ -11,18 +11,18 @@ from dataclasses import dataclass, field
 
 from amaranth.sim import Simulator
 
-from ..hdl.exception import STATS
-from ..hdl.switch import Switch
-from ..models import regmap as rm
-from ..models.job import JobSpec, SwitchSpec
-from ..models.protocol import Counter
-from ..models.switch import ModelSwitch
-from .axil_sim import axil_read, axil_write
-from .collisions import model_state
-from .exception.reference import State
-from .exception.state import decode
-from .replay import DIVERTED, replay
-from .streams import get_frame, put_frame
+from inagg.hdl.exception import STATS
+from inagg.hdl.switch import Switch
+from inagg.models import regmap as rm
+from inagg.models.job import JobSpec, SwitchSpec
+from inagg.models.protocol import Counter
+from inagg.models.switch import ModelSwitch
+from inagg.testbench.axil_sim import axil_read, axil_write
+from inagg.testbench.collisions import model_state
+from inagg.testbench.exception.reference import State
+from inagg.testbench.exception.state import decode
+from inagg.testbench.replay import DIVERTED, replay
+from inagg.testbench.streams import get_frame, put_frame
 
 __all__ = ["SimRun", "simulate", "cycle"]
 

@@ -13,12 +13,12 @@ import random
 
 import numpy as np
 
-from ..models.job import ExceptionSpec, JobSpec, SwitchSpec
-from ..models.protocol import Counter
-from ..models.switch import ModelSwitch
-from ..hdl.exception import STATS, entry_layout, stats_layout
-from .exception.reference import MODEL_STATS, State
-from .traffic import contribution, lanes, lossy, make_job
+from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec
+from inagg.models.protocol import Counter
+from inagg.models.switch import ModelSwitch
+from inagg.hdl.exception import STATS, entry_layout, stats_layout
+from inagg.testbench.exception.reference import MODEL_STATS, State
+from inagg.testbench.traffic import contribution, lanes, lossy, make_job
 
 __all__ = ["collision_jobs", "claim", "mixed", "model_state", "engine_state"]
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ..models.job import JobSpec
-from ..models.protocol import Counter
-from ..models.switch import ModelSwitch
+from inagg.models.job import JobSpec
+from inagg.models.protocol import Counter
+from inagg.models.switch import ModelSwitch
 
 __all__ = ["ENGINE_COUNTERS", "DIVERTED", "GONE", "RemoveJob", "AddJob", "replay"]
 

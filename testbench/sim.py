@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import toolchain
+from inagg.testbench import toolchain
 
 __all__ = ["ROOT", "TOPLEVEL", "waves_enabled", "build_switch", "run"]
 
@@ -61,7 +61,7 @@ def build_switch(**params):
     """
     from cocotb_tools import runner as cocotb_runner
 
-    from ..hdl.switch import generate_verilog
+    from inagg.hdl.switch import generate_verilog
 
     toolchain.activate()
     build_dir = _build_dir(params)

@@ -16,11 +16,11 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, gather
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from ..models import regmap as rm
-from ..models.job import JobSpec, SwitchSpec
-from ..models.protocol import Counter
-from ..models.switch import ModelSwitch
-from .replay import DIVERTED, replay
+from inagg.models import regmap as rm
+from inagg.models.job import JobSpec, SwitchSpec
+from inagg.models.protocol import Counter
+from inagg.models.switch import ModelSwitch
+from inagg.testbench.replay import DIVERTED, replay
 
 __all__ = ["SwitchTB"]
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..models import icrc, wire
-from ..models.job import JobSpec, SwitchSpec, WorkerSpec
-from ..models.protocol import Counter, Opcode
+from inagg.models import icrc, wire
+from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
+from inagg.models.protocol import Counter, Opcode
 
 __all__ = ["make_job", "contribution", "lanes", "bad_frames", "lossy", "windowed", "interleave"]
 

@@ -33,7 +33,7 @@ from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Module, ResetSi
 from amaranth.lib import io, wiring
 from amaranth.vendor import LatticePlatform
 
-from .wrapper import ScanWrapper, wrapper_cost
+from inagg.hdl.synth.wrapper import ScanWrapper, wrapper_cost
 
 __all__ = ["DEVICES", "ROUTERS", "ECP5Platform", "SynthResult", "critical_path", "tool_env", "tool_versions",
            "synthesize"]

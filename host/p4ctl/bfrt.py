@@ -8,7 +8,7 @@ keyword ``hdr_bth_dqpn``; action parameters keep their P4 names.
 
 from __future__ import annotations
 
-from .layout import Plan
+from inagg.host.p4ctl.layout import Plan
 
 __all__ = ["script", "SLOT_REGISTERS"]
 

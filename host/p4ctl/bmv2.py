@@ -8,7 +8,7 @@ registers are reset, so the same commands also restart a running switch.
 
 from __future__ import annotations
 
-from .layout import Plan
+from inagg.host.p4ctl.layout import Plan
 
 __all__ = ["commands", "SLOT_REGISTERS"]
 

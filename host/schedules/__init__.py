@@ -15,10 +15,10 @@ algorithm name::
     print(evaluate(s, topo, 1 << 20).time_s)
 """
 
-from .cost import Cost, allreduce_lower_bound, evaluate, ina_lower_bound
-from .executor import ScheduleError, check, execute, expected, make_inputs
-from .ir import Buffer, Collective, Op, OpKind, Row, Schedule, ScheduleBuilder
-from .registry import ALGORITHMS, applicable, generate
+from inagg.host.schedules.cost import Cost, allreduce_lower_bound, evaluate, ina_lower_bound
+from inagg.host.schedules.executor import ScheduleError, check, execute, expected, make_inputs
+from inagg.host.schedules.ir import Buffer, Collective, Op, OpKind, Row, Schedule, ScheduleBuilder
+from inagg.host.schedules.registry import ALGORITHMS, applicable, generate
 
 __all__ = [
     "ALGORITHMS", "Buffer", "Collective", "Cost", "Op", "OpKind", "Row", "Schedule", "ScheduleBuilder",

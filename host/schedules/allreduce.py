@@ -18,9 +18,9 @@ import math
 
 import numpy as np
 
-from . import common
-from .common import Blocks, FoldPlan, Pattern, check_ranks
-from .ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
+from inagg.host.schedules import common
+from inagg.host.schedules.common import Blocks, FoldPlan, Pattern, check_ranks
+from inagg.host.schedules.ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
 
 __all__ = [
     "ring",

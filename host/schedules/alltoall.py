@@ -25,8 +25,8 @@ import time
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .common import check_int, check_ranks
-from .ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
+from inagg.host.schedules.common import check_int, check_ranks
+from inagg.host.schedules.ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
 
 __all__ = ["zipf_matrix", "server_matrix", "birkhoff", "FastPlan", "fast_plan", "direct", "fast"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import check_ranks, clog
-from .ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
+from inagg.host.schedules.common import check_ranks, clog
+from inagg.host.schedules.ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
 
 __all__ = ["bruck"]
 

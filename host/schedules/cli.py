@@ -46,8 +46,8 @@ def parse_sizes(text: str) -> list[int]:
 
 def register(subparsers) -> None:
     """Add ``schedule`` and ``alltoall`` to an argparse sub-parser collection."""
-    from .registry import ALGORITHMS
-    from .topology import GRAMMAR
+    from inagg.host.schedules.registry import ALGORITHMS
+    from inagg.host.schedules.topology import GRAMMAR
 
     algos = "\n".join(f"  {k:<13} {v[1]}" for k, v in ALGORITHMS.items())
     p = subparsers.add_parser(
@@ -99,8 +99,8 @@ def _fail(msg: str) -> int:
 
 
 def _cmd_schedule(args: argparse.Namespace) -> int:
-    from . import cost, executor, topology
-    from .registry import generate
+    from inagg.host.schedules import cost, executor, topology
+    from inagg.host.schedules.registry import generate
 
     try:
         topo = topology.parse(args.topo)
@@ -115,7 +115,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
             executor.check(sched)
         c = cost.evaluate(sched, topo, args.size)
         if args.export_msccl:
-            from . import msccl
+            from inagg.host.schedules import msccl
 
             text = msccl.export(sched, proto=args.msccl_proto)
             if not args.no_check:  # the file itself, read back, must compute the collective
@@ -125,7 +125,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, OSError) as e:
         return _fail(str(e))
     if args.plot:
-        from . import plot
+        from inagg.host.schedules import plot
 
         plot.plot_schedule(sched, args.plot, args.size)
     d = c.as_dict()
@@ -143,8 +143,8 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace, topo) -> int:
-    from . import cost
-    from .registry import applicable, generate
+    from inagg.host.schedules import cost
+    from inagg.host.schedules.registry import applicable, generate
 
     sizes = args.sizes or parse_sizes("1KiB..1GiB")
     algos = applicable(topo, args.collective)
@@ -152,7 +152,7 @@ def _compare(args: argparse.Namespace, topo) -> int:
     for a in algos:
         s = generate(a, topo=topo, collective=args.collective, abstract=a not in ("ina", "direct", "fast"))
         results[a] = [cost.evaluate(s, topo, x) for x in sizes]
-    from . import plot
+    from inagg.host.schedules import plot
 
     if args.plot:
         plot.plot_compare(sizes, results, args.plot, f"{args.collective} on {topo.spec}")
@@ -177,7 +177,7 @@ def _compare(args: argparse.Namespace, topo) -> int:
 
 
 def _cmd_alltoall(args: argparse.Namespace) -> int:
-    from . import alltoall
+    from inagg.host.schedules import alltoall
 
     try:
         n = args.servers * args.gpus_per_server

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from .ir import Buffer, Row, ScheduleBuilder
+from inagg.host.schedules.ir import Buffer, Row, ScheduleBuilder
 
 __all__ = [
     "Pattern",

@@ -24,8 +24,8 @@ import dataclasses
 
 import numpy as np
 
-from .ir import Collective, Schedule
-from .topology import Topology
+from inagg.host.schedules.ir import Collective, Schedule
+from inagg.host.schedules.topology import Topology
 
 __all__ = ["Cost", "evaluate", "allreduce_lower_bound", "ina_lower_bound"]
 

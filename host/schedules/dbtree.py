@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import check_ranks
-from .ir import Collective, Row, Schedule, ScheduleBuilder
+from inagg.host.schedules.common import check_ranks
+from inagg.host.schedules.ir import Collective, Row, Schedule, ScheduleBuilder
 
 __all__ = ["binary_tree", "double_binary_tree", "dbtree"]
 

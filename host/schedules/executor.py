@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ir import Buffer, Collective, Row, Schedule
+from inagg.host.schedules.ir import Buffer, Collective, Row, Schedule
 
 __all__ = ["ScheduleError", "execute", "expected", "make_inputs", "check", "initial_buffers"]
 

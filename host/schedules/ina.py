@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import check_int, check_ranks
-from .ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
+from inagg.host.schedules.common import check_int, check_ranks
+from inagg.host.schedules.ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
 
 __all__ = ["ina", "rail_trees"]
 

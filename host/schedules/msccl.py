@@ -53,7 +53,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from .ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
+from inagg.host.schedules.ir import Buffer, Collective, Row, Schedule, ScheduleBuilder
 
 __all__ = ["MscclError", "Limits", "LIMITS", "Program", "lower", "export", "parse", "problems", "validate",
            "to_schedule", "load", "dependencies"]
@@ -911,7 +911,7 @@ def load(source, limits: Limits = LIMITS) -> Schedule:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m inagg.host.schedules.msccl FILE...``: validate files and run them through the executor."""
-    from .executor import ScheduleError, check
+    from inagg.host.schedules.executor import ScheduleError, check
 
     argv = sys.argv[1:] if argv is None else argv
     if not argv:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cost import Cost
-from .ir import Schedule
+from inagg.host.schedules.cost import Cost
+from inagg.host.schedules.ir import Schedule
 
 __all__ = ["plot_schedule", "plot_compare", "crossovers", "trivance_vs_swing"]
 

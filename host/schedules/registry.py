@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import allreduce, alltoall, bruck, dbtree, ina
-from .ir import Collective, Schedule
-from .topology import Topology
+from inagg.host.schedules import allreduce, alltoall, bruck, dbtree, ina
+from inagg.host.schedules.ir import Collective, Schedule
+from inagg.host.schedules.topology import Topology
 
 __all__ = ["ALGORITHMS", "generate", "applicable"]
 

@@ -31,8 +31,8 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
-from .harness import COUNT_BITS, RingGeometry
-from .vpi import RowMemory
+from inagg.testbench.bridge.harness import COUNT_BITS, RingGeometry
+from inagg.testbench.bridge.vpi import RowMemory
 
 __all__ = ["FrameBridge", "CLOCK_NS"]
 

@@ -14,8 +14,8 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ...models.job import SwitchSpec
-from .. import toolchain
+from inagg.models.job import SwitchSpec
+from inagg.testbench import toolchain
 
 __all__ = ["HarnessParams", "TOPLEVEL", "WAVE_FORMATS", "build_dir", "wave_format", "check_fst", "build", "run"]
 
@@ -79,7 +79,7 @@ def _sources(params: HarnessParams) -> dict[str, str]:
     from amaranth.back import verilog
     from amaranth.lib.wiring import In
 
-    from .harness import BridgeHarness
+    from inagg.testbench.bridge.harness import BridgeHarness
 
     harness = BridgeHarness(**asdict(params))
     g = harness.geometry

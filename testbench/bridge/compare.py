@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ...models.job import JobSpec, SwitchSpec
-from ...models.protocol import Counter
-from ...models.switch import ModelSwitch
-from ..replay import ENGINE_COUNTERS
+from inagg.models.job import JobSpec, SwitchSpec
+from inagg.models.protocol import Counter
+from inagg.models.switch import ModelSwitch
+from inagg.testbench.replay import ENGINE_COUNTERS
 
 __all__ = ["LiveCompare", "Difference"]
 

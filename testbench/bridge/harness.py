@@ -53,9 +53,9 @@ from amaranth import Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSig
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...hdl.axis import check_width
-from ...hdl.switch import Switch
-from ...models.protocol import CHUNK_BYTES_DEFAULT, ICRC_LEN, RESULT_HDR_LEN
+from inagg.hdl.axis import check_width
+from inagg.hdl.switch import Switch
+from inagg.models.protocol import CHUNK_BYTES_DEFAULT, ICRC_LEN, RESULT_HDR_LEN
 
 __all__ = ["BridgeHarness", "RingGeometry", "frame_slot_bytes", "COUNT_BITS"]
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 from cocotb.simtime import get_sim_time
 
-from ...host.link import Faults, LossyLink
-from ...host.memnet import Endpoint
-from .bridge import CLOCK_NS, FrameBridge
-from .compare import LiveCompare
+from inagg.host.link import Faults, LossyLink
+from inagg.host.memnet import Endpoint
+from inagg.testbench.bridge.bridge import CLOCK_NS, FrameBridge
+from inagg.testbench.bridge.compare import LiveCompare
 
 __all__ = ["serve_memory", "MemoryRun", "MAX_SLEEP"]
 

@@ -60,15 +60,15 @@ from pathlib import Path
 import cocotb
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
-from ...host.controller import RegisterTarget
-from ...host.service import SwitchBackendError
-from ...models import regmap as rm
-from ...models.job import JobSpec, SwitchSpec
-from ...models.protocol import MAX_WORKERS, Counter
-from ...hdl.switch import check_parameters
-from .bridge import FrameBridge
-from .build import HarnessParams, build, run
-from .harness import RingGeometry
+from inagg.host.controller import RegisterTarget
+from inagg.host.service import SwitchBackendError
+from inagg.models import regmap as rm
+from inagg.models.job import JobSpec, SwitchSpec
+from inagg.models.protocol import MAX_WORKERS, Counter
+from inagg.hdl.switch import check_parameters
+from inagg.testbench.bridge.bridge import FrameBridge
+from inagg.testbench.bridge.build import HarnessParams, build, run
+from inagg.testbench.bridge.harness import RingGeometry
 
 __all__ = ["RtlSwitch", "SOCKET_ENV", "GEOMETRY_ENV", "START_TIMEOUT"]
 

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ...host.controller import Plan
-from ...host.link import Faults
-from ...host.worker import Timing
-from ...models.protocol import Counter
-from .bridge import CLOCK_NS
-from .build import HarnessParams, build, run, wave_format
-from .session import JOB_ENV, Job, Outcome, read_progress
+from inagg.host.controller import Plan
+from inagg.host.link import Faults
+from inagg.host.worker import Timing
+from inagg.models.protocol import Counter
+from inagg.testbench.bridge.bridge import CLOCK_NS
+from inagg.testbench.bridge.build import HarnessParams, build, run, wave_format
+from inagg.testbench.bridge.session import JOB_ENV, Job, Outcome, read_progress
 
 __all__ = ["harness_params", "rtl_timing", "netns_timing", "run_rtl"]
 
@@ -89,7 +89,7 @@ def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: s
     if net not in ("memory", "netns"):
         raise ValueError(f"net must be 'memory' or 'netns', not {net!r}")
     if net == "netns":
-        from ...host.netns import require_root
+        from inagg.host.netns import require_root
 
         require_root()
         timing = timing or netns_timing(plan)
@@ -159,7 +159,7 @@ def _netns_workers(job: Job, data: dict[int, np.ndarray], simulate) -> dict[int,
     """Run the simulator in a thread; once its TAP devices are up, one worker process per port; collect them."""
     import multiprocessing as mp
 
-    from ...host.tap import TapTopology
+    from inagg.host.tap import TapTopology
 
     failure: list[BaseException] = []
 
@@ -208,8 +208,8 @@ def _netns_workers(job: Job, data: dict[int, np.ndarray], simulate) -> dict[int,
 
 
 def _worker(ns, ifname, switch, job, rank, data, timing, conn) -> None:
-    from ...host import netns
-    from ...host.api import Group, allreduce
+    from inagg.host import netns
+    from inagg.host.api import Group, allreduce
 
     try:
         netns.enter(ns)

@@ -21,14 +21,14 @@ import cocotb
 import numpy as np
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
-from ...host.controller import Plan, register_writes
-from ...host.link import Faults
-from ...host.worker import AllReduce, Timing, Worker
-from ...models import regmap as rm
-from ...models.protocol import Counter
-from .bridge import CLOCK_NS, FrameBridge
-from .compare import Difference, LiveCompare
-from .harness import RingGeometry
+from inagg.host.controller import Plan, register_writes
+from inagg.host.link import Faults
+from inagg.host.worker import AllReduce, Timing, Worker
+from inagg.models import regmap as rm
+from inagg.models.protocol import Counter
+from inagg.testbench.bridge.bridge import CLOCK_NS, FrameBridge
+from inagg.testbench.bridge.compare import Difference, LiveCompare
+from inagg.testbench.bridge.harness import RingGeometry
 
 __all__ = ["Job", "Outcome", "JOB_ENV", "ProgressFile", "read_progress"]
 
@@ -123,7 +123,7 @@ class Outcome:
 @cocotb.test()
 async def allreduce(dut):
     """Every worker of the plan all-reduces its data through the RTL switch."""
-    from ...host.demo_run import pcap_writer
+    from inagg.host.demo_run import pcap_writer
 
     with open(os.environ[JOB_ENV], "rb") as f:
         job: Job = pickle.load(f)
@@ -158,7 +158,7 @@ async def allreduce(dut):
 
 
 async def _serve_memory(job: Job, bridge: FrameBridge, capture, compare, progress) -> dict:
-    from .memory import serve_memory
+    from inagg.testbench.bridge.memory import serve_memory
 
     ops = {}
     for spec in job.plan.jobs:
@@ -180,9 +180,9 @@ async def _serve_netns(job: Job, bridge: FrameBridge, capture, compare, progress
     """Serve worker processes in namespaces (started by the caller once ``job.ready`` exists) until ``job.stop``."""
     from cocotb.simtime import get_sim_time
 
-    from ...host.tap import TapTopology
-    from .bridge import CLOCK_NS
-    from .taps import serve_taps
+    from inagg.host.tap import TapTopology
+    from inagg.testbench.bridge.bridge import CLOCK_NS
+    from inagg.testbench.bridge.taps import serve_taps
 
     with TapTopology(job.plan, tag=job.tag) as topo:
         Path(job.ready).touch()

@@ -17,10 +17,10 @@ import select
 import time
 from collections.abc import Callable, Mapping
 
-from ...host.link import Faults, HeldFrames, LossyLink
-from ...host.tap import TapPort
-from .bridge import FrameBridge
-from .compare import LiveCompare
+from inagg.host.link import Faults, HeldFrames, LossyLink
+from inagg.host.tap import TapPort
+from inagg.testbench.bridge.bridge import FrameBridge
+from inagg.testbench.bridge.compare import LiveCompare
 
 __all__ = ["serve_taps"]
 

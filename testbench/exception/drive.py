@@ -13,8 +13,8 @@ from amaranth.sim import Simulator
 from inagg.hdl.exception import STATS, ExceptionEngine, Op, Status
 from inagg.models.cuckoo import KEY_INDEX_BITS
 
-from .reference import State
-from .state import decode
+from inagg.testbench.exception.reference import State
+from inagg.testbench.exception.state import decode
 
 __all__ = ["Run", "simulate"]
 

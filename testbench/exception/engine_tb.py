@@ -15,10 +15,10 @@ from cocotb.triggers import FallingEdge, ReadOnly
 
 from inagg.hdl.exception import STATS, Op, Status, response_layout, stats_layout
 
-from .reference import Reference
-from .sim import engine_from_env
-from .state import decode
-from .stimulus import random_requests, valid_pattern
+from inagg.testbench.exception.reference import Reference
+from inagg.testbench.exception.sim import engine_from_env
+from inagg.testbench.exception.state import decode
+from inagg.testbench.exception.stimulus import random_requests, valid_pattern
 
 
 async def _reset(dut):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from inagg.hdl.exception import ExceptionEngine, entry_layout
 
-from .reference import MODEL_STATS, State
+from inagg.testbench.exception.reference import MODEL_STATS, State
 
 __all__ = ["decode"]
 
