@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from inagg.models import quant
+from inagg.models.backend import Backend, MissingTool, load_backend
 from inagg.models.protocol import Counter
-from inagg.models.switch import ModelSwitch
 
 from inagg.host.controller import Controller, plan
 from inagg.host.link import Faults
@@ -138,12 +138,16 @@ def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
     """Run the demo described by ``cfg``; returns the summary (``summary["ok"]``: every sum within its bound)."""
     p = cfg.plan()
     data = {job.job: _tensors(cfg, j) for j, job in enumerate(p.jobs)}
+    try:
+        backend = load_backend(cfg.switch)
+    except ImportError as e:
+        raise RtlUnavailable(f"the RTL switch cannot be simulated here: {e}") from e
     rtl = None
-    if cfg.switch == "rtl":
-        outcomes, counters, moved, rtl = _run_rtl(cfg, p, data, progress)
+    if backend.run is not None:
+        outcomes, counters, moved, rtl = _run_inside(backend, cfg, p, data, progress)
     else:
         run = _run_netns if cfg.net == "netns" else _run_memory
-        outcomes, counters, moved = run(cfg, p, data, progress)
+        outcomes, counters, moved = run(backend, cfg, p, data, progress)
     summary = _summarize(cfg, p, data, outcomes, counters, moved)
     if rtl is not None:
         summary["rtl"] = rtl
@@ -151,19 +155,16 @@ def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
     return summary
 
 
-def _run_rtl(cfg, p, data, progress):
-    # The RTL needs Amaranth, cocotb and Verilator: imported here only, so the host library never loads them.
-    from inagg.testbench.toolchain import MissingTool
-
+def _run_inside(backend: Backend, cfg, p, data, progress):
+    """The workers run inside the backend, on its clock (the RTL simulator's)."""
     inputs = {w.port: data[job.job][r] for job in p.jobs for r, w in enumerate(job.workers)}
     lanes = p.switch.lanes
     # Every worker's chunks: the memory transport counts the results the workers took, netns the results sent.
     total = len(inputs) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
     try:
-        from inagg.testbench.bridge.run import run_rtl
         with _progress_bar(progress, total) as bar:
             tick = None if bar is None else (lambda done: bar(min(done, total)))
-            out = run_rtl(p, inputs, width=cfg.width, net=cfg.net, faults=cfg.faults(), seed=cfg.seed,
+            out = backend.run(p, inputs, width=cfg.width, net=cfg.net, faults=cfg.faults(), seed=cfg.seed,
                           compare=cfg.compare, waves=cfg.waves, pcap=cfg.pcap, progress=tick)
     except (MissingTool, ImportError) as e:
         raise RtlUnavailable(f"the RTL switch cannot be simulated here: {e}") from e
@@ -184,8 +185,8 @@ def _run_rtl(cfg, p, data, progress):
     return outcomes, out.counters, _Moved(out.to_switch, out.to_hosts, out.wall_time, out.link), rtl
 
 
-def _run_memory(cfg, p, data, progress):
-    switch = ModelSwitch(p.switch)
+def _run_memory(backend: Backend, cfg, p, data, progress):
+    switch = backend.open(p.switch)
     timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
     ops = {}
     for job in p.jobs:
@@ -202,7 +203,7 @@ def _run_memory(cfg, p, data, progress):
     return outcomes, counters, _Moved(stats.to_switch, stats.to_hosts, stats.wall_time, stats.link)
 
 
-def _run_netns(cfg, p, data, progress):
+def _run_netns(backend: Backend, cfg, p, data, progress):
     import multiprocessing as mp
     import time
 
@@ -220,7 +221,8 @@ def _run_netns(cfg, p, data, progress):
             completed = ctx.Value("q", 0, lock=False)  # chunks the switch completed, for the progress bar
             sw_conn, child = ctx.Pipe()
             procs.append(ctx.Process(target=_switch_proc, name="inagg-switch",
-                                     args=(topo, p, cfg.faults(), cfg.seed, cfg.pcap, stop, completed, child)))
+                                     args=(backend, topo, p, cfg.faults(), cfg.seed, cfg.pcap, stop, completed,
+                                           child)))
             procs[0].start()
             if sw_conn.recv() != "ready":
                 raise RuntimeError("the switch process did not start")
@@ -265,11 +267,11 @@ def _run_netns(cfg, p, data, progress):
     return outcomes, counters, moved
 
 
-def _switch_proc(topo, p, faults, seed, pcap, stop, completed, conn):
+def _switch_proc(backend, topo, p, faults, seed, pcap, stop, completed, conn):
     from inagg.host import netns
 
     netns.enter(topo.switch_ns)
-    switch = ModelSwitch(p.switch)
+    switch = backend.open(p.switch)
     Controller(switch, p).configure()
     ports = {port: netns.PacketPort(topo.switch_if(port)) for port in topo.ports}
     conn.send("ready")

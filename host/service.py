@@ -23,11 +23,10 @@ Jobs get disjoint ports and slot regions and random R_Keys; data frames of
 one job carrying another job's QPN or R_Key are dropped and counted by the
 switch itself (``DROP_UNKNOWN_QPN``, ``DROP_BAD_RKEY``).
 
-The switch is the model switch, or anything with its interface (see
-:class:`SwitchService`); the Verilated RTL switch
-(:class:`inagg.testbench.bridge.realtime.RtlSwitch`, ``--backend rtl``)
-sends its results later than the frames that cause them, through
-``fileno`` / ``poll``.
+The switch is any :class:`~inagg.models.backend.SwitchBackend`: the model
+switch by default, or a registered backend (``inagg switch serve --backend
+rtl``: the Verilated RTL switch, which sends its results later than the
+frames that cause them, through ``fileno`` / ``poll``).
 
 The client side is :class:`SwitchClient`, :func:`join` (a
 :class:`~inagg.host.api.Group` over VXLAN for one rank of a ticket) and
@@ -51,6 +50,7 @@ from collections import Counter as Tally
 from dataclasses import dataclass
 
 from inagg import __version__
+from inagg.models.backend import SwitchBackend, SwitchBackendError
 from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec, WorkerSpec
 from inagg.models.protocol import MAX_JOBS, MAX_WORKERS
 
@@ -91,10 +91,6 @@ class ServiceError(Exception):
 
 class SwitchUnavailableError(ServiceError, ConnectionError):
     """The switch service cannot be reached."""
-
-
-class SwitchBackendError(ServiceError):
-    """The switch behind a service failed (e.g. the RTL simulator exited); the message says how."""
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -208,19 +204,16 @@ class SwitchService:
         Called as ``capture(src, dst, datagram)`` for every datagram received
         and sent (e.g. :class:`~inagg.host.vxlan.PcapWriter`).
     switch:
-        The switch implementation; a :class:`~inagg.models.switch.ModelSwitch`
-        of ``spec`` when None. Anything with ``receive``, ``add_job``,
-        ``remove_job`` and ``counters`` serves. A switch whose results come
-        later than the frames that cause them (the RTL) also has
-        ``fileno()``, readable when results wait, and ``poll()``, which
-        returns them as ``receive`` does; it may list slot regions that
-        ``remove_job`` could not clear in ``retired_slots`` (``(first,
-        count)`` pairs: no later job gets them), count the frames it cannot
-        take in ``drops`` (the ``counters`` answer includes them) and have a
-        ``close()``, which the service calls when it stops. A switch that
-        raises :class:`SwitchBackendError` has failed: from then on the
-        service drops every datagram (``switch_failed``) and refuses every
-        request with the switch's reason; ``failure`` holds it.
+        The :class:`~inagg.models.backend.SwitchBackend`; a
+        :class:`~inagg.models.switch.ModelSwitch` of ``spec`` when None. The
+        service waits on its ``fileno()`` where it has one and then takes
+        its results from ``poll()``; no later job gets a region of its
+        ``retired_slots``; the ``counters`` answer includes its ``drops``;
+        the service calls its ``close()`` when it stops. A switch that
+        raises :class:`~inagg.models.backend.SwitchBackendError` has failed:
+        from then on the service drops every datagram (``switch_failed``)
+        and refuses every request with the switch's reason; ``failure``
+        holds it.
 
     :meth:`serve` runs the loop in the calling thread until :meth:`shutdown`
     (callable from any thread or a signal handler); :meth:`start` runs it
@@ -241,9 +234,13 @@ class SwitchService:
             from inagg.models.switch import ModelSwitch
 
             switch = ModelSwitch(spec)
+        elif not isinstance(switch, SwitchBackend):
+            raise TypeError(f"switch must be a SwitchBackend, not {type(switch).__name__}")
         self.spec, self.switch, self.capture = spec, switch, capture
         self.failure: str | None = None
-        self._polled = hasattr(switch, "poll")
+        # A switch without a descriptor answers in receive(): nothing to poll.
+        self._switch_fd = switch.fileno()
+        self._polled = self._switch_fd is not None
         self.link = LossyLink(faults, seed)
         self.stats: Tally = Tally()
         self._jobs: dict[int, _Job] = {}
@@ -276,7 +273,7 @@ class SwitchService:
         self._sel.register(self._tcp, selectors.EVENT_READ, "listen")
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         if self._polled:
-            self._sel.register(switch.fileno(), selectors.EVENT_READ, "switch")
+            self._sel.register(self._switch_fd, selectors.EVENT_READ, "switch")
         self.vxlan_address: tuple[str, int] = self._udp.getsockname()
         self.control_address: tuple[str, int] = self._tcp.getsockname()
 
@@ -347,8 +344,7 @@ class SwitchService:
             log.info("stopped: %s; switch counters: %s", dict(self.stats) or "no traffic",
                      counters or "unavailable, the switch failed")
         finally:
-            if hasattr(self.switch, "close"):
-                self.switch.close()
+            self.switch.close()
 
     def _switch_call(self, call):
         """``call()``, or None once the switch has failed (logged, and kept in :attr:`failure`)."""
@@ -360,7 +356,7 @@ class SwitchService:
             self.failure = str(e)
             log.error("the switch failed: %s; every request is refused from now on", e)
             if self._polled:
-                self._sel.unregister(self.switch.fileno())
+                self._sel.unregister(self._switch_fd)
             return None
 
     def _poll(self) -> None:
@@ -557,7 +553,7 @@ class SwitchService:
         region = 2 * window
         base = self._free_region(region)
         if base is None:
-            retired = sum(n for _, n in getattr(self.switch, "retired_slots", ()))
+            retired = sum(n for _, n in self.switch.retired_slots)
             raise _Refused(f"no free region of {region} slots (window {window}) in the switch's "
                            f"{self.spec.slots} slots" + (f" ({retired} of them retired by removed jobs until the "
                                                          "switch restarts)" if retired else ""))
@@ -581,7 +577,7 @@ class SwitchService:
 
     def _free_region(self, size: int) -> int | None:
         taken = [(j.spec.slot_base, j.spec.slot_base + j.spec.slots) for j in self._jobs.values()]
-        taken += [(base, base + n) for base, n in getattr(self.switch, "retired_slots", ())]
+        taken += [(base, base + n) for base, n in self.switch.retired_slots]
         for base in range(0, self.spec.slots - size + 1, size):
             if all(base + size <= lo or hi <= base for lo, hi in taken):
                 return base
@@ -611,7 +607,7 @@ class SwitchService:
     def _op_counters(self, conn: _Conn, req: dict) -> dict:
         self._authorized(conn, req)
         return {"switch": {c.name: v for c, v in self.switch.counters.items()}, "service": dict(self.stats),
-                "link": dict(self.link.stats), "backend": dict(getattr(self.switch, "drops", {}))}
+                "link": dict(self.link.stats), "backend": dict(self.switch.drops)}
 
     def _op_remove_job(self, conn: _Conn, req: dict) -> dict:
         j = self._authorized(conn, req)
@@ -630,7 +626,7 @@ class SwitchService:
                 del self._port_of[ep]
         self._switch_call(lambda: self.switch.remove_job(job))
         log.info("job %d torn down: %s", job, why)
-        if (j.spec.slot_base, j.spec.slots) in getattr(self.switch, "retired_slots", ()):
+        if (j.spec.slot_base, j.spec.slots) in self.switch.retired_slots:
             log.info("slots %d..%d retired until the switch restarts: it cannot clear a removed job's state",
                      j.spec.slot_base, j.spec.slot_base + j.spec.slots - 1)
 

@@ -48,6 +48,8 @@ _DEFAULTS = {"model": (64, 4096), "rtl": (4, 256)}
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``inagg switch serve`` to the command line."""
+    from inagg.models.backend import backend_names
+
     p = subparsers.add_parser("switch", help="run a switch for workers in other processes and machines",
                               description="Run an inagg switch as a service.")
     sub = p.add_subparsers(dest="switch_command", metavar="COMMAND", required=True)
@@ -61,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--vxlan", type=_address, metavar="HOST:PORT",
                    help="VXLAN endpoint (default: the --listen host, UDP port 4789)")
     s.add_argument("--vni", type=_int_in(0, (1 << 24) - 1), default=1, help="VXLAN network identifier (default 1)")
-    s.add_argument("--backend", choices=("model", "rtl"), default="model",
+    s.add_argument("--backend", choices=backend_names(), default="model",
                    help="the switch implementation: the numpy model (default), or the Verilated RTL in a simulator "
                         "child process (the first run of a geometry builds it: minutes)")
     s.add_argument("--ports", type=_int_in(1, 253),
@@ -95,8 +97,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.backend != "rtl" and (args.width is not None or args.jobs is not None):
         print("inagg switch serve: error: --width and --jobs are options of --backend rtl", file=sys.stderr)
         return 2
+    defaults = _DEFAULTS.get(args.backend, _DEFAULTS["model"])
     ports, slots = (given if given is not None else default
-                    for given, default in zip((args.ports, args.slots), _DEFAULTS[args.backend]))
+                    for given, default in zip((args.ports, args.slots), defaults))
     try:
         spec = SwitchSpec(ports=ports, slots=slots, chunk_bytes=args.chunk_bytes)
         faults = Faults(loss=args.loss, dup=args.dup, reorder=args.reorder, corrupt=args.corrupt)
@@ -121,17 +124,14 @@ def _serve(args: argparse.Namespace, spec, faults, logger) -> int:
     from inagg.host.service import SwitchService
     from inagg.host.vxlan import VXLAN_PORT, PcapWriter
 
-    switch = None
-    if args.backend == "rtl":
-        switch = _rtl_switch(args, spec, logger)
-        if switch is None:
-            return 1
+    switch = _open_switch(args, spec, logger)
+    if switch is None:
+        return 1
     try:
         service = SwitchService(spec, control=args.listen, vxlan=args.vxlan or (args.listen[0], VXLAN_PORT),
                                 vni=args.vni, faults=faults, seed=args.seed, switch=switch)
     except OSError as e:
-        if switch is not None:
-            switch.close()
+        switch.close()
         print(f"inagg switch serve: error: cannot listen: {e}", file=sys.stderr)
         return 1
     if args.pcap:
@@ -146,28 +146,30 @@ def _serve(args: argparse.Namespace, spec, faults, logger) -> int:
     return 0 if service.failure is None else 1
 
 
-def _rtl_switch(args: argparse.Namespace, spec, logger):
-    """The RTL switch of ``spec`` in its simulator, or None (the reason printed) when it cannot start."""
-    width, jobs = args.width or 64, args.jobs or 4
-    logger.info("starting the RTL switch: %d ports, %d-bit beats, %d slots, %d jobs (a new geometry is built "
-                "first: minutes)", spec.ports, width, spec.slots, jobs)
-    from inagg.host.service import ServiceError
+def _open_switch(args: argparse.Namespace, spec, logger):
+    """The registered backend ``args.backend`` opened for ``spec``; None (the reason printed) when it cannot start."""
+    from inagg.models.backend import MissingTool, SwitchBackendError, load_backend
 
+    rtl = args.backend == "rtl"
+    options = {"width": args.width or 64, "jobs": args.jobs or 4} if rtl else {}
+    if rtl:
+        logger.info("starting the RTL switch: %d ports, %d-bit beats, %d slots, %d jobs (a new geometry is built "
+                    "first: minutes)", spec.ports, options["width"], spec.slots, options["jobs"])
     try:
-        # Lazily: the simulation tool chain is needed here only.
-        from inagg.testbench.bridge.realtime import RtlSwitch
-        from inagg.testbench.toolchain import MissingTool
+        backend = load_backend(args.backend)
     except ImportError as e:
-        print(f"inagg switch serve: error: --backend rtl needs the simulation tools (pip install 'inagg[dev]'): {e}",
-              file=sys.stderr)
+        print(f"inagg switch serve: error: --backend {args.backend} needs the simulation tools "
+              f"(pip install 'inagg[dev]'): {e}", file=sys.stderr)
         return None
     try:
-        switch = RtlSwitch(spec, width=width, jobs=jobs)
+        switch = backend.open(spec, **options)
     except (MissingTool, ValueError) as e:
         print(f"inagg switch serve: error: {e}", file=sys.stderr)
         return None
-    except ServiceError as e:
-        print(f"inagg switch serve: error: the RTL switch did not start: {e}", file=sys.stderr)
+    except SwitchBackendError as e:
+        print(f"inagg switch serve: error: the {'RTL' if rtl else backend.name} switch did not start: {e}",
+              file=sys.stderr)
         return None
-    logger.info("RTL switch running: simulator pid %d, build %s", switch.pid, switch.build_dir)
+    if rtl:
+        logger.info("RTL switch running: simulator pid %d, build %s", switch.pid, switch.build_dir)
     return switch

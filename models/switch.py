@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from inagg.models import arith, wire
+from inagg.models.backend import Backend, SwitchBackend
 from inagg.models.cuckoo import CuckooTable, make_key
 from inagg.models.job import JobSpec, SwitchSpec
 from inagg.models.protocol import Counter, Opcode, encode_imm, result_udp_sport, split_qpn
 
-__all__ = ["SlotState", "Slot", "ModelSwitch"]
+__all__ = ["SlotState", "Slot", "ModelSwitch", "BACKEND"]
 
 _CHUNK_MOD = 1 << 32
 _HALF = 1 << 31
@@ -62,8 +63,8 @@ class _Job:
     result_psn: list[int] = field(default_factory=list)
 
 
-class ModelSwitch:
-    """The reference Mode II switch (see the module docstring)."""
+class ModelSwitch(SwitchBackend):
+    """The reference Mode II switch (see the module docstring), a :class:`~inagg.models.backend.SwitchBackend`."""
 
     def __init__(self, spec: SwitchSpec | None = None):
         self.spec = spec or SwitchSpec()
@@ -234,3 +235,30 @@ class ModelSwitch:
             rkey=w.rkey, payload=payload, imm=encode_imm(slot.chunk, fp32, saturated), pkey=self.spec.pkey,
         )
         return w.port, frame
+
+    # -- the rest of the backend interface --------------------------------
+    # The model has no clock: receive() returns every frame a frame causes.
+
+    def poll(self) -> list[tuple[int, bytes]]:
+        """Nothing: :meth:`receive` returns every frame the switch sends."""
+        return []
+
+    def fileno(self) -> None:
+        """None: nothing comes later than :meth:`receive` returns it."""
+        return None
+
+    @property
+    def drops(self) -> dict[str, int]:
+        """Empty: every frame reaches the model, which counts its own drops in :attr:`counters`."""
+        return {}
+
+    @property
+    def retired_slots(self) -> tuple[tuple[int, int], ...]:
+        """Empty: :meth:`remove_job` clears every slot of the job."""
+        return ()
+
+    def close(self) -> None:
+        """Nothing to release: the model holds no process or descriptor."""
+
+
+BACKEND = Backend("model", open=ModelSwitch)

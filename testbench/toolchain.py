@@ -12,11 +12,10 @@ import os
 import shutil
 from pathlib import Path
 
+# Declared with the switch interface, so the host library can catch it without importing the testbench.
+from inagg.models.backend import MissingTool
+
 __all__ = ["verilator_root", "activate", "MissingTool"]
-
-
-class MissingTool(RuntimeError):
-    """A tool the simulation flow needs is not installed; the message says how to get it."""
 
 
 def verilator_root() -> Path:

@@ -4,10 +4,10 @@ The bridge's other transports run the workers inside the simulation, in
 simulated time. A switch service runs on the wall clock, for workers in any
 process, so this module splits the two across a process boundary:
 
-* :class:`RtlSwitch`, in the service's process, is the service's switch
-  (``receive``, ``add_job``, ``remove_job``, ``counters``, plus ``fileno``
-  and ``poll`` because its results arrive later than the frames that cause
-  them). It builds the harness (:func:`~inagg.testbench.bridge.build.build`,
+* :class:`RtlSwitch`, in the service's process, is the service's switch: a
+  :class:`~inagg.models.backend.SwitchBackend` whose results arrive later
+  than the frames that cause them (``fileno`` and ``poll``). It builds the
+  harness (:func:`~inagg.testbench.bridge.build.build`,
   cached), starts the simulator on this module in a thread
   (:func:`~inagg.testbench.bridge.build.run`) and talks to it over a Unix
   stream socket.
@@ -34,7 +34,7 @@ as ``ModelSwitch.remove_job``) and waits until the RTL says it is done, so
 the next job may take the same region at once.
 
 **Failures.** When the simulator exits while the service runs (a crash, a
-kill), every call raises :class:`~inagg.host.service.SwitchBackendError`
+kill), every call raises :class:`~inagg.models.backend.SwitchBackendError`
 naming the simulator's pid and exit; the service refuses its requests with
 that reason from then on. When the service's process goes away, the
 simulator reads the end of its socket and exits: no simulator outlives its
@@ -61,8 +61,8 @@ import cocotb
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from inagg.host.controller import RegisterTarget
-from inagg.host.service import SwitchBackendError
 from inagg.models import regmap as rm
+from inagg.models.backend import SwitchBackend, SwitchBackendError
 from inagg.models.job import JobSpec, SwitchSpec
 from inagg.models.protocol import MAX_WORKERS, Counter
 from inagg.hdl.switch import check_parameters
@@ -207,8 +207,8 @@ async def serve(dut):
 # -- in the service's process ----------------------------------------------------
 
 
-class RtlSwitch:
-    """The Verilated RTL switch of ``spec`` in a simulator child process, as a :class:`~inagg.host.service.SwitchService`'s switch.
+class RtlSwitch(SwitchBackend):
+    """The Verilated RTL switch of ``spec`` in a simulator process, a :class:`~inagg.models.backend.SwitchBackend`.
 
     Parameters
     ----------
@@ -304,7 +304,10 @@ class RtlSwitch:
             sock.setsockopt(socket.SOL_SOCKET, opt, _SOCKET_BUFFER)
         return sock
 
-    # -- the switch interface of SwitchService -----------------------------------
+    # -- the switch interface ----------------------------------------------------
+
+    # remove_job() waits until the RTL has cleared the job's slots: none is ever retired.
+    retired_slots: tuple[tuple[int, int], ...] = ()
 
     def fileno(self) -> int:
         """The simulator's socket: readable when results (or the simulator's end) arrive."""
@@ -336,6 +339,8 @@ class RtlSwitch:
     def add_job(self, job: JobSpec) -> None:
         """Write ``job`` into the RTL's registers; ``ValueError`` for a job it cannot hold."""
         self._check()
+        if job.job in self._jobs:  # the registers would take it and overwrite the running job
+            raise ValueError(f"job {job.job} is configured already")
         self._target.add_job(job)  # validates before it queues a write
         self._registers(WRITE, self._take_writes())
         self._jobs[job.job] = job

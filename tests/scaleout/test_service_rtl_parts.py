@@ -11,6 +11,7 @@ import pytest
 
 from inagg.host import allreduce
 from inagg.host.service import ServiceError, SwitchBackendError, SwitchClient, SwitchService, join
+from inagg.models.backend import SwitchBackend
 from inagg.models.job import SwitchSpec
 from inagg.models.switch import ModelSwitch
 
@@ -46,10 +47,13 @@ def test_channel_moves_messages_both_ways_at_once_without_deadlock():
     assert ends[1].closed
 
 
-class DeferredSwitch:
+class DeferredSwitch(SwitchBackend):
     """The model switch with the RTL's interface: results come out of poll(), a removed job's slots are freed."""
 
+    retired_slots = ()
+
     def __init__(self, spec):
+        self.spec = spec
         self.model = ModelSwitch(spec)
         self.drops = {"oversize": 0}
         self.failing = False

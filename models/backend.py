@@ -1,0 +1,136 @@
+"""The switch interface: what every switch backend offers the service, the demo and the memory network.
+
+A backend is one implementation of the switch: the reference
+:class:`~inagg.models.switch.ModelSwitch`, the P4 profile switches
+(:class:`~inagg.models.p4profile.P4ProfileSwitch`), the Verilated RTL in a
+simulator child process (``inagg.testbench.bridge.realtime.RtlSwitch``).
+Each subclasses :class:`SwitchBackend` and defines every member of it, so
+a caller never asks a backend what it has.
+
+:class:`DataPlane` is the part a network drives: frames in on a port,
+frames out. A backend whose results come later than the frames that cause
+them (a clocked one, such as the RTL) returns nothing from ``receive`` and
+hands its results out of ``poll``; ``fileno`` is then a descriptor that
+turns readable when ``poll`` has something. A backend without a clock
+answers in ``receive``, polls empty and has no descriptor.
+
+Backends are registered as Python entry points of the group
+:data:`ENTRY_POINTS` (``pyproject.toml``); :func:`load_backend` finds one
+by name without importing any other, so the host library reaches the RTL
+without importing the testbench.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # the command line lists the backends without loading numpy
+    from inagg.models.job import JobSpec, SwitchSpec
+    from inagg.models.protocol import Counter
+
+__all__ = ["DataPlane", "SwitchBackend", "Backend", "SwitchBackendError", "MissingTool", "ENTRY_POINTS",
+           "backend_names", "load_backend"]
+
+ENTRY_POINTS = "inagg.backends"
+
+
+class SwitchBackendError(RuntimeError):
+    """The switch behind a backend failed (e.g. the RTL simulator exited); the message says how."""
+
+
+class MissingTool(RuntimeError):
+    """A tool a backend needs is not installed; the message says how to get it."""
+
+
+@runtime_checkable
+class DataPlane(Protocol):
+    """Frames in on a port, frames out, as ``(port, frame)`` pairs in sending order."""
+
+    def receive(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        """Take one frame that arrived on ``port``; return what the switch sends because of it now."""
+        ...
+
+    def poll(self) -> list[tuple[int, bytes]]:
+        """The frames the switch sent since the last call that ``receive`` did not return."""
+        ...
+
+
+@runtime_checkable
+class SwitchBackend(DataPlane, Protocol):
+    """A whole switch: its data plane, its jobs, its counters and its lifetime.
+
+    Members
+    -------
+    spec:
+        The switch's :class:`~inagg.models.job.SwitchSpec`.
+    counters:
+        Every :class:`~inagg.models.protocol.Counter`, by counter.
+    drops:
+        Frames the backend could not carry to the switch at all, by reason
+        (e.g. ``oversize``); the switch's own drops are in ``counters``.
+    retired_slots:
+        ``(first, count)`` slot regions a removed job left that the backend
+        could not clear: no later job may take them until it restarts.
+    """
+
+    spec: SwitchSpec
+    counters: Mapping[Counter, int]
+    drops: Mapping[str, int]
+    retired_slots: Sequence[tuple[int, int]]
+
+    def add_job(self, job: JobSpec) -> None:
+        """Install ``job``; ``ValueError`` for a job this switch cannot hold."""
+        ...
+
+    def remove_job(self, job: int) -> None:
+        """Tear job number ``job`` down and free what it held."""
+        ...
+
+    def fileno(self) -> int | None:
+        """A descriptor readable when :meth:`poll` has frames, or None when ``receive`` answers at once."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds (a simulator, sockets); the switch is unusable afterwards."""
+        ...
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A registered backend: what an entry point of :data:`ENTRY_POINTS` names.
+
+    ``open(spec, **options)`` returns a running :class:`SwitchBackend` for
+    ``spec`` (``ValueError`` for options it cannot take). ``run``, where
+    the backend has one, runs a whole all-reduce of workers inside the
+    backend's own clock (the RTL simulator runs them in simulated time) and
+    returns what they brought back; None where a caller drives the workers
+    itself against :meth:`open`'s switch.
+    """
+
+    name: str
+    open: Callable[..., SwitchBackend]
+    run: Callable[..., Any] | None = None
+
+
+def backend_names() -> list[str]:
+    """The names of every registered backend, sorted."""
+    return sorted(ep.name for ep in entry_points(group=ENTRY_POINTS))
+
+
+def load_backend(name: str) -> Backend:
+    """The backend registered as ``name``.
+
+    Raises ``ValueError`` for a name nobody registered and what importing
+    the backend raises (``ImportError`` when its packages are missing).
+    """
+    found = entry_points(group=ENTRY_POINTS, name=name)
+    if not found:
+        known = ", ".join(backend_names()) or "none (is inagg installed? pip install -e .)"
+        raise ValueError(f"no switch backend {name!r}; registered: {known}")
+    backend = next(iter(found)).load()
+    if not isinstance(backend, Backend):
+        raise TypeError(f"entry point {name!r} of {ENTRY_POINTS} is a {type(backend).__name__}, not a Backend")
+    return backend
