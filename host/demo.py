@@ -15,23 +15,16 @@ Only argparse is imported at module import time: ``inagg --help`` stays fast.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
+
+from inagg.host import sizes
 
 __all__ = ["register", "parse_size"]
 
-_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|kB|KB|MB|GB)?\s*$")
-_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
-          "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9}
-
 
 def parse_size(text: str) -> int:
-    """Bytes in ``"16MiB"``, ``"4096"``, ``"1 GB"``; a multiple of 4 (whole float32 elements)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise ValueError(f"size must be a number of bytes with an optional unit (B, KiB, MiB, GiB, kB, MB, GB), "
-                         f"not {text!r}")
-    n = int(m.group(1)) * _UNITS[m.group(2)]
+    """Tensor bytes in ``"16MiB"``, ``"4096"``, ``"1 GB"`` (:mod:`inagg.host.sizes`): whole float32 elements."""
+    n = sizes.parse_size(text)
     if n % 4:
         raise ValueError(f"size must be a multiple of 4 bytes (whole float32 elements), not {n}")
     return n
@@ -72,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "and check every sum against a float64 numpy reference.")
     p.add_argument("--workers", type=_positive_int, default=4, help="workers per job (default 4)")
     p.add_argument("--size", type=_size_arg, default=16 << 20,
-                   help="tensor bytes per worker, e.g. 16MiB, 4096 (default 16MiB)")
+                   help="tensor bytes per worker, a multiple of 4 (default 16MiB); " + sizes.SIZE_GRAMMAR)
     p.add_argument("--jobs", type=_positive_int, default=1, help="concurrent jobs on the switch (default 1)")
     p.add_argument("--loss", type=_rate_arg, default=0.0, help="frame loss rate on the link (default 0)")
     p.add_argument("--dup", type=_rate_arg, default=0.0, help="frame duplication rate (default 0)")

@@ -7,22 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
+
+from inagg.host.sizes import SIZE_GRAMMAR, size_arg
 
 __all__ = ["register", "parse_size", "parse_sizes"]
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 10 ** 6, "mb": 10 ** 6, "mib": 1 << 20,
-          "g": 10 ** 9, "gb": 10 ** 9, "gib": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """``4096``, ``64KiB``, ``1MB``, ``2GiB`` -> bytes."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m[2].lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}: use a number with an optional unit "
-                                         f"(B, KiB, MiB, GiB, KB, MB, GB)")
-    return int(float(m[1]) * _UNITS[m[2].lower()])
+# The one size grammar of the command line (inagg.host.sizes), as an argparse type.
+parse_size = size_arg
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -55,7 +47,7 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Build a schedule, check it with the executor, and cost it on a topology.\n"
                     "`inagg schedule compare` costs every applicable algorithm over a size range.",
-        epilog=f"algorithms:\n{algos}\n\n{GRAMMAR}\n\nsizes: 4096, 64KiB, 1MiB, 1GB; ranges LO..HI[:FACTOR]")
+        epilog=f"algorithms:\n{algos}\n\n{GRAMMAR}\n\nsizes: {SIZE_GRAMMAR}; ranges LO..HI[:FACTOR]")
     p.add_argument("mode", nargs="?", choices=["compare"], help="compare all applicable algorithms")
     p.add_argument("--algo", choices=list(ALGORITHMS), help="algorithm (see below)")
     p.add_argument("--topo", required=True, help="topology spec (see below)")
