@@ -1,25 +1,34 @@
-"""The in-memory transport: workers and the model switch in one process, in virtual time.
+"""The in-memory transport: workers and a switch in one process, in virtual time.
 
 A discrete-event loop carries frames between sans-IO endpoints (one per
-switch port, normally :class:`~inagg.host.worker.AllReduce`) and a switch
-with the :class:`~inagg.models.switch.ModelSwitch` data-plane interface
-(``receive(port, frame) -> [(port, frame), ...]``). Each hop takes
-``latency`` of virtual time, and a :class:`~inagg.host.link.LossyLink` sits on
-both directions. Time is virtual, so a run is reproducible for a seed and
-timeouts cost nothing in wall-clock time.
+switch port, normally :class:`~inagg.host.worker.AllReduce`) and a switch's
+:class:`~inagg.models.backend.DataPlane` (``receive(port, frame) -> [(port,
+frame), ...]``, normally the :class:`~inagg.models.switch.ModelSwitch`).
+Each hop takes ``latency`` of virtual time, and a
+:class:`~inagg.host.link.LossyLink` sits on both directions. Time is
+virtual, so a run is reproducible for a seed and timeouts cost nothing in
+wall-clock time.
+
+:class:`Traffic` is that loop's events without the clock: frames on the
+link both ways, the endpoints' timers, what the switch sends.
+:class:`MemoryNetwork` drives it in virtual time; the RTL's memory
+transport (``inagg.testbench.bridge.memory``) drives the same events on the
+simulator's clock.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from inagg.host.link import Faults, LossyLink
+from inagg.models.backend import DataPlane
 
-__all__ = ["Endpoint", "SwitchPlane", "MemoryNetwork", "RunStats"]
+__all__ = ["Endpoint", "Traffic", "MemoryNetwork", "RunStats"]
 
 _TO_SWITCH, _TO_HOST, _TIMER = 0, 1, 2
 
@@ -40,10 +49,97 @@ class Endpoint(Protocol):
     def on_timer(self, now: float) -> list[bytes]: ...
 
 
-class SwitchPlane(Protocol):
-    """The data plane of a switch."""
+class Traffic:
+    """The events of one run between ``endpoints`` (keyed by switch port) and ``switch``, whoever keeps the time.
 
-    def receive(self, port: int, frame: bytes) -> list[tuple[int, bytes]]: ...
+    Every frame put on the link passes ``capture(time, frame)`` (before
+    faults) and ``link``; it arrives ``latency`` plus the link's delay
+    later, or at once when that is no time at all. A driver calls
+    :meth:`start`, then hands every event its turn with :meth:`pop` (the
+    earliest is due at :attr:`next_time`) and the switch's later frames to
+    :meth:`from_switch`, until :attr:`pending` is zero.
+    """
+
+    def __init__(self, switch: DataPlane, endpoints: Mapping[int, Endpoint], link: LossyLink, *, latency: float,
+                 capture: Callable[[float, bytes], None] | None = None):
+        self.switch, self.endpoints, self.link, self.latency, self.capture = switch, endpoints, link, latency, capture
+        self.to_switch = 0   # frames delivered to the switch
+        self.to_hosts = 0    # frames delivered to an endpoint
+        self.in_flight = 0   # frames on the link, not delivered yet
+        self.pending = 0     # endpoints not done
+        self._heap: list = []
+        self._seq = 0
+        self._timers: dict[int, float | None] = {}
+
+    @property
+    def next_time(self) -> float:
+        """When the earliest event is due; ``math.inf`` when none is scheduled."""
+        return self._heap[0][0] if self._heap else math.inf
+
+    def start(self, now: float) -> None:
+        """Start every endpoint."""
+        for port, ep in self.endpoints.items():
+            self._put(now, _TO_SWITCH, port, ep.start(now))
+            self._arm(port, ep)
+        self.pending = sum(not ep.done for ep in self.endpoints.values())
+
+    def pop(self, now: float | None = None) -> None:
+        """Handle the earliest event at ``now`` (by default its own time)."""
+        due, _, kind, port, frame = heapq.heappop(self._heap)
+        now = due if now is None else now
+        if kind != _TIMER:
+            self.in_flight -= 1
+            self._deliver(now, kind, port, frame)
+            return
+        ep = self.endpoints[port]
+        if self._timers.get(port) != due:
+            return  # a timer that was re-armed since
+        self._timers[port] = None
+        self._answer(now, port, ep, ep.on_timer)
+
+    def from_switch(self, now: float, frames: list[tuple[int, bytes]]) -> None:
+        """Put frames the switch sent outside :meth:`~inagg.models.backend.DataPlane.receive` on the link."""
+        for port, frame in frames:
+            self._put(now, _TO_HOST, port, [frame])
+
+    def _put(self, now: float, kind: int, port: int, frames: list[bytes]) -> None:
+        for f in frames:
+            if self.capture is not None:
+                self.capture(now, f)
+            for extra, g in self.link.transmit(f):
+                at = now + self.latency + extra
+                if at <= now:
+                    self._deliver(now, kind, port, g)
+                else:
+                    self._seq += 1
+                    self.in_flight += 1
+                    heapq.heappush(self._heap, (at, self._seq, kind, port, g))
+
+    def _arm(self, port: int, ep: Endpoint) -> None:
+        d = ep.deadline
+        if d != self._timers.get(port):
+            self._timers[port] = d
+            if d is not None:
+                self._seq += 1
+                heapq.heappush(self._heap, (d, self._seq, _TIMER, port, None))
+
+    def _deliver(self, now: float, kind: int, port: int, frame: bytes) -> None:
+        if kind == _TO_SWITCH:
+            self.to_switch += 1
+            self.from_switch(now, self.switch.receive(port, frame))
+            return
+        ep = self.endpoints.get(port)
+        if ep is not None:
+            self.to_hosts += 1
+            self._answer(now, port, ep, lambda t: ep.receive(t, frame))
+
+    def _answer(self, now: float, port: int, ep: Endpoint, call: Callable[[float], list[bytes]]) -> None:
+        """Let ``ep`` react with ``call(now)``; send what it sends, re-arm its timer, count it when it finishes."""
+        was_done = ep.done
+        self._put(now, _TO_SWITCH, port, call(now))
+        self._arm(port, ep)
+        if ep.done and not was_done:
+            self.pending -= 1
 
 
 @dataclass
@@ -63,7 +159,9 @@ class MemoryNetwork:
     Parameters
     ----------
     switch:
-        The switch data plane (a :class:`~inagg.models.switch.ModelSwitch`).
+        The switch's :class:`~inagg.models.backend.DataPlane` (a
+        :class:`~inagg.models.switch.ModelSwitch`); what it sends from
+        ``poll`` leaves at the time of the event before.
     latency:
         Virtual time of one hop, host to switch or switch to host.
     faults, seed:
@@ -73,7 +171,7 @@ class MemoryNetwork:
         (before faults), e.g. a pcap writer.
     """
 
-    def __init__(self, switch: SwitchPlane, *, latency: float = 1e-6, faults: Faults | None = None,
+    def __init__(self, switch: DataPlane, *, latency: float = 1e-6, faults: Faults | None = None,
                  seed: int = 0, capture: Callable[[float, bytes], None] | None = None):
         if not isinstance(latency, (int, float)) or not latency > 0:
             raise ValueError(f"latency must be a positive number, not {latency!r}")
@@ -91,68 +189,20 @@ class MemoryNetwork:
         endpoint is not done, or virtual time passes ``max_time``.
         ``progress(now)`` is called every few thousand events.
         """
-        stats = RunStats()
-        heap: list = []
-        seq = 0
-        timers: dict[int, float | None] = {}
-        lat, link, capture, switch = self.latency, self.link, self.capture, self.switch
-
-        def put(now: float, kind: int, port: int, frames: list[bytes]) -> None:
-            nonlocal seq
-            for f in frames:
-                if capture is not None:
-                    capture(now, f)
-                for extra, g in link.transmit(f):
-                    seq += 1
-                    heapq.heappush(heap, (now + lat + extra, seq, kind, port, g))
-
-        def arm(port: int, ep: Endpoint) -> None:
-            nonlocal seq
-            d = ep.deadline
-            if d != timers.get(port):
-                timers[port] = d
-                if d is not None:
-                    seq += 1
-                    heapq.heappush(heap, (d, seq, _TIMER, port, None))
-
+        traffic = Traffic(self.switch, endpoints, self.link, latency=self.latency, capture=self.capture)
         wall = time.perf_counter()
         now = 0.0
-        for port, ep in endpoints.items():
-            put(now, _TO_SWITCH, port, ep.start(now))
-            arm(port, ep)
-        pending = sum(not ep.done for ep in endpoints.values())
+        traffic.start(now)
         events = 0
-        while pending:
-            if not heap:
+        while traffic.pending:
+            now = traffic.next_time
+            if now == math.inf:
                 raise RuntimeError("the network is idle but not every endpoint is done")
-            now, _, kind, port, frame = heapq.heappop(heap)
             if now > max_time:
                 raise RuntimeError(f"virtual time passed {max_time} s before every endpoint was done")
             events += 1
             if progress is not None and not events & 0xFFF:
                 progress(now)
-            if kind == _TO_SWITCH:
-                stats.to_switch += 1
-                for out_port, out in switch.receive(port, frame):
-                    put(now, _TO_HOST, out_port, [out])
-                continue
-            ep = endpoints.get(port)
-            if ep is None:
-                continue
-            was_done = ep.done
-            if kind == _TO_HOST:
-                stats.to_hosts += 1
-                out = ep.receive(now, frame)
-            elif timers.get(port) == now:
-                timers[port] = None
-                out = ep.on_timer(now)
-            else:
-                continue  # a timer that was re-armed since
-            put(now, _TO_SWITCH, port, out)
-            arm(port, ep)
-            if ep.done and not was_done:
-                pending -= 1
-        stats.virtual_time = now
-        stats.wall_time = time.perf_counter() - wall
-        stats.link = dict(link.stats)
-        return stats
+            traffic.pop()
+            traffic.from_switch(now, self.switch.poll())
+        return RunStats(traffic.to_switch, traffic.to_hosts, now, time.perf_counter() - wall, dict(self.link.stats))

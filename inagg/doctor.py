@@ -68,6 +68,25 @@ def _verilator() -> Check:
     return check
 
 
+def _backends() -> list[Check]:
+    """One check per registered switch backend: it loads (its packages are there)."""
+    from inagg.models.backend import backend_names, load_backend
+
+    names = backend_names()
+    if not names:
+        return [Check("switch backends", False, "-", "none registered: pip install -e . (the entry points of "
+                                                      "pyproject.toml)")]
+    checks = []
+    for name in names:
+        try:
+            load_backend(name)
+        except Exception as e:  # noqa: BLE001 - any import failure is a finding to report
+            checks.append(Check(f"backend {name}", False, "-", f"pip install 'inagg[dev]': {e}"))
+        else:
+            checks.append(Check(f"backend {name}", True, "loads"))
+    return checks
+
+
 def run_checks() -> list[Check]:
     """Run every check and return them in a fixed order."""
     py = sys.version_info
@@ -90,6 +109,7 @@ def run_checks() -> list[Check]:
         _module("cocotb", "cocotb"),
         _module("cocotbext.axi", "cocotbext-axi"),
         _module("cocotbext.eth", "cocotbext-eth"),
+        *_backends(),
     ]
     return checks
 

@@ -48,6 +48,20 @@ def test_doctor_reports_every_tool(capsys):
     assert rc == 0 and not failing, failing
 
 
+def test_doctor_loads_every_registered_backend(monkeypatch):
+    from inagg.models import backend
+
+    assert [(c.name, c.ok) for c in doctor._backends()] == [(f"backend {n}", True) for n in backend.backend_names()]
+
+    def broken(name):
+        raise ImportError(f"No module named 'cocotb' (loading {name})")
+
+    monkeypatch.setattr(backend, "load_backend", broken)
+    check = doctor._backends()[-1]
+    assert (check.name, check.ok, check.fix) == ("backend rtl", False, "pip install 'inagg[dev]': No module named "
+                                                                       "'cocotb' (loading rtl)")
+
+
 def test_doctor_explains_a_missing_tool(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     check = doctor._command("g++", ["g++", "--version"], "apt-get install g++")
