@@ -9,7 +9,7 @@ import numpy as np
 
 from inagg.models import icrc, wire
 from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
-from inagg.models.protocol import Counter, Opcode
+from inagg.models.protocol import CHUNK_MOD, Counter, Opcode, result_udp_sport
 
 __all__ = ["make_job", "contribution", "lanes", "bad_frames", "lossy", "windowed", "interleave"]
 
@@ -39,9 +39,9 @@ def contribution(spec: SwitchSpec, job: JobSpec, worker: int, chunk: int, values
     """Worker ``worker``'s contribution frame for ``chunk`` of ``job``; ``overrides`` go to ``wire.build``."""
     w = job.workers[worker]
     fields = dict(eth_dst=wire.mac_bytes(spec.mac), eth_src=wire.mac_bytes(w.mac), ip_src=wire.ip_bytes(w.ip),
-                  ip_dst=wire.ip_bytes(spec.ip), udp_sport=0xC000 | (w.qpn & 0x3FFF),
+                  ip_dst=wire.ip_bytes(spec.ip), udp_sport=result_udp_sport(w.qpn),
                   opcode=Opcode.UC_RDMA_WRITE_ONLY, dest_qpn=job.qpn(worker), psn=psn,
-                  va=(chunk % (1 << 32)) * spec.chunk_bytes, rkey=job.rkey,
+                  va=(chunk % CHUNK_MOD) * spec.chunk_bytes, rkey=job.rkey,
                   payload=np.asarray(values, ">i4").tobytes(), pkey=spec.pkey)
     fields.update(overrides)
     return wire.build(**fields)
@@ -161,7 +161,7 @@ def bad_frames(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> list
         ("worker absent", contrib(dest_qpn=job.qpn(len(job.workers))), Counter.DROP_UNKNOWN_QPN),
         ("rkey", contrib(rkey=job.rkey ^ 1), Counter.DROP_BAD_RKEY),
         ("va unaligned", contrib(va=spec.chunk_bytes + 4), Counter.DROP_BAD_ADDRESS),
-        ("va too high", contrib(va=(1 << 32) * spec.chunk_bytes), Counter.DROP_BAD_ADDRESS),
+        ("va too high", contrib(va=CHUNK_MOD * spec.chunk_bytes), Counter.DROP_BAD_ADDRESS),
     ]
     return out
 
