@@ -19,22 +19,22 @@ from amaranth import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from inagg.models.frame import CONTRIBUTION, IPV4
 from inagg.models.protocol import (
-    BTH_LEN, CONTRIB_HDR_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMMDT_LEN, IP_PROTO_UDP,
-    IPV4_LEN, QPN_JOB_BITS, QPN_PREFIX, QPN_WORKER_BITS, RETH_LEN, ROCE_UDP_PORT, UDP_LEN, Counter, Opcode,
+    BTH_LEN, CONTRIB_HDR_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMM_OPCODES, IMMDT_LEN, IP_PROTO_UDP,
+    IPV4_LEN, QPN_JOB_BITS, QPN_PREFIX, QPN_WORKER_BITS, RETH_LEN, RETH_OPCODES, ROCE_UDP_PORT, UDP_LEN, Counter,
 )
 from inagg.hdl.axis import be_get, beat_signature, check_chunk_bytes, check_slots, check_width
 from inagg.hdl.control import JobRead, N_COUNTERS, event_vector
+from inagg.hdl.headers import field
 from inagg.hdl.icrc import ICRCChecker
 
 __all__ = ["frame_desc_layout", "frame_signature", "IngressPort"]
 
 _HDR_LEN = CONTRIB_HDR_LEN  # bytes the checks read: Ethernet up to the end of RETH
-_BTH = ETH_LEN + IPV4_LEN + UDP_LEN
-_RETH = _BTH + BTH_LEN
-_RETH_OPS = (Opcode.RC_RDMA_WRITE_ONLY, Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC_RDMA_WRITE_ONLY,
-             Opcode.UC_RDMA_WRITE_ONLY_IMM)
-_IMM_OPS = (Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC_RDMA_WRITE_ONLY_IMM)
+_IP = CONTRIBUTION.offset("ipv4")
+# The byte that completes the IPv4 total length.
+_TOTAL_LEN_LAST = sum(CONTRIBUTION.span("ipv4.total_len")) - 1
 _FIFO_DESCS = 8
 _FAILING = data.StructLayout({"failed": 1, "counter": range(N_COUNTERS)})
 
@@ -127,8 +127,8 @@ class IngressPort(wiring.Component):
         hdr_now = Signal.like(hdr)
         m.d.comb += hdr_now.eq(Cat(*[Mux(beat == k // nb, bdata.word_select(k % nb, 8), hdr.word_select(k, 8))
                                      for k in range(_HDR_LEN)]))
-        end_now = ETH_LEN + be_get(hdr_now, ETH_LEN + 2, 2)
-        length_beat = (ETH_LEN + 3) // nb
+        end_now = ETH_LEN + field(hdr_now, CONTRIBUTION, "ipv4.total_len")
+        length_beat = _TOTAL_LEN_LAST // nb
         m.d.comb += [
             icrc.valid.eq(accept), icrc.beat.eq(beat), icrc.data.eq(bdata),
             # Beats before the total length arrives lie wholly inside any datagram long enough to matter.
@@ -152,24 +152,26 @@ class IngressPort(wiring.Component):
                 m.d.sync += beat.eq(beat + 1)
 
         # -- verdict: the checks of protocol.md section 5, in order --
-        total = be_get(hdr, ETH_LEN + 2, 2)
+        def f(path):
+            return field(hdr, CONTRIBUTION, path)
+
+        total = f("ipv4.total_len")
         end = ETH_LEN + total
-        ip_words = [be_get(hdr, ETH_LEN + 2 * k, 2) for k in range(IPV4_LEN // 2)]
+        ip_words = [be_get(hdr, _IP + 2 * k, 2) for k in range(IPV4_LEN // 2)]
         csum = Signal(20)
         fold1 = Signal(17)
         fold2 = Signal(16)
         m.d.comb += [csum.eq(sum(ip_words)), fold1.eq(csum[:16] + csum[16:]), fold2.eq(fold1[:16] + fold1[16:])]
-        opcode = hdr.word_select(_BTH, 8)
-        bth_flags = hdr.word_select(_BTH + 1, 8)
-        pad = bth_flags[4:6]
-        qpn = be_get(hdr, _BTH + 5, 3)
+        opcode = f("bth.opcode")
+        pad = f("bth.pad")
+        qpn = f("bth.dqpn")
         job_no = qpn[QPN_WORKER_BITS:QPN_WORKER_BITS + QPN_JOB_BITS]
         worker = qpn[:QPN_WORKER_BITS]
-        va = be_get(hdr, _RETH, 8)
-        rkey = be_get(hdr, _RETH + 8, 4)
-        dma_len = be_get(hdr, _RETH + 12, 4)
-        has_reth = opcode.matches(*_RETH_OPS)
-        has_imm = opcode.matches(*_IMM_OPS)
+        va = f("reth.va")
+        rkey = f("reth.rkey")
+        dma_len = f("reth.dma_len")
+        has_reth = opcode.matches(*sorted(RETH_OPCODES))
+        has_imm = opcode.matches(*sorted(IMM_OPCODES))
         # Bytes left for the payload after RETH (and ImmDt) and the pad.
         dma_expect = Signal(signed(19))
         m.d.comb += dma_expect.eq(total - (IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
@@ -185,22 +187,23 @@ class IngressPort(wiring.Component):
         # between them a cycle later, when the checker has it.
         before = _first_failing(m, [
             (n < ETH_LEN, Counter.DROP_BAD_LENGTH),
-            (be_get(hdr, 12, 2) != ETH_TYPE_IPV4, Counter.DROP_NON_ROCE),
+            (f("ethernet.ether_type") != ETH_TYPE_IPV4, Counter.DROP_NON_ROCE),
             (n < ETH_LEN + IPV4_LEN, Counter.DROP_BAD_LENGTH),
-            ((hdr.word_select(ETH_LEN, 8) != 0x45) | (be_get(hdr, ETH_LEN + 6, 2)[:14] != 0) | (fold2 != 0xFFFF),
+            ((f("ipv4.version") != IPV4["version"].value) | (f("ipv4.ihl") != IPV4["ihl"].value)
+             | (f("ipv4.flag_mf") != 0) | (f("ipv4.frag_offset") != 0) | (fold2 != 0xFFFF),
              Counter.DROP_BAD_HEADER),
-            (hdr.word_select(ETH_LEN + 9, 8) != IP_PROTO_UDP, Counter.DROP_NON_ROCE),
+            (f("ipv4.protocol") != IP_PROTO_UDP, Counter.DROP_NON_ROCE),
             ((total < IPV4_LEN + UDP_LEN) | (end > n), Counter.DROP_BAD_LENGTH),
-            (be_get(hdr, ETH_LEN + IPV4_LEN + 2, 2) != ROCE_UDP_PORT, Counter.DROP_NON_ROCE),
-            ((be_get(hdr, ETH_LEN + IPV4_LEN + 4, 2) != total - IPV4_LEN)
+            (f("udp.dport") != ROCE_UDP_PORT, Counter.DROP_NON_ROCE),
+            ((f("udp.len") != total - IPV4_LEN)
              | (total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN), Counter.DROP_BAD_LENGTH),
         ])
         after = _first_failing(m, [
-            ((bth_flags[:4] != 0) | (be_get(hdr, _BTH + 2, 2) != self.pkey), Counter.DROP_BAD_HEADER),
+            ((f("bth.tver") != 0) | (f("bth.pkey") != self.pkey), Counter.DROP_BAD_HEADER),
             (has_reth & ((total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
                          | (has_imm & (total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + IMMDT_LEN + ICRC_LEN))
                          | (dma_expect < 0) | (dma_len != dma_expect[:18])), Counter.DROP_BAD_LENGTH),
-            (opcode != Opcode.UC_RDMA_WRITE_ONLY, Counter.DROP_BAD_OPCODE),
+            (opcode != CONTRIBUTION.opcode, Counter.DROP_BAD_OPCODE),
             ((dma_len != self._chunk) | (pad != 0), Counter.DROP_BAD_LENGTH),
             ((qpn[16:] != QPN_PREFIX) | ~entry.valid | (worker >= entry.workers), Counter.DROP_UNKNOWN_QPN),
             (rkey != entry.rkey, Counter.DROP_BAD_RKEY),
