@@ -32,12 +32,16 @@ def _fit(value: Value | int, bits: int) -> Value:
     return v[:bits] if len(v) >= bits else Cat(v, Const(0, bits - len(v)))
 
 
-def header_value(header: Header, values: dict[str, Value | int]) -> Value:
-    """``header`` as one big-endian value (its first field in the top bits); a field not in ``values`` takes its
-    fixed value, and a value is cut or zero-extended to its field's width."""
+def _check_names(header: Header, values: dict) -> None:
     unknown = set(values) - {f.name for f in header.fields}
     if unknown:
         raise ValueError(f"header {header.name} has no field {sorted(unknown)[0]!r}")
+
+
+def header_value(header: Header, values: dict[str, Value | int]) -> Value:
+    """``header`` as one big-endian value (its first field in the top bits); a field not in ``values`` takes its
+    fixed value, and a value is cut or zero-extended to its field's width."""
+    _check_names(header, values)
     parts = []
     for f in header.fields:
         v = values.get(f.name, f.value)
@@ -55,6 +59,8 @@ def header_bytes(layout: Layout, values: dict[str, Value | int]) -> Value:
         if name not in per_header:
             raise ValueError(f"a frame of opcode {layout.opcode.name} has no {name!r} header")
         per_header[name][fname] = v
+    for h in layout.headers:
+        _check_names(h, per_header[h.name])
     out = []
     for h in layout.headers:
         out += be_bytes(header_value(h, per_header[h.name]), h.size)
