@@ -27,14 +27,12 @@ MASKED_OFFSETS = tuple(
 )
 """The bytes the ICRC covers as ones, counted from the start of the IPv4 header (``Field.icrc_ones``)."""
 _PREFIX_CRC = zlib.crc32(b"\xff" * 8)
+_ONES = sum(0xFF << 8 * (MASKED_LEN - 1 - off) for off in MASKED_OFFSETS)
 
 
 def masked_header(ip_hdr: bytes) -> bytes:
     """The first 40 bytes after the Ethernet header (IPv4 + UDP + BTH) with the variant fields set to ones."""
-    b = bytearray(ip_hdr[:MASKED_LEN])
-    for off in MASKED_OFFSETS:
-        b[off] = 0xFF
-    return bytes(b)
+    return (int.from_bytes(ip_hdr[:MASKED_LEN], "big") | _ONES).to_bytes(MASKED_LEN, "big")
 
 
 def _validate(frame: bytes) -> None:
@@ -46,12 +44,16 @@ def _validate(frame: bytes) -> None:
         raise ValueError(f"IPv4 header must be version 4 with IHL 5, not byte 0x{frame[ETH_LEN]:02x}")
 
 
-def icrc_value(frame: bytes | bytearray | memoryview) -> int:
-    """The ICRC as a 32-bit integer for ``frame`` (Ethernet header up to the last pad byte, no ICRC, no FCS)."""
-    frame = bytes(frame)
-    _validate(frame)
+def _value(frame: memoryview) -> int:
     crc = zlib.crc32(masked_header(frame[ETH_LEN:]), _PREFIX_CRC)
     return zlib.crc32(frame[ETH_LEN + MASKED_LEN:], crc)
+
+
+def icrc_value(frame: bytes | bytearray | memoryview) -> int:
+    """The ICRC as a 32-bit integer for ``frame`` (Ethernet header up to the last pad byte, no ICRC, no FCS)."""
+    frame = memoryview(frame)  # the payload is read in place, not copied
+    _validate(frame)
+    return _value(frame)
 
 
 def icrc(frame: bytes | bytearray | memoryview) -> bytes:
@@ -65,7 +67,7 @@ def check(frame_with_icrc: bytes | bytearray | memoryview) -> bool:
     The datagram's end comes from the IPv4 total length, so Ethernet padding
     after it is ignored, as a NIC ignores it.
     """
-    frame = bytes(frame_with_icrc)
+    frame = memoryview(frame_with_icrc)
     try:
         _validate(frame)
     except ValueError:
@@ -74,4 +76,4 @@ def check(frame_with_icrc: bytes | bytearray | memoryview) -> bool:
     end = ETH_LEN + total
     if total < MASKED_LEN + ICRC_LEN or end > len(frame):
         return False
-    return icrc(frame[: end - ICRC_LEN]) == frame[end - ICRC_LEN : end]
+    return _value(frame[:end - ICRC_LEN]) == int.from_bytes(frame[end - ICRC_LEN:end], "little")

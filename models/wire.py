@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 
 from inagg.models import icrc as _icrc
-from inagg.models.frame import BTH, ETHERNET, IMMDT, IPV4, RETH, UDP, Layout
+from inagg.models.frame import BTH, CONTRIBUTION, ETHERNET, IMMDT, IPV4, RESULT, RETH, UDP, Layout
 from inagg.models.protocol import (
     BTH_LEN, DEFAULT_PKEY, DEFAULT_TTL, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMM_OPCODES, IMMDT_LEN,
     IP_PROTO_UDP, IPV4_LEN, RETH_LEN, RETH_OPCODES, ROCE_UDP_PORT, UDP_LEN, Counter,
@@ -30,7 +30,19 @@ __all__ = [
     "has_reth", "has_imm", "check_datagram", "check_receiver",
 ]
 
+# The fields each check reads, in the order it reads them (frame.Layout.reader); every
+# RDMA WRITE frame has the contribution's layout up to its RETH.
+_read_eth = CONTRIBUTION.reader("ethernet.ether_type")
+_read_ipv4 = CONTRIBUTION.reader("ipv4.version", "ipv4.ihl", "ipv4.flag_mf", "ipv4.frag_offset", "ipv4.protocol",
+                                 "ipv4.total_len")
+_read_udp = CONTRIBUTION.reader("udp.dport", "udp.len")
+_read_bth = CONTRIBUTION.reader("udp.sport", "bth.opcode", "bth.migreq", "bth.pad", "bth.tver", "bth.pkey",
+                                "bth.dqpn", "bth.ackreq", "bth.psn")
+_read_reth = CONTRIBUTION.reader("reth.va", "reth.rkey", "reth.dma_len")
+_read_imm = RESULT.reader("immdt.imm")
+_BTH_END = CONTRIBUTION.offset("bth") + BTH_LEN
 _IP_CSUM = IPV4.slice("checksum")
+_VERSION, _IHL, _TVER = IPV4["version"].value, IPV4["ihl"].value, BTH["tver"].value
 _ETH_DST, _ETH_SRC = ETHERNET.slice("dst"), ETHERNET.slice("src")
 _IP_SRC, _IP_DST = IPV4.slice("src", ETH_LEN), IPV4.slice("dst", ETH_LEN)
 
@@ -138,23 +150,21 @@ def check_datagram(frame: bytes) -> int | Counter:
     n = len(f)
     if n < ETH_LEN:
         return Counter.DROP_BAD_LENGTH
-    if ETHERNET.unpack(f)["ether_type"] != ETH_TYPE_IPV4:
+    if _read_eth(f)[0] != ETH_TYPE_IPV4:
         return Counter.DROP_NON_ROCE
     if n < ETH_LEN + IPV4_LEN:
         return Counter.DROP_BAD_LENGTH
-    ip = IPV4.unpack(f, ETH_LEN)
-    if (ip["version"] != IPV4["version"].value or ip["ihl"] != IPV4["ihl"].value or ip["flag_mf"]
-            or ip["frag_offset"] or ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]) != 0):
+    version, ihl, mf, frag, protocol, total = _read_ipv4(f)
+    if version != _VERSION or ihl != _IHL or mf or frag or ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]) != 0:
         return Counter.DROP_BAD_HEADER
-    if ip["protocol"] != IP_PROTO_UDP:
+    if protocol != IP_PROTO_UDP:
         return Counter.DROP_NON_ROCE
-    total = ip["total_len"]
     if total < IPV4_LEN + UDP_LEN or ETH_LEN + total > n:
         return Counter.DROP_BAD_LENGTH
-    udp = UDP.unpack(f, ETH_LEN + IPV4_LEN)
-    if udp["dport"] != ROCE_UDP_PORT:
+    dport, udp_len = _read_udp(f)
+    if dport != ROCE_UDP_PORT:
         return Counter.DROP_NON_ROCE
-    if udp["len"] != total - IPV4_LEN or total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN:
+    if udp_len != total - IPV4_LEN or total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN:
         return Counter.DROP_BAD_LENGTH
     return total
 
@@ -181,31 +191,26 @@ def parse(frame: bytes | bytearray | memoryview, pkey: int = DEFAULT_PKEY, *,
         if not (accept_zero_icrc and f[end - ICRC_LEN:end] == bytes(ICRC_LEN)):
             return Counter.DROP_BAD_ICRC
         zero_icrc = True
-    off = ETH_LEN + IPV4_LEN + UDP_LEN
-    bth = BTH.unpack(f, off)
-    if bth["tver"] != BTH["tver"].value or bth["pkey"] != pkey:
+    sport, opcode, migreq, pad, tver, bth_pkey, dqpn, ackreq, psn = _read_bth(f)
+    if tver != _TVER or bth_pkey != pkey:
         return Counter.DROP_BAD_HEADER
-    off += BTH_LEN
-    opcode, pad = bth["opcode"], bth["pad"]
+    off = _BTH_END
     va = rkey = dma_len = imm = None
     if has_reth(opcode):
         if off + RETH_LEN > end - ICRC_LEN:
             return Counter.DROP_BAD_LENGTH
-        reth = RETH.unpack(f, off)
-        va, rkey, dma_len = reth["va"], reth["rkey"], reth["dma_len"]
+        va, rkey, dma_len = _read_reth(f)
         off += RETH_LEN
         if has_imm(opcode):
             if off + IMMDT_LEN > end - ICRC_LEN:
                 return Counter.DROP_BAD_LENGTH
-            imm = IMMDT.unpack(f, off)["imm"]
+            (imm,) = _read_imm(f)
             off += IMMDT_LEN
         if dma_len != end - ICRC_LEN - off - pad:
             return Counter.DROP_BAD_LENGTH
     return RoceFrame(
-        eth_dst=f[_ETH_DST], eth_src=f[_ETH_SRC], ip_src=f[_IP_SRC], ip_dst=f[_IP_DST],
-        udp_sport=UDP.unpack(f, ETH_LEN + IPV4_LEN)["sport"],
-        opcode=opcode, migreq=bool(bth["migreq"]), pad=pad, pkey=bth["pkey"],
-        dest_qpn=bth["dqpn"], ackreq=bool(bth["ackreq"]), psn=bth["psn"],
+        eth_dst=f[_ETH_DST], eth_src=f[_ETH_SRC], ip_src=f[_IP_SRC], ip_dst=f[_IP_DST], udp_sport=sport,
+        opcode=opcode, migreq=bool(migreq), pad=pad, pkey=bth_pkey, dest_qpn=dqpn, ackreq=bool(ackreq), psn=psn,
         va=va, rkey=rkey, dma_len=dma_len, imm=imm, payload=f[off:end - ICRC_LEN - pad], zero_icrc=zero_icrc,
     )
 
