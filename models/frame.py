@@ -297,37 +297,33 @@ class Layout:
         :class:`Header`'s ``unpack`` is): the frame checks read a few fields
         of every frame.
         """
-        return _reader(self, paths)
+        units, pos = [], 0
+        for h in self.headers:
+            for unit in _units(h.fields):
+                units.append((pos, h, unit))
+                pos += sum(f.bits for f in unit) // 8
+        wanted = {(p.partition(".")[0], p.partition(".")[2]) for p in paths}
+        fmt, exprs, item, at = "!", {}, 0, 0
+        for off, h, unit in units:
+            if not any((h.name, f.name) in wanted for f in unit):
+                continue
+            fmt += "x" * (off - at) + _code(sum(f.bits for f in unit) // 8)
+            at = off + sum(f.bits for f in unit) // 8
+            exprs.update({f"{h.name}.{f.name}": e for f, e in _values(unit, f"u[{item}]")})
+            item += 1
+        missing = set(paths) - set(exprs)
+        if missing:
+            raise KeyError(f"a frame of opcode {self.opcode.name} has no field {sorted(missing)[0]!r}")
+        src = (f"def read(buf):\n    u = _s.unpack_from(buf)\n"
+               f"    return ({''.join(exprs[p] + ', ' for p in paths)})\n")
+        read = _function("read", src, {"_s": struct.Struct(fmt)})
+        read.__doc__ = f"({', '.join(paths)}) of a frame of opcode {self.opcode.name}"
+        return read
 
     def bit_span(self, path: str) -> tuple[int, int]:
         """(offset in bits from the frame's first bit, width) of ``"header.field"``, MSB first."""
         h, name = self._split(path)
         return 8 * self.offset(h.name) + h.bit_offset(name), h[name].bits
-
-
-def _reader(layout: Layout, paths: tuple[str, ...]):
-    units, pos = [], 0
-    for h in layout.headers:
-        for unit in _units(h.fields):
-            units.append((pos, h, unit))
-            pos += sum(f.bits for f in unit) // 8
-    wanted = {(p.partition(".")[0], p.partition(".")[2]) for p in paths}
-    fmt, exprs, item, at = "!", {}, 0, 0
-    for off, h, unit in units:
-        if not any((h.name, f.name) in wanted for f in unit):
-            continue
-        fmt += "x" * (off - at) + _code(sum(f.bits for f in unit) // 8)
-        at = off + sum(f.bits for f in unit) // 8
-        exprs.update({f"{h.name}.{f.name}": e for f, e in _values(unit, f"u[{item}]")})
-        item += 1
-    missing = set(paths) - set(exprs)
-    if missing:
-        raise KeyError(f"a frame of opcode {layout.opcode.name} has no field {sorted(missing)[0]!r}")
-    src = (f"def read(buf):\n    u = _s.unpack_from(buf)\n"
-           f"    return ({''.join(exprs[p] + ', ' for p in paths)})\n")
-    read = _function("read", src, {"_s": struct.Struct(fmt)})
-    read.__doc__ = f"({', '.join(paths)}) of a frame of opcode {layout.opcode.name}"
-    return read
 
 
 def layout(opcode: int) -> Layout:

@@ -111,3 +111,16 @@ def test_wire_build_sends_every_fixed_value():
         for fld in h.fields:
             if fld.value is not None:
                 assert got[fld.name] == fld.value, f"{h.name}.{fld.name}"
+
+
+def test_reader_reads_what_unpack_reads():
+    f = wire.build(eth_dst=bytes(6), eth_src=bytes(6), ip_src=bytes(4), ip_dst=bytes(4), udp_sport=0xC001,
+                   opcode=Opcode.UC_RDMA_WRITE_ONLY_IMM, dest_qpn=0xA50042, psn=0x123456, va=1 << 40, rkey=7,
+                   payload=bytes(8), imm=0x8000_0003, ackreq=True)
+    lay = frame.RESULT
+    paths = ["bth.psn", "ipv4.ihl", "immdt.imm", "bth.ackreq", "ethernet.src", "reth.va"]
+    expected = tuple(frame.HEADERS[p.split(".")[0]].unpack(f, lay.offset(p.split(".")[0]))[p.split(".")[1]]
+                     for p in paths)
+    assert lay.reader(*paths)(f) == expected == (0x123456, 5, 0x8000_0003, 1, 0, 1 << 40)
+    with pytest.raises(KeyError, match="a frame of opcode UC_RDMA_WRITE_ONLY has no field 'immdt.imm'"):
+        frame.CONTRIBUTION.reader("immdt.imm")
