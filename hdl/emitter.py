@@ -33,13 +33,14 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from inagg.models.frame import IPV4, RESULT
 from inagg.models.protocol import (
-    DEFAULT_TTL, ETH_TYPE_IPV4, ICRC_LEN, IMM_CHUNK_MASK, IP_PROTO_UDP, IPV4_LEN, RESULT_HDR_LEN, ROCE_UDP_PORT,
-    Counter, Opcode,
+    ETH_LEN, ICRC_LEN, IMM_CHUNK_MASK, IPV4_LEN, RESULT_HDR_LEN, RESULT_SPORT_BASE, RESULT_SPORT_QPN_BITS, Counter,
 )
-from inagg.hdl.axis import be_bytes, beat_signature, check_chunk_bytes, check_slots, check_width
+from inagg.hdl.axis import beat_signature, check_chunk_bytes, check_slots, check_width
 from inagg.hdl.control import N_COUNTERS, SwitchConfig, WorkerRead, event_vector
 from inagg.hdl.engine import result_desc_layout, result_signature
+from inagg.hdl.headers import header_bytes, header_value
 from inagg.hdl.icrc import ICRCGenerator
 
 __all__ = ["ipv4_checksum", "ResultEmitter"]
@@ -111,27 +112,27 @@ class ResultEmitter(wiring.Component):
         })
 
     def _header(self, entry, switch, psn, va, chunk, fp32):
-        """The 74 header bytes of a result to the worker ``entry`` describes, its ring entry at ``va``."""
+        """The 74 header bytes of a result to the worker ``entry`` describes, its ring entry at ``va``.
+
+        Fields not given here (IPv4 version and flags, TTL, the UDP port and
+        checksum, the BTH flags) take their fixed values of :mod:`inagg.models.frame`.
+        """
         c = self._chunk
-        total = RESULT_HDR_LEN - 14 + c + ICRC_LEN
-        sw_ip, w_ip = switch.ip, entry.ip
-        csum = ipv4_checksum([Const(0x4500, 16), Const(total, 16), Const(0, 16), Const(0x4000, 16),
-                              Const(DEFAULT_TTL << 8 | IP_PROTO_UDP, 16),
-                              sw_ip[16:], sw_ip[:16], w_ip[16:], w_ip[:16]])
-        fields = [
-            (entry.mac, 6), (switch.mac, 6), (ETH_TYPE_IPV4, 2),
-            (0x4500, 2), (total, 2), (0, 2), (0x4000, 2), (DEFAULT_TTL, 1), (IP_PROTO_UDP, 1), (csum, 2),
-            (sw_ip, 4), (w_ip, 4),
-            (Cat(entry.qpn[:14], Const(0b11, 2)), 2), (ROCE_UDP_PORT, 2), (total - IPV4_LEN, 2), (0, 2),
-            (Opcode.UC_RDMA_WRITE_ONLY_IMM, 1), (0x40, 1), (switch.pkey, 2), (0, 1), (entry.qpn, 3), (0, 1),
-            (psn, 3),
-            (va, 8), (entry.rkey, 4), (c, 4),
-            (Cat(chunk[:IMM_CHUNK_MASK.bit_length()], Const(0, 1), fp32), 4),
-        ]
-        out = []
-        for value, n in fields:
-            out += be_bytes(int(value) if isinstance(value, int) else value, n)
-        return Cat(*out)
+        total = RESULT_HDR_LEN - ETH_LEN + c + ICRC_LEN
+        ipv4 = {"total_len": total, "src": switch.ip, "dst": entry.ip}
+        zeroed = header_value(IPV4, {**ipv4, "checksum": 0})
+        words = IPV4.size // 2
+        csum = ipv4_checksum([zeroed.word_select(words - 1 - k, 16) for k in range(words)])
+        sport = Cat(entry.qpn[:RESULT_SPORT_QPN_BITS],
+                    Const(RESULT_SPORT_BASE >> RESULT_SPORT_QPN_BITS, 16 - RESULT_SPORT_QPN_BITS))
+        return header_bytes(RESULT, {
+            "ethernet.dst": entry.mac, "ethernet.src": switch.mac,
+            **{f"ipv4.{k}": v for k, v in ipv4.items()}, "ipv4.checksum": csum,
+            "udp.sport": sport, "udp.len": total - IPV4_LEN,
+            "bth.opcode": RESULT.opcode, "bth.pkey": switch.pkey, "bth.dqpn": entry.qpn, "bth.psn": psn,
+            "reth.va": va, "reth.rkey": entry.rkey, "reth.dma_len": c,
+            "immdt.imm": Cat(chunk[:IMM_CHUNK_MASK.bit_length()], Const(0, 1), fp32),
+        })
 
     def elaborate(self, platform):
         m = Module()

@@ -38,6 +38,7 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import crc, wiring
 from amaranth.lib.wiring import In, Out
 
+from inagg.models.icrc import MASKED_OFFSETS
 from inagg.models.protocol import ETH_LEN, IPV4_LEN, UDP_LEN
 from inagg.hdl.axis import check_width
 
@@ -46,8 +47,7 @@ __all__ = ["ALGORITHM", "ETH_SKIP_INIT", "RESIDUES", "step_matrix", "unzero_matr
 
 _ONES = 0xFFFFFFFF
 # Frame byte offsets of the fields the ICRC masks to ones.
-_MASKED_FF = (ETH_LEN + 1, ETH_LEN + 8, ETH_LEN + 10, ETH_LEN + 11,
-              ETH_LEN + IPV4_LEN + 6, ETH_LEN + IPV4_LEN + 7, ETH_LEN + IPV4_LEN + UDP_LEN + 4)
+_MASKED_FF = tuple(ETH_LEN + off for off in MASKED_OFFSETS)
 
 
 def _zero_map(k: int) -> list[int]:

@@ -11,6 +11,15 @@ the port's own rate, without taking a cycle from the shared slot pipeline.
 The buffer holds two payloads, so a port takes a frame while the engine
 drains the previous one; when it is full, ``i.ready`` falls (backpressure,
 never a drop).
+
+The port is four stages, each a component: :class:`HeaderCapture` counts
+beats, captures the header and realigns the payload into the buffer; the
+:class:`~inagg.hdl.icrc.ICRCChecker` checks the ICRC as the beats pass;
+:class:`FrameChecks` runs the other checks on the captured header in the
+cycle after the last beat; the port itself picks the verdict a cycle later
+and queues it, and :class:`PayloadSender` hands the buffered payloads of
+accepted frames to the engine and discards the others. Header fields are
+read at the offsets :mod:`inagg.models.frame` declares.
 """
 
 from __future__ import annotations
@@ -19,22 +28,23 @@ from amaranth import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from inagg.models.frame import CONTRIBUTION, IPV4
 from inagg.models.protocol import (
-    BTH_LEN, CONTRIB_HDR_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMMDT_LEN, IP_PROTO_UDP,
-    IPV4_LEN, QPN_JOB_BITS, QPN_PREFIX, QPN_WORKER_BITS, RETH_LEN, ROCE_UDP_PORT, UDP_LEN, Counter, Opcode,
+    BTH_LEN, CONTRIB_HDR_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMM_OPCODES, IMMDT_LEN, IP_PROTO_UDP,
+    IPV4_LEN, QPN_JOB_BITS, QPN_PREFIX, QPN_WORKER_BITS, RETH_LEN, RETH_OPCODES, ROCE_UDP_PORT, UDP_LEN, Counter,
 )
 from inagg.hdl.axis import be_get, beat_signature, check_chunk_bytes, check_slots, check_width
 from inagg.hdl.control import JobRead, N_COUNTERS, event_vector
+from inagg.hdl.headers import field
 from inagg.hdl.icrc import ICRCChecker
 
-__all__ = ["frame_desc_layout", "frame_signature", "IngressPort"]
+__all__ = ["frame_desc_layout", "frame_signature", "ICRCFeed", "HeaderCapture", "FrameChecks", "PayloadSender",
+           "IngressPort"]
 
 _HDR_LEN = CONTRIB_HDR_LEN  # bytes the checks read: Ethernet up to the end of RETH
-_BTH = ETH_LEN + IPV4_LEN + UDP_LEN
-_RETH = _BTH + BTH_LEN
-_RETH_OPS = (Opcode.RC_RDMA_WRITE_ONLY, Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC_RDMA_WRITE_ONLY,
-             Opcode.UC_RDMA_WRITE_ONLY_IMM)
-_IMM_OPS = (Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC_RDMA_WRITE_ONLY_IMM)
+_IP = CONTRIBUTION.offset("ipv4")
+# The byte that completes the IPv4 total length.
+_TOTAL_LEN_LAST = sum(CONTRIBUTION.span("ipv4.total_len")) - 1
 _FIFO_DESCS = 8
 _FAILING = data.StructLayout({"failed": 1, "counter": range(N_COUNTERS)})
 
@@ -59,6 +69,280 @@ def frame_desc_layout(slots: int) -> data.StructLayout:
 def frame_signature(width: int, slots: int) -> stream.Signature:
     """Accepted contributions: ``chunk_bytes * 8 / width`` beats of lanes each, the descriptor on every beat."""
     return stream.Signature(data.StructLayout({"data": width, "last": 1, "desc": frame_desc_layout(slots)}))
+
+
+def _start_layout(beats: int) -> data.StructLayout:
+    return data.StructLayout({"fire": 1, "length": 24, "stored": range(beats + 1)})
+
+
+def _checked_layout(beats: int, slots: int) -> data.StructLayout:
+    return data.StructLayout({"fire": 1, "before": _FAILING, "after": _FAILING, "stored": range(beats + 1),
+                              "desc": frame_desc_layout(slots)})
+
+
+def _verdict_layout(beats: int, slots: int) -> data.StructLayout:
+    return data.StructLayout({"take": 1, "stored": range(beats + 1), "desc": frame_desc_layout(slots)})
+
+
+class ICRCFeed(wiring.Signature):
+    """The beats of a frame as :class:`~inagg.hdl.icrc.ICRCChecker` takes them, from the sender's side."""
+
+    def __init__(self, width: int):
+        super().__init__({"valid": Out(1), "beat": Out(16), "data": Out(width), "end": Out(16)})
+
+
+class HeaderCapture(wiring.Component):
+    """Receive stage: counts a frame's beats, captures its header bytes and realigns its payload.
+
+    Parameters
+    ----------
+    width:
+        Beat width in bits.
+    beats:
+        Payload beats of a contribution (``chunk_bytes * 8 / width``).
+
+    Members
+    -------
+    i : In(beat_signature(width))
+        Frames from the MAC. ``i.ready`` is ``payload.ready & room``.
+    room : In(1)
+        The descriptor queue has room for the verdicts that may be in flight.
+    payload : Out(stream.Signature(width))
+        The bytes after the captured header, realigned to lane boundaries: at
+        most ``beats`` beats per frame, pushed as they arrive.
+    hdr : Out(8 * 70)
+        The frame's first 70 bytes (Ethernet to RETH), frame byte ``k`` in
+        bits ``8k..8k+7``; complete from the cycle after the last beat.
+    icrc : Out(ICRCFeed(width))
+        Every accepted beat, with the datagram's end once its total length has arrived.
+    start : Out(StructLayout({"fire", "length", "stored"}))
+        One cycle after a last beat: ``fire``, the frame's length in bytes and
+        the payload beats pushed for it.
+    """
+
+    def __init__(self, width: int, beats: int):
+        self._width, self._beats = width, beats
+        super().__init__({
+            "i": In(beat_signature(width)),
+            "room": In(1),
+            "payload": Out(stream.Signature(width)),
+            "hdr": Out(8 * _HDR_LEN),
+            "icrc": Out(ICRCFeed(width)),
+            "start": Out(_start_layout(beats)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nb = self._width // 8
+        beats = self._beats
+        beat = Signal(16)
+        hdr = self.hdr
+        prev = Signal(self._width)
+        stored = Signal(range(beats + 1))
+        # Two verdicts may be in flight behind a last beat: `room` keeps space for them.
+        m.d.comb += self.i.ready.eq(self.payload.ready & self.room)
+        accept = self.i.valid & self.i.ready
+        bdata = self.i.p.data
+        # A signal, not an expression: every field slices it, and Amaranth would rebuild an
+        # expression for each slice.
+        hdr_now = Signal.like(hdr)
+        m.d.comb += hdr_now.eq(Cat(*[Mux(beat == k // nb, bdata.word_select(k % nb, 8), hdr.word_select(k, 8))
+                                     for k in range(_HDR_LEN)]))
+        end_now = ETH_LEN + field(hdr_now, CONTRIBUTION, "ipv4.total_len")
+        length_beat = _TOTAL_LEN_LAST // nb
+        m.d.comb += [
+            self.icrc.valid.eq(accept), self.icrc.beat.eq(beat), self.icrc.data.eq(bdata),
+            # Beats before the total length arrives lie wholly inside any datagram long enough to matter.
+            self.icrc.end.eq(Mux(beat >= length_beat, end_now, 0xFFFF) if length_beat else end_now),
+        ]
+        q, r = divmod(_HDR_LEN, nb)
+        push = accept & (beat > q) & (beat <= q + beats)
+        m.d.comb += [self.payload.p.eq(Cat(prev[8 * r:], bdata[:8 * r])), self.payload.valid.eq(push)]
+        frame_len = Signal(24)
+        m.d.comb += frame_len.eq(beat * nb + sum(self.i.p.keep))
+        m.d.sync += self.start.fire.eq(0)
+        with m.If(accept):
+            m.d.sync += [hdr.eq(hdr_now), prev.eq(bdata), stored.eq(stored + push)]
+            with m.If(self.i.p.last):
+                m.d.sync += [beat.eq(0), stored.eq(0), self.start.fire.eq(1), self.start.length.eq(frame_len),
+                             self.start.stored.eq(stored + push)]
+            with m.Elif(beat != 0xFFFF):
+                m.d.sync += beat.eq(beat + 1)
+        return m
+
+
+class FrameChecks(wiring.Component):
+    """Checks stage: every check of ``docs/protocol.md`` section 5 but the ICRC, on a captured header.
+
+    In the cycle after a frame's last beat the checks run (compares, the
+    IPv4 checksum, the job-table read) and their outcome is registered: the
+    first failing check before the ICRC's place in the order, the first
+    after it, and the accepted contribution's descriptor.
+
+    Parameters
+    ----------
+    chunk_bytes, slots, beats:
+        The switch's chunk size and slot count; payload beats per contribution.
+
+    Members
+    -------
+    hdr : In(8 * 70)
+        The captured header (:class:`HeaderCapture`).
+    start : In(StructLayout({"fire", "length", "stored"}))
+        The frame to check.
+    pkey : In(16)
+        The P_Key contributions must carry.
+    job : Out(JobRead())
+        The job table, read for the frame's job.
+    checked : Out(StructLayout({"fire", "before", "after", "stored", "desc"}))
+        A cycle after ``start.fire``: the outcome.
+    """
+
+    def __init__(self, chunk_bytes: int, slots: int, beats: int):
+        self._chunk, self._slots, self._beats = chunk_bytes, slots, beats
+        super().__init__({
+            "hdr": In(8 * _HDR_LEN),
+            "start": In(_start_layout(beats)),
+            "pkey": In(16),
+            "job": Out(JobRead()),
+            "checked": Out(_checked_layout(beats, slots)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lg_chunk = self._chunk.bit_length() - 1
+        hdr = self.hdr
+
+        def f(path):
+            return field(hdr, CONTRIBUTION, path)
+
+        total = f("ipv4.total_len")
+        end = ETH_LEN + total
+        ip_words = [be_get(hdr, _IP + 2 * k, 2) for k in range(IPV4_LEN // 2)]
+        csum = Signal(20)
+        fold1 = Signal(17)
+        fold2 = Signal(16)
+        m.d.comb += [csum.eq(sum(ip_words)), fold1.eq(csum[:16] + csum[16:]), fold2.eq(fold1[:16] + fold1[16:])]
+        opcode = f("bth.opcode")
+        pad = f("bth.pad")
+        qpn = f("bth.dqpn")
+        job_no = qpn[QPN_WORKER_BITS:QPN_WORKER_BITS + QPN_JOB_BITS]
+        worker = qpn[:QPN_WORKER_BITS]
+        va = f("reth.va")
+        rkey = f("reth.rkey")
+        dma_len = f("reth.dma_len")
+        has_reth = opcode.matches(*sorted(RETH_OPCODES))
+        has_imm = opcode.matches(*sorted(IMM_OPCODES))
+        # Bytes left for the payload after RETH (and ImmDt) and the pad.
+        dma_expect = Signal(signed(19))
+        m.d.comb += dma_expect.eq(total - (IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
+                                  - Mux(has_imm, IMMDT_LEN, 0) - pad)
+        m.d.comb += self.job.index.eq(job_no)
+        entry = self.job.entry
+        chunk = va[lg_chunk:lg_chunk + 32]
+
+        n = self.start.length
+        # The checks before the ICRC and those after it, each as its first failure; the ICRC's
+        # result comes a cycle later, when the checker has it (IngressPort).
+        before = _first_failing(m, [
+            (n < ETH_LEN, Counter.DROP_BAD_LENGTH),
+            (f("ethernet.ether_type") != ETH_TYPE_IPV4, Counter.DROP_NON_ROCE),
+            (n < ETH_LEN + IPV4_LEN, Counter.DROP_BAD_LENGTH),
+            ((f("ipv4.version") != IPV4["version"].value) | (f("ipv4.ihl") != IPV4["ihl"].value)
+             | (f("ipv4.flag_mf") != 0) | (f("ipv4.frag_offset") != 0) | (fold2 != 0xFFFF),
+             Counter.DROP_BAD_HEADER),
+            (f("ipv4.protocol") != IP_PROTO_UDP, Counter.DROP_NON_ROCE),
+            ((total < IPV4_LEN + UDP_LEN) | (end > n), Counter.DROP_BAD_LENGTH),
+            (f("udp.dport") != ROCE_UDP_PORT, Counter.DROP_NON_ROCE),
+            ((f("udp.len") != total - IPV4_LEN)
+             | (total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN), Counter.DROP_BAD_LENGTH),
+        ])
+        after = _first_failing(m, [
+            ((f("bth.tver") != 0) | (f("bth.pkey") != self.pkey), Counter.DROP_BAD_HEADER),
+            (has_reth & ((total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
+                         | (has_imm & (total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + IMMDT_LEN + ICRC_LEN))
+                         | (dma_expect < 0) | (dma_len != dma_expect[:18])), Counter.DROP_BAD_LENGTH),
+            (opcode != CONTRIBUTION.opcode, Counter.DROP_BAD_OPCODE),
+            ((dma_len != self._chunk) | (pad != 0), Counter.DROP_BAD_LENGTH),
+            ((qpn[16:] != QPN_PREFIX) | ~entry.valid | (worker >= entry.workers), Counter.DROP_UNKNOWN_QPN),
+            (rkey != entry.rkey, Counter.DROP_BAD_RKEY),
+            ((va[:lg_chunk] != 0) | (va[lg_chunk + 32:] != 0), Counter.DROP_BAD_ADDRESS),
+        ])
+        checked = self.checked
+        m.d.sync += [
+            checked.fire.eq(self.start.fire), checked.before.eq(before), checked.after.eq(after),
+            checked.stored.eq(self.start.stored),
+            checked.desc.job.eq(job_no), checked.desc.worker.eq(worker), checked.desc.chunk.eq(chunk),
+            checked.desc.slot.eq(entry.slot_base + (chunk & (entry.slots - 1))),
+            checked.desc.workers.eq(entry.workers), checked.desc.slots.eq(entry.slots),
+        ]
+        return m
+
+
+class PayloadSender(wiring.Component):
+    """Send stage: the payloads of accepted frames to the engine, those of dropped frames to nowhere.
+
+    Parameters
+    ----------
+    width, slots, beats:
+        Beat width, slot count, payload beats per contribution.
+
+    Members
+    -------
+    verdicts : In(stream.Signature(verdict layout size))
+        One verdict per frame, in arrival order: take it or drop it, and how
+        many payload beats it left in the buffer.
+    payload : In(stream.Signature(width))
+        The payload buffer's beats.
+    o : Out(frame_signature(width, slots))
+        Contributions to the engine, through a skid register.
+    """
+
+    def __init__(self, width: int, slots: int, beats: int):
+        self._width, self._slots, self._beats = width, slots, beats
+        super().__init__({
+            "verdicts": In(stream.Signature(_verdict_layout(beats, slots).size)),
+            "payload": In(stream.Signature(width)),
+            "o": Out(frame_signature(width, slots)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        beats = self._beats
+        pay, dq = self.payload, self.verdicts
+        # o.ready comes late in the cycle (the engine's slot decision, the arbiter), and the payload
+        # FIFO's read logic is placed by its memory: the skid register takes the beat on offer
+        # whenever it is empty, so o.ready drives only its own enables, and beats pass it in the
+        # same cycle when o.ready is high (no added latency, no lost cycle).
+        up_valid, skid_valid = Signal(), Signal()
+        up, skid = Signal(self.o.p.shape()), Signal(self.o.p.shape())
+        up_ready = ~skid_valid
+        m.d.comb += [self.o.valid.eq(skid_valid | up_valid),
+                     self.o.p.eq(Mux(skid_valid, skid.as_value(), up.as_value()))]
+        with m.If(self.o.ready):
+            m.d.sync += skid_valid.eq(0)
+        with m.Elif(up_valid & up_ready):
+            m.d.sync += [skid_valid.eq(1), skid.eq(up)]
+        head = data.View(_verdict_layout(beats, self._slots), dq.payload)
+        sent = Signal(range(beats + 1))
+        with m.If(dq.valid & head.take):
+            last = sent == beats - 1
+            m.d.comb += [
+                up_valid.eq(pay.valid), up.data.eq(pay.payload), up.last.eq(last), up.desc.eq(head.desc),
+                pay.ready.eq(up_ready),
+            ]
+            with m.If(up_valid & up_ready):
+                m.d.sync += sent.eq(Mux(last, 0, sent + 1))
+                m.d.comb += dq.ready.eq(last)
+        with m.Elif(dq.valid):
+            with m.If(sent == head.stored):
+                m.d.sync += sent.eq(0)
+                m.d.comb += dq.ready.eq(1)
+            with m.Else():
+                m.d.comb += pay.ready.eq(1)
+                with m.If(pay.valid):
+                    m.d.sync += sent.eq(sent + 1)
+        return m
 
 
 class IngressPort(wiring.Component):
@@ -104,117 +388,29 @@ class IngressPort(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        nb = self._width // 8
-        beats = self._chunk // nb
-        lg_chunk = self._chunk.bit_length() - 1
+        beats = self._chunk // (self._width // 8)
         m.submodules.payload = pay = fifo.SyncFIFOBuffered(width=self._width, depth=2 * beats)
-        desc_layout = data.StructLayout({"take": 1, "stored": range(beats + 1),
-                                         "desc": frame_desc_layout(self._slots)})
-        m.submodules.descs = dq = fifo.SyncFIFOBuffered(width=desc_layout.size, depth=_FIFO_DESCS)
+        verdict_layout = _verdict_layout(beats, self._slots)
+        m.submodules.descs = dq = fifo.SyncFIFOBuffered(width=verdict_layout.size, depth=_FIFO_DESCS)
+        m.submodules.capture = cap = HeaderCapture(self._width, beats)
         m.submodules.icrc = icrc = ICRCChecker(self._width)
+        m.submodules.checks = chk = FrameChecks(self._chunk, self._slots, beats)
+        m.submodules.send = snd = PayloadSender(self._width, self._slots, beats)
 
         # -- receive: count beats, capture the headers, realign the payload --
-        beat = Signal(16)
-        hdr = Signal(8 * _HDR_LEN)
-        prev = Signal(self._width)
-        stored = Signal(range(beats + 1))
-        # Two verdicts may be in flight behind a last beat: keep room for them.
-        m.d.comb += self.i.ready.eq(pay.w_rdy & (dq.level < _FIFO_DESCS - 2))
-        accept = self.i.valid & self.i.ready
-        bdata = self.i.p.data
-        # A signal, not an expression: every field slices it, and Amaranth would rebuild an
-        # expression for each slice.
-        hdr_now = Signal.like(hdr)
-        m.d.comb += hdr_now.eq(Cat(*[Mux(beat == k // nb, bdata.word_select(k % nb, 8), hdr.word_select(k, 8))
-                                     for k in range(_HDR_LEN)]))
-        end_now = ETH_LEN + be_get(hdr_now, ETH_LEN + 2, 2)
-        length_beat = (ETH_LEN + 3) // nb
-        m.d.comb += [
-            icrc.valid.eq(accept), icrc.beat.eq(beat), icrc.data.eq(bdata),
-            # Beats before the total length arrives lie wholly inside any datagram long enough to matter.
-            icrc.end.eq(Mux(beat >= length_beat, end_now, 0xFFFF) if length_beat else end_now),
-        ]
-        q, r = divmod(_HDR_LEN, nb)
-        push = accept & (beat > q) & (beat <= q + beats)
-        m.d.comb += [pay.w_data.eq(Cat(prev[8 * r:], bdata[:8 * r])), pay.w_en.eq(push)]
-        frame_len = Signal(24)
-        m.d.comb += frame_len.eq(beat * nb + sum(self.i.p.keep))
-        v_fire = Signal()
-        v_len = Signal(24)
-        v_stored = Signal(range(beats + 1))
-        m.d.sync += v_fire.eq(0)
-        with m.If(accept):
-            m.d.sync += [hdr.eq(hdr_now), prev.eq(bdata), stored.eq(stored + push)]
-            with m.If(self.i.p.last):
-                m.d.sync += [beat.eq(0), stored.eq(0), v_fire.eq(1), v_len.eq(frame_len),
-                             v_stored.eq(stored + push)]
-            with m.Elif(beat != 0xFFFF):
-                m.d.sync += beat.eq(beat + 1)
+        wiring.connect(m, wiring.flipped(self.i), cap.i)
+        wiring.connect(m, cap.payload, pay.w_stream)
+        m.d.comb += cap.room.eq(dq.level < _FIFO_DESCS - 2)
+        m.d.comb += [icrc.valid.eq(cap.icrc.valid), icrc.beat.eq(cap.icrc.beat), icrc.data.eq(cap.icrc.data),
+                     icrc.end.eq(cap.icrc.end)]
 
         # -- verdict: the checks of protocol.md section 5, in order --
-        total = be_get(hdr, ETH_LEN + 2, 2)
-        end = ETH_LEN + total
-        ip_words = [be_get(hdr, ETH_LEN + 2 * k, 2) for k in range(IPV4_LEN // 2)]
-        csum = Signal(20)
-        fold1 = Signal(17)
-        fold2 = Signal(16)
-        m.d.comb += [csum.eq(sum(ip_words)), fold1.eq(csum[:16] + csum[16:]), fold2.eq(fold1[:16] + fold1[16:])]
-        opcode = hdr.word_select(_BTH, 8)
-        bth_flags = hdr.word_select(_BTH + 1, 8)
-        pad = bth_flags[4:6]
-        qpn = be_get(hdr, _BTH + 5, 3)
-        job_no = qpn[QPN_WORKER_BITS:QPN_WORKER_BITS + QPN_JOB_BITS]
-        worker = qpn[:QPN_WORKER_BITS]
-        va = be_get(hdr, _RETH, 8)
-        rkey = be_get(hdr, _RETH + 8, 4)
-        dma_len = be_get(hdr, _RETH + 12, 4)
-        has_reth = opcode.matches(*_RETH_OPS)
-        has_imm = opcode.matches(*_IMM_OPS)
-        # Bytes left for the payload after RETH (and ImmDt) and the pad.
-        dma_expect = Signal(signed(19))
-        m.d.comb += dma_expect.eq(total - (IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
-                                  - Mux(has_imm, IMMDT_LEN, 0) - pad)
-        m.d.comb += self.job.index.eq(job_no)
-        entry = self.job.entry
-        chunk = va[lg_chunk:lg_chunk + 32]
-
-        n = v_len
-        # Two verdict stages: the checks themselves (compares, the IPv4 checksum, the job
-        # table read) in the cycle after the last beat, registered as the first failing
-        # check before the ICRC and the first after it; the ICRC's result and the choice
-        # between them a cycle later, when the checker has it.
-        before = _first_failing(m, [
-            (n < ETH_LEN, Counter.DROP_BAD_LENGTH),
-            (be_get(hdr, 12, 2) != ETH_TYPE_IPV4, Counter.DROP_NON_ROCE),
-            (n < ETH_LEN + IPV4_LEN, Counter.DROP_BAD_LENGTH),
-            ((hdr.word_select(ETH_LEN, 8) != 0x45) | (be_get(hdr, ETH_LEN + 6, 2)[:14] != 0) | (fold2 != 0xFFFF),
-             Counter.DROP_BAD_HEADER),
-            (hdr.word_select(ETH_LEN + 9, 8) != IP_PROTO_UDP, Counter.DROP_NON_ROCE),
-            ((total < IPV4_LEN + UDP_LEN) | (end > n), Counter.DROP_BAD_LENGTH),
-            (be_get(hdr, ETH_LEN + IPV4_LEN + 2, 2) != ROCE_UDP_PORT, Counter.DROP_NON_ROCE),
-            ((be_get(hdr, ETH_LEN + IPV4_LEN + 4, 2) != total - IPV4_LEN)
-             | (total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN), Counter.DROP_BAD_LENGTH),
-        ])
-        after = _first_failing(m, [
-            ((bth_flags[:4] != 0) | (be_get(hdr, _BTH + 2, 2) != self.pkey), Counter.DROP_BAD_HEADER),
-            (has_reth & ((total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
-                         | (has_imm & (total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + IMMDT_LEN + ICRC_LEN))
-                         | (dma_expect < 0) | (dma_len != dma_expect[:18])), Counter.DROP_BAD_LENGTH),
-            (opcode != Opcode.UC_RDMA_WRITE_ONLY, Counter.DROP_BAD_OPCODE),
-            ((dma_len != self._chunk) | (pad != 0), Counter.DROP_BAD_LENGTH),
-            ((qpn[16:] != QPN_PREFIX) | ~entry.valid | (worker >= entry.workers), Counter.DROP_UNKNOWN_QPN),
-            (rkey != entry.rkey, Counter.DROP_BAD_RKEY),
-            ((va[:lg_chunk] != 0) | (va[lg_chunk + 32:] != 0), Counter.DROP_BAD_ADDRESS),
-        ])
-        checked = Signal(data.StructLayout({"fire": 1, "before": _FAILING, "after": _FAILING,
-                                            "stored": range(beats + 1), "desc": frame_desc_layout(self._slots)}))
-        m.d.sync += [
-            checked.fire.eq(v_fire), checked.before.eq(before), checked.after.eq(after),
-            checked.stored.eq(v_stored),
-            checked.desc.job.eq(job_no), checked.desc.worker.eq(worker), checked.desc.chunk.eq(chunk),
-            checked.desc.slot.eq(entry.slot_base + (chunk & (entry.slots - 1))),
-            checked.desc.workers.eq(entry.workers), checked.desc.slots.eq(entry.slots),
-        ]
+        # Two verdict stages: the checks themselves in the cycle after the last beat, registered
+        # as the first failing check before the ICRC and the first after it (FrameChecks); the
+        # ICRC's result and the choice between them a cycle later, when the checker has it.
+        m.d.comb += [chk.hdr.eq(cap.hdr), chk.start.eq(cap.start), chk.pkey.eq(self.pkey)]
+        wiring.connect(m, chk.job, wiring.flipped(self.job))
+        checked = chk.checked
         code = Signal(range(N_COUNTERS))
         take = Signal()
         with m.If(checked.before.failed):
@@ -226,7 +422,7 @@ class IngressPort(wiring.Component):
         with m.Else():
             m.d.comb += take.eq(1)
 
-        verdict = Signal(desc_layout)
+        verdict = Signal(verdict_layout)
         m.d.comb += [
             verdict.take.eq(take), verdict.stored.eq(checked.stored), verdict.desc.eq(checked.desc),
             dq.w_data.eq(verdict), dq.w_en.eq(checked.fire),
@@ -235,37 +431,8 @@ class IngressPort(wiring.Component):
         drops = {c: checked.fire & ~take & (code == c) for c in Counter if c != Counter.RX_FRAMES}
         m.d.sync += self.events.eq(event_vector({Counter.RX_FRAMES: checked.fire, **drops}))
 
-        # -- send: contributions to the engine through a skid register, dropped frames' beats to nowhere --
-        # o.ready comes late in the cycle (the engine's slot decision, the arbiter), and the payload
-        # FIFO's read logic is placed by its memory: the skid register takes the beat on offer
-        # whenever it is empty, so o.ready drives only its own enables, and beats pass it in the
-        # same cycle when o.ready is high (no added latency, no lost cycle).
-        up_valid, skid_valid = Signal(), Signal()
-        up, skid = Signal(self.o.p.shape()), Signal(self.o.p.shape())
-        up_ready = ~skid_valid
-        m.d.comb += [self.o.valid.eq(skid_valid | up_valid),
-                     self.o.p.eq(Mux(skid_valid, skid.as_value(), up.as_value()))]
-        with m.If(self.o.ready):
-            m.d.sync += skid_valid.eq(0)
-        with m.Elif(up_valid & up_ready):
-            m.d.sync += [skid_valid.eq(1), skid.eq(up)]
-        head = data.View(desc_layout, dq.r_data)
-        sent = Signal(range(beats + 1))
-        with m.If(dq.r_rdy & head.take):
-            last = sent == beats - 1
-            m.d.comb += [
-                up_valid.eq(pay.r_rdy), up.data.eq(pay.r_data), up.last.eq(last), up.desc.eq(head.desc),
-                pay.r_en.eq(up_ready),
-            ]
-            with m.If(up_valid & up_ready):
-                m.d.sync += sent.eq(Mux(last, 0, sent + 1))
-                m.d.comb += dq.r_en.eq(last)
-        with m.Elif(dq.r_rdy):
-            with m.If(sent == head.stored):
-                m.d.sync += sent.eq(0)
-                m.d.comb += dq.r_en.eq(1)
-            with m.Else():
-                m.d.comb += pay.r_en.eq(1)
-                with m.If(pay.r_rdy):
-                    m.d.sync += sent.eq(sent + 1)
+        # -- send: contributions to the engine, dropped frames' beats to nowhere --
+        wiring.connect(m, dq.r_stream, snd.verdicts)
+        wiring.connect(m, pay.r_stream, snd.payload)
+        wiring.connect(m, snd.o, wiring.flipped(self.o))
         return m

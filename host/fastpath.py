@@ -10,14 +10,13 @@ fields and payloads in vectorized numpy, the ICRC with one ``zlib.crc32``
 call per frame that continues from the precomputed state. The frames are byte
 for byte what :func:`inagg.models.wire.build` emits (property-tested).
 
-:class:`ResultParser` is the receiving half: it checks a result frame in the
-order of ``docs/protocol.md`` section 5 and returns its chunk, type and lanes,
-or the counter of the first check that failed.
+:class:`ResultParser` is the receiving half: it checks a result frame with
+the reference check chain (:mod:`inagg.models.wire`) and returns its chunk,
+type and lanes, or the counter of the first check that failed.
 """
 
 from __future__ import annotations
 
-import struct
 import zlib
 from dataclasses import dataclass
 
@@ -25,28 +24,22 @@ import numpy as np
 
 from inagg.models import icrc as _icrc
 from inagg.models import wire
+from inagg.models.frame import CONTRIBUTION, RESULT
 from inagg.models.job import JobSpec, SwitchSpec
 from inagg.models.protocol import (
-    BTH_LEN, CONTRIB_HDR_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMM_CHUNK_MASK, IMM_FP32,
-    IMM_SATURATED, IP_PROTO_UDP, IPV4_LEN, RESULT_HDR_LEN, ROCE_UDP_PORT, UDP_LEN, Counter, Opcode,
+    CHUNK_MOD, CONTRIB_HDR_LEN, ICRC_LEN, IMM_CHUNK_MASK, IMM_FP32, IMM_SATURATED, RESULT_HDR_LEN,
+    Counter, result_udp_sport,
 )
 
-__all__ = ["ContribTemplate", "ResultParser", "Result", "worker_udp_sport"]
+__all__ = ["ContribTemplate", "ResultParser", "Result"]
 
-_CHUNK_MOD = 1 << 32
-# Offsets in the frame.
-_IP = ETH_LEN
-_BTH = ETH_LEN + IPV4_LEN + UDP_LEN
-_PSN = _BTH + 9
-_VA = _BTH + BTH_LEN
-# The masked CRC prefix covers IPv4, UDP and BTH bytes 0..8: all constant per QP.
+# Offsets in a contribution, from the frame description.
+_IP = CONTRIBUTION.offset("ipv4")
+_PSN, _PSN_LEN = CONTRIBUTION.span("bth.psn")
+_VA, _VA_LEN = CONTRIBUTION.span("reth.va")
+# The masked CRC prefix covers IPv4, UDP and the BTH up to the PSN: all constant per QP.
 _CONST_END = _PSN
 _PREFIX_CRC = zlib.crc32(b"\xff" * 8)
-
-
-def worker_udp_sport(worker_qpn: int) -> int:
-    """UDP source port of a worker QP's contributions: fixed per QP, as a RoCE NIC derives it."""
-    return 0xC000 | (worker_qpn & 0x3FFF)
 
 
 class ContribTemplate:
@@ -72,7 +65,7 @@ class ContribTemplate:
         header = wire.build(
             eth_dst=wire.mac_bytes(switch.mac), eth_src=wire.mac_bytes(me.mac),
             ip_src=wire.ip_bytes(me.ip), ip_dst=wire.ip_bytes(switch.ip),
-            udp_sport=worker_udp_sport(me.qpn), opcode=Opcode.UC_RDMA_WRITE_ONLY,
+            udp_sport=result_udp_sport(me.qpn), opcode=CONTRIBUTION.opcode,
             dest_qpn=job.qpn(rank), psn=0, va=0, rkey=job.rkey,
             payload=bytes(self.chunk_bytes), pkey=switch.pkey,
         )[:CONTRIB_HDR_LEN]
@@ -91,14 +84,15 @@ class ContribTemplate:
             raise ValueError(f"lanes must be int32 of shape (k, {self.lanes}), not {lanes.dtype} {lanes.shape}")
         if chunks.shape != (lanes.shape[0],):
             raise ValueError(f"need one chunk sequence per row of lanes: {chunks.shape} vs {lanes.shape[0]} rows")
-        if chunks.size and (chunks.min() < 0 or chunks.max() >= _CHUNK_MOD):
+        if chunks.size and (chunks.min() < 0 or chunks.max() >= CHUNK_MOD):
             raise ValueError("chunk sequences must be in 0..2**32-1")
         k = lanes.shape[0]
         out = np.empty((k, self.frame_len), np.uint8)
         out[:, :CONTRIB_HDR_LEN] = self._header
         c = chunks.astype(np.uint64)
-        out[:, _PSN:_PSN + 3] = (c & 0xFFFFFF).astype(">u4").view(np.uint8).reshape(k, 4)[:, 1:]
-        out[:, _VA:_VA + 8] = (c * np.uint64(self.chunk_bytes)).astype(">u8").view(np.uint8).reshape(k, 8)
+        psn = (c & np.uint64((1 << 8 * _PSN_LEN) - 1)).astype(">u4").view(np.uint8).reshape(k, 4)
+        out[:, _PSN:_PSN + _PSN_LEN] = psn[:, 4 - _PSN_LEN:]
+        out[:, _VA:_VA + _VA_LEN] = (c * np.uint64(self.chunk_bytes)).astype(">u8").view(np.uint8).reshape(k, _VA_LEN)
         # One pass: the big-endian view of the payload bytes takes the int32 lanes as they are.
         out[:, CONTRIB_HDR_LEN:-ICRC_LEN].view(">i4")[...] = lanes
         flat = memoryview(out).cast("B")
@@ -122,18 +116,15 @@ class Result:
     zero_icrc: bool = False  # taken with an ICRC field of zero (ResultParser's accept_zero_icrc)
 
 
-# Ethernet, IPv4, UDP, BTH, RETH, ImmDt of a result, big-endian.
-_RESULT_HDR = struct.Struct("!6s6sH BBHHHBBH4s4s HHHH BBHII QII I")
-assert _RESULT_HDR.size == RESULT_HDR_LEN
-
-
 class ResultParser:
     """Checks result frames addressed to one worker of one job and extracts their lanes.
 
-    The checks follow ``docs/protocol.md`` section 5 for the frame (lengths,
-    IPv4, UDP, ICRC, BTH) and then the receiver's own: opcode 0x2B, the
-    worker's QPN, result R_Key and ring addressing, DMA length C. Fields a
-    router may rewrite (TOS, TTL, IPv4 identification) are not checked.
+    The checks are the reference chain of ``docs/protocol.md`` section 5:
+    :func:`inagg.models.wire.parse` for the frame (lengths, IPv4, UDP, ICRC,
+    BTH) and :func:`inagg.models.wire.check_receiver` with a result as the
+    frame kind for the receiver's own: opcode 0x2B, DMA length C, the
+    worker's QPN, result R_Key and ring addressing. Fields a router may
+    rewrite (TOS, TTL, IPv4 identification) are not checked.
 
     ``accept_zero_icrc`` is for a Tofino switch, which cannot compute the
     ICRC and sends every result with an ICRC field of zero (the P4 profile,
@@ -161,57 +152,19 @@ class ResultParser:
     def parse(self, frame: bytes | bytearray | memoryview) -> Result | Counter:
         """The result carried by ``frame``, or the counter of the first failed check."""
         f = bytes(frame)
-        n = len(f)
-        if n < ETH_LEN:
+        # A frame too short for a result is sorted by the reference parser with every ICRC
+        # checked, and then counted as a bad length.
+        short = len(f) < RESULT_HDR_LEN
+        r = wire.parse(f, self._pkey, accept_zero_icrc=self.accept_zero_icrc and not short)
+        if isinstance(r, Counter):
+            return r
+        if short:
             return Counter.DROP_BAD_LENGTH
-        if (f[12] << 8 | f[13]) != ETH_TYPE_IPV4:
-            return Counter.DROP_NON_ROCE
-        if n < ETH_LEN + IPV4_LEN:
-            return Counter.DROP_BAD_LENGTH
-        if f[_IP] != 0x45 or (f[_IP + 6] & 0x3F) or f[_IP + 7] or wire.ipv4_checksum(f[_IP:_IP + IPV4_LEN]):
-            return Counter.DROP_BAD_HEADER
-        if f[_IP + 9] != IP_PROTO_UDP:
-            return Counter.DROP_NON_ROCE
-        total = (f[_IP + 2] << 8) | f[_IP + 3]
-        if total < IPV4_LEN + UDP_LEN or ETH_LEN + total > n:
-            return Counter.DROP_BAD_LENGTH
-        if n < RESULT_HDR_LEN:
-            # Too short for a result; sort it as the reference parser would.
-            r = wire.parse(f, self._pkey)
-            return r if isinstance(r, Counter) else Counter.DROP_BAD_LENGTH
-        (_, _, _, _, _, _, _, _, _, _, _, _, _, _, dport, udp_len, _, opcode, flags, pkey, qpn, psn,
-         va, rkey, dma_len, imm) = _RESULT_HDR.unpack_from(f)
-        if dport != ROCE_UDP_PORT:
-            return Counter.DROP_NON_ROCE
-        if udp_len != total - IPV4_LEN or total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN:
-            return Counter.DROP_BAD_LENGTH
-        end = ETH_LEN + total
-        crc = zlib.crc32(_icrc.masked_header(f[_IP:_BTH + BTH_LEN]), _PREFIX_CRC)
-        zero_icrc = False
-        if struct.pack("<I", zlib.crc32(f[_BTH + BTH_LEN:end - ICRC_LEN], crc)) != f[end - ICRC_LEN:end]:
-            if not (self.accept_zero_icrc and f[end - ICRC_LEN:end] == bytes(ICRC_LEN)):
-                return Counter.DROP_BAD_ICRC
-            zero_icrc = True
-        if flags & 0x0F or pkey != self._pkey:
-            return Counter.DROP_BAD_HEADER
-        if not wire.has_reth(opcode):
-            return Counter.DROP_BAD_OPCODE
-        pad = (flags >> 4) & 3
-        if wire.has_imm(opcode) and dma_len != end - ICRC_LEN - RESULT_HDR_LEN - pad \
-                or not wire.has_imm(opcode) and dma_len != end - ICRC_LEN - CONTRIB_HDR_LEN - pad:
-            return Counter.DROP_BAD_LENGTH
-        if opcode != Opcode.UC_RDMA_WRITE_ONLY_IMM:
-            return Counter.DROP_BAD_OPCODE
-        if dma_len != self.chunk_bytes or pad:
-            return Counter.DROP_BAD_LENGTH
-        if qpn & 0xFFFFFF != self._qpn:
-            return Counter.DROP_UNKNOWN_QPN
-        if rkey != self._rkey:
-            return Counter.DROP_BAD_RKEY
-        chunk30 = imm & IMM_CHUNK_MASK
-        if va != self._va + (chunk30 % self._ring) * self.chunk_bytes:
-            return Counter.DROP_BAD_ADDRESS
-        words = np.frombuffer(f, ">u4", self.chunk_bytes // 4, RESULT_HDR_LEN)
-        return Result(chunk30, bool(imm & IMM_FP32), bool(imm & IMM_SATURATED), va, psn & 0xFFFFFF, words,
-                      zero_icrc)
-
+        chunk30 = r.imm & IMM_CHUNK_MASK if r.imm is not None else None
+        bad = wire.check_receiver(
+            r, RESULT, self.chunk_bytes, qpn_ok=r.dest_qpn == self._qpn, rkey_ok=r.rkey == self._rkey,
+            va_ok=chunk30 is not None and r.va == self._va + (chunk30 % self._ring) * self.chunk_bytes)
+        if bad is not None:
+            return bad
+        words = np.frombuffer(r.payload, ">u4")
+        return Result(chunk30, bool(r.imm & IMM_FP32), bool(r.imm & IMM_SATURATED), r.va, r.psn, words, r.zero_icrc)

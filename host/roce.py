@@ -7,6 +7,9 @@ RETH and the ImmDt and binds them per opcode, so that::
     Ether() / IP(flags="DF") / UDP(dport=4791, chksum=0) / BTH(opcode=0x2B, ...) / RETH(...) / ImmDt(...) / Raw(payload)
 
 builds, and parses back from bytes, with UDP checksum 0 and a correct ICRC.
+The RETH and ImmDt fields are generated from :mod:`inagg.models.frame`;
+``tests/host/test_roce.py`` checks scapy's BTH and AETH against it field by
+field.
 :func:`contribution` and :func:`result` build the two frames of
 ``docs/protocol.md`` from a job description, field for field as
 :func:`inagg.models.wire.build` does.
@@ -18,30 +21,36 @@ Importing this module imports scapy; the data path uses
 from __future__ import annotations
 
 from scapy.contrib.roce import AETH, BTH
-from scapy.fields import IntField, XIntField, XLongField
+from scapy.fields import BitField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
 
+from inagg.models import frame
 from inagg.models.job import JobSpec, SwitchSpec
-from inagg.models.protocol import (
-    DEFAULT_TTL, ROCE_UDP_PORT, Opcode, encode_imm, result_udp_sport,
-)
+from inagg.models.protocol import CHUNK_MOD, IMM_OPCODES, RETH_OPCODES, encode_imm, result_udp_sport
 
-from inagg.host.fastpath import worker_udp_sport
+__all__ = ["BTH", "RETH", "ImmDt", "AETH", "contribution", "result", "SCAPY_NAMES"]
 
-__all__ = ["BTH", "RETH", "ImmDt", "AETH", "contribution", "result"]
+SCAPY_NAMES = {"reth": {"dma_len": "dlen"}}
+"""Field names of the scapy layers that differ from :mod:`inagg.models.frame`'s, per header."""
+
+
+def _fields_desc(header: frame.Header) -> list:
+    """A scapy ``fields_desc`` for ``header``, field for field."""
+    names = SCAPY_NAMES.get(header.name, {})
+    return [BitField(names.get(f.name, f.name), f.value or 0, f.bits) for f in header.fields]
 
 
 class RETH(Packet):
     """RDMA extended transport header: virtual address, R_Key, DMA length."""
 
     name = "RETH"
-    fields_desc = [XLongField("va", 0), XIntField("rkey", 0), IntField("dlen", 0)]
+    fields_desc = _fields_desc(frame.RETH)
 
     def guess_payload_class(self, payload: bytes):
         bth = self.underlayer
-        if isinstance(bth, BTH) and bth.opcode in (Opcode.UC_RDMA_WRITE_ONLY_IMM, Opcode.RC_RDMA_WRITE_ONLY_IMM):
+        if isinstance(bth, BTH) and bth.opcode in IMM_OPCODES:
             return ImmDt
         return Raw
 
@@ -50,30 +59,32 @@ class ImmDt(Packet):
     """Immediate data: in a result, the FP32 and SATURATED bits and the chunk's low 30 bits."""
 
     name = "ImmDt"
-    fields_desc = [XIntField("imm", 0)]
+    fields_desc = _fields_desc(frame.IMMDT)
 
     def guess_payload_class(self, payload: bytes):
         return Raw
 
 
-for _op in (Opcode.UC_RDMA_WRITE_ONLY, Opcode.UC_RDMA_WRITE_ONLY_IMM,
-            Opcode.RC_RDMA_WRITE_ONLY, Opcode.RC_RDMA_WRITE_ONLY_IMM):
+for _op in sorted(RETH_OPCODES):
     bind_layers(BTH, RETH, opcode=int(_op))
 
 
 def _stack(eth_dst: str, eth_src: str, ip_src: str, ip_dst: str, sport: int) -> Packet:
-    # wire.build's choices: DF set, identification 0, TTL 64, TOS 0, UDP checksum 0.
-    return (Ether(dst=eth_dst, src=eth_src) / IP(src=ip_src, dst=ip_dst, flags="DF", id=0, ttl=DEFAULT_TTL, tos=0)
-            / UDP(sport=sport, dport=ROCE_UDP_PORT, chksum=0))
+    # The fixed values of inagg.models.frame, as wire.build sends them.
+    ip = frame.IPV4
+    return (Ether(dst=eth_dst, src=eth_src)
+            / IP(src=ip_src, dst=ip_dst, flags="DF" if ip["flag_df"].value else 0, id=ip["identification"].value,
+                 ttl=ip["ttl"].value, tos=ip["tos"].value)
+            / UDP(sport=sport, dport=frame.UDP["dport"].value, chksum=frame.UDP["checksum"].value))
 
 
 def contribution(switch: SwitchSpec, job: JobSpec, rank: int, chunk: int, payload: bytes) -> Packet:
     """The contribution of worker ``rank`` of ``job`` for chunk sequence ``chunk`` (PSN: its low 24 bits)."""
     me = job.workers[rank]
-    return (_stack(switch.mac, me.mac, me.ip, switch.ip, worker_udp_sport(me.qpn))
-            / BTH(opcode=int(Opcode.UC_RDMA_WRITE_ONLY), migreq=1, pkey=switch.pkey, dqpn=job.qpn(rank),
-                  psn=chunk & 0xFFFFFF)
-            / RETH(va=(chunk % 2**32) * switch.chunk_bytes, rkey=job.rkey, dlen=len(payload)) / Raw(payload))
+    return (_stack(switch.mac, me.mac, me.ip, switch.ip, result_udp_sport(me.qpn))
+            / BTH(opcode=int(frame.CONTRIBUTION.opcode), migreq=frame.BTH["migreq"].value, pkey=switch.pkey,
+                  dqpn=job.qpn(rank), psn=chunk & 0xFFFFFF)
+            / RETH(va=(chunk % CHUNK_MOD) * switch.chunk_bytes, rkey=job.rkey, dlen=len(payload)) / Raw(payload))
 
 
 def result(switch: SwitchSpec, job: JobSpec, rank: int, chunk: int, payload: bytes, *, fp32: bool = False,
@@ -81,6 +92,7 @@ def result(switch: SwitchSpec, job: JobSpec, rank: int, chunk: int, payload: byt
     """The result the switch sends worker ``rank`` of ``job`` for chunk sequence ``chunk``."""
     me = job.workers[rank]
     return (_stack(me.mac, switch.mac, switch.ip, me.ip, result_udp_sport(me.qpn))
-            / BTH(opcode=int(Opcode.UC_RDMA_WRITE_ONLY_IMM), migreq=1, pkey=switch.pkey, dqpn=me.qpn, psn=psn)
+            / BTH(opcode=int(frame.RESULT.opcode), migreq=frame.BTH["migreq"].value, pkey=switch.pkey, dqpn=me.qpn,
+                  psn=psn)
             / RETH(va=me.result_va + (chunk % job.slots) * switch.chunk_bytes, rkey=me.rkey, dlen=len(payload))
             / ImmDt(imm=encode_imm(chunk, fp32)) / Raw(payload))

@@ -31,7 +31,7 @@ import numpy as np
 
 from inagg.models import quant
 from inagg.models.job import JobSpec, SwitchSpec
-from inagg.models.protocol import IMM_CHUNK_MASK, Counter
+from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter
 
 from inagg.host.fastpath import ContribTemplate, Result, ResultParser
 
@@ -41,7 +41,6 @@ __all__ = [
     "MAX_RESCALES",
 ]
 
-_CHUNK_MOD = 1 << 32
 # Frames of a batch are built this many chunks at a time, as the window reaches them.
 _BLOCK = 512
 
@@ -119,7 +118,7 @@ class Worker:
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, *, timing: Timing | None = None,
                  first_chunk: int = 0, accept_zero_icrc: bool = False):
-        if not isinstance(first_chunk, int) or not 0 <= first_chunk < _CHUNK_MOD:
+        if not isinstance(first_chunk, int) or not 0 <= first_chunk < CHUNK_MOD:
             raise ValueError(f"first_chunk must be an integer in 0..2**32-1, not {first_chunk!r}")
         self.switch, self.job, self.rank = switch, job, rank
         self.timing = timing or Timing()
@@ -145,7 +144,7 @@ class Worker:
     @property
     def base(self) -> int:
         """Chunk sequence of the current batch's first chunk."""
-        return (self.next_chunk - self._k) % _CHUNK_MOD
+        return (self.next_chunk - self._k) % CHUNK_MOD
 
     @property
     def done(self) -> bool:
@@ -180,7 +179,7 @@ class Worker:
         self._got = np.zeros(k, bool)
         self._low = self._sent = 0
         self._blocks.clear()
-        self.next_chunk = (self.next_chunk + k) % _CHUNK_MOD
+        self.next_chunk = (self.next_chunk + k) % CHUNK_MOD
         return self._fill(now)
 
     def results(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -208,7 +207,7 @@ class Worker:
             _, i = heapq.heappop(self._heap)
             sends = self._sends[i]
             if sends >= self.timing.tries:
-                raise ChunkTimeoutError(self.job.job, self.rank, (self.base + i) % _CHUNK_MOD, sends)
+                raise ChunkTimeoutError(self.job.job, self.rank, (self.base + i) % CHUNK_MOD, sends)
             self.stats["resent"] += 1
             out.append(self._send(now, i))
         return out
@@ -263,7 +262,7 @@ class Worker:
         block = self._blocks.get(b)
         if block is None:
             lo, hi = b * _BLOCK, min(self._k, (b + 1) * _BLOCK)
-            chunks = (self.base + np.arange(lo, hi, dtype=np.int64)) % _CHUNK_MOD
+            chunks = (self.base + np.arange(lo, hi, dtype=np.int64)) % CHUNK_MOD
             block = self._blocks[b] = self.template.build(chunks, self._lanes[lo:hi])
         return block[i - b * _BLOCK].tobytes()
 
@@ -418,7 +417,7 @@ class AllReduce:
             return out
         words, fp32, saturated = w.results()
         if saturated.any():
-            chunk = (w.base + int(np.flatnonzero(saturated)[0])) % _CHUNK_MOD
+            chunk = (w.base + int(np.flatnonzero(saturated)[0])) % CHUNK_MOD
             if self._phase == "agree":
                 raise SaturatedResultError(f"job {w.job.job} worker {w.rank}: the switch saturated chunk {chunk} "
                                            "of the agreement round, whose lanes count workers")

@@ -33,17 +33,20 @@ from typing import Any
 
 import numpy as np
 
+from inagg.models.protocol import QPN_JOB_BITS
+
 __all__ = ["make_key", "hashes", "hashes_np", "CuckooStats", "CuckooTable",
            "KEY_JOB_SHIFT", "KEY_INDEX_BITS"]
 
-KEY_JOB_SHIFT = 22
+# A key is (job, slot index): the job above the index bits.
 KEY_INDEX_BITS = 22
+KEY_JOB_SHIFT = KEY_INDEX_BITS
 
 
 def make_key(job: int, index: int) -> int:
     """The 32-bit key of slot ``index`` of ``job``."""
-    if not 0 <= job < (1 << 10):
-        raise ValueError(f"job must fit 10 bits, not {job!r}")
+    if not 0 <= job < (1 << QPN_JOB_BITS):
+        raise ValueError(f"job must fit {QPN_JOB_BITS} bits, not {job!r}")
     if not 0 <= index < (1 << KEY_INDEX_BITS):
         raise ValueError(f"index must fit {KEY_INDEX_BITS} bits, not {index!r}")
     return (job << KEY_JOB_SHIFT) | index

@@ -15,46 +15,45 @@ from __future__ import annotations
 import struct
 import zlib
 
-from inagg.models.protocol import BTH_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IPV4_LEN, UDP_LEN
+from inagg.models.frame import BTH, IPV4, UDP
+from inagg.models.protocol import ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IPV4_VERSION_IHL
 
-__all__ = ["icrc", "icrc_value", "check", "masked_header"]
+__all__ = ["icrc", "icrc_value", "check", "masked_header", "MASKED_LEN", "MASKED_OFFSETS"]
 
-# Offsets, counted from the start of the IPv4 header.
-_MASK_IP_TOS = 1
-_MASK_IP_TTL = 8
-_MASK_IP_CSUM = slice(10, 12)
-_MASK_UDP_CSUM = slice(IPV4_LEN + 6, IPV4_LEN + 8)
-_MASK_BTH_RESV8A = IPV4_LEN + UDP_LEN + 4
-_MASKED_LEN = IPV4_LEN + UDP_LEN + BTH_LEN
+MASKED_LEN = IPV4.size + UDP.size + BTH.size
+"""Bytes after the Ethernet header that hold variant fields: IPv4, UDP and BTH."""
+MASKED_OFFSETS = tuple(
+    base + off for base, h in ((0, IPV4), (IPV4.size, UDP), (IPV4.size + UDP.size, BTH)) for off in h.icrc_ones_bytes()
+)
+"""The bytes the ICRC covers as ones, counted from the start of the IPv4 header (``Field.icrc_ones``)."""
 _PREFIX_CRC = zlib.crc32(b"\xff" * 8)
+_ONES = sum(0xFF << 8 * (MASKED_LEN - 1 - off) for off in MASKED_OFFSETS)
 
 
 def masked_header(ip_hdr: bytes) -> bytes:
     """The first 40 bytes after the Ethernet header (IPv4 + UDP + BTH) with the variant fields set to ones."""
-    b = bytearray(ip_hdr[:_MASKED_LEN])
-    b[_MASK_IP_TOS] = 0xFF
-    b[_MASK_IP_TTL] = 0xFF
-    b[_MASK_IP_CSUM] = b"\xff\xff"
-    b[_MASK_UDP_CSUM] = b"\xff\xff"
-    b[_MASK_BTH_RESV8A] = 0xFF
-    return bytes(b)
+    return (int.from_bytes(ip_hdr[:MASKED_LEN], "big") | _ONES).to_bytes(MASKED_LEN, "big")
 
 
 def _validate(frame: bytes) -> None:
-    if len(frame) < ETH_LEN + _MASKED_LEN:
-        raise ValueError(f"a RoCEv2 frame has at least {ETH_LEN + _MASKED_LEN} bytes before its ICRC, not {len(frame)}")
+    if len(frame) < ETH_LEN + MASKED_LEN:
+        raise ValueError(f"a RoCEv2 frame has at least {ETH_LEN + MASKED_LEN} bytes before its ICRC, not {len(frame)}")
     if struct.unpack_from("!H", frame, 12)[0] != ETH_TYPE_IPV4:
         raise ValueError("the ICRC is defined here for RoCEv2 over IPv4 (EtherType 0x0800) only")
-    if frame[ETH_LEN] != 0x45:
+    if frame[ETH_LEN] != IPV4_VERSION_IHL:
         raise ValueError(f"IPv4 header must be version 4 with IHL 5, not byte 0x{frame[ETH_LEN]:02x}")
+
+
+def _value(frame: memoryview) -> int:
+    crc = zlib.crc32(masked_header(frame[ETH_LEN:]), _PREFIX_CRC)
+    return zlib.crc32(frame[ETH_LEN + MASKED_LEN:], crc)
 
 
 def icrc_value(frame: bytes | bytearray | memoryview) -> int:
     """The ICRC as a 32-bit integer for ``frame`` (Ethernet header up to the last pad byte, no ICRC, no FCS)."""
-    frame = bytes(frame)
+    frame = memoryview(frame)  # the payload is read in place, not copied
     _validate(frame)
-    crc = zlib.crc32(masked_header(frame[ETH_LEN:]), _PREFIX_CRC)
-    return zlib.crc32(frame[ETH_LEN + _MASKED_LEN:], crc)
+    return _value(frame)
 
 
 def icrc(frame: bytes | bytearray | memoryview) -> bytes:
@@ -68,13 +67,13 @@ def check(frame_with_icrc: bytes | bytearray | memoryview) -> bool:
     The datagram's end comes from the IPv4 total length, so Ethernet padding
     after it is ignored, as a NIC ignores it.
     """
-    frame = bytes(frame_with_icrc)
+    frame = memoryview(frame_with_icrc)
     try:
         _validate(frame)
     except ValueError:
         return False
     total = struct.unpack_from("!H", frame, ETH_LEN + 2)[0]
     end = ETH_LEN + total
-    if total < _MASKED_LEN + ICRC_LEN or end > len(frame):
+    if total < MASKED_LEN + ICRC_LEN or end > len(frame):
         return False
-    return icrc(frame[: end - ICRC_LEN]) == frame[end - ICRC_LEN : end]
+    return _value(frame[:end - ICRC_LEN]) == int.from_bytes(frame[end - ICRC_LEN:end], "little")

@@ -29,7 +29,6 @@ the reference its test vectors (``p4/tests/vectors``) come from.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,10 +36,7 @@ import numpy as np
 from inagg.models import arith, wire
 from inagg.models.icrc import icrc
 from inagg.models.job import JobSpec, SwitchSpec
-from inagg.models.protocol import (
-    BTH_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IP_PROTO_UDP, IPV4_LEN, RETH_LEN, ROCE_UDP_PORT,
-    UDP_LEN, Counter,
-)
+from inagg.models.protocol import CONTRIB_HDR_LEN, ETH_LEN, ICRC_LEN, Counter
 from inagg.models.switch import ModelSwitch
 
 __all__ = ["P4Target", "V1MODEL", "TNA", "TARGETS", "saturating_accumulate", "pinned", "P4ProfileSwitch"]
@@ -134,7 +130,7 @@ class P4ProfileSwitch(ModelSwitch):
         super().__init__(spec)
         self.target = target
         # IPv4 total length of a contribution: the one layout the P4 parser knows.
-        self.contrib_total = IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + spec.chunk_bytes + ICRC_LEN
+        self.contrib_total = CONTRIB_HDR_LEN - ETH_LEN + spec.chunk_bytes + ICRC_LEN
 
     def add_job(self, job: JobSpec) -> None:
         self.target.validate_job(job)
@@ -147,8 +143,7 @@ class P4ProfileSwitch(ModelSwitch):
         if self._other_layout(f):
             self.counters[Counter.RX_FRAMES] += 1
             return self._count(Counter.DROP_BAD_LENGTH)
-        if (not self.target.checks_icrc and len(f) >= ETH_LEN + self.contrib_total
-                and f[12:14] == b"\x08\x00" and f[ETH_LEN] == 0x45):
+        if not self.target.checks_icrc and not isinstance(wire.check_datagram(f), Counter):
             # Without check 9 a frame is taken as if its ICRC were right.
             end = ETH_LEN + self.contrib_total
             f = f[:end - ICRC_LEN] + icrc(f[:end - ICRC_LEN]) + f[end:]
@@ -156,21 +151,8 @@ class P4ProfileSwitch(ModelSwitch):
 
     def _other_layout(self, f: bytes) -> bool:
         """True for a frame that passes checks 1-8 but is not a contribution's length."""
-        n = len(f)
-        if n < ETH_LEN + IPV4_LEN or struct.unpack_from("!H", f, 12)[0] != ETH_TYPE_IPV4:
-            return False
-        ip = f[ETH_LEN:ETH_LEN + IPV4_LEN]
-        if ip[0] != 0x45 or struct.unpack_from("!H", ip, 6)[0] & 0x3FFF or wire.ipv4_checksum(ip) != 0:
-            return False
-        total = struct.unpack_from("!H", ip, 2)[0]
-        if ip[9] != IP_PROTO_UDP or total < IPV4_LEN + UDP_LEN or ETH_LEN + total > n:
-            return False
-        _, dport, udp_len = struct.unpack_from("!HHH", f, ETH_LEN + IPV4_LEN)
-        if dport != ROCE_UDP_PORT or udp_len != total - IPV4_LEN:
-            return False
-        if total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN:
-            return False
-        return total != self.contrib_total
+        total = wire.check_datagram(f)
+        return not isinstance(total, Counter) and total != self.contrib_total
 
     def _accumulate(self, lanes: arith.LaneState, x: np.ndarray, first: bool) -> None:
         saturating_accumulate(lanes, x, first=first)

@@ -1,59 +1,62 @@
 """Wire constants of the inagg protocol (``docs/protocol.md`` is the spec).
 
 Every other part -- the gateware, the host library, the P4 program's control
-plane and the testbenches -- takes these numbers from here.
+plane and the testbenches -- takes these numbers from here. The header
+layouts and the fixed field values are declared in :mod:`inagg.models.frame`;
+the constants below that name them are read from there.
 """
 
 from __future__ import annotations
 
 import enum
 
+from inagg.models import frame as _frame
+from inagg.models.frame import Opcode
+
 __all__ = [
     "ROCE_UDP_PORT", "ETH_TYPE_IPV4", "IP_PROTO_UDP",
     "ETH_LEN", "IPV4_LEN", "UDP_LEN", "BTH_LEN", "RETH_LEN", "IMMDT_LEN", "ICRC_LEN",
-    "CONTRIB_HDR_LEN", "RESULT_HDR_LEN", "DEFAULT_PKEY", "DEFAULT_TTL",
-    "Opcode", "CONTRIB_OPCODES", "RESULT_OPCODES",
+    "CONTRIB_HDR_LEN", "RESULT_HDR_LEN", "IPV4_VERSION_IHL", "DEFAULT_PKEY", "DEFAULT_TTL",
+    "Opcode", "CONTRIB_OPCODES", "RESULT_OPCODES", "RETH_OPCODES", "IMM_OPCODES",
     "QPN_PREFIX", "QPN_JOB_BITS", "QPN_WORKER_BITS", "MAX_JOBS", "MAX_WORKERS",
     "switch_qpn", "split_qpn",
     "IMM_FP32", "IMM_SATURATED", "IMM_CHUNK_MASK", "encode_imm", "decode_imm",
-    "CHUNK_BYTES_DEFAULT", "CHUNK_BYTES_ALLOWED", "LANE_BYTES",
-    "result_udp_sport", "Counter",
+    "CHUNK_BYTES_DEFAULT", "CHUNK_BYTES_ALLOWED", "LANE_BYTES", "CHUNK_MOD",
+    "RESULT_SPORT_BASE", "RESULT_SPORT_QPN_BITS", "result_udp_sport", "Counter",
 ]
 
-ROCE_UDP_PORT = 4791
-ETH_TYPE_IPV4 = 0x0800
-IP_PROTO_UDP = 17
+ROCE_UDP_PORT = _frame.UDP["dport"].value
+ETH_TYPE_IPV4 = _frame.ETHERNET["ether_type"].value
+IP_PROTO_UDP = _frame.IPV4["protocol"].value
 
-ETH_LEN = 14
-IPV4_LEN = 20  # options are not allowed (IHL must be 5)
-UDP_LEN = 8
-BTH_LEN = 12
-RETH_LEN = 16
-IMMDT_LEN = 4
-ICRC_LEN = 4
+ETH_LEN = _frame.ETHERNET.size
+IPV4_LEN = _frame.IPV4.size  # options are not allowed (IHL must be 5)
+UDP_LEN = _frame.UDP.size
+BTH_LEN = _frame.BTH.size
+RETH_LEN = _frame.RETH.size
+IMMDT_LEN = _frame.IMMDT.size
+ICRC_LEN = _frame.ICRC_LEN
 
-CONTRIB_HDR_LEN = ETH_LEN + IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN  # 70
-RESULT_HDR_LEN = CONTRIB_HDR_LEN + IMMDT_LEN  # 74
+CONTRIB_HDR_LEN = _frame.CONTRIBUTION.size  # 70
+RESULT_HDR_LEN = _frame.RESULT.size  # 74
 
+# IPv4 byte 0: version 4, IHL 5 (no options).
+IPV4_VERSION_IHL = _frame.IPV4["version"].value << 4 | _frame.IPV4["ihl"].value
 DEFAULT_PKEY = 0xFFFF
-DEFAULT_TTL = 64
+DEFAULT_TTL = _frame.IPV4["ttl"].value
 LANE_BYTES = 4
+# Chunk sequences are 32-bit serial numbers (docs/protocol.md 1.5).
+CHUNK_MOD = 1 << 32
 CHUNK_BYTES_DEFAULT = 1024
 CHUNK_BYTES_ALLOWED = (256, 512, 1024, 2048, 4096)
 
 
-class Opcode(enum.IntEnum):
-    """The BTH opcodes the protocol uses (IBTA vol. 1, table 38)."""
-
-    RC_RDMA_WRITE_ONLY = 0x0A
-    RC_RDMA_WRITE_ONLY_IMM = 0x0B
-    RC_ACK = 0x11
-    UC_RDMA_WRITE_ONLY = 0x2A
-    UC_RDMA_WRITE_ONLY_IMM = 0x2B
-
-
 CONTRIB_OPCODES = frozenset({Opcode.RC_RDMA_WRITE_ONLY, Opcode.UC_RDMA_WRITE_ONLY})
 RESULT_OPCODES = frozenset({Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC_RDMA_WRITE_ONLY_IMM})
+RETH_OPCODES = frozenset(op for op, hs in _frame.OPCODE_HEADERS.items() if _frame.RETH in hs)
+"""The opcodes whose BTH is followed by a RETH."""
+IMM_OPCODES = frozenset(op for op, hs in _frame.OPCODE_HEADERS.items() if _frame.IMMDT in hs)
+"""The opcodes that carry an ImmDt (after their RETH)."""
 
 # A switch-side destination QPN names one (job, worker) pair:
 #   qpn[23:16] = QPN_PREFIX, qpn[15:6] = job, qpn[5:0] = worker index.
@@ -98,13 +101,19 @@ def decode_imm(imm: int) -> tuple[int, bool, bool]:
     return imm & IMM_CHUNK_MASK, bool(imm & IMM_FP32), bool(imm & IMM_SATURATED)
 
 
+# UDP source port of a QP's frames: RESULT_SPORT_BASE with the QPN's low bits in place.
+RESULT_SPORT_BASE = 0xC000
+RESULT_SPORT_QPN_BITS = 14
+
+
 def result_udp_sport(worker_qpn: int) -> int:
     """UDP source port of results to a worker QP: fixed per QP, in the dynamic range.
 
     Real NICs derive the RoCEv2 source port from the QP so that ECMP keeps a
-    QP on one path; the switch does the same for the results it sends.
+    QP on one path; the switch does the same for the results it sends, and
+    the host library for a worker's contributions.
     """
-    return 0xC000 | (worker_qpn & 0x3FFF)
+    return RESULT_SPORT_BASE | (worker_qpn & ((1 << RESULT_SPORT_QPN_BITS) - 1))
 
 
 class Counter(enum.IntEnum):

@@ -22,13 +22,13 @@ import numpy as np
 
 from inagg.models import arith, wire
 from inagg.models.backend import Backend, SwitchBackend
-from inagg.models.cuckoo import CuckooTable, make_key
+from inagg.models.cuckoo import KEY_JOB_SHIFT, CuckooTable, make_key
+from inagg.models.frame import CONTRIBUTION
 from inagg.models.job import JobSpec, SwitchSpec
-from inagg.models.protocol import Counter, Opcode, encode_imm, result_udp_sport, split_qpn
+from inagg.models.protocol import CHUNK_MOD, Counter, Opcode, encode_imm, result_udp_sport, split_qpn
 
 __all__ = ["SlotState", "Slot", "ModelSwitch", "BACKEND"]
 
-_CHUNK_MOD = 1 << 32
 _HALF = 1 << 31
 
 
@@ -112,7 +112,7 @@ class ModelSwitch(SwitchBackend):
             if s.state != SlotState.FREE and s.job == job:
                 s.clear()
         if self.exception is not None:
-            for key in sorted(k for k, _ in self.exception_entries() if k >> 22 == job):
+            for key in sorted(k for k, _ in self.exception_entries() if k >> KEY_JOB_SHIFT == job):
                 ptr = self.exception.delete(key)
                 self.overflow[ptr].clear()
                 self._free.append(ptr)
@@ -138,19 +138,15 @@ class ModelSwitch(SwitchBackend):
         r = wire.parse(frame, self.spec.pkey)
         if isinstance(r, Counter):
             return self._count(r)
-        if r.opcode != Opcode.UC_RDMA_WRITE_ONLY:
-            return self._count(Counter.DROP_BAD_OPCODE)
-        if r.dma_len != self.spec.chunk_bytes or r.pad:
-            return self._count(Counter.DROP_BAD_LENGTH)
+        c = self.spec.chunk_bytes
         named = split_qpn(r.dest_qpn)
         job = self.jobs.get(named[0]) if named else None
-        if job is None or named[1] >= len(job.spec.workers):
-            return self._count(Counter.DROP_UNKNOWN_QPN)
-        if r.rkey != job.spec.rkey:
-            return self._count(Counter.DROP_BAD_RKEY)
-        if r.va % self.spec.chunk_bytes or r.va // self.spec.chunk_bytes >= _CHUNK_MOD:
-            return self._count(Counter.DROP_BAD_ADDRESS)
-        return self._contribute(job, named[1], r.va // self.spec.chunk_bytes, r.payload)
+        known = job is not None and named[1] < len(job.spec.workers)
+        bad = wire.check_receiver(r, CONTRIBUTION, c, qpn_ok=known, rkey_ok=known and r.rkey == job.spec.rkey,
+                                  va_ok=r.va is not None and r.va % c == 0 and r.va // c < CHUNK_MOD)
+        if bad is not None:
+            return self._count(bad)
+        return self._contribute(job, named[1], r.va // c, r.payload)
 
     def _locate(self, job: JobSpec, chunk: int) -> Slot | Counter:
         """The slot of (job, chunk): protocol.md "Slots" and "Slot collisions"."""
@@ -182,7 +178,7 @@ class ModelSwitch(SwitchBackend):
         if slot.state == SlotState.FREE:
             slot.start(spec.job, chunk)
         elif slot.chunk != chunk:
-            ahead = (chunk - slot.chunk) % _CHUNK_MOD
+            ahead = (chunk - slot.chunk) % CHUNK_MOD
             if ahead >= _HALF:
                 return self._count(Counter.DROP_STALE)
             if ahead != spec.slots or slot.state != SlotState.DONE:

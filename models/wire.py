@@ -1,13 +1,15 @@
-"""Header layouts of the protocol: build frames and parse them back.
+"""The protocol's frames: build them and parse them back.
 
-This is the reference codec of ``docs/protocol.md``: the model switch parses
+This is the reference codec of ``docs/protocol.md``, packing and unpacking
+the headers :mod:`inagg.models.frame` declares: the model switch parses
 and emits with it, the host library checks its fast builder against it, and
 testbenches use it to read what the RTL emits. Frames are Ethernet frames
 without FCS, the ICRC included.
 
-:func:`parse` applies the frame checks in the order the protocol fixes
-(``docs/protocol.md``, "Error handling"), so that every implementation
-counts a malformed frame under the same counter.
+:func:`check_datagram`, :func:`parse` and :func:`check_receiver` are the
+frame checks of ``docs/protocol.md`` section 5, in its order, written once:
+the model switches and the host's result parser run them, so that every
+implementation counts a malformed frame under the same counter.
 """
 
 from __future__ import annotations
@@ -17,30 +19,42 @@ import struct
 from dataclasses import dataclass
 
 from inagg.models import icrc as _icrc
+from inagg.models.frame import BTH, CONTRIBUTION, ETHERNET, IMMDT, IPV4, RESULT, RETH, UDP, Layout
 from inagg.models.protocol import (
-    BTH_LEN, DEFAULT_PKEY, DEFAULT_TTL, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMMDT_LEN,
-    IP_PROTO_UDP, IPV4_LEN, RETH_LEN, ROCE_UDP_PORT, UDP_LEN, Counter, Opcode,
+    BTH_LEN, DEFAULT_PKEY, DEFAULT_TTL, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMM_OPCODES, IMMDT_LEN,
+    IP_PROTO_UDP, IPV4_LEN, RETH_LEN, RETH_OPCODES, ROCE_UDP_PORT, UDP_LEN, Counter,
 )
 
 __all__ = [
     "mac_bytes", "ip_bytes", "ipv4_checksum", "build", "parse", "RoceFrame",
-    "has_reth", "has_imm",
+    "has_reth", "has_imm", "check_datagram", "check_receiver",
 ]
 
-_RETH_OPCODES = frozenset({Opcode.RC_RDMA_WRITE_ONLY, Opcode.RC_RDMA_WRITE_ONLY_IMM,
-                           Opcode.UC_RDMA_WRITE_ONLY, Opcode.UC_RDMA_WRITE_ONLY_IMM})
-_IMM_OPCODES = frozenset({Opcode.RC_RDMA_WRITE_ONLY_IMM, Opcode.UC_RDMA_WRITE_ONLY_IMM})
-_IP_DF = 0x4000
+# The fields each check reads, in the order it reads them (frame.Layout.reader); every
+# RDMA WRITE frame has the contribution's layout up to its RETH.
+_read_eth = CONTRIBUTION.reader("ethernet.ether_type")
+_read_ipv4 = CONTRIBUTION.reader("ipv4.version", "ipv4.ihl", "ipv4.flag_mf", "ipv4.frag_offset", "ipv4.protocol",
+                                 "ipv4.total_len")
+_read_udp = CONTRIBUTION.reader("udp.dport", "udp.len")
+_read_bth = CONTRIBUTION.reader("udp.sport", "bth.opcode", "bth.migreq", "bth.pad", "bth.tver", "bth.pkey",
+                                "bth.dqpn", "bth.ackreq", "bth.psn")
+_read_reth = CONTRIBUTION.reader("reth.va", "reth.rkey", "reth.dma_len")
+_read_imm = RESULT.reader("immdt.imm")
+_BTH_END = CONTRIBUTION.offset("bth") + BTH_LEN
+_IP_CSUM = IPV4.slice("checksum")
+_VERSION, _IHL, _TVER = IPV4["version"].value, IPV4["ihl"].value, BTH["tver"].value
+_ETH_DST, _ETH_SRC = ETHERNET.slice("dst"), ETHERNET.slice("src")
+_IP_SRC, _IP_DST = IPV4.slice("src", ETH_LEN), IPV4.slice("dst", ETH_LEN)
 
 
 def has_reth(opcode: int) -> bool:
     """True for the opcodes whose BTH is followed by a RETH."""
-    return opcode in _RETH_OPCODES
+    return opcode in RETH_OPCODES
 
 
 def has_imm(opcode: int) -> bool:
     """True for the opcodes that carry an ImmDt after the RETH."""
-    return opcode in _IMM_OPCODES
+    return opcode in IMM_OPCODES
 
 
 def mac_bytes(mac: str | bytes) -> bytes:
@@ -80,22 +94,24 @@ def build(*, eth_dst: bytes, eth_src: bytes, ip_src: bytes, ip_dst: bytes, udp_s
 
     Addresses are raw bytes (see :func:`mac_bytes`, :func:`ip_bytes`); the
     payload is sent as is and must be a multiple of 4 bytes (pad count 0).
+    Every field not named here takes its fixed value of :mod:`inagg.models.frame`.
     """
     if len(payload) % 4:
         raise ValueError(f"payload must be a multiple of 4 bytes, not {len(payload)}")
     if (imm is not None) != has_imm(opcode):
         raise ValueError(f"opcode 0x{opcode:02x} {'needs' if has_imm(opcode) else 'has no'} ImmDt")
-    ext = struct.pack("!QII", va, rkey, len(payload))
+    ext = RETH.pack(va=va, rkey=rkey, dma_len=len(payload))
     if imm is not None:
-        ext += struct.pack("!I", imm)
-    bth = struct.pack("!BBHII", opcode, 0x40 if migreq else 0, pkey, dest_qpn & 0xFFFFFF,
-                      ((0x80000000 if ackreq else 0) | (psn & 0xFFFFFF)))
+        ext += IMMDT.pack(imm=imm)
+    bth = BTH.pack(opcode=opcode, migreq=int(migreq), pkey=pkey, dqpn=dest_qpn & 0xFFFFFF, ackreq=int(ackreq),
+                   psn=psn & 0xFFFFFF)
     udp_len = UDP_LEN + BTH_LEN + len(ext) + len(payload) + ICRC_LEN
-    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, tos, IPV4_LEN + udp_len, ip_id, _IP_DF,
-                               ttl, IP_PROTO_UDP, 0, ip_src, ip_dst))
-    struct.pack_into("!H", ip, 10, ipv4_checksum(ip))
-    udp = struct.pack("!HHHH", udp_sport, ROCE_UDP_PORT, udp_len, 0)
-    frame = eth_dst + eth_src + struct.pack("!H", ETH_TYPE_IPV4) + bytes(ip) + udp + bth + ext + payload
+    ip = bytearray(IPV4.pack(tos=tos, total_len=IPV4_LEN + udp_len, identification=ip_id, ttl=ttl, checksum=0,
+                             src=int.from_bytes(ip_src, "big"), dst=int.from_bytes(ip_dst, "big")))
+    ip[_IP_CSUM] = ipv4_checksum(ip).to_bytes(2, "big")
+    udp = UDP.pack(sport=udp_sport, len=udp_len)
+    eth = ETHERNET.pack(dst=int.from_bytes(eth_dst, "big"), src=int.from_bytes(eth_src, "big"))
+    frame = eth + bytes(ip) + udp + bth + ext + payload
     return frame + _icrc.icrc(frame)
 
 
@@ -120,64 +136,105 @@ class RoceFrame:
     dma_len: int | None
     imm: int | None
     payload: bytes
+    zero_icrc: bool = False  # taken with an ICRC field of zero (parse's accept_zero_icrc)
 
 
-def parse(frame: bytes | bytearray | memoryview, pkey: int = DEFAULT_PKEY) -> RoceFrame | Counter:
-    """Check ``frame`` in the protocol's order; return its fields or the counter of the first failed check.
+def check_datagram(frame: bytes) -> int | Counter:
+    """Checks 1-8 of ``docs/protocol.md`` section 5: the IPv4 total length, or the counter of the first failure.
 
-    This covers every check that needs no switch state: framing, IPv4 and
-    UDP, lengths, ICRC, BTH version and P_Key, and the extension headers of
-    RDMA WRITE opcodes. Opcode policy, QPN, R_Key and address checks belong
-    to the receiver.
+    These are the checks up to the ICRC: framing, IPv4, UDP and the lengths
+    that bound the datagram. A :class:`Counter` is an ``int`` too: test the
+    result with ``isinstance(r, Counter)``.
     """
-    f = bytes(frame)
+    f = frame
     n = len(f)
     if n < ETH_LEN:
         return Counter.DROP_BAD_LENGTH
-    if struct.unpack_from("!H", f, 12)[0] != ETH_TYPE_IPV4:
+    if _read_eth(f)[0] != ETH_TYPE_IPV4:
         return Counter.DROP_NON_ROCE
     if n < ETH_LEN + IPV4_LEN:
         return Counter.DROP_BAD_LENGTH
-    ip = f[ETH_LEN:ETH_LEN + IPV4_LEN]
-    flags_frag = struct.unpack_from("!H", ip, 6)[0]
-    if ip[0] != 0x45 or (flags_frag & 0x3FFF) or ipv4_checksum(ip) != 0:
+    version, ihl, mf, frag, protocol, total = _read_ipv4(f)
+    if version != _VERSION or ihl != _IHL or mf or frag or ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]) != 0:
         return Counter.DROP_BAD_HEADER
-    if ip[9] != IP_PROTO_UDP:
+    if protocol != IP_PROTO_UDP:
         return Counter.DROP_NON_ROCE
-    total = struct.unpack_from("!H", ip, 2)[0]
     if total < IPV4_LEN + UDP_LEN or ETH_LEN + total > n:
         return Counter.DROP_BAD_LENGTH
-    off = ETH_LEN + IPV4_LEN
-    sport, dport, udp_len = struct.unpack_from("!HHH", f, off)
+    dport, udp_len = _read_udp(f)
     if dport != ROCE_UDP_PORT:
         return Counter.DROP_NON_ROCE
     if udp_len != total - IPV4_LEN or total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN:
         return Counter.DROP_BAD_LENGTH
+    return total
+
+
+def parse(frame: bytes | bytearray | memoryview, pkey: int = DEFAULT_PKEY, *,
+          accept_zero_icrc: bool = False) -> RoceFrame | Counter:
+    """Check ``frame`` in the protocol's order; return its fields or the counter of the first failed check.
+
+    This covers every check that needs no switch state (checks 1-11 of
+    ``docs/protocol.md`` section 5): framing, IPv4 and UDP, lengths, ICRC,
+    BTH version and P_Key, and the extension headers of RDMA WRITE opcodes.
+    Opcode policy, QPN, R_Key and address checks belong to the receiver
+    (:func:`check_receiver`). ``accept_zero_icrc`` takes an ICRC field of
+    zero as good (a Tofino's results, ``docs/protocol.md`` section 8) and
+    marks the frame ``zero_icrc``.
+    """
+    f = bytes(frame)
+    total = check_datagram(f)
+    if isinstance(total, Counter):
+        return total
     end = ETH_LEN + total
+    zero_icrc = False
     if not _icrc.check(f[:end]):
-        return Counter.DROP_BAD_ICRC
-    off += UDP_LEN
-    opcode, flags, bth_pkey, qpn_word, psn_word = struct.unpack_from("!BBHII", f, off)
-    if (flags & 0x0F) != 0 or bth_pkey != pkey:
+        if not (accept_zero_icrc and f[end - ICRC_LEN:end] == bytes(ICRC_LEN)):
+            return Counter.DROP_BAD_ICRC
+        zero_icrc = True
+    sport, opcode, migreq, pad, tver, bth_pkey, dqpn, ackreq, psn = _read_bth(f)
+    if tver != _TVER or bth_pkey != pkey:
         return Counter.DROP_BAD_HEADER
-    off += BTH_LEN
-    pad = (flags >> 4) & 0x3
+    off = _BTH_END
     va = rkey = dma_len = imm = None
     if has_reth(opcode):
         if off + RETH_LEN > end - ICRC_LEN:
             return Counter.DROP_BAD_LENGTH
-        va, rkey, dma_len = struct.unpack_from("!QII", f, off)
+        va, rkey, dma_len = _read_reth(f)
         off += RETH_LEN
         if has_imm(opcode):
             if off + IMMDT_LEN > end - ICRC_LEN:
                 return Counter.DROP_BAD_LENGTH
-            imm = struct.unpack_from("!I", f, off)[0]
+            (imm,) = _read_imm(f)
             off += IMMDT_LEN
         if dma_len != end - ICRC_LEN - off - pad:
             return Counter.DROP_BAD_LENGTH
     return RoceFrame(
-        eth_dst=f[0:6], eth_src=f[6:12], ip_src=ip[12:16], ip_dst=ip[16:20], udp_sport=sport,
-        opcode=opcode, migreq=bool(flags & 0x40), pad=pad, pkey=bth_pkey,
-        dest_qpn=qpn_word & 0xFFFFFF, ackreq=bool(psn_word >> 31), psn=psn_word & 0xFFFFFF,
-        va=va, rkey=rkey, dma_len=dma_len, imm=imm, payload=f[off:end - ICRC_LEN - pad],
+        eth_dst=f[_ETH_DST], eth_src=f[_ETH_SRC], ip_src=f[_IP_SRC], ip_dst=f[_IP_DST], udp_sport=sport,
+        opcode=opcode, migreq=bool(migreq), pad=pad, pkey=bth_pkey, dest_qpn=dqpn, ackreq=bool(ackreq), psn=psn,
+        va=va, rkey=rkey, dma_len=dma_len, imm=imm, payload=f[off:end - ICRC_LEN - pad], zero_icrc=zero_icrc,
     )
+
+
+def check_receiver(r: RoceFrame, kind: Layout, chunk_bytes: int, *, qpn_ok: bool, rkey_ok: bool,
+                   va_ok: bool) -> Counter | None:
+    """Checks 12-16 of ``docs/protocol.md`` section 5 on a parsed frame of ``kind``; the counter of the first failure.
+
+    ``kind`` is the frame the receiver takes (:data:`~inagg.models.frame.CONTRIBUTION`
+    at a switch, :data:`~inagg.models.frame.RESULT` at a worker): its opcode
+    is the only one accepted. The receiver's own state answers the last
+    three checks: the destination QPN is one it serves (``qpn_ok``), the
+    R_Key is that QPN's (``rkey_ok``), the virtual address is where the
+    chunk goes (``va_ok``). None when every check passes.
+    """
+    if r.opcode != kind.opcode:
+        return Counter.DROP_BAD_OPCODE
+    if r.dma_len != chunk_bytes or r.pad:
+        return Counter.DROP_BAD_LENGTH
+    if not qpn_ok:
+        return Counter.DROP_UNKNOWN_QPN
+    if not rkey_ok:
+        return Counter.DROP_BAD_RKEY
+    if not va_ok:
+        return Counter.DROP_BAD_ADDRESS
+    return None
+

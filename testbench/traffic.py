@@ -9,7 +9,8 @@ import numpy as np
 
 from inagg.models import icrc, wire
 from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
-from inagg.models.protocol import Counter, Opcode
+from inagg.models.frame import CONTRIBUTION, HEADERS, IPV4
+from inagg.models.protocol import CHUNK_MOD, CONTRIB_HDR_LEN, ICRC_LEN, IPV4_LEN, Counter, Opcode, result_udp_sport
 
 __all__ = ["make_job", "contribution", "lanes", "bad_frames", "lossy", "windowed", "interleave"]
 
@@ -39,9 +40,9 @@ def contribution(spec: SwitchSpec, job: JobSpec, worker: int, chunk: int, values
     """Worker ``worker``'s contribution frame for ``chunk`` of ``job``; ``overrides`` go to ``wire.build``."""
     w = job.workers[worker]
     fields = dict(eth_dst=wire.mac_bytes(spec.mac), eth_src=wire.mac_bytes(w.mac), ip_src=wire.ip_bytes(w.ip),
-                  ip_dst=wire.ip_bytes(spec.ip), udp_sport=0xC000 | (w.qpn & 0x3FFF),
+                  ip_dst=wire.ip_bytes(spec.ip), udp_sport=result_udp_sport(w.qpn),
                   opcode=Opcode.UC_RDMA_WRITE_ONLY, dest_qpn=job.qpn(worker), psn=psn,
-                  va=(chunk % (1 << 32)) * spec.chunk_bytes, rkey=job.rkey,
+                  va=(chunk % CHUNK_MOD) * spec.chunk_bytes, rkey=job.rkey,
                   payload=np.asarray(values, ">i4").tobytes(), pkey=spec.pkey)
     fields.update(overrides)
     return wire.build(**fields)
@@ -98,14 +99,37 @@ def interleave(streams: list[list], pyrng: random.Random) -> list:
     return out
 
 
-def _refresh(frame: bytearray) -> bytes:
+_IP = CONTRIBUTION.offset("ipv4")
+_IP_HDR = slice(_IP, _IP + IPV4_LEN)
+_IP_CSUM = IPV4.slice("checksum", _IP)
+
+
+def _fix_ip(frame: bytes | bytearray) -> bytes:
+    """``frame`` with its IPv4 header checksum recomputed."""
+    f = bytearray(frame)
+    f[_IP_CSUM] = bytes(2)
+    f[_IP_CSUM] = wire.ipv4_checksum(bytes(f[_IP_HDR])).to_bytes(2, "big")
+    return bytes(f)
+
+
+def _refresh(frame: bytes | bytearray) -> bytes:
     """Recompute the IPv4 checksum and the ICRC of an edited contribution (datagram extent as its IP length)."""
-    ip = frame[14:34]
-    ip[10:12] = b"\0\0"
-    frame[24:26] = wire.ipv4_checksum(bytes(ip)).to_bytes(2, "big")
-    end = 14 + int.from_bytes(frame[16:18], "big")
-    frame[end - 4:end] = icrc.icrc(bytes(frame[:end - 4]))
-    return bytes(frame)
+    f = bytearray(_fix_ip(frame))
+    end = _IP + IPV4.unpack(f, _IP)["total_len"]
+    f[end - ICRC_LEN:end] = icrc.icrc(bytes(f[:end - ICRC_LEN]))
+    return bytes(f)
+
+
+def _with_fields(frame: bytes, **values: int) -> bytearray:
+    """A contribution with fields set, named ``header__field`` (``ipv4__ihl=6``); checksums as they were."""
+    f = bytearray(frame)
+    for key, value in values.items():
+        name, field = key.split("__")
+        header, off = HEADERS[name], CONTRIBUTION.offset(name)
+        fields = header.unpack(f, off)
+        fields[field] = value
+        f[off:off + header.size] = header.pack(**fields)
+    return f
 
 
 def bad_frames(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> list[tuple[str, bytes, Counter]]:
@@ -122,10 +146,11 @@ def bad_frames(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> list
     sw = spec.mac
     w0 = job.workers[0]
 
-    def edit(offset: int, value: bytes, refresh: bool = True) -> bytes:
-        f = bytearray(good)
-        f[offset:offset + len(value)] = value
+    def edit(refresh: bool = True, **values: int) -> bytes:
+        f = _with_fields(good, **values)
         return _refresh(f) if refresh else bytes(f)
+
+    ip, udp = IPV4.unpack(good, _IP), HEADERS["udp"].unpack(good, CONTRIBUTION.offset("udp"))
 
     def contrib(**overrides) -> bytes:
         return contribution(spec, job, 0, 0, lanes(rng, spec), **overrides)
@@ -137,48 +162,32 @@ def bad_frames(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> list
         ("ipv6", bytes(Ether(dst=sw, src=w0.mac) / IPv6(src="fe80::1", dst="fe80::2") / UDP(dport=4791) / payload),
          Counter.DROP_NON_ROCE),
         ("short ipv4", good[:30], Counter.DROP_BAD_LENGTH),
-        ("ip options", edit(14, b"\x46", refresh=False), Counter.DROP_BAD_HEADER),
-        ("ip checksum", edit(24, bytes([good[24] ^ 0x01]), refresh=False), Counter.DROP_BAD_HEADER),
-        ("ip fragment", _fix_ip(edit(20, b"\x20\x00", refresh=False)), Counter.DROP_BAD_HEADER),
+        ("ip options", edit(refresh=False, ipv4__ihl=6), Counter.DROP_BAD_HEADER),
+        ("ip checksum", edit(refresh=False, ipv4__checksum=ip["checksum"] ^ 0x100), Counter.DROP_BAD_HEADER),
+        ("ip fragment", _fix_ip(edit(refresh=False, ipv4__flag_df=0, ipv4__flag_mf=1)), Counter.DROP_BAD_HEADER),
         ("tcp", bytes(Ether(dst=sw, src=w0.mac) / IP(src=w0.ip, dst=spec.ip) / TCP(dport=4791) / payload),
          Counter.DROP_NON_ROCE),
         ("truncated", good[:-20], Counter.DROP_BAD_LENGTH),
-        ("ip length short", good[:14] + _ip_len_fixed(good, 27), Counter.DROP_BAD_LENGTH),
-        ("ip length long", good[:14] + _ip_len_fixed(good, len(good) - 13), Counter.DROP_BAD_LENGTH),
+        ("ip length short", _fix_ip(edit(refresh=False, ipv4__total_len=27)), Counter.DROP_BAD_LENGTH),
+        ("ip length long", _fix_ip(edit(refresh=False, ipv4__total_len=len(good) - 13)), Counter.DROP_BAD_LENGTH),
         ("other udp", bytes(Ether(dst=sw, src=w0.mac) / IP(src=w0.ip, dst=spec.ip) / UDP(sport=1234, dport=53) / payload),
          Counter.DROP_NON_ROCE),
-        ("udp length", edit(38, (int.from_bytes(good[38:40], "big") + 4).to_bytes(2, "big")), Counter.DROP_BAD_LENGTH),
+        ("udp length", edit(udp__len=udp["len"] + 4), Counter.DROP_BAD_LENGTH),
         ("icrc last byte", good[:-1] + bytes([good[-1] ^ 0x80]), Counter.DROP_BAD_ICRC),
-        ("payload bit", edit(100, bytes([good[100] ^ 0x04]), refresh=False), Counter.DROP_BAD_ICRC),
-        ("bth version", edit(43, b"\x41"), Counter.DROP_BAD_HEADER),
+        ("payload bit", good[:100] + bytes([good[100] ^ 0x04]) + good[101:], Counter.DROP_BAD_ICRC),
+        ("bth version", edit(bth__tver=1), Counter.DROP_BAD_HEADER),
         ("pkey", contrib(pkey=spec.pkey ^ 0x8000), Counter.DROP_BAD_HEADER),
-        ("dma length", edit(66, (spec.chunk_bytes - 4).to_bytes(4, "big")), Counter.DROP_BAD_LENGTH),
+        ("dma length", edit(reth__dma_len=spec.chunk_bytes - 4), Counter.DROP_BAD_LENGTH),
         ("rc opcode", contrib(opcode=Opcode.RC_RDMA_WRITE_ONLY), Counter.DROP_BAD_OPCODE),
         ("write with imm", contrib(opcode=Opcode.UC_RDMA_WRITE_ONLY_IMM, imm=7), Counter.DROP_BAD_OPCODE),
-        ("chunk size", contrib(payload=good[70:70 + spec.chunk_bytes // 2]), Counter.DROP_BAD_LENGTH),
+        ("chunk size", contrib(payload=good[CONTRIB_HDR_LEN:CONTRIB_HDR_LEN + spec.chunk_bytes // 2]),
+         Counter.DROP_BAD_LENGTH),
         ("qpn prefix", contrib(dest_qpn=job.qpn(0) ^ 0x010000), Counter.DROP_UNKNOWN_QPN),
         ("job absent", contrib(dest_qpn=job.qpn(0) ^ (1 << 8)), Counter.DROP_UNKNOWN_QPN),
         ("worker absent", contrib(dest_qpn=job.qpn(len(job.workers))), Counter.DROP_UNKNOWN_QPN),
         ("rkey", contrib(rkey=job.rkey ^ 1), Counter.DROP_BAD_RKEY),
         ("va unaligned", contrib(va=spec.chunk_bytes + 4), Counter.DROP_BAD_ADDRESS),
-        ("va too high", contrib(va=(1 << 32) * spec.chunk_bytes), Counter.DROP_BAD_ADDRESS),
+        ("va too high", contrib(va=CHUNK_MOD * spec.chunk_bytes), Counter.DROP_BAD_ADDRESS),
     ]
     return out
 
-
-def _fix_ip(frame: bytes) -> bytes:
-    f = bytearray(frame)
-    ip = f[14:34]
-    ip[10:12] = b"\0\0"
-    f[24:26] = wire.ipv4_checksum(bytes(ip)).to_bytes(2, "big")
-    return bytes(f)
-
-
-def _ip_len_fixed(good: bytes, total: int) -> bytes:
-    """``good`` after its Ethernet header with IPv4 total length ``total`` and a valid checksum."""
-    f = bytearray(good)
-    f[16:18] = total.to_bytes(2, "big")
-    ip = f[14:34]
-    ip[10:12] = b"\0\0"
-    f[24:26] = wire.ipv4_checksum(bytes(ip)).to_bytes(2, "big")
-    return bytes(f[14:])

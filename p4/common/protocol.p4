@@ -1,7 +1,8 @@
 /* The inagg wire protocol in P4: constants, headers and lane macros shared
- * by the TNA and v1model programs. docs/protocol.md is the specification and
- * inagg.models.protocol holds the same numbers; tests/p4/test_p4_sources.py
- * checks that they agree. */
+ * by the TNA and v1model programs. docs/protocol.md is the specification,
+ * inagg.models.protocol holds the same numbers and inagg.models.frame the
+ * same headers (field names, widths, the fields the ICRC masks);
+ * tests/p4/test_p4_sources.py checks that they agree. */
 
 #ifndef INAGG_PROTOCOL_P4
 #define INAGG_PROTOCOL_P4

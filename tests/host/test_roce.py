@@ -3,14 +3,15 @@
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from scapy.contrib.roce import AETH
 from scapy.layers.inet import UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from inagg.host.controller import plan
 from inagg.host.fastpath import ContribTemplate, ResultParser
-from inagg.host.roce import BTH, RETH, ImmDt, contribution, result
-from inagg.models import icrc, wire
+from inagg.host.roce import BTH, RETH, SCAPY_NAMES, ImmDt, contribution, result
+from inagg.models import frame, icrc, wire
 from inagg.models.protocol import Opcode
 from inagg.models.switch import ModelSwitch
 
@@ -58,3 +59,26 @@ def test_contribution_without_immediate_has_no_immdt():
     p = Ether(bytes(contribution(SW, JOB, 0, 9, bytes(SW.chunk_bytes))))
     assert RETH in p and ImmDt not in p and len(p[Raw].load) == SW.chunk_bytes
     assert wire.parse(bytes(p)).va == 9 * SW.chunk_bytes
+
+
+# scapy.contrib.roce's names for the fields of models.frame, and the one field it splits in three.
+_SCAPY_BTH_NAMES = {"se": ("solicited",), "pad": ("padcount",), "tver": ("version",),
+                    "resv8a": ("fecn", "becn", "resv6")}
+
+
+def _scapy_bits(layer) -> dict[str, int]:
+    return {f.name: getattr(f, "size", None) or 8 * f.sz for f in layer.fields_desc}
+
+
+def test_scapy_layers_have_the_described_fields():
+    for layer, header, names in ((BTH, frame.BTH, _SCAPY_BTH_NAMES), (AETH, frame.AETH, {}),
+                                 (RETH, frame.RETH, {}), (ImmDt, frame.IMMDT, {})):
+        bits = _scapy_bits(layer)
+        order = [f.name for f in layer.fields_desc]
+        expected = []
+        for f in header.fields:
+            group = names.get(f.name) or (SCAPY_NAMES.get(header.name, {}).get(f.name, f.name),)
+            assert sum(bits[g] for g in group) == f.bits, f"{header.name}.{f.name}"
+            expected += group
+        # scapy's BTH ends with the ICRC, which the description keeps out of the header.
+        assert order[:len(expected)] == expected and order[len(expected):] in ([], ["icrc"]), header.name

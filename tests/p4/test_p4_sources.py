@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from inagg.models import protocol
+from inagg.models import frame, protocol
 from inagg.models.protocol import Counter, Opcode
 from inagg.models.switch import SlotState
 
@@ -36,8 +36,33 @@ def test_constants_match_the_protocol_model():
     assert p4_const("IMM_CHUNK_MASK") == protocol.IMM_CHUNK_MASK
     assert p4_const("RESULT_TTL") == protocol.DEFAULT_TTL
     assert p4_const("RESULT_SPORT_BASE") == protocol.result_udp_sport(0)
+    assert p4_const("RESULT_SPORT_BASE") == protocol.RESULT_SPORT_BASE
     for n in ("IPV4", "UDP", "BTH", "RETH", "IMMDT", "ICRC"):
         assert p4_const(f"{n}_LEN") == getattr(protocol, f"{n}_LEN")
+
+
+def p4_headers() -> dict[str, list[tuple[str, int]]]:
+    """Every ``header <name>_h { bit<n> field; ... }`` of p4/common/protocol.p4, fields in order."""
+    out = {}
+    for name, body in re.findall(r"header\s+(\w+)_h\s*\{([^}]*)\}", COMMON):
+        out[name] = [(f, int(n)) for n, f in re.findall(r"bit<(\d+)>\s+(\w+)\s*;", body)]
+    return out
+
+
+@pytest.mark.parametrize("header", ["ethernet", "ipv4", "udp", "bth", "reth", "immdt"])
+def test_headers_match_the_frame_description(header):
+    assert p4_headers()[header] == [(f.name, f.bits) for f in frame.HEADERS[header].fields]
+
+
+def test_icrc_macro_masks_the_described_fields():
+    m = re.search(r"#define INAGG_ICRC_HEADERS\(h\)(.*?)\n\n", COMMON, re.S)
+    assert m, "INAGG_ICRC_HEADERS is not defined in p4/common/protocol.p4"
+    items = [t.strip() for t in m.group(1).replace("\\", " ").split(",")]
+    expected = ["64w0x" + "F" * 16]
+    for h in (frame.IPV4, frame.UDP, frame.BTH, frame.RETH):
+        expected += [f"{f.bits}w0x" + "F" * (f.bits // 4) if f.icrc_ones else f"h.{h.name}.{f.name}"
+                     for f in h.fields]
+    assert [t.upper() for t in items] == [t.upper() for t in expected]
 
 
 def test_counter_indices_are_the_register_order():
