@@ -151,11 +151,10 @@ class ResultParser:
 
     def parse(self, frame: bytes | bytearray | memoryview) -> Result | Counter:
         """The result carried by ``frame``, or the counter of the first failed check."""
-        f = bytes(frame)
         # A frame too short for a result is sorted by the reference parser with every ICRC
         # checked, and then counted as a bad length.
-        short = len(f) < RESULT_HDR_LEN
-        r = wire.parse(f, self._pkey, accept_zero_icrc=self.accept_zero_icrc and not short)
+        short = len(frame) < RESULT_HDR_LEN
+        r = wire.parse(frame, self._pkey, accept_zero_icrc=self.accept_zero_icrc and not short)
         if isinstance(r, Counter):
             return r
         if short:

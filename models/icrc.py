@@ -18,7 +18,7 @@ import zlib
 from inagg.models.frame import BTH, IPV4, UDP
 from inagg.models.protocol import ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IPV4_VERSION_IHL
 
-__all__ = ["icrc", "icrc_value", "check", "masked_header", "MASKED_LEN", "MASKED_OFFSETS"]
+__all__ = ["icrc", "icrc_value", "check", "matches", "masked_header", "MASKED_LEN", "MASKED_OFFSETS"]
 
 MASKED_LEN = IPV4.size + UDP.size + BTH.size
 """Bytes after the Ethernet header that hold variant fields: IPv4, UDP and BTH."""
@@ -77,3 +77,14 @@ def check(frame_with_icrc: bytes | bytearray | memoryview) -> bool:
     if total < MASKED_LEN + ICRC_LEN or end > len(frame):
         return False
     return _value(frame[:end - ICRC_LEN]) == int.from_bytes(frame[end - ICRC_LEN:end], "little")
+
+
+def matches(frame: bytes | memoryview, end: int) -> bool:
+    """True when the 4 bytes before ``end`` are the ICRC of the datagram they close.
+
+    For a frame whose framing a caller has checked already (EtherType, IPv4
+    version and IHL, ``end`` from the IPv4 total length within the frame, as
+    :func:`inagg.models.wire.check_datagram` does): :func:`check` without its
+    checks again, on the per-frame path of every receiver.
+    """
+    return _value(memoryview(frame)[:end - ICRC_LEN]) == int.from_bytes(frame[end - ICRC_LEN:end], "little")

@@ -181,13 +181,13 @@ def parse(frame: bytes | bytearray | memoryview, pkey: int = DEFAULT_PKEY, *,
     zero as good (a Tofino's results, ``docs/protocol.md`` section 8) and
     marks the frame ``zero_icrc``.
     """
-    f = bytes(frame)
+    f = frame if type(frame) is bytes else bytes(frame)
     total = check_datagram(f)
     if isinstance(total, Counter):
         return total
     end = ETH_LEN + total
     zero_icrc = False
-    if not _icrc.check(f[:end]):
+    if not _icrc.matches(f, end):
         if not (accept_zero_icrc and f[end - ICRC_LEN:end] == bytes(ICRC_LEN)):
             return Counter.DROP_BAD_ICRC
         zero_icrc = True
