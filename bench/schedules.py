@@ -74,6 +74,63 @@ def steps_4096():
     return out
 
 
+#: the generators of the scale table and the collective each is timed on
+SCALE_ALGOS = [("ring", "allreduce"), ("rd", "allreduce"), ("rabenseifner", "allreduce"), ("swing-lat", "allreduce"),
+               ("swing-bw", "allreduce"), ("trivance-lat", "allreduce"), ("trivance-bw", "allreduce"),
+               ("bruck", "allgather"), ("dbtree", "allreduce"), ("ina", "allreduce")]
+SCALE_RANKS = [1024, 4096, 16384, 65536]
+#: above this the ring is costed in closed form (one round, repeated), not as 2 n (n-1) rows
+RING_ROWS_UP_TO = 4096
+
+
+def scale_topology(algo: str, n: int) -> str:
+    """A square torus for the endpoint algorithms, 8-GPU servers on rails for in-network aggregation."""
+    if algo == "ina":
+        return f"multirail:{n // 8}x8"
+    side = int(round(n ** 0.5))
+    return f"torus:{side}x{side}"
+
+
+def scale_point(algo: str, coll: str, n: int) -> dict:
+    """Generate and cost one schedule (64 MiB) in this process: times, peak memory, steps, Xi."""
+    import resource
+
+    topo = T.parse(scale_topology(algo, n))
+    w0, c0 = time.perf_counter(), time.process_time()
+    if algo == "ring" and n > RING_ROWS_UP_TO:
+        one, rounds = A.ring_round(n, collective=coll)
+        w1, c1 = time.perf_counter(), time.process_time()
+        c = evaluate(one, topo, 64 << 20, repeat=rounds)
+    else:
+        s = generate(algo, topo=topo, collective=coll, abstract=True)
+        w1, c1 = time.perf_counter(), time.process_time()
+        c = evaluate(s, topo, 64 << 20)
+    w2, c2 = time.perf_counter(), time.process_time()
+    return {"algo": algo, "collective": coll, "ranks": n, "topology": topo.spec, "generate_s": w1 - w0,
+            "cost_s": w2 - w1, "cpu_s": c2 - c0, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "steps": c.steps, "xi": c.xi, "closed_form": algo == "ring" and n > RING_ROWS_UP_TO}
+
+
+def scale_table(ranks=SCALE_RANKS, runs=3):
+    """Every scale point in a fresh process (so peak memory is its own), ``runs`` times; medians."""
+    import json
+    import subprocess
+
+    rows = []
+    for n in ranks:
+        for algo, coll in SCALE_ALGOS:
+            pts = []
+            for _ in range(runs):
+                out = subprocess.run([sys.executable, __file__, "--scale-point", algo, coll, str(n)], check=True,
+                                     capture_output=True, text=True).stdout
+                pts.append(json.loads(out.splitlines()[-1]))
+            med = {k: float(np.median([p[k] for p in pts])) for k in ("generate_s", "cost_s", "cpu_s", "peak_mib")}
+            rows.append(dict(pts[0], **med))
+            print(f"  {algo} {n}: {med['generate_s'] + med['cost_s']:.2f} s (CPU {med['cpu_s']:.2f} s), "
+                  f"{med['peak_mib']:.0f} MiB, {pts[0]['steps']} steps", flush=True)
+    return rows
+
+
 #: What made the FAST plan fast, with the side-by-side figures (static text: the old code is in git).
 FAST_HISTORY = (
     "Timed side by side in one process on the same matrices (best of 7 plans per matrix, median over 10 "
@@ -204,7 +261,7 @@ def compare(spec, sizes):
     topo = T.parse(spec)
     res = {}
     for a in applicable(topo):
-        s = generate(a, topo=topo, abstract=a not in ("ina",))
+        s = generate(a, topo=topo, abstract=True)
         res[a] = [evaluate(s, topo, x) for x in sizes]
     path = OUT / f"schedules_compare_{spec.replace(':', '_')}.png"
     plot_compare(sizes, res, str(path), f"all-reduce on {spec}")
@@ -213,6 +270,11 @@ def compare(spec, sizes):
 
 
 def main(argv):
+    if argv[:1] == ["--scale-point"]:
+        import json
+
+        print(json.dumps(scale_point(argv[1], argv[2], int(argv[3]))))
+        return 0
     quick = "--quick" in argv
     OUT.mkdir(parents=True, exist_ok=True)
     print("Table 2", flush=True)
@@ -237,7 +299,7 @@ def main(argv):
     S = float(1 << 30)
     lb_rows = []
     for a in ("ring", "swing-bw", "ina"):
-        s = generate(a, topo=topo, abstract=a != "ina")
+        s = generate(a, topo=topo, abstract=True)
         c = evaluate(s, topo, S)
         lb_rows.append((a, c.bytes_per_rank, c.time_s))
 

@@ -100,7 +100,7 @@ def _fail(msg: str) -> int:
 
 def _cmd_schedule(args: argparse.Namespace) -> int:
     from inagg.host.schedules import cost, executor, topology
-    from inagg.host.schedules.registry import generate
+    from inagg.host.schedules.registry import CONCRETE_ONLY, generate
 
     try:
         topo = topology.parse(args.topo)
@@ -110,7 +110,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
             return _fail("--algo is required (or use `inagg schedule compare`)")
         concrete = not args.no_check or args.export_msccl
         sched = generate(args.algo, args.ranks, topo=topo, collective=args.collective,
-                         abstract=not concrete and args.algo not in ("ina", "direct", "fast"))
+                         abstract=not concrete and args.algo not in CONCRETE_ONLY)
         if not args.no_check:
             executor.check(sched)
         c = cost.evaluate(sched, topo, args.size)
@@ -144,13 +144,13 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace, topo) -> int:
     from inagg.host.schedules import cost
-    from inagg.host.schedules.registry import applicable, generate
+    from inagg.host.schedules.registry import CONCRETE_ONLY, applicable, generate
 
     sizes = args.sizes or parse_sizes("1KiB..1GiB")
     algos = applicable(topo, args.collective)
     results = {}
     for a in algos:
-        s = generate(a, topo=topo, collective=args.collective, abstract=a not in ("ina", "direct", "fast"))
+        s = generate(a, topo=topo, collective=args.collective, abstract=a not in CONCRETE_ONLY)
         results[a] = [cost.evaluate(s, topo, x) for x in sizes]
     from inagg.host.schedules import plot
 

@@ -142,11 +142,16 @@ class Op:
     row: int
 
 
+#: the stored dtype of every row column (a builder concatenates straight into it)
+_COLUMN_DTYPES = {"kind": np.int8, "step": np.int32, "src": np.int32, "dst": np.int32, "channel": np.int32,
+                  "src_buf": np.int8, "dst_buf": np.int8, "count": np.int64}
+
+
 def _as_index_array(x, what: str) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype == bool or not (a.dtype.kind in "iu" or a.size == 0):
         raise TypeError(f"{what} must be integers, not {a.dtype}")
-    return a.astype(np.int64, copy=False)
+    return a
 
 
 class Schedule:
@@ -253,20 +258,14 @@ class Schedule:
             if a.ndim != 1 or len(a) != n:
                 raise ValueError(f"column {label} must be 1-D with {n} entries, not shape {a.shape}")
             cols[label] = a
-        self.kind = cols["kind"].astype(np.int8)
-        self.step = cols["step"].astype(np.int32)
-        self.src = cols["src"].astype(np.int32)
-        self.dst = cols["dst"].astype(np.int32)
-        self.channel = cols["channel"].astype(np.int32)
-        self.src_buf = cols["src_buf"].astype(np.int8)
-        self.dst_buf = cols["dst_buf"].astype(np.int8)
-        self.count = cols["count"].astype(np.int64)
+        for label, dtype in _COLUMN_DTYPES.items():
+            setattr(self, label, cols[label].astype(dtype, copy=False))
         if (ptr is None) != (src_idx is None) or (ptr is None) != (dst_idx is None):
             raise ValueError("ptr, src_idx and dst_idx must be given together (concrete) or not at all (abstract)")
         if ptr is None:
             self.ptr = self.src_idx = self.dst_idx = None
         else:
-            self.ptr = _as_index_array(ptr, "ptr")
+            self.ptr = _as_index_array(ptr, "ptr").astype(np.int64, copy=False)
             self.src_idx = _as_index_array(src_idx, "src_idx").astype(np.int32)
             self.dst_idx = _as_index_array(dst_idx, "dst_idx").astype(np.int32)
         self._validate()
@@ -274,13 +273,10 @@ class Schedule:
 
     # ------------------------------------------------------------------ checks
     def _buffer_size(self, node: np.ndarray, buf: np.ndarray) -> np.ndarray:
-        is_rank = node < self.nranks
-        size = np.zeros(len(node), dtype=np.int64)
-        size[(buf == Buffer.INPUT) & is_rank] = self.in_chunks
-        size[(buf == Buffer.OUTPUT) & is_rank] = self.out_chunks
-        size[(buf == Buffer.SCRATCH) & is_rank] = self.scratch_chunks
-        size[(buf == Buffer.SCRATCH) & ~is_rank] = self.switch_scratch_chunks
-        return size
+        # (is a rank, buffer) -> size: one table lookup per row
+        table = np.array([0, 0, self.switch_scratch_chunks, self.in_chunks, self.out_chunks, self.scratch_chunks],
+                         dtype=np.int64)
+        return table[(node < self.nranks) * 3 + buf]
 
     def _validate(self) -> None:
         n = self.nranks
@@ -569,7 +565,8 @@ class ScheduleBuilder:
 
     def build(self, **meta) -> Schedule:
         """Make the schedule; keyword arguments are :class:`Schedule`'s metadata."""
-        cols = {k: (np.concatenate(v) if v else np.empty(0, np.int64)) for k, v in self._cols.items()}
+        cols = {k: (np.concatenate(v, dtype=_COLUMN_DTYPES[k], casting="unsafe") if v
+                    else np.empty(0, _COLUMN_DTYPES[k])) for k, v in self._cols.items()}
         if self.abstract:
             idx = dict(ptr=None, src_idx=None, dst_idx=None)
         else:
