@@ -79,14 +79,18 @@ SCALE_ALGOS = [("ring", "allreduce"), ("rd", "allreduce"), ("rabenseifner", "all
                ("swing-bw", "allreduce"), ("trivance-lat", "allreduce"), ("trivance-bw", "allreduce"),
                ("bruck", "allgather"), ("dbtree", "allreduce"), ("ina", "allreduce")]
 SCALE_RANKS = [1024, 4096, 16384, 65536]
-#: above this the ring is costed in closed form (one round, repeated), not as 2 n (n-1) rows
-RING_ROWS_UP_TO = 4096
+#: above this the ring is costed in closed form (one round, repeated), not as its 2 n (n-1) rows
+#: (67 M rows at 4,096 ranks)
+RING_ROWS_UP_TO = 1024
 
 
 def scale_topology(algo: str, n: int) -> str:
-    """A square torus for the endpoint algorithms, 8-GPU servers on rails for in-network aggregation."""
+    """A square torus for the endpoint algorithms (a ring for Trivance-lat, whose torus form needs powers
+    of three), 8-GPU servers on rails for in-network aggregation."""
     if algo == "ina":
         return f"multirail:{n // 8}x8"
+    if algo == "trivance-lat":
+        return f"ring:{n}"
     side = int(round(n ** 0.5))
     return f"torus:{side}x{side}"
 

@@ -218,16 +218,26 @@ def tree_traffic(pat: Pattern, sizes: np.ndarray) -> list[list[tuple[np.ndarray,
             kern = np.zeros(pat.m)
             kern[offset[cls == c]] = sizes[cls == c]
             kernels.append(np.fft.rfftn(kern.reshape(pat.shape), axes=axes))
+    if uniform:
+        # one pass over every (node, root) entry: how many nodes of each class send in step s on slot j
+        k = max((to.shape[1] for to in pat.send_to), default=1)
+        y, r = np.nonzero(step >= 0)
+        s_yr = step[y, r].astype(np.int64)
+        slot = np.zeros(len(y), dtype=np.int64)
+        for j in range(1, k):
+            peers = np.stack([to[:, j] if to.shape[1] > j else np.full(pat.m, -1) for to in pat.send_to])
+            slot[parent[y, r] == peers[s_yr, y]] = j
+        per_class = np.bincount((s_yr * k + slot) * len(reps) + cls[y],
+                                minlength=pat.nsteps * k * len(reps)).reshape(pat.nsteps, k, len(reps))
     out = []
     for s in range(pat.nsteps):
         per_slot = []
         for j in range(pat.send_to[s].shape[1]):
             x = pat.send_to[s][:, j]
-            mask = (step == s) & (parent == x[:, None])
             if uniform:
-                per_class = np.bincount(np.repeat(cls, mask.sum(axis=1)), minlength=len(reps))
-                count = per_class[cls] * (int(sizes[0]) if pat.m else 0)
+                count = per_class[s, j][cls] * (int(sizes[0]) if pat.m else 0)
             else:
+                mask = (step == s) & (parent == x[:, None])
                 acc = np.zeros(pat.shape)
                 for c in range(len(reps)):
                     a = np.fft.rfftn(mask[:, c].reshape(pat.shape).astype(float), axes=axes)

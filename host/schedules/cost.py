@@ -84,15 +84,24 @@ def evaluate(schedule: Schedule, topo: Topology, size_bytes: float, *, repeat: i
         raise ValueError(f"repeat must be a positive integer, not {repeat!r}")
     nodes = _nodes(schedule, topo)
     per_chunk = float(size_bytes) / schedule.size_chunks if schedule.size_chunks else 0.0
-    xfer = np.flatnonzero(schedule.is_transfer)
-    # transfers between two nodes mapped onto the same topology node (none in practice) are free
-    xfer = xfer[nodes[schedule.src[xfer]] != nodes[schedule.dst[xfer]]]
-    step = schedule.step[xfer]
-    # one step at a time: memory stays at one step's transfers, whatever the schedule's length
+    is_transfer = schedule.is_transfer
+    if schedule.nswitches == 0 and is_transfer.all():
+        # GPU ranks only, all transfers (the large schedules): no row to drop, no copy of the columns
+        xfer, step = None, schedule.step
+    else:
+        xfer = np.flatnonzero(is_transfer)
+        # transfers between two nodes mapped onto the same topology node (none in practice) are free
+        xfer = xfer[nodes[schedule.src[xfer]] != nodes[schedule.dst[xfer]]]
+        step = schedule.step[xfer]
+    # one step at a time: memory stays at one step's transfers, whatever the schedule's length;
     # numpy's stable sort is a radix sort on 16-bit keys
     narrow = step.astype(np.int16) if len(step) and step.max() < 2 ** 15 else step
-    order = xfer[np.argsort(narrow, kind="stable")]
-    steps, cuts = np.unique(schedule.step[order], return_index=True)
+    order = np.argsort(narrow, kind="stable")
+    if xfer is not None:
+        order = xfer[order]
+    sorted_steps = schedule.step[order]
+    cuts = np.flatnonzero(np.diff(sorted_steps, prepend=-1))  # where a new step starts
+    steps = sorted_steps[cuts]
     bounds = np.append(cuts, len(order))
     times = np.zeros(len(steps))
     byte_terms = np.zeros(len(steps))
