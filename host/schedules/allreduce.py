@@ -4,7 +4,9 @@ reduce-scatter / all-gather halves).
 Every generator returns a :class:`~inagg.host.schedules.ir.Schedule`; none of
 them executes anything. The patterns (who talks to whom in step s) are
 computed for all ranks at once with numpy; the bandwidth-optimal block
-routing comes from :func:`~inagg.host.schedules.common.pattern_trees`.
+routing comes from :func:`~inagg.host.schedules.common.pattern_trees`
+(concrete) or :func:`~inagg.host.schedules.common.tree_traffic` (abstract:
+counts from one tree per residue class of the pattern's symmetry).
 
 Chunk layout of the bandwidth-optimal schedules: block r (rank r's shard)
 is ``channels * chunks_per_block`` consecutive chunks, and channel c owns

@@ -42,9 +42,10 @@ never referenced and ``OUTPUT`` starts out holding the rank's input laid out
 as the collective defines (see :mod:`inagg.host.schedules.executor`).
 
 A schedule may be *abstract*: chunk counts without chunk indices. Abstract
-schedules are for costing very large instances (e.g. 4096-rank tori); the
-executor refuses them, and tests check that a generator's abstract and
-concrete outputs have the same traffic.
+schedules are for costing very large instances (up to 65,536-rank tori);
+the executor refuses them (:func:`~inagg.host.schedules.executor.check_symbolic`
+checks them), and tests check that a generator's abstract and concrete
+outputs have the same traffic.
 """
 
 from __future__ import annotations

@@ -79,7 +79,6 @@ class Topology:
     endpoint_alpha: float = ENDPOINT_ALPHA
     dims: tuple[int, ...] = ()
     shape: tuple[int, ...] = ()
-    _lines: dict | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
     def nlinks(self) -> int:
@@ -128,23 +127,22 @@ class Topology:
         return StepCost(np.bincount(who, weights=self.link_alpha[links], minlength=len(src)), wait,
                         float(load.max()), float(ideal.max()))
 
-    def _torus_lines(self):
-        """Per dimension and direction: link beta and alpha as ``(outer, size, inner)`` arrays (the
-        dimension in the middle) and the alphas' prefix sums over two turns of each ring line."""
-        if self._lines is None:
-            dims, D, p = self.dims, len(self.dims), self.nhosts
-            beta = self.link_beta.reshape(p, D, 2)
-            alpha = self.link_alpha.reshape(p, D, 2)
-            lines = {}
-            for d in range(D):
-                shape = (math.prod(dims[:d]), dims[d], math.prod(dims[d + 1:]))
-                for neg in (0, 1):
-                    a = alpha[:, d, neg].reshape(shape)
-                    prefix = np.zeros((shape[0], 2 * shape[1] + 1, shape[2]))
-                    np.cumsum(np.concatenate([a, a], axis=1), axis=1, out=prefix[:, 1:])
-                    lines[d, neg] = (shape, beta[:, d, neg].reshape(shape), prefix)
-            self._lines = lines
-        return self._lines
+    def _torus_lines(self) -> dict:
+        """Per dimension and direction: link beta as an ``(outer, size, inner)`` array (the dimension in
+        the middle) and the link alphas' prefix sums over two turns of each ring line (views and one
+        cumulative sum, made per call so that changed link arrays are never stale)."""
+        dims, D, p = self.dims, len(self.dims), self.nhosts
+        beta = self.link_beta.reshape(p, D, 2)
+        alpha = self.link_alpha.reshape(p, D, 2)
+        lines = {}
+        for d in range(D):
+            shape = (math.prod(dims[:d]), dims[d], math.prod(dims[d + 1:]))
+            for neg in (0, 1):
+                a = alpha[:, d, neg].reshape(shape)
+                prefix = np.zeros((shape[0], 2 * shape[1] + 1, shape[2]))
+                np.cumsum(np.concatenate([a, a], axis=1), axis=1, out=prefix[:, 1:])
+                lines[d, neg] = (shape, beta[:, d, neg].reshape(shape), prefix)
+        return lines
 
     def _torus_step_cost(self, src, dst, nbytes):
         dims, D = self.dims, len(self.dims)
