@@ -16,12 +16,13 @@ algorithm name::
 """
 
 from inagg.host.schedules.cost import Cost, allreduce_lower_bound, evaluate, ina_lower_bound
-from inagg.host.schedules.executor import ScheduleError, check, execute, expected, make_inputs
+from inagg.host.schedules.executor import ScheduleError, check, check_symbolic, execute, expected, make_inputs
 from inagg.host.schedules.ir import Buffer, Collective, Op, OpKind, Row, Schedule, ScheduleBuilder
 from inagg.host.schedules.registry import ALGORITHMS, applicable, generate
 
 __all__ = [
     "ALGORITHMS", "Buffer", "Collective", "Cost", "Op", "OpKind", "Row", "Schedule", "ScheduleBuilder",
-    "ScheduleError", "allreduce_lower_bound", "applicable", "check", "evaluate", "execute", "expected",
+    "ScheduleError", "allreduce_lower_bound", "applicable", "check", "check_symbolic", "evaluate", "execute",
+    "expected",
     "generate", "ina_lower_bound", "make_inputs",
 ]

@@ -4,7 +4,9 @@ reduce-scatter / all-gather halves).
 Every generator returns a :class:`~inagg.host.schedules.ir.Schedule`; none of
 them executes anything. The patterns (who talks to whom in step s) are
 computed for all ranks at once with numpy; the bandwidth-optimal block
-routing comes from :func:`~inagg.host.schedules.common.pattern_trees`.
+routing comes from :func:`~inagg.host.schedules.common.pattern_trees`
+(concrete) or :func:`~inagg.host.schedules.common.tree_traffic` (abstract:
+counts from one tree per residue class of the pattern's symmetry).
 
 Chunk layout of the bandwidth-optimal schedules: block r (rank r's shard)
 is ``channels * chunks_per_block`` consecutive chunks, and channel c owns
@@ -24,6 +26,7 @@ from inagg.host.schedules.ir import Buffer, Collective, Row, Schedule, ScheduleB
 
 __all__ = [
     "ring",
+    "ring_round",
     "recursive_doubling",
     "rabenseifner",
     "swing_latency",
@@ -65,6 +68,20 @@ def _dims(nranks: int, dims, algo: str) -> tuple[int, ...]:
 
 
 # ----------------------------------------------------------------------- ring
+def _ring_setup(nranks, collective, channels, chunks_per_block, algo="ring"):
+    n = check_ranks(nranks, algo)
+    coll = _collective(collective, _HALVES, algo)
+    ch = _positive(channels, "channels", algo)
+    if ch > 2:
+        raise ValueError(f"{algo}: channels must be 1 or 2 (one per ring direction), not {ch}")
+    return n, coll, ch, _positive(chunks_per_block, "chunks_per_block", algo)
+
+
+def _ring_next(r: np.ndarray, n: int, c: int) -> np.ndarray:
+    """Where channel c sends: clockwise for channel 0, counter-clockwise for channel 1."""
+    return (r + (1 if c == 0 else -1)) % n
+
+
 def ring(nranks: int, *, collective=Collective.ALLREDUCE, channels: int = 2, chunks_per_block: int = 1,
          abstract: bool = False) -> Schedule:
     """The ring algorithm: reduce-scatter then all-gather, each ``n-1`` steps.
@@ -73,15 +90,9 @@ def ring(nranks: int, *, collective=Collective.ALLREDUCE, channels: int = 2, chu
     half counter-clockwise, so both directions of a bidirectional ring carry
     data, as NCCL does with its rings.
     """
-    algo = "ring"
-    n = check_ranks(nranks, algo)
-    coll = _collective(collective, _HALVES, algo)
-    ch = _positive(channels, "channels", algo)
-    if ch > 2:
-        raise ValueError(f"{algo}: channels must be 1 or 2 (one per ring direction), not {ch}")
-    k = _positive(chunks_per_block, "chunks_per_block", algo)
+    n, coll, ch, k = _ring_setup(nranks, collective, channels, chunks_per_block)
     K = ch * k
-    b = ScheduleBuilder(algo, coll, n, abstract=abstract)
+    b = ScheduleBuilder("ring", coll, n, abstract=abstract)
     r = np.arange(n)
     lane = np.arange(k)
 
@@ -91,7 +102,7 @@ def ring(nranks: int, *, collective=Collective.ALLREDUCE, channels: int = 2, chu
     if n > 1:
         for c in range(ch):
             sign = 1 if c == 0 else -1
-            nxt = (r + sign) % n
+            nxt = _ring_next(r, n, c)
             step = 0
             if coll in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER):
                 for s in range(n - 1):
@@ -107,6 +118,27 @@ def ring(nranks: int, *, collective=Collective.ALLREDUCE, channels: int = 2, chu
     return b.build(size_chunks=size, in_chunks=0, out_chunks=size)
 
 
+def ring_round(nranks: int, *, collective=Collective.ALLREDUCE, channels: int = 2,
+               chunks_per_block: int = 1) -> tuple[Schedule, int]:
+    """The ring in closed form: ``(one round, how many rounds)``.
+
+    Every step of :func:`ring` moves ``chunks_per_block`` chunks from each
+    rank to its neighbour on every channel; only which block it is changes,
+    and an abstract schedule does not say. So the ring is this one-step
+    abstract schedule run ``rounds`` times in a row (2(n-1) for an
+    all-reduce), which :func:`~inagg.host.schedules.cost.evaluate` costs
+    with ``repeat=rounds`` without building its ``2 n (n-1)`` rows.
+    """
+    n, coll, ch, k = _ring_setup(nranks, collective, channels, chunks_per_block)
+    b = ScheduleBuilder("ring", coll, n, abstract=True)
+    r = np.arange(n)
+    if n > 1:
+        for c in range(ch):
+            b.add_rows(Row.TRANSFER, 0, r, _ring_next(r, n, c), k, channel=c)
+    rounds = (n - 1) * (2 if coll is Collective.ALLREDUCE else 1)
+    return b.build(size_chunks=n * ch * k, in_chunks=0, out_chunks=n * ch * k), rounds
+
+
 # ------------------------------------------------------------------- patterns
 def swing_rho(s: int) -> int:
     """rho(s) = sum_{i=0..s} (-2)^i, the signed distance of Swing's step s."""
@@ -120,8 +152,12 @@ def swing_peer(r: np.ndarray | int, s: int, p: int) -> np.ndarray | int:
     return int(out) if out.ndim == 0 else out
 
 
-def _torus_pattern(dims: tuple[int, ...], steps_per_dim: list[int], start: int, move) -> Pattern:
-    """A pattern that works on one torus dimension per step; ``move(coord, k) -> new coords``."""
+def _torus_pattern(dims: tuple[int, ...], steps_per_dim: list[int], start: int, move, period=None,
+                   shape=None) -> Pattern:
+    """A pattern that works on one torus dimension per step; ``move(coord, k) -> new coords``.
+
+    ``period`` (and ``shape``, default ``dims``) declare its translation symmetry (:class:`Pattern`).
+    """
     coords = common.torus_coords(dims)
     send_to, used = [], []
     for d, k in common.dimension_sequence(dims, steps_per_dim, start):
@@ -141,7 +177,7 @@ def _torus_pattern(dims: tuple[int, ...], steps_per_dim: list[int], start: int, 
             arr[arr[:, 1] == arr[:, 0], 1] = -1
         send_to.append(arr)
         used.append(d)
-    return Pattern(len(coords), send_to, used)
+    return Pattern(len(coords), send_to, used, shape=shape or dims, period=period)
 
 
 def _swing_move(mirrored: bool):
@@ -228,19 +264,25 @@ def _bandwidth(algo: str, coll: Collective, n: int, patterns: list[Pattern], pla
     where = {int(a): v for v, a in enumerate(plan.active)}
     for e, a in zip(plan.extras, plan.partner):
         owners[where[int(a)]].append(int(e))
-    trees = []
-    for pat in patterns:
-        parent, stp, covered = common.pattern_trees(pat)
-        if not covered:
-            raise ValueError(f"{algo}: the pattern does not reach every rank in {pat.nsteps} steps "
-                             f"for {pat.m} ranks")
-        trees.append((pat, parent, stp))
     lane = np.arange(k)
 
     def block_chunks(ranks, c):
         return np.concatenate([r * K + c * k + lane for r in ranks])
 
+    if abstract:
+        # counts only: one tree per residue class of the pattern's symmetry instead of one per node
+        sizes = k * np.array([len(o) for o in owners], dtype=np.int64)
+        traffic = [common.tree_traffic(pat, sizes) for pat in patterns]
+    else:
+        trees = []
+        for c, pat in enumerate(patterns):
+            parent, stp, covered = common.pattern_trees(pat)
+            if not covered:
+                raise ValueError(f"{algo}: the pattern does not reach every rank in {pat.nsteps} steps "
+                                 f"for {pat.m} ranks")
+            trees.append((parent, stp, Blocks.from_lists([block_chunks(o, c) for o in owners])))
     whole = np.arange(size, dtype=np.int64)
+    ranks = plan.active
     step = 0
     if not plan.trivial:
         if coll is Collective.ALLGATHER:
@@ -249,18 +291,26 @@ def _bandwidth(algo: str, coll: Collective, n: int, patterns: list[Pattern], pla
         else:
             common.emit_fold_in(b, plan, whole, step)
         step += 1
+    nsteps = max(p.nsteps for p in patterns)
     if coll in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER):
-        nxt = step
-        for c, (pat, parent, stp) in enumerate(trees):
-            blocks = Blocks.from_lists([block_chunks(o, c) for o in owners])
-            nxt = max(nxt, common.emit_tree_reduce_scatter(b, pat, parent, stp, blocks, plan.active, step, c))
-        step = nxt
+        for c, pat in enumerate(patterns):
+            if abstract:
+                for s, per_slot in enumerate(traffic[c]):
+                    for ys, xs, counts in per_slot:
+                        b.add_rows(Row.TRANSFER_REDUCE, step + s, ranks[ys], ranks[xs], counts, channel=c)
+            else:
+                common.emit_tree_reduce_scatter(b, pat, *trees[c], ranks, step, c)
+        step += nsteps
     if coll in (Collective.ALLREDUCE, Collective.ALLGATHER):
-        nxt = step
-        for c, (pat, parent, stp) in enumerate(trees):
-            blocks = Blocks.from_lists([block_chunks(o, c) for o in owners])
-            nxt = max(nxt, common.emit_tree_allgather(b, pat, parent, stp, blocks, plan.active, step, c))
-        step = nxt
+        for c, pat in enumerate(patterns):
+            if abstract:
+                last = pat.nsteps - 1
+                for s, per_slot in reversed(list(enumerate(traffic[c]))):
+                    for ys, xs, counts in per_slot:
+                        b.add_rows(Row.TRANSFER, step + last - s, ranks[xs], ranks[ys], counts, channel=c)
+            else:
+                common.emit_tree_allgather(b, pat, *trees[c], ranks, step, c)
+        step += nsteps
     if not plan.trivial:
         if coll is Collective.REDUCE_SCATTER:
             own = np.stack([e * K + np.arange(K) for e in plan.extras])
@@ -298,7 +348,10 @@ def rabenseifner(nranks: int, *, collective=Collective.ALLREDUCE, dims=None, chu
         plan = common.fold_plan(n, m)
         vd = (m,)
     steps = [common.ilog(d, 2) for d in vd]
-    patterns = [_torus_pattern(vd, steps, c, _xor_move) for c in range(len(vd))]
+    # XOR with a fixed mask commutes with the pattern: the group is one Z_2 per bit of the index
+    bits = (2,) * sum(steps)
+    patterns = [_torus_pattern(vd, steps, c, _xor_move, (1,) * len(bits), bits) if bits else
+                _torus_pattern(vd, steps, c, _xor_move) for c in range(len(vd))]
     return _bandwidth(algo, coll, n, patterns, plan, k, abstract, {"dims": dims})
 
 
@@ -328,7 +381,10 @@ def swing_bandwidth(nranks: int, *, collective=Collective.ALLREDUCE, dims=None, 
         plan = common.fold_plan(n, m)
         vd = (m,)
     steps = [common.clog(d, 2) for d in vd]
-    patterns = [_torus_pattern(vd, steps, c, _swing_move(mir)) for mir in (False, True) for c in range(len(vd))]
+    # even ranks go one way and odd ranks the other, so moving by 2 along a dimension commutes with it
+    period = tuple(2 if d % 2 == 0 else 1 for d in vd)
+    patterns = [_torus_pattern(vd, steps, c, _swing_move(mir), period) for mir in (False, True)
+                for c in range(len(vd))]
     return _bandwidth(algo, coll, n, patterns, plan, k, abstract, {"dims": dims})
 
 
@@ -344,7 +400,7 @@ def trivance_bandwidth(nranks: int, *, collective=Collective.ALLREDUCE, dims=Non
     k = _positive(chunks_per_block, "chunks_per_block", algo)
     plan = FoldPlan(np.arange(n), np.empty(0, np.int64), np.empty(0, np.int64))
     steps = [common.clog(d, 3) for d in dims]
-    patterns = [_torus_pattern(dims, steps, c, _trivance_move) for c in range(len(dims))]
+    patterns = [_torus_pattern(dims, steps, c, _trivance_move, (1,) * len(dims)) for c in range(len(dims))]
     return _bandwidth(algo, coll, n, patterns, plan, k, abstract, {"dims": dims})
 
 

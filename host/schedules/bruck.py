@@ -43,8 +43,10 @@ def bruck(nranks: int, *, collective=Collective.ALLGATHER, chunks_per_block: int
     if coll is Collective.ALLGATHER:
         for s in range(steps):
             cnt = min(1 << s, n - (1 << s))
-            blocks = (r[:, None] + np.arange(cnt)[None, :]) % n
-            b.transfer(s, r, (r - (1 << s)) % n, cnt * k if abstract else chunks(blocks))
+            if abstract:
+                b.add_rows(Row.TRANSFER, s, r, (r - (1 << s)) % n, cnt * k)
+            else:
+                b.transfer(s, r, (r - (1 << s)) % n, chunks((r[:, None] + np.arange(cnt)[None, :]) % n))
         size = n * k
         return b.build(size_chunks=size, in_chunks=0, out_chunks=size)
 

@@ -36,6 +36,10 @@ def parse_sizes(text: str) -> list[int]:
 
 
 
+#: up to this many ranks ``inagg schedule`` runs the executor's exact check, above it the symbolic one
+EXACT_CHECK_RANKS = 512
+
+
 def register(subparsers) -> None:
     """Add ``schedule`` and ``alltoall`` to an argparse sub-parser collection."""
     from inagg.host.schedules.registry import ALGORITHMS
@@ -61,7 +65,8 @@ def register(subparsers) -> None:
                    help="write the schedule as an MSCCL XML algorithm (validated, then read back and checked)")
     p.add_argument("--msccl-proto", choices=["Simple", "LL", "LL128"], default="Simple",
                    help="protocol named in the MSCCL file (default Simple)")
-    p.add_argument("--no-check", action="store_true", help="skip running the schedule through the executor")
+    p.add_argument("--no-check", action="store_true",
+                   help=f"skip the check (the executor up to {EXACT_CHECK_RANKS} ranks, the symbolic check above)")
     p.set_defaults(func=_cmd_schedule)
 
     a = subparsers.add_parser("alltoall", help="plan a skewed all-to-all with FAST")
@@ -92,7 +97,7 @@ def _fail(msg: str) -> int:
 
 def _cmd_schedule(args: argparse.Namespace) -> int:
     from inagg.host.schedules import cost, executor, topology
-    from inagg.host.schedules.registry import generate
+    from inagg.host.schedules.registry import CONCRETE_ONLY, generate
 
     try:
         topo = topology.parse(args.topo)
@@ -100,11 +105,14 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
             return _compare(args, topo)
         if not args.algo:
             return _fail("--algo is required (or use `inagg schedule compare`)")
-        concrete = not args.no_check or args.export_msccl
-        sched = generate(args.algo, args.ranks, topo=topo, collective=args.collective,
-                         abstract=not concrete and args.algo not in ("ina", "direct", "fast"))
-        if not args.no_check:
+        # the executor holds every chunk of every rank; past EXACT_CHECK_RANKS the symbolic check does
+        exact = not args.no_check and (topo.nhosts <= EXACT_CHECK_RANKS or args.algo in CONCRETE_ONLY)
+        concrete = exact or args.export_msccl or args.algo in CONCRETE_ONLY
+        sched = generate(args.algo, args.ranks, topo=topo, collective=args.collective, abstract=not concrete)
+        if exact:
             executor.check(sched)
+        elif not args.no_check:
+            executor.check_symbolic(sched)
         c = cost.evaluate(sched, topo, args.size)
         if args.export_msccl:
             from inagg.host.schedules import msccl
@@ -122,6 +130,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         plot.plot_schedule(sched, args.plot, args.size)
     d = c.as_dict()
     d["checked"] = not args.no_check
+    d["check"] = "none" if args.no_check else "exact" if exact else "symbolic"
     if args.export_msccl:
         d["msccl"] = args.export_msccl
     if args.json:
@@ -136,13 +145,13 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace, topo) -> int:
     from inagg.host.schedules import cost
-    from inagg.host.schedules.registry import applicable, generate
+    from inagg.host.schedules.registry import CONCRETE_ONLY, applicable, generate
 
     sizes = args.sizes or parse_sizes("1KiB..1GiB")
     algos = applicable(topo, args.collective)
     results = {}
     for a in algos:
-        s = generate(a, topo=topo, collective=args.collective, abstract=a not in ("ina", "direct", "fast"))
+        s = generate(a, topo=topo, collective=args.collective, abstract=a not in CONCRETE_ONLY)
         results[a] = [cost.evaluate(s, topo, x) for x in sizes]
     from inagg.host.schedules import plot
 

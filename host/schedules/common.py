@@ -39,6 +39,7 @@ __all__ = [
     "check_ranks",
     "check_int",
     "pattern_trees",
+    "tree_traffic",
     "Blocks",
     "emit_tree_reduce_scatter",
     "emit_tree_allgather",
@@ -93,11 +94,29 @@ class Pattern:
     ``m`` virtual nodes, ``len(send_to)`` steps, up to ``k`` peers per node
     and step (Trivance has two). ``dims_used[s]`` records which torus
     dimension step s uses (for documentation and plots).
+
+    ``shape`` and ``period`` declare the pattern's translation symmetry: node
+    y is the C-order index of a point of the group ``Z_shape[0] x ...``, and
+    moving every node by a multiple of ``period[i]`` along axis i maps each
+    step's peers onto the moved peers (Swing: period 2 per torus dimension,
+    Trivance: 1, recursive halving: 1 on the bits of the index). The default,
+    ``period == shape``, claims none. :func:`tree_traffic` checks the claim
+    and then needs one tree per residue class instead of one per node.
     """
 
     m: int
     send_to: list[np.ndarray]
     dims_used: list[int] | None = None
+    shape: tuple[int, ...] | None = None
+    period: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        self.shape = (self.m,) if self.shape is None else tuple(int(x) for x in self.shape)
+        self.period = self.shape if self.period is None else tuple(int(x) for x in self.period)
+        if math.prod(self.shape) != self.m or len(self.period) != len(self.shape) or any(
+                x < 1 or n % x for x, n in zip(self.period, self.shape)):
+            raise ValueError(f"pattern of {self.m} nodes: shape {self.shape} with period {self.period} "
+                             f"is not a group of {self.m} points with periods dividing its axes")
 
     @property
     def nsteps(self) -> int:
@@ -112,21 +131,51 @@ class Pattern:
             out.append((dst[ok], np.flatnonzero(ok)))
         return out
 
+    def translate(self, nodes: np.ndarray, axis: int) -> np.ndarray:
+        """``nodes`` moved by one period along ``axis`` (-1 stays -1)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        stride = math.prod(self.shape[axis + 1:])
+        coord = (nodes // stride) % self.shape[axis]
+        moved = nodes + (((coord + self.period[axis]) % self.shape[axis]) - coord) * stride
+        return np.where(nodes < 0, -1, moved)
 
-def pattern_trees(pat: Pattern) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Spanning trees of the pattern, one rooted at every node.
+    def symmetric(self) -> bool:
+        """Whether every step commutes with the declared translations (see the class docstring)."""
+        y = np.arange(self.m, dtype=np.int64)
+        for axis in range(len(self.shape)):
+            if self.period[axis] == self.shape[axis]:
+                continue
+            moved = self.translate(y, axis)
+            for to in self.send_to:
+                if not (to[moved] == self.translate(to, axis)).all():
+                    return False
+        return True
 
-    Returns ``(parent, step, covered)``, node-major: ``parent[y, d]`` is the
-    node y sends block d to, in step ``step[y, d]`` (both -1 for y == d or
-    when y is not reached); ``covered`` tells whether every tree spans all
-    nodes.
+    def classes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(class of every node, one representative per class)``: nodes in one class are translates."""
+        coords = np.stack(np.unravel_index(np.arange(self.m), self.shape), axis=1)
+        period = np.array(self.period)
+        cls = np.ravel_multi_index(tuple((coords % period).T), self.period)
+        reps = np.flatnonzero((coords < period).all(axis=1))  # C order, so cls[reps] == 0, 1, 2, ...
+        return cls, reps
+
+
+def pattern_trees(pat: Pattern, roots: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Spanning trees of the pattern, one rooted at every node of ``roots`` (default: all nodes).
+
+    Returns ``(parent, step, covered)``, node-major: ``parent[y, i]`` is the
+    node y sends block ``roots[i]`` to, in step ``step[y, i]`` (both -1 for
+    y == roots[i] or when y is not reached); ``covered`` tells whether every
+    tree spans all nodes. The trees are independent of each other, so a
+    subset of roots costs ``m`` per root, not ``m * m``.
     """
     m = pat.m
+    roots = np.arange(m) if roots is None else np.asarray(roots, dtype=np.int64)
     # node-major (node, root) layout: a step gathers whole rows, which is
     # contiguous memory, instead of strided columns
-    reached = np.eye(m, dtype=bool)
-    parent = np.full((m, m), -1, dtype=np.int32)
-    step = np.full((m, m), -1, dtype=np.int16 if pat.nsteps < 32000 else np.int32)
+    reached = np.arange(m)[:, None] == roots[None, :]
+    parent = np.full(reached.shape, -1, dtype=np.int32)
+    step = np.full(reached.shape, -1, dtype=np.int16 if pat.nsteps < 32000 else np.int32)
     for s in range(pat.nsteps - 1, -1, -1):
         snap = reached.copy()  # a node reached in this step cannot forward in it
         for receiver, sender in pat.recv_from(s):
@@ -136,6 +185,68 @@ def pattern_trees(pat: Pattern) -> tuple[np.ndarray, np.ndarray, bool]:
             parent[sender] = np.where(new, receiver[:, None], parent[sender])
             step[sender] = np.where(new, s, step[sender])
     return parent, step, bool(reached.all())
+
+
+def tree_traffic(pat: Pattern, sizes: np.ndarray) -> list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Chunk counts of the tree reduce-scatter without naming the blocks: for every step, one
+    ``(senders, receivers, chunks)`` triple per peer slot (the all-gather is its mirror image).
+
+    ``sizes[d]`` is the chunk count of block d. Block d moves along the tree
+    rooted at d; with the pattern's translation symmetry (checked here) the
+    tree of d is a translate of its class representative's, so sender y's
+    count in step s is a sum over translates: a count per residue class for
+    equal sizes, a cyclic convolution over the group (``numpy.fft``) when
+    folding makes some blocks bigger. Work and memory are ``m`` per class
+    and step instead of ``m * m``; a pattern that does not commute with its
+    declared translations raises ``ValueError``.
+    """
+    if not pat.symmetric():
+        raise ValueError(f"the pattern of {pat.m} nodes does not commute with translations by {pat.period}")
+    sizes = np.asarray(sizes, dtype=np.int64)
+    cls, reps = pat.classes()
+    parent, step, covered = pattern_trees(pat, reps)
+    if not covered:
+        raise ValueError(f"the pattern does not reach every node in {pat.nsteps} steps for {pat.m} nodes")
+    uniform = bool((sizes == sizes[0]).all()) if pat.m else True
+    if not uniform:
+        # block v of class c sits at lattice offset t_v = v - reps[c]; its size is the kernel B_c[t_v]
+        coords = np.stack(np.unravel_index(np.arange(pat.m), pat.shape), axis=1)
+        offset = np.ravel_multi_index(tuple((coords - coords % np.array(pat.period)).T), pat.shape)
+        axes = list(range(len(pat.shape)))
+        kernels = []
+        for c in range(len(reps)):
+            kern = np.zeros(pat.m)
+            kern[offset[cls == c]] = sizes[cls == c]
+            kernels.append(np.fft.rfftn(kern.reshape(pat.shape), axes=axes))
+    if uniform:
+        # one pass over every (node, root) entry: how many nodes of each class send in step s on slot j
+        k = max((to.shape[1] for to in pat.send_to), default=1)
+        y, r = np.nonzero(step >= 0)
+        s_yr = step[y, r].astype(np.int64)
+        slot = np.zeros(len(y), dtype=np.int64)
+        for j in range(1, k):
+            peers = np.stack([to[:, j] if to.shape[1] > j else np.full(pat.m, -1) for to in pat.send_to])
+            slot[parent[y, r] == peers[s_yr, y]] = j
+        per_class = np.bincount((s_yr * k + slot) * len(reps) + cls[y],
+                                minlength=pat.nsteps * k * len(reps)).reshape(pat.nsteps, k, len(reps))
+    out = []
+    for s in range(pat.nsteps):
+        per_slot = []
+        for j in range(pat.send_to[s].shape[1]):
+            x = pat.send_to[s][:, j]
+            if uniform:
+                count = per_class[s, j][cls] * (int(sizes[0]) if pat.m else 0)
+            else:
+                mask = (step == s) & (parent == x[:, None])
+                acc = np.zeros(pat.shape)
+                for c in range(len(reps)):
+                    a = np.fft.rfftn(mask[:, c].reshape(pat.shape).astype(float), axes=axes)
+                    acc += np.fft.irfftn(a * kernels[c], s=pat.shape, axes=axes)
+                count = np.rint(acc).astype(np.int64).reshape(-1)
+            ys = np.flatnonzero(count > 0)
+            per_slot.append((ys, x[ys], count[ys]))
+        out.append(per_slot)
+    return out
 
 
 @dataclasses.dataclass

@@ -67,57 +67,60 @@ def _nodes(schedule: Schedule, topo: Topology) -> np.ndarray:
     return nodes
 
 
-def evaluate(schedule: Schedule, topo: Topology, size_bytes: float) -> Cost:
-    """Cost of ``schedule`` on ``topo`` when the collective's size is ``size_bytes``."""
+def evaluate(schedule: Schedule, topo: Topology, size_bytes: float, *, repeat: int = 1) -> Cost:
+    """Cost of ``schedule`` on ``topo`` when the collective's size is ``size_bytes``.
+
+    ``repeat``: the schedule runs that many times in a row (a schedule in
+    closed form such as :func:`~inagg.host.schedules.allreduce.ring_round`);
+    steps, bytes and times are multiplied, Xi is unchanged.
+    """
     if not isinstance(schedule, Schedule):
         raise TypeError(f"evaluate needs a Schedule, not {type(schedule).__name__}")
     if not isinstance(topo, Topology):
         raise TypeError(f"evaluate needs a Topology, not {type(topo).__name__}")
     if not np.isscalar(size_bytes) or size_bytes < 0:
         raise ValueError(f"size_bytes must be a non-negative number, not {size_bytes!r}")
+    if not isinstance(repeat, (int, np.integer)) or isinstance(repeat, bool) or repeat < 1:
+        raise ValueError(f"repeat must be a positive integer, not {repeat!r}")
     nodes = _nodes(schedule, topo)
     per_chunk = float(size_bytes) / schedule.size_chunks if schedule.size_chunks else 0.0
-    xfer = np.flatnonzero(schedule.is_transfer)
-    src = nodes[schedule.src[xfer]]
-    dst = nodes[schedule.dst[xfer]]
-    nbytes = schedule.count[xfer] * per_chunk
-    step = schedule.step[xfer]
-    # transfers between two nodes mapped onto the same topology node (none in practice) are free
-    moving = src != dst
-    xfer, src, dst, nbytes, step = xfer[moving], src[moving], dst[moving], nbytes[moving], step[moving]
-    ptr, links = topo.route(src, dst)
-    hops = np.diff(ptr)
-    owner = np.repeat(np.arange(len(src)), hops)
-    alpha_path = np.bincount(owner, weights=topo.link_alpha[links], minlength=len(src))
-    steps = np.unique(step)
+    is_transfer = schedule.is_transfer
+    if schedule.nswitches == 0 and is_transfer.all():
+        # GPU ranks only, all transfers (the large schedules): no row to drop, no copy of the columns
+        xfer, step = None, schedule.step
+    else:
+        xfer = np.flatnonzero(is_transfer)
+        # transfers between two nodes mapped onto the same topology node (none in practice) are free
+        xfer = xfer[nodes[schedule.src[xfer]] != nodes[schedule.dst[xfer]]]
+        step = schedule.step[xfer]
+    # one step at a time: memory stays at one step's transfers, whatever the schedule's length;
+    # numpy's stable sort is a radix sort on 16-bit keys
+    narrow = step.astype(np.int16) if len(step) and step.max() < 2 ** 15 else step
+    order = np.argsort(narrow, kind="stable")
+    if xfer is not None:
+        order = xfer[order]
+    sorted_steps = schedule.step[order]
+    cuts = np.flatnonzero(np.diff(sorted_steps, prepend=-1))  # where a new step starts
+    steps = sorted_steps[cuts]
+    bounds = np.append(cuts, len(order))
     times = np.zeros(len(steps))
     byte_terms = np.zeros(len(steps))
     ideal_terms = np.zeros(len(steps))
-    order = np.argsort(step, kind="stable")
-    cuts = np.searchsorted(step[order], steps)
-    bounds = np.append(cuts, len(order))
     for i in range(len(steps)):
-        t = order[bounds[i]:bounds[i + 1]]
-        # links of this step's transfers
-        lo, hi = ptr[t], ptr[t + 1]
-        lens = hi - lo
-        base = np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
-        flat = base + np.arange(int(lens.sum()))
-        lk = links[flat]
-        who = np.repeat(np.arange(len(t)), lens)
-        load = np.bincount(lk, weights=nbytes[t][who], minlength=topo.nlinks) * topo.link_beta
-        wait = np.zeros(len(t))
-        np.maximum.at(wait, who, load[lk])
-        times[i] = (topo.endpoint_alpha + alpha_path[t] + wait).max()
-        byte_terms[i] = load.max()
-        first = links[lo]
-        ideal_terms[i] = (np.bincount(first, weights=nbytes[t], minlength=topo.nlinks) * topo.link_beta).max()
-    sent = schedule.bytes_sent(size_bytes)[:schedule.nranks]
+        rows = order[bounds[i]:bounds[i + 1]]
+        c = topo.step_cost(nodes[schedule.src[rows]], nodes[schedule.dst[rows]], schedule.count[rows] * per_chunk)
+        times[i] = (topo.endpoint_alpha + c.alpha_path + c.wait).max()
+        byte_terms[i] = c.byte_term
+        ideal_terms[i] = c.ideal_term
+    if repeat > 1:
+        times, byte_terms, ideal_terms = (np.tile(x, repeat) for x in (times, byte_terms, ideal_terms))
+    sent = schedule.bytes_sent(size_bytes)[:schedule.nranks] * repeat
     byte_total = float(byte_terms.sum())
     ideal = float(ideal_terms.sum())
     return Cost(
         algo=schedule.name, collective=schedule.collective.value, ranks=schedule.nranks, topology=topo.spec,
-        size_bytes=float(size_bytes), steps=int(schedule.num_steps), bytes_per_rank=float(sent.max()) if len(sent) else 0.0,
+        size_bytes=float(size_bytes), steps=int(schedule.num_steps) * repeat,
+        bytes_per_rank=float(sent.max()) if len(sent) else 0.0,
         time_s=float(times.sum()), xi=byte_total / ideal if ideal > 0 else 1.0, step_time_s=times,
         byte_term_s=byte_total, latency_term_s=float(times.sum()) - byte_total,
     )

@@ -26,18 +26,20 @@ def binary_tree(n: int) -> np.ndarray:
         return parent
     top = 1 << (int(n - 1).bit_length() - 1)  # highest power of two below n
     parent[top] = 0
-    for r in range(1, n):
-        low = r & -r
-        half = low >> 1
-        if not half:
-            continue
-        parent[r - half] = r
-        right = r + half
-        while right >= n and half > 1:
-            half >>= 1
-            right = r + half
-        if right < n and right != r:
-            parent[right] = r
+    r = np.arange(1, n, dtype=np.int64)
+    half = (r & -r) >> 1
+    inner = half > 0
+    parent[(r - half)[inner]] = r[inner]
+    # the right child r + b/2 shrinks (b/4, b/8, ...) while it is out of range
+    right_half = half.copy()
+    while True:
+        shrink = (r + right_half >= n) & (right_half > 1)
+        if not shrink.any():
+            break
+        right_half[shrink] >>= 1
+    right = r + right_half
+    ok = inner & (right < n) & (right != r)
+    parent[right[ok]] = r[ok]
     return parent
 
 
@@ -60,18 +62,16 @@ def _heights(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Height (leaves 0) and depth (root 0) of every node."""
     n = len(parent)
     depth = np.zeros(n, dtype=np.int64)
-    for r in range(n):
-        d, x = 0, r
-        while parent[x] >= 0:
-            x = parent[x]
-            d += 1
-            if d > n:
-                raise ValueError("parent array has a cycle")
-        depth[r] = d
+    up = parent.copy()
+    while (up >= 0).any():  # every node climbs one level per pass
+        depth += up >= 0
+        up = np.where(up >= 0, parent[up], -1)
+        if depth.max(initial=0) > n:
+            raise ValueError("parent array has a cycle")
     height = np.zeros(n, dtype=np.int64)
-    for r in np.argsort(-depth):  # deepest first
-        if parent[r] >= 0:
-            height[parent[r]] = max(height[parent[r]], height[r] + 1)
+    for d in range(int(depth.max(initial=0)), 0, -1):  # deepest level first
+        r = np.flatnonzero(depth == d)
+        np.maximum.at(height, parent[r], height[r] + 1)
     return height, depth
 
 

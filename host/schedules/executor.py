@@ -41,7 +41,7 @@ import numpy as np
 
 from inagg.host.schedules.ir import Buffer, Collective, Row, Schedule
 
-__all__ = ["ScheduleError", "execute", "expected", "make_inputs", "check", "initial_buffers"]
+__all__ = ["ScheduleError", "execute", "expected", "make_inputs", "check", "check_symbolic", "initial_buffers"]
 
 
 class ScheduleError(ValueError):
@@ -326,3 +326,73 @@ def check(schedule: Schedule, *, chunk_elems: int = 2, dtype=np.int64, seed: int
             raise ScheduleError(
                 f"{schedule.name} ({schedule.collective.value}, {schedule.nranks} ranks): rank {r} chunk "
                 f"{int(bad[0])} holds {got[tuple(bad)]!r}, expected {want[tuple(bad)]!r}")
+
+
+def _needs(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """``(sources, sinks)``: every sink must hear, through the steps, from every source."""
+    ranks = np.arange(schedule.nranks)
+    root = np.array([schedule.root if schedule.root is not None else 0])
+    if schedule.collective is Collective.BROADCAST:
+        return root, ranks
+    if schedule.collective is Collective.REDUCE:
+        return ranks, root
+    return ranks, ranks
+
+
+def check_symbolic(schedule: Schedule, *, peers: int = 2, sources: int | None = None) -> None:
+    """Raise :class:`ScheduleError` unless two invariants hold; cheap enough for 65,536 ranks.
+
+    For schedules too large to execute (abstract ones included): it reads
+    the rows, not data, so it cannot see which chunk a message carries --
+    :func:`check` can, where it fits.
+
+    * **Per-step permutation**: on every channel of every step, no rank sends
+      more than ``peers`` messages or receives more than ``peers`` (one per
+      direction of Trivance's joint step, a double-tree parent's two
+      children): the step is that many partial permutations, not a rank
+      swamped by a fan-in. Switch nodes, which aggregate their children, are
+      exempt.
+    * **Coverage**: every rank the collective's result depends on reaches
+      every rank that needs it (all to all; broadcast from the root; reduce
+      to the root), through the steps in order, a step's sends reading the
+      state before it. One bit per source rank, 64 sources per pass;
+      ``sources`` caps how many sources are followed (spread evenly; default
+      all of them up to 1,024 ranks, else 64: one pass).
+    """
+    if peers < 1:
+        raise ValueError(f"peers must be at least 1, not {peers}")
+    x = schedule.is_transfer
+    src, dst, step = schedule.src[x], schedule.dst[x], schedule.step[x]
+    nch = int(schedule.channel.max(initial=0)) + 1
+    channel = schedule.channel[x]
+    order = np.argsort(step.astype(np.int16) if len(step) and step.max() < 2 ** 15 else step, kind="stable")
+    cuts = np.flatnonzero(np.diff(step[order], prepend=-1))
+    groups = np.split(order, cuts[1:]) if len(order) else []
+    r = schedule.nranks
+    for g in groups:
+        for label, node in (("sends", src[g]), ("receives", dst[g])):
+            rank = node < r
+            degree = np.bincount(channel[g][rank] * r + node[rank], minlength=nch * r)
+            if degree.max(initial=0) > peers:
+                i = int(np.argmax(degree))
+                raise ScheduleError(f"{schedule.name}: rank {i % r} {label} {int(degree[i])} messages on channel "
+                                    f"{i // r} in step {int(step[g[0]])}, more than {peers}")
+    want_src, want_dst = _needs(schedule)
+    limit = (len(want_src) if schedule.nranks <= 1024 else 64) if sources is None else sources
+    if len(want_src) > limit:
+        want_src = want_src[(np.arange(limit) * len(want_src)) // limit]
+    for lo in range(0, len(want_src), 64):
+        batch = want_src[lo:lo + 64]
+        heard = np.zeros(schedule.nnodes, dtype=np.uint64)
+        heard[batch] = np.left_shift(np.uint64(1), np.arange(len(batch), dtype=np.uint64))
+        for g in groups:
+            before = heard.copy()
+            np.bitwise_or.at(heard, dst[g], before[src[g]])
+        full = np.uint64((1 << len(batch)) - 1) if len(batch) < 64 else np.uint64(2 ** 64 - 1)
+        short = want_dst[heard[want_dst] != full]
+        if len(short):
+            rank = int(short[0])
+            bits = (heard[rank] >> np.arange(len(batch), dtype=np.uint64)) & np.uint64(1)
+            missing = int(batch[int(np.flatnonzero(bits == 0)[0])])
+            raise ScheduleError(f"{schedule.name} ({schedule.collective.value}, {schedule.nranks} ranks): "
+                                f"rank {rank} never hears from rank {missing}")

@@ -72,8 +72,12 @@ def rail_trees(servers: int, gpus: int, hosts_per_leaf: int | None):
 
 def ina(nranks: int, *, gpus_per_server: int = 1, hosts_per_leaf: int | None = None,
         collective=Collective.ALLREDUCE, root: int = 0, chunks_per_block: int = 1,
-        placement=None) -> Schedule:
-    """Hierarchical in-network collective (see the module docstring)."""
+        placement=None, abstract: bool = False) -> Schedule:
+    """Hierarchical in-network collective (see the module docstring).
+
+    Every step is emitted for all ranks (or all children of a switch) at
+    once; an ``abstract`` schedule has the counts without the chunk indices.
+    """
     algo = "ina"
     n = check_ranks(nranks, algo)
     coll = Collective.parse(collective)
@@ -93,7 +97,7 @@ def ina(nranks: int, *, gpus_per_server: int = 1, hosts_per_leaf: int | None = N
         raise ValueError(f"ina: chunks_per_block must be positive, not {chunks_per_block}")
     parent, roles = rail_trees(S, G, hosts_per_leaf)
     W = len(roles)
-    b = ScheduleBuilder(algo, coll, n)
+    b = ScheduleBuilder(algo, coll, n, abstract=abstract)
     ranks = np.arange(n)
     server, gpu = ranks // G, ranks % G
     lane = np.arange(k)
@@ -102,7 +106,8 @@ def ina(nranks: int, *, gpus_per_server: int = 1, hosts_per_leaf: int | None = N
         rs = np.atleast_1d(rs)
         return (rs[:, None] * k + lane).reshape(-1)
 
-    shard = [blocks_of(np.arange(S) * G + g) for g in range(G)]  # chunks of shard g
+    # shard g: the chunks of rail g's ranks
+    shard = ((np.arange(S)[None, :] * G + np.arange(G)[:, None])[:, :, None] * k + lane).reshape(G, S * k)
     size = n * k
 
     if coll is Collective.BARRIER:
@@ -112,82 +117,97 @@ def ina(nranks: int, *, gpus_per_server: int = 1, hosts_per_leaf: int | None = N
     H = int(depth[:n].max())  # hops from a rank to its rail's top switch
     switches = np.arange(n, n + W)
     rail = np.concatenate([gpu, [r[1] for r in roles]]).astype(np.int64)
-    under = {x: _below(parent, x, n) for x in range(n + W)}
+    below = _ranks_below(parent, n)
     rs = int(server[root]) * G  # first rank of the root's server
+    # tree nodes above (or at) GPU g of the root's server: where a reduce or a broadcast passes
+    root_path = np.zeros(n + W, dtype=bool)
+    for g in range(G):
+        x = rs + g
+        while x >= 0:
+            root_path[x] = True
+            x = parent[x]
 
-    def intra(step: int, pairs, reduce: bool) -> None:
-        """One scale-up step: ``(a, c)`` sends shard gpu[chunk owner] from a to c."""
-        if not pairs:
-            return
-        a = np.array([p[0] for p in pairs])
-        c = np.array([p[1] for p in pairs])
-        owner = np.array([p[2] for p in pairs])
-        b.add_rows(Row.TRANSFER_REDUCE if reduce else Row.TRANSFER, step, a, c, len(shard[0]),
-                   np.concatenate([shard[o] for o in owner]))
+    def buf(x):
+        return np.where(x < n, Buffer.OUTPUT, Buffer.SCRATCH)
 
+    def rows(kind, step, src, dst, count, chunks, **bufs) -> None:
+        """Rows with ``count`` chunks each; ``chunks()`` lists them (only a concrete schedule asks)."""
+        if len(src):
+            b.add_rows(kind, step, src, dst, count, None if abstract else chunks(), **bufs)
+
+    def intra(step: int, a, c, owner, reduce: bool) -> None:
+        """One scale-up step: a[i] sends shard owner[i] to c[i]."""
+        rows(Row.TRANSFER_REDUCE if reduce else Row.TRANSFER, step, a, c, S * k, lambda: shard[owner].reshape(-1))
+
+    # every (rank, other GPU of its server) pair
+    pr = np.repeat(ranks, G)
+    pi = np.tile(np.arange(G), n)
+    keep = pi != gpu[pr]
+    pr, pi = pr[keep], pi[keep]
+    peer = server[pr] * G + pi
     step = 0
     if coll in (Collective.ALLREDUCE, Collective.REDUCE, Collective.REDUCE_SCATTER) and G > 1:
         # (1) intra-server reduce-scatter: GPU j sends shard i to GPU i
-        intra(step, [(r, server[r] * G + i, i) for r in ranks for i in range(G) if i != gpu[r]], True)
+        intra(step, pr, peer, pi, True)
         step += 1
     if coll is Collective.BROADCAST and G > 1:
         # the root hands shard g to GPU g of its server, which takes it up rail g
-        intra(step, [(root, rs + g, g) for g in range(G) if rs + g != root], False)
+        g = np.flatnonzero(rs + np.arange(G) != root)
+        intra(step, np.full(len(g), root), rs + g, g, False)
         step += 1
 
     # (2) up the trees
-    source_path = set()
     for lvl in range(H, 0, -1):
-        st = step + H - lvl
         for sw in switches:
-            kids = [int(x) for x in np.flatnonzero(parent == sw) if depth[x] == lvl]
+            kids = np.flatnonzero((parent == sw) & (depth == lvl))
             g = int(rail[sw])
             if coll is Collective.BROADCAST:
-                kids = [x for x in kids if rs + g in under[x]]
-                source_path.update(kids)
-            for i, x in enumerate(kids):
-                if coll is Collective.ALLGATHER:
-                    chunks = blocks_of(under[x])   # switches collect distinct blocks
-                    red = False
-                elif coll is Collective.BROADCAST:
-                    chunks, red = shard[g], False
-                else:
-                    chunks, red = shard[g], i > 0  # the first child overwrites, the others add
-                b.transfer(st, [x], [sw], chunks[None, :], reduce=red, src_buf=_buf(x, n), dst_buf=Buffer.SCRATCH)
+                kids = kids[root_path[kids]]
+            if coll is Collective.ALLGATHER:   # switches collect distinct blocks
+                kind, count = Row.TRANSFER, below[kids] * k
+                chunks = lambda kids=kids: blocks_of(np.concatenate([_below(parent, x, n) for x in kids]))
+            else:
+                # broadcast forwards; otherwise the first child overwrites and the others add
+                kind = np.full(len(kids), Row.TRANSFER if coll is Collective.BROADCAST else Row.TRANSFER_REDUCE)
+                kind[:1] = Row.TRANSFER
+                count = S * k
+                chunks = lambda kids=kids, g=g: np.tile(shard[g], len(kids))
+            rows(kind, step + H - lvl, kids, sw, count, chunks, src_buf=buf(kids), dst_buf=Buffer.SCRATCH)
     step += H
 
     # (3) down the trees
     for sw in switches:
         g = int(rail[sw])
-        for x in (int(v) for v in np.flatnonzero(parent == sw)):
-            if coll is Collective.REDUCE:
-                if rs + g not in under[x]:
-                    continue
-                chunks = shard[g]
-            elif coll is Collective.REDUCE_SCATTER:
-                chunks = blocks_of(under[x])
-            elif coll is Collective.ALLGATHER:
-                chunks = np.setdiff1d(shard[g], blocks_of(under[x]))
-            elif coll is Collective.BROADCAST:
-                if x in source_path:
-                    continue
-                chunks = shard[g]
-            else:
-                chunks = shard[g]
-            if len(chunks):
-                b.transfer(step + int(depth[sw]), [sw], [x], chunks[None, :], src_buf=Buffer.SCRATCH,
-                           dst_buf=_buf(x, n))
+        kids = np.flatnonzero(parent == sw)
+        if coll is Collective.REDUCE:
+            kids = kids[root_path[kids]]
+        elif coll is Collective.BROADCAST:
+            kids = kids[~root_path[kids]]
+        if coll is Collective.REDUCE_SCATTER:
+            count = below[kids] * k
+            chunks = lambda kids=kids: blocks_of(np.concatenate([_below(parent, x, n) for x in kids]))
+        elif coll is Collective.ALLGATHER:
+            count = S * k - below[kids] * k
+            kids, count = kids[count > 0], count[count > 0]
+            chunks = lambda kids=kids, g=g: np.concatenate(
+                [np.setdiff1d(shard[g], blocks_of(_below(parent, x, n))) for x in kids])
+        else:
+            count = S * k
+            chunks = lambda kids=kids, g=g: np.tile(shard[g], len(kids))
+        rows(Row.TRANSFER, step + int(depth[sw]), np.full(len(kids), sw), kids, count, chunks,
+             src_buf=Buffer.SCRATCH, dst_buf=buf(kids))
     step += H
 
     # (4) inside the servers
     if G > 1:
         if coll in (Collective.ALLREDUCE, Collective.ALLGATHER):
-            intra(step, [(r, server[r] * G + i, gpu[r]) for r in ranks for i in range(G) if i != gpu[r]], False)
+            intra(step, pr, peer, gpu[pr], False)
         elif coll is Collective.BROADCAST:
-            intra(step, [(r, server[r] * G + i, gpu[r]) for r in ranks for i in range(G)
-                         if i != gpu[r] and server[r] * G + i != root], False)
+            ok = peer != root
+            intra(step, pr[ok], peer[ok], gpu[pr[ok]], False)
         elif coll is Collective.REDUCE:
-            intra(step, [(rs + g, root, g) for g in range(G) if rs + g != root], False)
+            g = np.flatnonzero(rs + np.arange(G) != root)
+            intra(step, rs + g, np.full(len(g), root), g, False)
     meta = dict(roles=roles, servers=S, gpus_per_server=G)
     return b.build(size_chunks=size, in_chunks=0, out_chunks=size, nswitches=W, switch_scratch_chunks=size,
                    root=root if coll in (Collective.REDUCE, Collective.BROADCAST) else None, meta=meta,
@@ -195,14 +215,24 @@ def ina(nranks: int, *, gpus_per_server: int = 1, hosts_per_leaf: int | None = N
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
+    """Hops from every tree node to its root (every node climbs one level per pass)."""
     depth = np.zeros(len(parent), dtype=np.int64)
-    for x in range(len(parent)):
-        d, y = 0, x
-        while parent[y] >= 0:
-            y = parent[y]
-            d += 1
-        depth[x] = d
+    up = parent.copy()
+    while (up >= 0).any():
+        depth += up >= 0
+        up = np.where(up >= 0, parent[up], -1)
     return depth
+
+
+def _ranks_below(parent: np.ndarray, n: int) -> np.ndarray:
+    """How many ranks every tree node has in its subtree (a rank: itself)."""
+    below = np.zeros(len(parent), dtype=np.int64)
+    x = np.arange(n)
+    while len(x):
+        np.add.at(below, x, 1)
+        x = parent[x]
+        x = x[x >= 0]
+    return below
 
 
 def _below(parent: np.ndarray, x: int, n: int) -> np.ndarray:

@@ -42,9 +42,10 @@ never referenced and ``OUTPUT`` starts out holding the rank's input laid out
 as the collective defines (see :mod:`inagg.host.schedules.executor`).
 
 A schedule may be *abstract*: chunk counts without chunk indices. Abstract
-schedules are for costing very large instances (e.g. 4096-rank tori); the
-executor refuses them, and tests check that a generator's abstract and
-concrete outputs have the same traffic.
+schedules are for costing very large instances (up to 65,536-rank tori);
+the executor refuses them (:func:`~inagg.host.schedules.executor.check_symbolic`
+checks them), and tests check that a generator's abstract and concrete
+outputs have the same traffic.
 """
 
 from __future__ import annotations
@@ -142,11 +143,16 @@ class Op:
     row: int
 
 
+#: the stored dtype of every row column (a builder concatenates straight into it)
+_COLUMN_DTYPES = {"kind": np.int8, "step": np.int32, "src": np.int32, "dst": np.int32, "channel": np.int32,
+                  "src_buf": np.int8, "dst_buf": np.int8, "count": np.int64}
+
+
 def _as_index_array(x, what: str) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype == bool or not (a.dtype.kind in "iu" or a.size == 0):
         raise TypeError(f"{what} must be integers, not {a.dtype}")
-    return a.astype(np.int64, copy=False)
+    return a
 
 
 class Schedule:
@@ -253,34 +259,27 @@ class Schedule:
             if a.ndim != 1 or len(a) != n:
                 raise ValueError(f"column {label} must be 1-D with {n} entries, not shape {a.shape}")
             cols[label] = a
-        self.kind = cols["kind"].astype(np.int8)
-        self.step = cols["step"].astype(np.int32)
-        self.src = cols["src"].astype(np.int32)
-        self.dst = cols["dst"].astype(np.int32)
-        self.channel = cols["channel"].astype(np.int32)
-        self.src_buf = cols["src_buf"].astype(np.int8)
-        self.dst_buf = cols["dst_buf"].astype(np.int8)
-        self.count = cols["count"].astype(np.int64)
+        for label, dtype in _COLUMN_DTYPES.items():
+            setattr(self, label, cols[label].astype(dtype, copy=False))
         if (ptr is None) != (src_idx is None) or (ptr is None) != (dst_idx is None):
             raise ValueError("ptr, src_idx and dst_idx must be given together (concrete) or not at all (abstract)")
         if ptr is None:
             self.ptr = self.src_idx = self.dst_idx = None
         else:
-            self.ptr = _as_index_array(ptr, "ptr")
+            self.ptr = _as_index_array(ptr, "ptr").astype(np.int64, copy=False)
             self.src_idx = _as_index_array(src_idx, "src_idx").astype(np.int32)
             self.dst_idx = _as_index_array(dst_idx, "dst_idx").astype(np.int32)
         self._validate()
         self._order = None
 
     # ------------------------------------------------------------------ checks
+    def _buffer_table(self) -> np.ndarray:
+        """Buffer sizes indexed by ``is_rank * 3 + buffer``."""
+        return np.array([0, 0, self.switch_scratch_chunks, self.in_chunks, self.out_chunks, self.scratch_chunks],
+                        dtype=np.int64)
+
     def _buffer_size(self, node: np.ndarray, buf: np.ndarray) -> np.ndarray:
-        is_rank = node < self.nranks
-        size = np.zeros(len(node), dtype=np.int64)
-        size[(buf == Buffer.INPUT) & is_rank] = self.in_chunks
-        size[(buf == Buffer.OUTPUT) & is_rank] = self.out_chunks
-        size[(buf == Buffer.SCRATCH) & is_rank] = self.scratch_chunks
-        size[(buf == Buffer.SCRATCH) & ~is_rank] = self.switch_scratch_chunks
-        return size
+        return self._buffer_table()[(node < self.nranks) * 3 + buf]
 
     def _validate(self) -> None:
         n = self.nranks
@@ -299,21 +298,19 @@ class Schedule:
             raise ValueError(f"placement must name {self.nswitches} topology nodes, not {len(self.placement)}")
         if not len(self.kind):
             return
-        if ((self.kind < 0) | (self.kind > Row.REDUCE)).any():
-            bad = int(np.flatnonzero((self.kind < 0) | (self.kind > Row.REDUCE))[0])
-            raise ValueError(f"row {bad}: unknown row kind {int(self.kind[bad])}")
-        if (self.step < 0).any():
-            raise ValueError(f"row {int(np.flatnonzero(self.step < 0)[0])}: steps must be non-negative")
-        for label, col in (("src", self.src), ("dst", self.dst)):
-            bad = (col < 0) | (col >= self.nnodes)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise ValueError(f"row {i}: {label} node {int(col[i])} is not in 0..{self.nnodes - 1}")
-        for label, col in (("src_buf", self.src_buf), ("dst_buf", self.dst_buf)):
-            bad = (col < 0) | (col > Buffer.SCRATCH)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise ValueError(f"row {i}: unknown {label} {int(col[i])}")
+        # min/max first: a reduction makes no temporary, and a valid column (the usual case) needs no mask
+        for label, col, lo, hi, what in (("kind", self.kind, 0, Row.REDUCE, "unknown row kind {}"),
+                                         ("step", self.step, 0, None, None),
+                                         ("src", self.src, 0, self.nnodes - 1, "src node {} is not in 0..{hi}"),
+                                         ("dst", self.dst, 0, self.nnodes - 1, "dst node {} is not in 0..{hi}"),
+                                         ("src_buf", self.src_buf, 0, Buffer.SCRATCH, "unknown src_buf {}"),
+                                         ("dst_buf", self.dst_buf, 0, Buffer.SCRATCH, "unknown dst_buf {}")):
+            if col.min() >= lo and (hi is None or col.max() <= hi):
+                continue
+            i = int(np.flatnonzero((col < lo) | (col > (np.iinfo(col.dtype).max if hi is None else hi)))[0])
+            if what is None:
+                raise ValueError(f"row {i}: steps must be non-negative")
+            raise ValueError(f"row {i}: " + what.format(int(col[i]), hi=hi))
         xfer = self.kind <= Row.TRANSFER_REDUCE
         same = self.src == self.dst
         if (xfer & same).any():
@@ -322,13 +319,17 @@ class Schedule:
         if (~xfer & ~same).any():
             i = int(np.flatnonzero(~xfer & ~same)[0])
             raise ValueError(f"row {i}: a local copy/reduce must have src == dst, not {int(self.src[i])} and {int(self.dst[i])}")
-        if (self.count <= 0).any():
+        if self.count.min() <= 0:
             i = int(np.flatnonzero(self.count <= 0)[0])
             raise ValueError(f"row {i}: a row must move at least one chunk, not {int(self.count[i])}")
         if self.inplace and ((self.src_buf == Buffer.INPUT) | (self.dst_buf == Buffer.INPUT)).any():
             i = int(np.flatnonzero((self.src_buf == Buffer.INPUT) | (self.dst_buf == Buffer.INPUT))[0])
             raise ValueError(f"row {i}: an in-place schedule must not use the input buffer")
         for label, node, buf in (("source", self.src, self.src_buf), ("destination", self.dst, self.dst_buf)):
+            # which of the six (is a rank, buffer) kinds occur, then the rows of an empty one (if any)
+            used = np.bincount((node < self.nranks) * 3 + buf, minlength=6)
+            if (self._buffer_table()[used > 0] > 0).all():
+                continue
             size = self._buffer_size(node, buf)
             empty = size == 0
             if empty.any():
@@ -396,7 +397,10 @@ class Schedule:
     @property
     def comm_steps(self) -> np.ndarray:
         """The distinct steps that contain at least one transfer, ascending."""
-        return np.unique(self.step[self.is_transfer])
+        steps = self.step[self.is_transfer]
+        if len(steps) and steps.max() < 2 * len(steps) + 1024:  # a count per step: no sort
+            return np.flatnonzero(np.bincount(steps)).astype(self.step.dtype)
+        return np.unique(steps)
 
     @property
     def num_steps(self) -> int:
@@ -407,7 +411,9 @@ class Schedule:
         """Bytes each node sends when the collective's size is ``nbytes``."""
         per_chunk = nbytes / self.size_chunks if self.size_chunks else 0.0
         x = self.is_transfer
-        return np.bincount(self.src[x], weights=self.count[x] * per_chunk, minlength=self.nnodes)
+        if x.all():
+            return np.bincount(self.src, weights=self.count, minlength=self.nnodes) * per_chunk
+        return np.bincount(self.src[x], weights=self.count[x], minlength=self.nnodes) * per_chunk
 
     def rows_by_step(self) -> list[tuple[int, np.ndarray]]:
         """``(step, row indices)`` for every step, ascending (row order kept)."""
@@ -569,7 +575,8 @@ class ScheduleBuilder:
 
     def build(self, **meta) -> Schedule:
         """Make the schedule; keyword arguments are :class:`Schedule`'s metadata."""
-        cols = {k: (np.concatenate(v) if v else np.empty(0, np.int64)) for k, v in self._cols.items()}
+        cols = {k: (np.concatenate(v, dtype=_COLUMN_DTYPES[k], casting="unsafe") if v
+                    else np.empty(0, _COLUMN_DTYPES[k])) for k, v in self._cols.items()}
         if self.abstract:
             idx = dict(ptr=None, src_idx=None, dst_idx=None)
         else:

@@ -8,7 +8,7 @@ from inagg.host.schedules import allreduce, alltoall, bruck, dbtree, ina
 from inagg.host.schedules.ir import Collective, Schedule
 from inagg.host.schedules.topology import Topology
 
-__all__ = ["ALGORITHMS", "generate", "applicable"]
+__all__ = ["ALGORITHMS", "CONCRETE_ONLY", "generate", "applicable"]
 
 #: name -> (collectives it implements, one-line description)
 ALGORITHMS: dict[str, tuple[tuple[Collective, ...], str]] = {
@@ -31,6 +31,9 @@ ALGORITHMS: dict[str, tuple[tuple[Collective, ...], str]] = {
     "fast": ((Collective.ALLTOALL, Collective.ALLTOALLV), "FAST: intra-server balancing + Birkhoff stages"),
 }
 
+
+#: the algorithms that have no abstract form (an all-to-all plan is its chunk matrix)
+CONCRETE_ONLY = frozenset({"direct", "fast"})
 
 #: the generators with GPU ranks only: name -> (function, whether it takes a multi-dimensional
 #: torus's ``dims``); those that implement several collectives take ``collective``
@@ -88,14 +91,14 @@ def generate(algo: str, ranks: int | None = None, *, topo: Topology | None = Non
     if algo == "ina":
         if topo is None:
             g = options.pop("gpus_per_server", 1)
-            return ina.ina(n, gpus_per_server=g, collective=coll, root=root, **options)
+            return ina.ina(n, gpus_per_server=g, collective=coll, root=root, abstract=abstract, **options)
         if topo.kind == "multirail":
             S, G = topo.shape
-            s = ina.ina(n, gpus_per_server=G, collective=coll, root=root, **options)
+            s = ina.ina(n, gpus_per_server=G, collective=coll, root=root, abstract=abstract, **options)
         elif topo.kind == "clos":
             L, H, _ = topo.shape
             s = ina.ina(n, gpus_per_server=1, hosts_per_leaf=H if L > 1 else None, collective=coll, root=root,
-                        **options)
+                        abstract=abstract, **options)
         else:
             raise ValueError(f"ina needs switches to aggregate in: a clos or multirail topology, not {topo.spec}")
         s.placement = np.array([topo.switch_node(r) for r in s.meta["roles"]], dtype=np.int64)
@@ -120,7 +123,7 @@ def applicable(topo: Topology, collective: Collective | str = Collective.ALLREDU
         if coll not in colls:
             continue
         try:
-            generate(name, topo=topo, collective=coll, abstract=name not in ("ina", "direct", "fast"))
+            generate(name, topo=topo, collective=coll, abstract=name not in CONCRETE_ONLY)
         except ValueError:
             continue
         out.append(name)

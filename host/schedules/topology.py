@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-__all__ = ["Topology", "parse", "ring", "torus", "clos", "multirail", "GRAMMAR"]
+__all__ = ["Topology", "StepCost", "parse", "ring", "torus", "clos", "multirail", "GRAMMAR"]
 
 GRAMMAR = """topology specs:
   ring:N                       bidirectional ring of N ranks
@@ -45,6 +45,18 @@ NIC_ALPHA = 0.5e-6
 SCALEUP_BANDWIDTH = 450e9
 SCALEUP_ALPHA = 0.25e-6
 ENDPOINT_ALPHA = 1.0e-6
+
+
+@dataclasses.dataclass
+class StepCost:
+    """One step's congestion (:meth:`Topology.step_cost`): per transfer the sum of its links' alpha
+    and its busiest link's beta x load; the busiest link's beta x load over all links, and the
+    same over first links only (the load each node puts on its own ports)."""
+
+    alpha_path: np.ndarray
+    wait: np.ndarray
+    byte_term: float
+    ideal_term: float
 
 
 @dataclasses.dataclass
@@ -89,6 +101,102 @@ class Topology:
         if self.kind == "clos":
             return self._route_clos(src, dst)
         return self._route_multirail(src, dst)
+
+    def step_cost(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> "StepCost":
+        """Congestion of one step whose transfers ``src[i] -> dst[i]`` carry ``nbytes[i]`` each.
+
+        A link's load is the bytes of every transfer that crosses it. On a
+        torus the routes are runs along ring lines, so the loads come from
+        difference arrays and each run's busiest link from a sparse table
+        (work proportional to transfers + links, whatever the path lengths);
+        elsewhere from the routes themselves (:meth:`route`).
+        """
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        nbytes = np.asarray(nbytes, dtype=float)
+        if self.kind == "torus":
+            return self._torus_step_cost(src, dst, nbytes)
+        ptr, links = self.route(src, dst)
+        lens = np.diff(ptr)
+        who = np.repeat(np.arange(len(src)), lens)
+        load = np.bincount(links, weights=nbytes[who], minlength=self.nlinks) * self.link_beta
+        wait = np.zeros(len(src))
+        np.maximum.at(wait, who, load[links])
+        first = links[ptr[:-1]]
+        ideal = np.bincount(first, weights=nbytes, minlength=self.nlinks) * self.link_beta
+        return StepCost(np.bincount(who, weights=self.link_alpha[links], minlength=len(src)), wait,
+                        float(load.max()), float(ideal.max()))
+
+    def _torus_lines(self) -> dict:
+        """Per dimension and direction: link beta as an ``(outer, size, inner)`` array (the dimension in
+        the middle) and the link alphas' prefix sums over two turns of each ring line (views and one
+        cumulative sum, made per call so that changed link arrays are never stale)."""
+        dims, D, p = self.dims, len(self.dims), self.nhosts
+        beta = self.link_beta.reshape(p, D, 2)
+        alpha = self.link_alpha.reshape(p, D, 2)
+        lines = {}
+        for d in range(D):
+            shape = (math.prod(dims[:d]), dims[d], math.prod(dims[d + 1:]))
+            for neg in (0, 1):
+                a = alpha[:, d, neg].reshape(shape)
+                prefix = np.zeros((shape[0], 2 * shape[1] + 1, shape[2]))
+                np.cumsum(np.concatenate([a, a], axis=1), axis=1, out=prefix[:, 1:])
+                lines[d, neg] = (shape, beta[:, d, neg].reshape(shape), prefix)
+        return lines
+
+    def _torus_step_cost(self, src, dst, nbytes):
+        dims, D = self.dims, len(self.dims)
+        lines = self._torus_lines()
+        cs = np.stack(np.unravel_index(src, dims))
+        cd = np.stack(np.unravel_index(dst, dims))
+        cur = cs.copy()
+        alpha_path = np.zeros(len(src))
+        wait = np.zeros(len(src))
+        byte_term = 0.0
+        first = np.full(len(src), -1, dtype=np.int64)
+        for d in range(D):
+            size = dims[d]
+            delta = (cd[d] - cs[d]) % size
+            plus = delta <= size // 2  # a tie (exactly half way) goes the + way
+            hops = np.where(plus, delta, size - delta)
+            # the run's links leave nodes lo, lo+1, ..., lo+hops-1 along the line (mod size)
+            lo = np.where(plus, cs[d], cs[d] - hops + 1) % size
+            line = cur.copy()
+            line[d] = 0
+            base = np.ravel_multi_index(tuple(line), dims)  # the line's node at coordinate 0
+            start = np.ravel_multi_index(tuple(cur), dims)
+            todo = (first < 0) & (hops > 0)
+            first[todo] = (start[todo] * D + d) * 2 + (~plus[todo])
+            for neg in (0, 1):
+                (outer, _, inner), beta, prefix = lines[d, neg]
+                t = np.flatnonzero((hops > 0) & (plus != bool(neg)))
+                if not len(t):
+                    continue
+                o, i = base[t] // (size * inner), base[t] % inner
+                a, h, w = lo[t], hops[t], nbytes[t]
+                end = a + h
+                wrap = end > size
+                # difference array along the line, one extra slot for runs that end at size
+                pos = np.concatenate([a, np.minimum(end, size), np.zeros(int(wrap.sum()), np.int64), end[wrap] - size])
+                oo = np.concatenate([o, o, o[wrap], o[wrap]])
+                ii = np.concatenate([i, i, i[wrap], i[wrap]])
+                ww = np.concatenate([w, -w, w[wrap], -w[wrap]])
+                diff = np.bincount((oo * (size + 1) + pos) * inner + ii, weights=ww, minlength=outer * (size + 1) * inner)
+                load = np.cumsum(diff.reshape(outer, size + 1, inner), axis=1)[:, :size] * beta
+                byte_term = max(byte_term, float(load.max()))
+                # sparse table: level j holds the max over 2^j consecutive links, so any run is two lookups
+                levels = [load]
+                while 2 ** len(levels) <= h.max():
+                    half = 2 ** (len(levels) - 1)
+                    levels.append(np.maximum(levels[-1], np.roll(levels[-1], -half, axis=1)))
+                table = np.stack(levels)
+                j = np.floor(np.log2(h)).astype(np.int64)
+                busiest = np.maximum(table[j, o, a, i], table[j, o, (end - 2 ** j) % size, i])
+                wait[t] = np.maximum(wait[t], busiest)
+                alpha_path[t] += prefix[o, end, i] - prefix[o, a, i]
+            cur[d] = cd[d]
+        ideal = np.bincount(first, weights=nbytes, minlength=self.nlinks) * self.link_beta
+        return StepCost(alpha_path, wait, byte_term, float(ideal.max()))
 
     def _route_torus(self, src, dst):
         dims = self.dims
@@ -169,11 +277,50 @@ class Topology:
     def _route_multirail(self, src, dst):
         S, G = self.shape
         n = S * G
-        # link ids: gpu->nvs [0,n), nvs->gpu [n,2n), nic up [2n,3n), nic down [3n,4n)
-        paths = []
-        for a, b in zip(src.tolist(), dst.tolist()):
-            paths.append(_multirail_path(a, b, S, G))
-        return _csr_lists(paths)
+        # link ids: gpu->nvs [0,n), nvs->gpu [n,2n), nic up [2n,3n), nic down [3n,4n); the GPU and rail
+        # ends (all of a collective's traffic) vectorized, one path of up to 4 links per row, -1 padded
+        path = np.full((len(src), 4), -1, dtype=np.int64)
+        rail = n + S
+        ga, gb = src % G, np.where(dst >= rail, dst - rail, dst % G)
+        gpu_a, gpu_b = src < n, dst < n
+        to_gpu = gpu_a & gpu_b
+        up_rail = gpu_a & (dst >= rail)
+        down_rail = (src >= rail) & gpu_b
+        ga = np.where(src >= rail, src - rail, ga)
+        same_server = to_gpu & (src // G == dst // G)
+        same_rail = (to_gpu | up_rail | down_rail) & ~same_server & (ga == gb)
+        relay_up = (to_gpu | up_rail) & ~same_server & ~same_rail
+        relay_down = down_rail & ~same_rail
+        relay = (src // G) * G + gb  # the source server's GPU on the destination's rail
+        path[same_server, 0], path[same_server, 1] = src[same_server], n + dst[same_server]
+        m = same_rail & gpu_a
+        path[m, 0] = 2 * n + src[m]
+        m = same_rail & gpu_a & gpu_b
+        path[m, 1] = 3 * n + dst[m]
+        m = same_rail & ~gpu_a
+        path[m, 0] = 3 * n + dst[m]
+        m = relay_up
+        path[m, 0], path[m, 1], path[m, 2] = src[m], n + relay[m], 2 * n + relay[m]
+        m = relay_up & gpu_b
+        path[m, 3] = 3 * n + dst[m]
+        m = relay_down
+        down_relay = (dst[m] // G) * G + ga[m]  # the destination server's GPU on the source's rail
+        path[m, 0], path[m, 1], path[m, 2] = 3 * n + down_relay, down_relay, n + dst[m]
+        rest = np.flatnonzero(~(same_server | same_rail | relay_up | relay_down))
+        ptr = np.zeros(len(src) + 1, dtype=np.int64)
+        lens = (path >= 0).sum(axis=1)
+        other = [_multirail_path(int(src[i]), int(dst[i]), S, G) for i in rest]
+        lens[rest] = [len(p) for p in other]
+        np.cumsum(lens, out=ptr[1:])
+        flat = np.empty(int(ptr[-1]), dtype=np.int64)
+        mask = path >= 0
+        mask[rest] = False
+        flat_rows = np.repeat(np.arange(len(src)), mask.sum(axis=1))
+        pos = ptr[flat_rows] + (np.cumsum(mask, axis=1) - 1)[mask]
+        flat[pos] = path[mask]
+        for i, p in zip(rest, other):
+            flat[ptr[i]:ptr[i + 1]] = p
+        return ptr, flat
 
     def switch_node(self, role: tuple) -> int:
         """Topology node of an in-network-aggregation switch role (see :func:`inagg.host.schedules.ina.rail_trees`)."""

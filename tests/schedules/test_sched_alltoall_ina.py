@@ -143,3 +143,13 @@ def test_ina_on_topologies():
     topo = T.parse("multirail:4x8")
     s = generate("ina", topo=topo)
     assert s.placement is not None and len(s.placement) == 8
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "reduce", "broadcast", "reduce_scatter", "allgather", "barrier"])
+def test_ina_abstract_matches_concrete(coll):
+    # the abstract schedule (counts only, what 65,536-rank costing uses) moves what the concrete one moves
+    for n, gpus, leaf, root in [(8, 2, None, 3), (24, 4, 2, 13), (9, 1, 4, 8)]:
+        kw = dict(gpus_per_server=gpus, hosts_per_leaf=leaf, collective=coll, root=root)
+        c, a = ina.ina(n, **kw), ina.ina(n, abstract=True, **kw)
+        key = lambda s: sorted(zip(s.step, s.kind, s.src, s.dst, s.count))
+        assert not a.concrete and key(a) == key(c), (coll, n)

@@ -25,6 +25,15 @@ def test_schedule_json(capsys):
     assert d["algo"] == "swing-bw" and d["ranks"] == 16 and d["steps"] == 8 and d["checked"]
 
 
+def test_schedule_json_symbolic_check_above_the_exact_limit(capsys):
+    rc, out, _ = run(capsys, "schedule", "--algo", "swing-bw", "--topo", "torus:32x32", "--json")
+    assert rc == 0
+    d = json.loads(out)
+    assert d["ranks"] == 1024 > cli.EXACT_CHECK_RANKS and d["check"] == "symbolic" and d["steps"] == 20
+    rc, out, _ = run(capsys, "schedule", "--algo", "ring", "--topo", "ring:8", "--json")
+    assert json.loads(out)["check"] == "exact"
+
+
 def test_schedule_errors(capsys):
     rc, _, err = run(capsys, "schedule", "--algo", "rabenseifner", "--topo", "torus:6x4")
     assert rc == 2 and "power-of-two dimensions" in err

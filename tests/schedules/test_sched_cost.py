@@ -81,3 +81,59 @@ def test_evaluate_input_errors():
     s = generate("ina", 4)
     with pytest.raises(ValueError, match="no placement"):
         evaluate(s, T.parse("ring:4"), 1)
+
+
+@pytest.mark.parametrize("spec", ["ring:7", "ring:8", "torus:4x6", "torus:3x4x2", "torus:1x5", "torus:16x2"])
+def test_torus_step_cost_matches_the_routes(spec):
+    # the run-based loads (difference arrays, sparse-table maxima) against the link-by-link routes,
+    # with a different alpha and beta on every link
+    rng = np.random.default_rng(1)
+    topo = T.parse(spec)
+    topo.link_alpha = rng.uniform(1, 2, topo.nlinks)
+    topo.link_beta = rng.uniform(1, 3, topo.nlinks)
+    for _ in range(10):
+        src, dst = rng.integers(0, topo.nhosts, (2, 40))
+        src, dst = src[src != dst], dst[src != dst]
+        w = rng.uniform(1, 10, len(src))
+        fast = topo.step_cost(src, dst, w)
+        ptr, links = topo.route(src, dst)
+        who = np.repeat(np.arange(len(src)), np.diff(ptr))
+        load = np.bincount(links, weights=w[who], minlength=topo.nlinks) * topo.link_beta
+        wait = np.zeros(len(src))
+        np.maximum.at(wait, who, load[links])
+        first = np.bincount(links[ptr[:-1]], weights=w, minlength=topo.nlinks) * topo.link_beta
+        assert fast.wait == pytest.approx(wait)
+        assert fast.alpha_path == pytest.approx(np.bincount(who, weights=topo.link_alpha[links], minlength=len(src)))
+        assert fast.byte_term == pytest.approx(load.max())
+        assert fast.ideal_term == pytest.approx(first.max())
+
+
+@pytest.mark.parametrize("n,spec", [(16, "ring:16"), (17, "ring:17"), (24, "torus:4x6")])
+@pytest.mark.parametrize("coll", ["allreduce", "reduce_scatter", "allgather"])
+def test_ring_closed_form(n, spec, coll):
+    # one round repeated 2(n-1) (or n-1) times costs what the whole ring costs
+    topo = T.parse(spec)
+    whole = evaluate(A.ring(n, collective=coll, abstract=True), topo, 1 << 20)
+    one, rounds = A.ring_round(n, collective=coll)
+    closed = evaluate(one, topo, 1 << 20, repeat=rounds)
+    assert closed.steps == whole.steps
+    for field in ("time_s", "xi", "byte_term_s", "latency_term_s", "bytes_per_rank"):
+        assert getattr(closed, field) == pytest.approx(getattr(whole, field)), field
+    with pytest.raises(ValueError, match="repeat must be a positive integer"):
+        evaluate(one, topo, 1, repeat=0)
+
+
+@pytest.mark.parametrize("servers,gpus", [(1, 4), (3, 1), (4, 8), (5, 3)])
+def test_multirail_routes_match_the_path_rules(servers, gpus):
+    # the vectorized routes against the rule for one path, on every pair of nodes that has a route
+    topo = T.multirail(servers, gpus)
+    pairs = []
+    for a in range(topo.nnodes):
+        for b in range(topo.nnodes):
+            try:
+                pairs.append((a, b, T._multirail_path(a, b, servers, gpus)))
+            except ValueError:
+                continue
+    pairs = [p for p in pairs if p[0] != p[1]]
+    ptr, links = topo.route(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
+    assert [list(links[ptr[i]:ptr[i + 1]]) for i in range(len(pairs))] == [p[2] for p in pairs]

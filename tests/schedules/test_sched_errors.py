@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from inagg.host.schedules import Buffer, Collective, ScheduleBuilder, check, evaluate, generate
+from inagg.host.schedules import (ALGORITHMS, Buffer, Collective, Schedule, ScheduleBuilder, ScheduleError, check,
+                                  check_symbolic, evaluate, generate)
+from inagg.host.schedules.registry import CONCRETE_ONLY
 from inagg.host.schedules import allreduce as A
 from inagg.host.schedules import topology as T
 
@@ -100,3 +102,30 @@ def test_topology_specs():
             T.parse(bad)
     with pytest.raises(ValueError, match="has 4 hosts"):
         evaluate(A.ring(8), T.parse("ring:4"), 1024)
+
+
+def test_symbolic_check_passes_every_generator():
+    for algo, (colls, _) in ALGORITHMS.items():
+        for coll in colls:
+            for n in (1, 5, 8, 9, 16):
+                s = generate(algo, n, collective=coll, abstract=algo not in CONCRETE_ONLY)
+                # direct all-to-all sends to everyone at once: n - 1 peers
+                check_symbolic(s, peers=max(n - 1, 1) if algo == "direct" else 2)
+
+
+def test_symbolic_check_catches_broken_schedules():
+    s = A.recursive_doubling(8, abstract=True)
+    keep = s.step != 2  # without the distance-4 step, rank 0 never hears from rank 4
+    cols = {k: getattr(s, k)[keep] for k in ("kind", "step", "src", "dst", "channel", "src_buf", "dst_buf", "count")}
+    broken = Schedule(name="rd", collective=s.collective, nranks=8, size_chunks=1, in_chunks=0, out_chunks=1, **cols)
+    with pytest.raises(ScheduleError, match="rank 0 never hears from rank 4"):
+        check_symbolic(broken)
+    # the same step three times over: rank 0 sends three messages in one step
+    cols = {k: np.concatenate([getattr(s, k)] * 3) for k in ("kind", "step", "src", "dst", "channel", "src_buf",
+                                                             "dst_buf", "count")}
+    swamped = Schedule(name="rd", collective=s.collective, nranks=8, size_chunks=1, in_chunks=0, out_chunks=1,
+                       **cols)
+    with pytest.raises(ScheduleError, match="rank 0 sends 3 messages on channel 0 in step 0, more than 2"):
+        check_symbolic(swamped)
+    with pytest.raises(ValueError, match="peers must be at least 1"):
+        check_symbolic(s, peers=0)

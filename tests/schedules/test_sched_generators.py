@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from inagg.host.schedules import Collective, ScheduleError, check, generate
 from inagg.host.schedules import allreduce as A
+from inagg.host.schedules.common import Pattern, tree_traffic
 from inagg.host.schedules.dbtree import binary_tree, double_binary_tree
 
 # powers of 2 and 3, odd counts, the primes 5, 7, 13, and a few composites
@@ -141,6 +142,33 @@ def test_abstract_matches_concrete():
             x, y = c.is_transfer, a.is_transfer
             key = lambda s, m: sorted(zip(s.step[m], s.src[m], s.dst[m], s.count[m]))
             assert key(c, x) == key(a, y), (algo, n)
+
+
+@pytest.mark.parametrize("algo,n,dims", [("swing-bw", 11, None), ("swing-bw", 24, (4, 6)), ("swing-bw", 16, (2, 4, 2)),
+                                         ("swing-bw", 6, (1, 6)), ("rabenseifner", 13, None),
+                                         ("rabenseifner", 32, (4, 8)), ("trivance-bw", 15, (3, 5)),
+                                         ("trivance-bw", 16, (4, 4))])
+def test_abstract_trees_match_concrete(algo, n, dims):
+    # the abstract schedules count blocks per residue class of the pattern's symmetry (and convolve
+    # when folding makes some blocks bigger); the concrete ones route every block
+    opts = {} if dims is None else {"dims": dims}
+    for coll in ("allreduce", "reduce_scatter", "allgather"):
+        c = generate(algo, n, collective=coll, **opts)
+        a = generate(algo, n, collective=coll, abstract=True, **opts)
+        key = lambda s: sorted(zip(s.step, s.src, s.dst, s.count, s.channel, s.kind))
+        assert key(c) == key(a), (algo, n, dims, coll)
+
+
+def test_tree_traffic_checks_the_claimed_symmetry():
+    # a 6-node pattern where only node 0 talks: it does not commute with moving every node by 2
+    to = np.full((6, 1), -1)
+    to[0, 0] = 1
+    pat = Pattern(6, [to], period=(2,))
+    assert not pat.symmetric()
+    with pytest.raises(ValueError, match="does not commute"):
+        tree_traffic(pat, np.ones(6, dtype=np.int64))
+    with pytest.raises(ValueError, match="periods dividing"):
+        Pattern(6, [to], period=(4,))
 
 
 def test_executor_catches_a_broken_schedule():
