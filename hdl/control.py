@@ -1,28 +1,49 @@
 """Control and status: the AXI4-Lite register interface, the job and worker tables, the counters.
 
-The register map is :mod:`inagg.models.regmap`; this block decodes it. The
-tables are read combinationally by the data path (ingress checks, result
+The register map is :mod:`inagg.models.regmap`; this block decodes it, its
+storage and field slices sized by the declared fields
+(:func:`register_layout`). The tables are read combinationally by the data path (ingress checks, result
 emitters); the controller writes a job's fields and its workers' before it
 sets the job's enable bit, and leaves them alone while the job has traffic.
 """
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from inagg.models import regmap as rm
-from inagg.models.job import ExceptionSpec
+from inagg.models.geometry import SwitchGeometry
 from inagg.models.protocol import DEFAULT_PKEY, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 from inagg.hdl.exception import STATS, stats_layout
 
-__all__ = ["AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead", "SwitchConfig", "TeardownRequest",
-           "Control",
+__all__ = ["register_layout", "register_view", "AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead",
+           "SwitchConfig", "TeardownRequest", "Control",
            "N_COUNTERS", "event_vector"]
 
 N_COUNTERS = len(Counter)
 _OKAY, _SLVERR = 0b00, 0b10
+
+
+def register_layout(reg: rm.Register, access: str = "RW") -> data.FlexibleLayout:
+    """The fields of ``reg`` as a layout of ``reg.width`` bits, each at its declared bits.
+
+    ``access`` "RO" keeps the fields a read returns, "WO" those a write
+    sets, "RW" all of them (for a register whose read and write fields do
+    not share bits).
+    """
+    kept = [f for f in reg.fields if access == "RW" or f.access in (access, "RW")]
+    return data.FlexibleLayout(reg.width, {f.name: data.Field(unsigned(f.width), f.offset) for f in kept})
+
+
+def register_view(reg: rm.Register, value, access: str = "RW") -> data.View:
+    """``value`` (``reg.width`` bits, a register's storage) seen field by field."""
+    return data.View(register_layout(reg, access), value)
+
+
+def _width(block: dict, name: str) -> int:
+    return block[name].width
 
 
 def event_vector(strobes: dict) -> Value:
@@ -47,16 +68,25 @@ class AXILiteSignature(wiring.Signature):
         })
 
 
-JobEntry = data.StructLayout({"valid": 1, "workers": range(MAX_WORKERS + 1), "rkey": 32,
-                              "slot_base": 16, "slots": 17})
+JobEntry = data.StructLayout({"valid": 1, "workers": range(MAX_WORKERS + 1), "rkey": _width(rm.JOB_REGISTERS, "RKEY"),
+                              "slot_base": _width(rm.JOB_REGISTERS, "SLOT_BASE"),
+                              "slots": _width(rm.JOB_REGISTERS, "SLOTS")})
 """A job as the data path sees it."""
 
-WorkerEntry = data.StructLayout({"mac": 48, "ip": 32, "qpn": 24, "rkey": 32, "va": 64, "psn": 24})
+WorkerEntry = data.StructLayout({
+    "mac": _width(rm.WORKER_REGISTERS, "MAC_HI") + _width(rm.WORKER_REGISTERS, "MAC_LO"),
+    "ip": _width(rm.WORKER_REGISTERS, "IP"), "qpn": _width(rm.WORKER_REGISTERS, "QPN"),
+    "rkey": _width(rm.WORKER_REGISTERS, "RKEY"),
+    "va": _width(rm.WORKER_REGISTERS, "VA_HI") + _width(rm.WORKER_REGISTERS, "VA_LO"),
+    "psn": _width(rm.WORKER_REGISTERS, "PSN")})
 """Where one worker's results go (its port is in :attr:`Control.ports`)."""
 
-SwitchConfig = data.StructLayout({"mac": 48, "ip": 32, "pkey": 16})
+SwitchConfig = data.StructLayout({
+    "mac": _width(rm.SWITCH_REGISTERS, "MAC_HI") + _width(rm.SWITCH_REGISTERS, "MAC_LO"),
+    "ip": _width(rm.SWITCH_REGISTERS, "IP"), "pkey": _width(rm.SWITCH_REGISTERS, "PKEY")})
 
-TeardownRequest = data.StructLayout({"start": 1, "job": QPN_JOB_BITS, "slot_base": 16, "slots": 17})
+TeardownRequest = data.StructLayout({"start": 1, "job": QPN_JOB_BITS, "slot_base": JobEntry.members["slot_base"],
+                                     "slots": JobEntry.members["slots"]})
 """A teardown the controller asked for, and the region of the job."""
 
 
@@ -80,17 +110,15 @@ class Control(wiring.Component):
 
     Parameters
     ----------
-    ports, width, slots, chunk_bytes:
-        The switch's geometry, reported in ``GEOMETRY``.
-    jobs, workers:
-        Jobs the tables hold and workers per job.
+    geometry : SwitchGeometry
+        The switch's geometry, reported in ``GEOMETRY``, ``JOBS`` and
+        ``EXCEPTION``; the tables hold ``jobs`` jobs of ``workers`` workers,
+        and with an exception path its engine's counters are read at
+        ``EXC_BASE``.
     job_readers:
         Number of job-table read ports.
     event_sources:
         Number of counter event inputs.
-    exception:
-        The switch's exception path, reported in ``EXCEPTION``; with one, its
-        engine's counters are read at ``EXC_BASE``.
 
     Members
     -------
@@ -128,14 +156,14 @@ class Control(wiring.Component):
         Clear the enable bit of the job being torn down.
     """
 
-    def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int, jobs: int, workers: int,
-                 job_readers: int, event_sources: int, exception: ExceptionSpec | None = None):
-        self.regmap = rm.RegMap(jobs, workers)
-        self._ports, self._width, self._slots, self._chunk = ports, width, slots, chunk_bytes
-        self._jobs, self._workers = jobs, workers
-        self._exception = exception
-        self.port_bits = max(1, (ports - 1).bit_length())
-        members = {} if exception is None else {"exc_stats": In(stats_layout())}
+    def __init__(self, geometry: SwitchGeometry, *, job_readers: int, event_sources: int):
+        if not isinstance(geometry, SwitchGeometry):
+            raise TypeError(f"Geometry must be a SwitchGeometry, not {geometry!r}")
+        self.geometry = geometry
+        self.regmap = geometry.regmap
+        self.port_bits = geometry.port_bits
+        ports, jobs, workers = geometry.ports, geometry.jobs, geometry.workers
+        members = {} if geometry.exception is None else {"exc_stats": In(stats_layout())}
         super().__init__({
             **members,
             "axil": In(AXILiteSignature(self.regmap.addr_width)),
@@ -152,25 +180,26 @@ class Control(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.axil
-        jobs, workers, entries = self._jobs, self._workers, self._jobs * self._workers
+        g = self.geometry
+        jobs, entries = g.jobs, g.jobs * g.workers
 
-        mac = Signal(48)
-        ip = Signal(32)
-        pkey = Signal(16, init=DEFAULT_PKEY)
+        mac = Signal(SwitchConfig.members["mac"])
+        ip = Signal(SwitchConfig.members["ip"])
+        pkey = Signal(SwitchConfig.members["pkey"], init=DEFAULT_PKEY)
         m.d.comb += [self.switch.mac.eq(mac), self.switch.ip.eq(ip), self.switch.pkey.eq(pkey)]
 
         # Job table: registers, read by every ingress port at once.
-        j_ctrl = Array(Signal(15, name=f"job{j}_ctrl") for j in range(jobs))
-        j_rkey = Array(Signal(32, name=f"job{j}_rkey") for j in range(jobs))
-        j_base = Array(Signal(16, name=f"job{j}_slot_base") for j in range(jobs))
-        j_slots = Array(Signal(17, name=f"job{j}_slots") for j in range(jobs))
-        m.d.comb += self.enabled.eq(Cat(c[0] for c in j_ctrl))
+        j_regs = {name: Array(Signal(reg.width, name=f"job{j}_{name.lower()}") for j in range(jobs))
+                  for name, reg in rm.JOB_REGISTERS.items()}
+        j_ctrl, j_rkey, j_base, j_slots = (j_regs[name] for name in ("CTRL", "RKEY", "SLOT_BASE", "SLOTS"))
+        m.d.comb += self.enabled.eq(Cat(register_view(rm.JOB_CTRL, c).enable for c in j_ctrl))
         for rd in self.job_rd:
             known = rd.index < jobs
             idx = rd.index[:max(1, (jobs - 1).bit_length())]
+            ctrl = register_view(rm.JOB_CTRL, j_ctrl[idx])
             m.d.comb += [
-                rd.entry.valid.eq(known & j_ctrl[idx][0]),
-                rd.entry.workers.eq(j_ctrl[idx][8:15]),
+                rd.entry.valid.eq(known & ctrl.enable),
+                rd.entry.workers.eq(ctrl.workers),
                 rd.entry.rkey.eq(j_rkey[idx]),
                 rd.entry.slot_base.eq(j_base[idx]),
                 rd.entry.slots.eq(j_slots[idx]),
@@ -182,15 +211,15 @@ class Control(wiring.Component):
         # reader became flip-flops and write-enable logic, 3,300 LUT4 at 2 ports x 32 workers.
         w_port = Array(Signal(self.port_bits, name=f"worker{i}_port") for i in range(entries))
         m.d.comb += self.ports.eq(Cat(*w_port))
-        fields = {name: memory.Memory(shape=bits, depth=entries, init=[])
-                  for name, bits in (("MAC_HI", 16), ("MAC_LO", 32), ("IP", 32), ("QPN", 24), ("RKEY", 32),
-                                     ("VA_HI", 32), ("VA_LO", 32))}
+        fields = {name: memory.Memory(shape=reg.width, depth=entries, init=[])
+                  for name, reg in rm.WORKER_REGISTERS.items() if name not in ("PORT", "PSN")}
         for name, mem in fields.items():
             m.submodules[f"worker_{name.lower()}"] = mem
         wr = {name: mem.write_port() for name, mem in fields.items()}
         psn_wr = []
         for i, rd in enumerate(self.worker_rd):
-            m.submodules[f"worker_psn{i}"] = psn = memory.Memory(shape=24, depth=entries, init=[])
+            m.submodules[f"worker_psn{i}"] = psn = memory.Memory(shape=rm.WORKER_REGISTERS["PSN"].width, depth=entries,
+                                                                 init=[])
             r = {name: mem.read_port(domain="comb") for name, mem in fields.items()}
             r["PSN"] = psn.read_port(domain="comb")
             for p in r.values():
@@ -220,7 +249,7 @@ class Control(wiring.Component):
         jidx = (addr - rm.JOB_BASE)[5:]
         wk_hit = (addr >= rm.WORKER_BASE) & (addr < rm.WORKER_BASE + rm.WORKER_STRIDE * entries)
         widx = (addr - rm.WORKER_BASE)[6:]
-        psn_hit = wk_hit & (addr[:6] == rm.WORKER_FIELDS["PSN"][0])
+        psn_hit = wk_hit & (addr[:6] == rm.WORKER_REGISTERS["PSN"].offset)
         # A PSN write waits out the cycles in which a reader increments: it shares their write ports.
         do_write = bus.awvalid & bus.wvalid & ~bvalid & ~(psn_hit & Cat(rd.psn_inc for rd in self.worker_rd).any())
         m.d.comb += [bus.awready.eq(do_write), bus.wready.eq(do_write)]
@@ -228,12 +257,14 @@ class Control(wiring.Component):
             m.d.sync += bvalid.eq(0)
         for name, port in wr.items():
             m.d.comb += [port.addr.eq(widx), port.data.eq(wdata),
-                         port.en.eq(do_write & wk_hit & (addr[:6] == rm.WORKER_FIELDS[name][0]))]
+                         port.en.eq(do_write & wk_hit & (addr[:6] == rm.WORKER_REGISTERS[name].offset))]
         for port, rd, next_psn in psn_wr:
             m.d.comb += [port.addr.eq(Mux(rd.psn_inc, rd.index, widx)), port.data.eq(Mux(rd.psn_inc, next_psn, wdata)),
                          port.en.eq(rd.psn_inc | (do_write & psn_hit))]
         # Teardown: busy from an accepted TEARDOWN write until the switch says it is done.
         td, td_busy, td_refused = self.teardown, Signal(), Signal()
+        td_status = Signal(register_layout(rm.TEARDOWN, "RO"))
+        m.d.comb += [td_status.busy.eq(td_busy), td_status.refused.eq(td_refused)]
         m.d.sync += td.start.eq(0)
         with m.If(self.teardown_done):
             m.d.sync += [td_busy.eq(0), td_refused.eq(self.teardown_refused)]
@@ -241,19 +272,19 @@ class Control(wiring.Component):
         td_ok = ~td_busy & (wdata < jobs) & self.enabled.bit_select(td_job, 1)
         with m.If(do_write):
             m.d.sync += [bvalid.eq(1), bresp.eq(_OKAY)]
-            sw = {name: off for name, (off, _, _) in rm.SWITCH_FIELDS.items()}
+            sw = {name: reg.offset for name, reg in rm.SWITCH_REGISTERS.items()}
             with m.If(job_hit):
                 with m.Switch(addr[:5]):
-                    for name, reg in (("CTRL", j_ctrl), ("RKEY", j_rkey), ("SLOT_BASE", j_base), ("SLOTS", j_slots)):
-                        with m.Case(rm.JOB_FIELDS[name][0]):
+                    for name, reg in j_regs.items():
+                        with m.Case(rm.JOB_REGISTERS[name].offset):
                             m.d.sync += reg[jidx].eq(wdata)
                     with m.Default():
                         m.d.sync += bresp.eq(_SLVERR)
             with m.Elif(wk_hit):
                 with m.Switch(addr[:6]):
-                    with m.Case(rm.WORKER_FIELDS["PORT"][0]):
+                    with m.Case(rm.WORKER_REGISTERS["PORT"].offset):
                         m.d.sync += w_port[widx].eq(wdata)
-                    with m.Case(*[off for name, (off, _, _) in rm.WORKER_FIELDS.items() if name != "PORT"]):
+                    with m.Case(*[reg.offset for name, reg in rm.WORKER_REGISTERS.items() if name != "PORT"]):
                         pass  # the field memories' write ports take it
                     with m.Default():
                         m.d.sync += bresp.eq(_SLVERR)
@@ -274,7 +305,7 @@ class Control(wiring.Component):
             with m.Else():
                 m.d.sync += bresp.eq(_SLVERR)
         with m.If(self.teardown_disable):
-            m.d.sync += j_ctrl[td.job][0].eq(0)
+            m.d.sync += register_view(rm.JOB_CTRL, j_ctrl[td.job]).enable.eq(0)
 
         # AXI4-Lite reads: one at a time, answered the next cycle.
         rvalid, rdata, rresp = Signal(), Signal(32), Signal(2)
@@ -285,33 +316,31 @@ class Control(wiring.Component):
         raddr = bus.araddr
         rjidx = (raddr - rm.JOB_BASE)[5:]
         cidx = (raddr - rm.COUNTER_BASE)[2:]
-        geometry = Const(self._ports | (self._width // 64) << 8 | (self._slots.bit_length() - 1) << 16
-                         | (self._chunk.bit_length() - 1) << 24, 32)
         assert tuple(rm.EXC_STATS) == STATS, "the register map lists the engine's counters in their order"
         exc_hit = (raddr >= rm.EXC_BASE) & (raddr < rm.EXC_BASE + 4 * len(STATS)) & (raddr[:2] == 0)
         with m.If(bus.arvalid & ~rvalid):
             m.d.sync += [rvalid.eq(1), rresp.eq(_OKAY), rdata.eq(0)]
             with m.If((raddr >= rm.COUNTER_BASE) & (raddr < rm.COUNTER_BASE + 4 * N_COUNTERS) & (raddr[:2] == 0)):
                 m.d.sync += rdata.eq(Array(counters)[cidx])
-            if self._exception is not None:
+            if g.exception is not None:
                 with m.Elif(exc_hit):
                     stats = Array(getattr(self.exc_stats, name) for name in STATS)
                     m.d.sync += rdata.eq(stats[(raddr - rm.EXC_BASE)[2:]])
             with m.Elif((raddr >= rm.JOB_BASE) & (raddr < rm.JOB_BASE + rm.JOB_STRIDE * jobs)):
                 with m.Switch(raddr[:5]):
-                    for name, reg in (("CTRL", j_ctrl), ("RKEY", j_rkey), ("SLOT_BASE", j_base), ("SLOTS", j_slots)):
-                        with m.Case(rm.JOB_FIELDS[name][0]):
+                    for name, reg in j_regs.items():
+                        with m.Case(rm.JOB_REGISTERS[name].offset):
                             m.d.sync += rdata.eq(reg[rjidx])
                     with m.Default():
                         m.d.sync += rresp.eq(_SLVERR)
             with m.Else():
                 with m.Switch(raddr):
-                    for name, value in (("ID", Const(rm.ID_VALUE, 32)), ("GEOMETRY", geometry),
-                                        ("JOBS", Const(jobs | workers << 16, 32)), ("MAC_HI", mac[32:]),
+                    for name, value in (("ID", Const(rm.ID_VALUE, 32)), ("GEOMETRY", Const(g.geometry_value, 32)),
+                                        ("JOBS", Const(self.regmap.jobs_value(), 32)), ("MAC_HI", mac[32:]),
                                         ("MAC_LO", mac[:32]), ("IP", ip), ("PKEY", pkey),
-                                        ("EXCEPTION", Const(rm.RegMap.exception(self._exception), 32)),
-                                        ("TEARDOWN", Cat(td_busy, td_refused))):
-                        with m.Case(rm.SWITCH_FIELDS[name][0]):
+                                        ("EXCEPTION", Const(rm.RegMap.exception(g.exception), 32)),
+                                        ("TEARDOWN", td_status)):
+                        with m.Case(rm.SWITCH_REGISTERS[name].offset):
                             m.d.sync += rdata.eq(value)
                     with m.Default():
                         m.d.sync += rresp.eq(_SLVERR)

@@ -4,12 +4,14 @@ from amaranth.sim import Simulator
 
 from inagg.hdl.control import Control
 from inagg.models import regmap as rm
+from inagg.models.geometry import SwitchGeometry
 from inagg.models.protocol import Counter
 from inagg.testbench.axil_sim import axil_read, axil_write
 
 
 def _control():
-    return Control(ports=2, width=64, slots=16, chunk_bytes=256, jobs=2, workers=4, job_readers=1, event_sources=3)
+    return Control(SwitchGeometry(ports=2, width=64, slots=16, chunk_bytes=256, jobs=2, workers=4), job_readers=1,
+                   event_sources=3)
 
 
 def test_registers_and_errors():
