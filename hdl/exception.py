@@ -31,11 +31,11 @@ from amaranth.lib.crc.catalog import CRC32_ETHERNET
 from amaranth.lib.wiring import In, Out
 
 from inagg.models.cuckoo import KEY_INDEX_BITS, KEY_JOB_SHIFT
+from inagg.models.geometry import MAX_KICKS, MAX_STASH
 
-__all__ = ["Op", "Status", "STATS", "KeyHash", "request_layout", "response_layout", "entry_layout",
+__all__ = ["Op", "Status", "STATS", "KeyHash", "RequestStages", "request_layout", "response_layout", "entry_layout",
            "stats_layout", "ExceptionEngine"]
 
-MAX_STASH = 64
 
 
 class Op(enum.Enum, shape=2):
@@ -152,6 +152,70 @@ class KeyHash(wiring.Component):
         return m
 
 
+class RequestStages(wiring.Component):
+    """Stages H and R of :class:`ExceptionEngine`: the next request, registered beside its key's hashes.
+
+    H takes the request queue's head; a TEARDOWN becomes one request per
+    index of its job (``0 ..`` the key's index, the last one flagged
+    ``last``), and the queue pops once that last one is taken. R holds the
+    request and the two table positions of its key (:class:`KeyHash`) until
+    stage D takes it (``issue``); it loads the next one in the same cycle.
+
+    Parameters
+    ----------
+    table : int
+        Entries per table.
+    key_width : int
+        Bits of a key.
+
+    Members
+    -------
+    head : In(request_layout(key_width))
+        The request queue's head.
+    head_valid : In(1)
+        The queue has a head.
+    pop : Out(1)
+        Take the head out of the queue.
+    issue : In(1)
+        Stage D takes the request R holds.
+    valid, last : Out(1)
+        R holds a request (``last``: not a teardown's, or its last index).
+    op : Out(Op)
+    key : Out(key_width)
+    h0, h1 : Out(log2(table))
+        The key's positions in tables 0 and 1.
+    """
+
+    def __init__(self, table: int, key_width: int):
+        self._table, self._key_width = table, key_width
+        bits = (table - 1).bit_length()
+        super().__init__({"head": In(request_layout(key_width)), "head_valid": In(1), "pop": Out(1), "issue": In(1),
+                          "valid": Out(1), "last": Out(1), "op": Out(Op), "key": Out(key_width),
+                          "h0": Out(bits), "h1": Out(bits)})
+
+    def elaborate(self, platform):
+        m = Module()
+        # -- stage H: the request queue's head; a teardown becomes one delete per index --
+        head_req = self.head
+        td_index = Signal(KEY_INDEX_BITS)
+        h_teardown = head_req.op == Op.TEARDOWN
+        h_last = ~h_teardown | (td_index == head_req.key[:KEY_INDEX_BITS])
+        h_key = Mux(h_teardown, Cat(td_index, head_req.key[KEY_JOB_SHIFT:]), head_req.key)
+
+        # -- stage R: the key registered beside its hashes --
+        m.submodules.hash = hasher = KeyHash(self._table, self._key_width)
+        load = self.head_valid & (~self.valid | self.issue)
+        m.d.comb += [hasher.key.eq(h_key), hasher.load.eq(load), self.pop.eq(load & h_last),
+                     self.h0.eq(hasher.h0), self.h1.eq(hasher.h1)]
+        with m.If(load):
+            m.d.sync += [self.valid.eq(1), self.op.eq(head_req.op), self.key.eq(h_key), self.last.eq(h_last)]
+            with m.If(h_teardown):
+                m.d.sync += td_index.eq(Mux(h_last, 0, td_index + 1))
+        with m.Elif(self.issue):
+            m.d.sync += self.valid.eq(0)
+        return m
+
+
 class ExceptionEngine(wiring.Component):
     """Cuckoo hash table of overflow slots with its own request and response queues.
 
@@ -207,7 +271,7 @@ class ExceptionEngine(wiring.Component):
     def __init__(self, table: int = 256, max_kicks: int = 16, stash: int = 4, key_width: int = 32,
                  depth: int = 16, domain: str = "sync"):
         self.table = _check_table(table)
-        self.max_kicks = _check_int(max_kicks, 0, 1024, "Kick-out bound")
+        self.max_kicks = _check_int(max_kicks, 0, MAX_KICKS, "Kick-out bound")
         self.stash = _check_int(stash, 0, MAX_STASH, "Stash size")
         self.key_width = _check_int(key_width, KEY_INDEX_BITS + 1, 32, "Key width")
         self.depth = _check_int(depth, 4, 4096, "Queue depth")
@@ -286,28 +350,13 @@ class ExceptionEngine(wiring.Component):
         with m.If(push):
             m.d.sync += f_last.eq(wrap_incr(f_last))
 
-        # -- stage H: the request queue's head; a teardown becomes one delete per index --
-        head_req = request_layout(self.key_width)(req_q.r_data)
-        td_index = Signal(KEY_INDEX_BITS)
-        h_teardown = head_req.op == Op.TEARDOWN
-        h_last = ~h_teardown | (td_index == head_req.key[:KEY_INDEX_BITS])
-        h_key = Mux(h_teardown, Cat(td_index, head_req.key[KEY_JOB_SHIFT:]), head_req.key)
-
-        # -- stage R: the key registered beside its hashes --
-        r_valid, r_last = Signal(), Signal()
-        r_op = Signal(Op)
-        r_key = Signal(self.key_width)
-        m.submodules.hash = hasher = KeyHash(T, self.key_width)
-        r_h = [hasher.h0, hasher.h1]
+        # -- stages H and R: the next request and its key's hashes --
+        m.submodules.request = request = RequestStages(T, self.key_width)
         issue = Signal()
-        load = req_q.r_rdy & (~r_valid | issue)
-        m.d.comb += [hasher.key.eq(h_key), hasher.load.eq(load), req_q.r_en.eq(load & h_last)]
-        with m.If(load):
-            m.d.sync += [r_valid.eq(1), r_op.eq(head_req.op), r_key.eq(h_key), r_last.eq(h_last)]
-            with m.If(h_teardown):
-                m.d.sync += td_index.eq(Mux(h_last, 0, td_index + 1))
-        with m.Elif(issue):
-            m.d.sync += r_valid.eq(0)
+        m.d.comb += [request.head.eq(req_q.r_data), request.head_valid.eq(req_q.r_rdy), req_q.r_en.eq(request.pop),
+                     request.issue.eq(issue)]
+        r_valid, r_last, r_op, r_key = request.valid, request.last, request.op, request.key
+        r_h = [request.h0, request.h1]
 
         # -- stage D: the two entries are read; decide, write, answer --
         d_valid, d_last = Signal(), Signal()

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec, check_job
 from inagg.models.protocol import CHUNK_BYTES_ALLOWED, CHUNK_BYTES_DEFAULT, MAX_WORKERS
-from inagg.models.regmap import EXCEPTION, RegMap
+from inagg.models.regmap import RegMap
 
-__all__ = ["WIDTHS", "MAX_PORTS", "MAX_JOB_TABLE", "SLOT_SPACE", "check_width", "check_chunk_bytes", "check_slots",
+__all__ = ["WIDTHS", "MAX_PORTS", "MAX_JOB_TABLE", "SLOT_SPACE", "MAX_KICKS", "MAX_STASH", "check_width", "check_chunk_bytes", "check_slots",
            "SwitchGeometry"]
 
 WIDTHS = (64, 256, 512)
@@ -27,7 +27,10 @@ MAX_PORTS = 64
 MAX_JOB_TABLE = 64
 SLOT_SPACE = 1 << 16
 """Slot numbers of the slot engine: the direct-mapped slots and the overflow slots together."""
-_MAX_KICKS, _MAX_STASH = 1 << EXCEPTION.field("max_kicks").width - 1, 64
+MAX_KICKS = 1024
+"""Longest kick-out chain of the exception engine."""
+MAX_STASH = 64
+"""Most stash entries of the exception engine (registers, searched at once)."""
 
 
 def _is_int(x: object) -> bool:
@@ -61,8 +64,8 @@ def check_slots(slots: object) -> int:
 
 
 def _check_exception_bounds(max_kicks: object, stash: object) -> None:
-    _check_range(max_kicks, 0, _MAX_KICKS, "Exception kick-out bound")
-    _check_range(stash, 0, _MAX_STASH, "Exception stash")
+    _check_range(max_kicks, 0, MAX_KICKS, "Exception kick-out bound")
+    _check_range(stash, 0, MAX_STASH, "Exception stash")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The AXI4-Lite register map of the RTL switch, described once.
 
-Every register is declared here as a :class:`Register` of :class:`Field`\\ s
+Every register is declared here as a :class:`Register` of :class:`Field` objects
 (name, bit range, access, meaning), as amaranth-soc declares its CSRs: the
 model's packing (:meth:`Register.encode`), the testbenches' and the host's
 reads (:meth:`Register.decode`), the gateware's field slices
