@@ -33,8 +33,8 @@ from amaranth.lib.wiring import In, Out
 from inagg.models.cuckoo import KEY_INDEX_BITS, KEY_JOB_SHIFT
 from inagg.models.geometry import MAX_KICKS, MAX_STASH
 
-__all__ = ["Op", "Status", "STATS", "KeyHash", "RequestStages", "request_layout", "response_layout", "entry_layout",
-           "stats_layout", "ExceptionEngine"]
+__all__ = ["Op", "Status", "STATS", "KeyHash", "RequestStages", "CuckooLookup", "request_layout", "response_layout",
+           "entry_layout", "stats_layout", "ExceptionEngine"]
 
 
 
@@ -216,6 +216,58 @@ class RequestStages(wiring.Component):
         return m
 
 
+class CuckooLookup(wiring.Component):
+    """Where a key is, from the two entries read at its positions and the stash: combinational.
+
+    Parameters
+    ----------
+    table, stash, key_width, capacity : int
+        The engine's (:class:`ExceptionEngine`).
+
+    Members
+    -------
+    key : In(key_width)
+    entries : In(entry_layout(key_width, capacity, table)).array(2)
+        Table ``t``'s entry at the key's position in it.
+    stash_count : In(range(stash + 1))
+    stash_keys : In(key_width).array(stash)
+    stash_ptrs : In(range(capacity)).array(stash)
+        The stash, its first ``stash_count`` entries in use (these three with a stash only).
+    hits : Out(2)
+        Bit ``t``: the key is in table ``t``.
+    stash_hits : Out(stash)
+        Bit ``i``: the key is stash entry ``i`` (with a stash only).
+    found : Out(1)
+        Anywhere.
+    ptr : Out(range(capacity))
+        Its overflow slot, when ``found``.
+    """
+
+    def __init__(self, table: int, stash: int, key_width: int, capacity: int):
+        self._stash = stash
+        members = {"key": In(key_width), "entries": In(entry_layout(key_width, capacity, table)).array(2),
+                   "hits": Out(2), "found": Out(1), "ptr": Out(range(capacity))}
+        if stash:
+            members.update({"stash_count": In(range(stash + 1)), "stash_keys": In(key_width).array(stash),
+                            "stash_ptrs": In(range(capacity)).array(stash), "stash_hits": Out(stash)})
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        e, S = self.entries, self._stash
+        m.d.comb += [self.hits[t].eq(e[t].valid & (e[t].key == self.key)) for t in (0, 1)]
+        stash_ptr = 0
+        if S:
+            m.d.comb += [self.stash_hits[i].eq((i < self.stash_count) & (self.stash_keys[i] == self.key))
+                         for i in range(S)]
+            for i in range(S):
+                stash_ptr |= Mux(self.stash_hits[i], self.stash_ptrs[i], 0)
+        in_stash = self.stash_hits.any() if S else Const(0, 1)
+        m.d.comb += [self.found.eq(self.hits.any() | in_stash),
+                     self.ptr.eq(Mux(self.hits[0], e[0].ptr, Mux(self.hits[1], e[1].ptr, stash_ptr)))]
+        return m
+
+
 class ExceptionEngine(wiring.Component):
     """Cuckoo hash table of overflow slots with its own request and response queues.
 
@@ -367,15 +419,15 @@ class ExceptionEngine(wiring.Component):
         with m.If(issue):
             m.d.sync += [d_op.eq(r_op), d_key.eq(r_key), d_last.eq(r_last), d_h[0].eq(r_h[0]), d_h[1].eq(r_h[1])]
         e = [rd[0].data, rd[1].data]
-        hit = [e[t].valid & (e[t].key == d_key) for t in (0, 1)]
-        s_hit = [(i < self.stash_count) & (self.stash_keys[i] == d_key) for i in range(S)]
-        in_stash = Cat(Const(0, 1), *s_hit).any()
-        found = hit[0] | hit[1] | in_stash
-        found_ptr = Signal(range(cap))
-        stash_ptr = 0
-        for i in range(S):
-            stash_ptr |= Mux(s_hit[i], self.stash_ptrs[i], 0)
-        m.d.comb += found_ptr.eq(Mux(hit[0], e[0].ptr, Mux(hit[1], e[1].ptr, stash_ptr)))
+        m.submodules.lookup = lookup = CuckooLookup(T, S, self.key_width, cap)
+        m.d.comb += [lookup.key.eq(d_key), lookup.entries[0].eq(e[0]), lookup.entries[1].eq(e[1])]
+        if S:
+            m.d.comb += [lookup.stash_count.eq(self.stash_count),
+                         *[port.eq(key) for port, key in zip(lookup.stash_keys, self.stash_keys)],
+                         *[port.eq(ptr) for port, ptr in zip(lookup.stash_ptrs, self.stash_ptrs)]]
+        hit = [lookup.hits[0], lookup.hits[1]]
+        in_stash = lookup.stash_hits.any() if S else Const(0, 1)
+        found, found_ptr = lookup.found, lookup.ptr
 
         # -- the walker: carries one entry (key, ptr) to position `here` of table `wt`;
         #    `there` is its position in the other table --
@@ -545,7 +597,7 @@ class ExceptionEngine(wiring.Component):
             with m.If(s_append & (self.stash_count == i)):
                 m.d.sync += [self.stash_keys[i].eq(d_key), self.stash_ptrs[i].eq(head)]
             if i + 1 < S:
-                with m.If(s_remove & Cat(*s_hit[:i + 1]).any()):
+                with m.If(s_remove & lookup.stash_hits[:i + 1].any()):
                     m.d.sync += [self.stash_keys[i].eq(self.stash_keys[i + 1]),
                                  self.stash_ptrs[i].eq(self.stash_ptrs[i + 1])]
         if S:
