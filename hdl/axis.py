@@ -16,33 +16,10 @@ from __future__ import annotations
 from amaranth import Cat, Const, Value
 from amaranth.lib import data, stream
 
-from inagg.models.protocol import CHUNK_BYTES_ALLOWED
+# The parameter checks are the switch geometry's (one place for each limit); the blocks import them from here.
+from inagg.models.geometry import WIDTHS, check_chunk_bytes, check_slots, check_width
 
 __all__ = ["WIDTHS", "check_width", "check_chunk_bytes", "check_slots", "beat_layout", "beat_signature", "be_get", "be_bytes", "swap_lanes"]
-
-WIDTHS = (64, 256, 512)
-
-
-def check_width(width: object) -> int:
-    """Validate a stream data width; return it."""
-    if not isinstance(width, int) or isinstance(width, bool) or width not in WIDTHS:
-        raise ValueError(f"Data width must be one of {WIDTHS}, not {width!r}")
-    return width
-
-
-def check_chunk_bytes(chunk_bytes: object) -> int:
-    """Validate a chunk size (``protocol.CHUNK_BYTES_ALLOWED``); return it."""
-    if not isinstance(chunk_bytes, int) or chunk_bytes not in CHUNK_BYTES_ALLOWED:
-        raise ValueError(f"Chunk size must be one of {CHUNK_BYTES_ALLOWED}, not {chunk_bytes!r}")
-    return chunk_bytes
-
-
-def check_slots(slots: object) -> int:
-    """Validate a slot count (a power of two up to 65536); return it."""
-    if not isinstance(slots, int) or slots < 2 or slots & (slots - 1) or slots > 1 << 16:
-        raise ValueError(f"Slot count must be a power of two from 2 to 65536, not {slots!r}")
-    return slots
-
 
 def beat_layout(width: int) -> data.StructLayout:
     """The payload of a beat stream: ``data`` (width bits), ``keep`` (width/8), ``last``."""

@@ -1,28 +1,49 @@
 """Control and status: the AXI4-Lite register interface, the job and worker tables, the counters.
 
-The register map is :mod:`inagg.models.regmap`; this block decodes it. The
-tables are read combinationally by the data path (ingress checks, result
+The register map is :mod:`inagg.models.regmap`; this block decodes it, its
+storage and field slices sized by the declared fields
+(:func:`register_layout`). The tables are read combinationally by the data path (ingress checks, result
 emitters); the controller writes a job's fields and its workers' before it
 sets the job's enable bit, and leaves them alone while the job has traffic.
 """
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from inagg.models import regmap as rm
-from inagg.models.job import ExceptionSpec
+from inagg.models.geometry import SwitchGeometry
 from inagg.models.protocol import DEFAULT_PKEY, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 from inagg.hdl.exception import STATS, stats_layout
 
-__all__ = ["AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead", "SwitchConfig", "TeardownRequest",
-           "Control",
+__all__ = ["register_layout", "register_view", "AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead",
+           "SwitchConfig", "TeardownRequest", "TableAccess", "JobTable", "WorkerTable", "Counters", "Control",
            "N_COUNTERS", "event_vector"]
 
 N_COUNTERS = len(Counter)
 _OKAY, _SLVERR = 0b00, 0b10
+
+
+def register_layout(reg: rm.Register, access: str = "RW") -> data.FlexibleLayout:
+    """The fields of ``reg`` as a layout of ``reg.width`` bits, each at its declared bits.
+
+    ``access`` "RO" keeps the fields a read returns, "WO" those a write
+    sets, "RW" all of them (for a register whose read and write fields do
+    not share bits).
+    """
+    kept = [f for f in reg.fields if access == "RW" or f.access in (access, "RW")]
+    return data.FlexibleLayout(reg.width, {f.name: data.Field(unsigned(f.width), f.offset) for f in kept})
+
+
+def register_view(reg: rm.Register, value, access: str = "RW") -> data.View:
+    """``value`` (``reg.width`` bits, a register's storage) seen field by field."""
+    return data.View(register_layout(reg, access), value)
+
+
+def _width(block: dict, name: str) -> int:
+    return block[name].width
 
 
 def event_vector(strobes: dict) -> Value:
@@ -47,16 +68,25 @@ class AXILiteSignature(wiring.Signature):
         })
 
 
-JobEntry = data.StructLayout({"valid": 1, "workers": range(MAX_WORKERS + 1), "rkey": 32,
-                              "slot_base": 16, "slots": 17})
+JobEntry = data.StructLayout({"valid": 1, "workers": range(MAX_WORKERS + 1), "rkey": _width(rm.JOB_REGISTERS, "RKEY"),
+                              "slot_base": _width(rm.JOB_REGISTERS, "SLOT_BASE"),
+                              "slots": _width(rm.JOB_REGISTERS, "SLOTS")})
 """A job as the data path sees it."""
 
-WorkerEntry = data.StructLayout({"mac": 48, "ip": 32, "qpn": 24, "rkey": 32, "va": 64, "psn": 24})
+WorkerEntry = data.StructLayout({
+    "mac": _width(rm.WORKER_REGISTERS, "MAC_HI") + _width(rm.WORKER_REGISTERS, "MAC_LO"),
+    "ip": _width(rm.WORKER_REGISTERS, "IP"), "qpn": _width(rm.WORKER_REGISTERS, "QPN"),
+    "rkey": _width(rm.WORKER_REGISTERS, "RKEY"),
+    "va": _width(rm.WORKER_REGISTERS, "VA_HI") + _width(rm.WORKER_REGISTERS, "VA_LO"),
+    "psn": _width(rm.WORKER_REGISTERS, "PSN")})
 """Where one worker's results go (its port is in :attr:`Control.ports`)."""
 
-SwitchConfig = data.StructLayout({"mac": 48, "ip": 32, "pkey": 16})
+SwitchConfig = data.StructLayout({
+    "mac": _width(rm.SWITCH_REGISTERS, "MAC_HI") + _width(rm.SWITCH_REGISTERS, "MAC_LO"),
+    "ip": _width(rm.SWITCH_REGISTERS, "IP"), "pkey": _width(rm.SWITCH_REGISTERS, "PKEY")})
 
-TeardownRequest = data.StructLayout({"start": 1, "job": QPN_JOB_BITS, "slot_base": 16, "slots": 17})
+TeardownRequest = data.StructLayout({"start": 1, "job": QPN_JOB_BITS, "slot_base": JobEntry.members["slot_base"],
+                                     "slots": JobEntry.members["slots"]})
 """A teardown the controller asked for, and the region of the job."""
 
 
@@ -75,22 +105,228 @@ class WorkerRead(wiring.Signature):
                           "psn_inc": Out(1)})
 
 
+class TableAccess(wiring.Signature):
+    """The register bus decoder's access to one register block of a table, from the decoder's side.
+
+    ``w_en`` writes ``w_data`` to the register at ``w_offset`` of entry
+    ``w_index`` (at the clock edge); ``w_ok`` says the offset is a register
+    of the block (combinationally, whether or not ``w_en`` is high). ``r_data``
+    is the register at ``r_offset`` of entry ``r_index``, 0 where ``r_ok`` is
+    low.
+    """
+
+    def __init__(self, index_bits: int, offset_bits: int):
+        super().__init__({
+            "w_en": Out(1), "w_index": Out(index_bits), "w_offset": Out(offset_bits), "w_data": Out(32),
+            "w_ok": In(1),
+            "r_index": Out(index_bits), "r_offset": Out(offset_bits), "r_data": In(32), "r_ok": In(1),
+        })
+
+
+class JobTable(wiring.Component):
+    """The job table: a register per job and :data:`~inagg.models.regmap.JOB_REGISTERS` entry.
+
+    Every ingress port reads it at once, combinationally; the data path sees
+    a job as a :data:`JobEntry`.
+
+    Parameters
+    ----------
+    jobs:
+        Jobs the table holds.
+    readers:
+        Number of read ports.
+
+    Members
+    -------
+    job_rd : In(JobRead()).array(readers)
+    bus : In(TableAccess(job bits, 5))
+        Register reads and writes (offsets within ``JOB_STRIDE``).
+    enabled : Out(jobs)
+        Bit ``j``: job ``j``'s ``CTRL`` enable bit.
+    disable : In(1)
+        Clear the enable bit of job ``disable_job`` (after a write in the same cycle).
+    disable_job : In(QPN_JOB_BITS)
+    region_job : In(job bits)
+    region_base, region_slots : Out
+        The region (``SLOT_BASE``, ``SLOTS``) of job ``region_job``.
+    """
+
+    def __init__(self, jobs: int, readers: int):
+        self._jobs = jobs
+        self.index_bits = max(1, (jobs - 1).bit_length())
+        super().__init__({
+            "job_rd": In(JobRead()).array(readers),
+            "bus": In(TableAccess(self.index_bits, (rm.JOB_STRIDE - 1).bit_length())),
+            "enabled": Out(jobs),
+            "disable": In(1), "disable_job": In(QPN_JOB_BITS),
+            "region_job": In(self.index_bits),
+            "region_base": Out(JobEntry.members["slot_base"]), "region_slots": Out(JobEntry.members["slots"]),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        jobs, bus = self._jobs, self.bus
+        regs = {name: Array(Signal(reg.width, name=f"job{j}_{name.lower()}") for j in range(jobs))
+                for name, reg in rm.JOB_REGISTERS.items()}
+        ctrl_of = [register_view(rm.JOB_CTRL, c) for c in regs["CTRL"]]
+        m.d.comb += self.enabled.eq(Cat(c.enable for c in ctrl_of))
+        for rd in self.job_rd:
+            idx = rd.index[:self.index_bits]
+            ctrl = register_view(rm.JOB_CTRL, regs["CTRL"][idx])
+            m.d.comb += [
+                rd.entry.valid.eq((rd.index < jobs) & ctrl.enable),
+                rd.entry.workers.eq(ctrl.workers),
+                rd.entry.rkey.eq(regs["RKEY"][idx]),
+                rd.entry.slot_base.eq(regs["SLOT_BASE"][idx]),
+                rd.entry.slots.eq(regs["SLOTS"][idx]),
+            ]
+        m.d.comb += [self.region_base.eq(regs["SLOT_BASE"][self.region_job]),
+                     self.region_slots.eq(regs["SLOTS"][self.region_job])]
+        with m.Switch(bus.w_offset):
+            for name, reg in regs.items():
+                with m.Case(rm.JOB_REGISTERS[name].offset):
+                    m.d.comb += bus.w_ok.eq(1)
+                    with m.If(bus.w_en):
+                        m.d.sync += reg[bus.w_index].eq(bus.w_data)
+        with m.Switch(bus.r_offset):
+            for name, reg in regs.items():
+                with m.Case(rm.JOB_REGISTERS[name].offset):
+                    m.d.comb += [bus.r_ok.eq(1), bus.r_data.eq(reg[bus.r_index])]
+        # After the bus write: a teardown's disable wins over a write of the same cycle.
+        with m.If(self.disable):
+            m.d.sync += register_view(rm.JOB_CTRL, regs["CTRL"][self.disable_job]).enable.eq(0)
+        return m
+
+
+class WorkerTable(wiring.Component):
+    """The worker table: where each worker's results go, one entry per (job, worker).
+
+    One memory per 32-bit register of :data:`~inagg.models.regmap.WORKER_REGISTERS`
+    with a combinational read port per reader (result emitter); the ports
+    are registers (:attr:`ports`), and the result PSNs a memory per reader
+    (see :class:`Control`'s ``worker_rd``).
+
+    Parameters
+    ----------
+    entries:
+        ``jobs * workers``.
+    readers:
+        Number of read ports (the switch's ports).
+    port_bits:
+        Bits of a port number.
+
+    Members
+    -------
+    worker_rd : In(WorkerRead()).array(readers)
+    bus : In(TableAccess(entry bits, 6))
+        Register writes (offsets within ``WORKER_STRIDE``); the registers are write-only.
+    psn_busy : Out(1)
+        A write to ``w_offset`` must wait this cycle: it is a ``PSN`` write and a
+        reader increments a PSN (they share the PSN memories' write ports).
+    ports : Out(entries * port_bits)
+        The switch port of every worker.
+    """
+
+    def __init__(self, entries: int, readers: int, port_bits: int):
+        self._entries, self._port_bits = entries, port_bits
+        super().__init__({
+            "worker_rd": In(WorkerRead()).array(readers),
+            "bus": In(TableAccess(max(1, (entries - 1).bit_length()), (rm.WORKER_STRIDE - 1).bit_length())),
+            "psn_busy": Out(1),
+            "ports": Out(entries * port_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        entries, bus = self._entries, self.bus
+        # The result PSNs are a memory per reader: one write port each (the reader's increment, or a
+        # register write) maps to distributed RAM, where one memory with a write port per reader
+        # became flip-flops and write-enable logic, 3,300 LUT4 at 2 ports x 32 workers.
+        w_port = Array(Signal(self._port_bits, name=f"worker{i}_port") for i in range(entries))
+        m.d.comb += self.ports.eq(Cat(*w_port))
+        fields = {name: memory.Memory(shape=reg.width, depth=entries, init=[])
+                  for name, reg in rm.WORKER_REGISTERS.items() if name not in ("PORT", "PSN")}
+        for name, mem in fields.items():
+            m.submodules[f"worker_{name.lower()}"] = mem
+        wr = {name: mem.write_port() for name, mem in fields.items()}
+        psn_wr = []
+        for i, rd in enumerate(self.worker_rd):
+            m.submodules[f"worker_psn{i}"] = psn = memory.Memory(shape=rm.WORKER_REGISTERS["PSN"].width,
+                                                                 depth=entries, init=[])
+            r = {name: mem.read_port(domain="comb") for name, mem in fields.items()}
+            r["PSN"] = psn.read_port(domain="comb")
+            for p in r.values():
+                m.d.comb += p.addr.eq(rd.index)
+            m.d.comb += [
+                rd.entry.mac.eq(Cat(r["MAC_LO"].data, r["MAC_HI"].data)),
+                rd.entry.ip.eq(r["IP"].data), rd.entry.qpn.eq(r["QPN"].data), rd.entry.rkey.eq(r["RKEY"].data),
+                rd.entry.va.eq(Cat(r["VA_LO"].data, r["VA_HI"].data)), rd.entry.psn.eq(r["PSN"].data),
+            ]
+            psn_wr.append((psn.write_port(), rd, r["PSN"].data + 1))
+
+        psn_hit = bus.w_offset == rm.WORKER_REGISTERS["PSN"].offset
+        m.d.comb += self.psn_busy.eq(psn_hit & Cat(rd.psn_inc for rd in self.worker_rd).any())
+        for name, port in wr.items():
+            m.d.comb += [port.addr.eq(bus.w_index), port.data.eq(bus.w_data),
+                         port.en.eq(bus.w_en & (bus.w_offset == rm.WORKER_REGISTERS[name].offset))]
+        for port, rd, next_psn in psn_wr:
+            m.d.comb += [port.addr.eq(Mux(rd.psn_inc, rd.index, bus.w_index)),
+                         port.data.eq(Mux(rd.psn_inc, next_psn, bus.w_data)),
+                         port.en.eq(rd.psn_inc | (bus.w_en & psn_hit))]
+        with m.Switch(bus.w_offset):
+            with m.Case(rm.WORKER_REGISTERS["PORT"].offset):
+                m.d.comb += bus.w_ok.eq(1)
+                with m.If(bus.w_en):
+                    m.d.sync += w_port[bus.w_index].eq(bus.w_data)
+            with m.Case(*[reg.offset for name, reg in rm.WORKER_REGISTERS.items() if name != "PORT"]):
+                m.d.comb += bus.w_ok.eq(1)  # the field memories' write ports take it
+        return m
+
+
+class Counters(wiring.Component):
+    """The event counters of :class:`~inagg.models.protocol.Counter`, 32 bits each, wrapping.
+
+    Every source may strobe any counter in the same cycle. The strobes are
+    registered before the adders: a source's strobe (the slot engine's
+    decision on its metadata read, the exception path's insert) would
+    otherwise end its own long path in a 32-bit carry chain here. A counter
+    then counts one cycle after its event.
+
+    Members
+    -------
+    events : In(N_COUNTERS).array(sources)
+        Bit ``c`` of a source adds one to counter ``c``.
+    counts : Out(32).array(N_COUNTERS)
+    """
+
+    def __init__(self, sources: int):
+        super().__init__({"events": In(N_COUNTERS).array(sources), "counts": Out(32).array(N_COUNTERS)})
+
+    def elaborate(self, platform):
+        m = Module()
+        events = [Signal(N_COUNTERS, name=f"events{i}") for i in range(len(self.events))]
+        m.d.sync += [reg.eq(src) for reg, src in zip(events, self.events)]
+        counters = [Signal(32, name=f"count_{c.name.lower()}") for c in Counter]
+        for c, reg in zip(Counter, counters):
+            m.d.sync += reg.eq(reg + sum(src[c] for src in events))
+        m.d.comb += [out.eq(reg) for out, reg in zip(self.counts, counters)]
+        return m
+
+
 class Control(wiring.Component):
     """Register block of the switch.
 
     Parameters
     ----------
-    ports, width, slots, chunk_bytes:
-        The switch's geometry, reported in ``GEOMETRY``.
-    jobs, workers:
-        Jobs the tables hold and workers per job.
+    geometry : SwitchGeometry
+        The switch's geometry, reported in ``GEOMETRY``, ``JOBS`` and
+        ``EXCEPTION``; the tables hold ``jobs`` jobs of ``workers`` workers,
+        and with an exception path its engine's counters are read at
+        ``EXC_BASE``.
     job_readers:
         Number of job-table read ports.
     event_sources:
         Number of counter event inputs.
-    exception:
-        The switch's exception path, reported in ``EXCEPTION``; with one, its
-        engine's counters are read at ``EXC_BASE``.
 
     Members
     -------
@@ -128,14 +364,14 @@ class Control(wiring.Component):
         Clear the enable bit of the job being torn down.
     """
 
-    def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int, jobs: int, workers: int,
-                 job_readers: int, event_sources: int, exception: ExceptionSpec | None = None):
-        self.regmap = rm.RegMap(jobs, workers)
-        self._ports, self._width, self._slots, self._chunk = ports, width, slots, chunk_bytes
-        self._jobs, self._workers = jobs, workers
-        self._exception = exception
-        self.port_bits = max(1, (ports - 1).bit_length())
-        members = {} if exception is None else {"exc_stats": In(stats_layout())}
+    def __init__(self, geometry: SwitchGeometry, *, job_readers: int, event_sources: int):
+        if not isinstance(geometry, SwitchGeometry):
+            raise TypeError(f"Geometry must be a SwitchGeometry, not {geometry!r}")
+        self.geometry = geometry
+        self.regmap = geometry.regmap
+        self.port_bits = geometry.port_bits
+        ports, jobs, workers = geometry.ports, geometry.jobs, geometry.workers
+        members = {} if geometry.exception is None else {"exc_stats": In(stats_layout())}
         super().__init__({
             **members,
             "axil": In(AXILiteSignature(self.regmap.addr_width)),
@@ -152,111 +388,59 @@ class Control(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.axil
-        jobs, workers, entries = self._jobs, self._workers, self._jobs * self._workers
+        g = self.geometry
+        jobs, entries = g.jobs, g.jobs * g.workers
 
-        mac = Signal(48)
-        ip = Signal(32)
-        pkey = Signal(16, init=DEFAULT_PKEY)
+        mac = Signal(SwitchConfig.members["mac"])
+        ip = Signal(SwitchConfig.members["ip"])
+        pkey = Signal(SwitchConfig.members["pkey"], init=DEFAULT_PKEY)
         m.d.comb += [self.switch.mac.eq(mac), self.switch.ip.eq(ip), self.switch.pkey.eq(pkey)]
 
-        # Job table: registers, read by every ingress port at once.
-        j_ctrl = Array(Signal(15, name=f"job{j}_ctrl") for j in range(jobs))
-        j_rkey = Array(Signal(32, name=f"job{j}_rkey") for j in range(jobs))
-        j_base = Array(Signal(16, name=f"job{j}_slot_base") for j in range(jobs))
-        j_slots = Array(Signal(17, name=f"job{j}_slots") for j in range(jobs))
-        m.d.comb += self.enabled.eq(Cat(c[0] for c in j_ctrl))
-        for rd in self.job_rd:
-            known = rd.index < jobs
-            idx = rd.index[:max(1, (jobs - 1).bit_length())]
-            m.d.comb += [
-                rd.entry.valid.eq(known & j_ctrl[idx][0]),
-                rd.entry.workers.eq(j_ctrl[idx][8:15]),
-                rd.entry.rkey.eq(j_rkey[idx]),
-                rd.entry.slot_base.eq(j_base[idx]),
-                rd.entry.slots.eq(j_slots[idx]),
-            ]
-
-        # Worker table: one memory per 32-bit field, a read port per emitter. The result PSNs
-        # are a memory per reader instead: one write port each (the reader's increment, or a
-        # register write) maps to distributed RAM, where one memory with a write port per
-        # reader became flip-flops and write-enable logic, 3,300 LUT4 at 2 ports x 32 workers.
-        w_port = Array(Signal(self.port_bits, name=f"worker{i}_port") for i in range(entries))
-        m.d.comb += self.ports.eq(Cat(*w_port))
-        fields = {name: memory.Memory(shape=bits, depth=entries, init=[])
-                  for name, bits in (("MAC_HI", 16), ("MAC_LO", 32), ("IP", 32), ("QPN", 24), ("RKEY", 32),
-                                     ("VA_HI", 32), ("VA_LO", 32))}
-        for name, mem in fields.items():
-            m.submodules[f"worker_{name.lower()}"] = mem
-        wr = {name: mem.write_port() for name, mem in fields.items()}
-        psn_wr = []
-        for i, rd in enumerate(self.worker_rd):
-            m.submodules[f"worker_psn{i}"] = psn = memory.Memory(shape=24, depth=entries, init=[])
-            r = {name: mem.read_port(domain="comb") for name, mem in fields.items()}
-            r["PSN"] = psn.read_port(domain="comb")
-            for p in r.values():
-                m.d.comb += p.addr.eq(rd.index)
-            m.d.comb += [
-                rd.entry.mac.eq(Cat(r["MAC_LO"].data, r["MAC_HI"].data)),
-                rd.entry.ip.eq(r["IP"].data), rd.entry.qpn.eq(r["QPN"].data), rd.entry.rkey.eq(r["RKEY"].data),
-                rd.entry.va.eq(Cat(r["VA_LO"].data, r["VA_HI"].data)), rd.entry.psn.eq(r["PSN"].data),
-            ]
-            psn_wr.append((psn.write_port(), rd, r["PSN"].data + 1))
-
-        # Counters: every source may strobe any counter in the same cycle. The strobes are
-        # registered before the adders: a source's strobe (the slot engine's decision on its
-        # metadata read, the exception path's insert) would otherwise end its own long path
-        # in a 32-bit carry chain here. A counter then counts one cycle after its event.
-        events = [Signal(N_COUNTERS, name=f"events{i}") for i in range(len(self.events))]
-        m.d.sync += [reg.eq(src) for reg, src in zip(events, self.events)]
-        counters = [Signal(32, name=f"count_{c.name.lower()}") for c in Counter]
-        for c, reg in zip(Counter, counters):
-            m.d.sync += reg.eq(reg + sum(src[c] for src in events))
+        m.submodules.jobs = job_table = JobTable(jobs, len(self.job_rd))
+        m.submodules.workers = worker_table = WorkerTable(entries, len(self.worker_rd), self.port_bits)
+        m.submodules.counters = counters = Counters(len(self.events))
+        for rd, port in zip(self.job_rd, job_table.job_rd):
+            wiring.connect(m, wiring.flipped(rd), port)
+        for rd, port in zip(self.worker_rd, worker_table.worker_rd):
+            wiring.connect(m, wiring.flipped(rd), port)
+        m.d.comb += [self.enabled.eq(job_table.enabled), self.ports.eq(worker_table.ports)]
+        m.d.comb += [port.eq(src) for port, src in zip(counters.events, self.events)]
 
         # AXI4-Lite writes: address and data together, one at a time.
         bvalid, bresp = Signal(), Signal(2)
         m.d.comb += [bus.bvalid.eq(bvalid), bus.bresp.eq(bresp)]
         addr, wdata = bus.awaddr, bus.wdata
         job_hit = (addr >= rm.JOB_BASE) & (addr < rm.JOB_BASE + rm.JOB_STRIDE * jobs)
-        jidx = (addr - rm.JOB_BASE)[5:]
         wk_hit = (addr >= rm.WORKER_BASE) & (addr < rm.WORKER_BASE + rm.WORKER_STRIDE * entries)
-        widx = (addr - rm.WORKER_BASE)[6:]
-        psn_hit = wk_hit & (addr[:6] == rm.WORKER_FIELDS["PSN"][0])
+        jw, ww = job_table.bus, worker_table.bus
+        m.d.comb += [jw.w_index.eq((addr - rm.JOB_BASE)[5:]), jw.w_offset.eq(addr[:5]), jw.w_data.eq(wdata),
+                     ww.w_index.eq((addr - rm.WORKER_BASE)[6:]), ww.w_offset.eq(addr[:6]), ww.w_data.eq(wdata)]
         # A PSN write waits out the cycles in which a reader increments: it shares their write ports.
-        do_write = bus.awvalid & bus.wvalid & ~bvalid & ~(psn_hit & Cat(rd.psn_inc for rd in self.worker_rd).any())
-        m.d.comb += [bus.awready.eq(do_write), bus.wready.eq(do_write)]
+        do_write = bus.awvalid & bus.wvalid & ~bvalid & ~(wk_hit & worker_table.psn_busy)
+        m.d.comb += [bus.awready.eq(do_write), bus.wready.eq(do_write),
+                     jw.w_en.eq(do_write & job_hit), ww.w_en.eq(do_write & wk_hit)]
         with m.If(bvalid & bus.bready):
             m.d.sync += bvalid.eq(0)
-        for name, port in wr.items():
-            m.d.comb += [port.addr.eq(widx), port.data.eq(wdata),
-                         port.en.eq(do_write & wk_hit & (addr[:6] == rm.WORKER_FIELDS[name][0]))]
-        for port, rd, next_psn in psn_wr:
-            m.d.comb += [port.addr.eq(Mux(rd.psn_inc, rd.index, widx)), port.data.eq(Mux(rd.psn_inc, next_psn, wdata)),
-                         port.en.eq(rd.psn_inc | (do_write & psn_hit))]
         # Teardown: busy from an accepted TEARDOWN write until the switch says it is done.
         td, td_busy, td_refused = self.teardown, Signal(), Signal()
+        td_status = Signal(register_layout(rm.TEARDOWN, "RO"))
+        m.d.comb += [td_status.busy.eq(td_busy), td_status.refused.eq(td_refused)]
         m.d.sync += td.start.eq(0)
         with m.If(self.teardown_done):
             m.d.sync += [td_busy.eq(0), td_refused.eq(self.teardown_refused)]
-        td_job = wdata[:max(1, (jobs - 1).bit_length())]
+        td_job = wdata[:job_table.index_bits]
         td_ok = ~td_busy & (wdata < jobs) & self.enabled.bit_select(td_job, 1)
+        m.d.comb += [job_table.region_job.eq(td_job), job_table.disable.eq(self.teardown_disable),
+                     job_table.disable_job.eq(td.job)]
         with m.If(do_write):
             m.d.sync += [bvalid.eq(1), bresp.eq(_OKAY)]
-            sw = {name: off for name, (off, _, _) in rm.SWITCH_FIELDS.items()}
+            sw = {name: reg.offset for name, reg in rm.SWITCH_REGISTERS.items()}
             with m.If(job_hit):
-                with m.Switch(addr[:5]):
-                    for name, reg in (("CTRL", j_ctrl), ("RKEY", j_rkey), ("SLOT_BASE", j_base), ("SLOTS", j_slots)):
-                        with m.Case(rm.JOB_FIELDS[name][0]):
-                            m.d.sync += reg[jidx].eq(wdata)
-                    with m.Default():
-                        m.d.sync += bresp.eq(_SLVERR)
+                with m.If(~jw.w_ok):
+                    m.d.sync += bresp.eq(_SLVERR)
             with m.Elif(wk_hit):
-                with m.Switch(addr[:6]):
-                    with m.Case(rm.WORKER_FIELDS["PORT"][0]):
-                        m.d.sync += w_port[widx].eq(wdata)
-                    with m.Case(*[off for name, (off, _, _) in rm.WORKER_FIELDS.items() if name != "PORT"]):
-                        pass  # the field memories' write ports take it
-                    with m.Default():
-                        m.d.sync += bresp.eq(_SLVERR)
+                with m.If(~ww.w_ok):
+                    m.d.sync += bresp.eq(_SLVERR)
             with m.Elif(addr == sw["MAC_HI"]):
                 m.d.sync += mac[32:].eq(wdata)
             with m.Elif(addr == sw["MAC_LO"]):
@@ -267,14 +451,12 @@ class Control(wiring.Component):
                 m.d.sync += pkey.eq(wdata)
             with m.Elif(addr == sw["TEARDOWN"]):
                 with m.If(td_ok):
-                    m.d.sync += [td.start.eq(1), td.job.eq(wdata), td.slot_base.eq(j_base[td_job]),
-                                 td.slots.eq(j_slots[td_job]), td_busy.eq(1)]
+                    m.d.sync += [td.start.eq(1), td.job.eq(wdata), td.slot_base.eq(job_table.region_base),
+                                 td.slots.eq(job_table.region_slots), td_busy.eq(1)]
                 with m.Else():
                     m.d.sync += bresp.eq(_SLVERR)
             with m.Else():
                 m.d.sync += bresp.eq(_SLVERR)
-        with m.If(self.teardown_disable):
-            m.d.sync += j_ctrl[td.job][0].eq(0)
 
         # AXI4-Lite reads: one at a time, answered the next cycle.
         rvalid, rdata, rresp = Signal(), Signal(32), Signal(2)
@@ -283,35 +465,30 @@ class Control(wiring.Component):
         with m.If(rvalid & bus.rready):
             m.d.sync += rvalid.eq(0)
         raddr = bus.araddr
-        rjidx = (raddr - rm.JOB_BASE)[5:]
+        m.d.comb += [jw.r_index.eq((raddr - rm.JOB_BASE)[5:]), jw.r_offset.eq(raddr[:5])]
         cidx = (raddr - rm.COUNTER_BASE)[2:]
-        geometry = Const(self._ports | (self._width // 64) << 8 | (self._slots.bit_length() - 1) << 16
-                         | (self._chunk.bit_length() - 1) << 24, 32)
         assert tuple(rm.EXC_STATS) == STATS, "the register map lists the engine's counters in their order"
         exc_hit = (raddr >= rm.EXC_BASE) & (raddr < rm.EXC_BASE + 4 * len(STATS)) & (raddr[:2] == 0)
         with m.If(bus.arvalid & ~rvalid):
             m.d.sync += [rvalid.eq(1), rresp.eq(_OKAY), rdata.eq(0)]
             with m.If((raddr >= rm.COUNTER_BASE) & (raddr < rm.COUNTER_BASE + 4 * N_COUNTERS) & (raddr[:2] == 0)):
-                m.d.sync += rdata.eq(Array(counters)[cidx])
-            if self._exception is not None:
+                m.d.sync += rdata.eq(Array(counters.counts)[cidx])
+            if g.exception is not None:
                 with m.Elif(exc_hit):
                     stats = Array(getattr(self.exc_stats, name) for name in STATS)
                     m.d.sync += rdata.eq(stats[(raddr - rm.EXC_BASE)[2:]])
             with m.Elif((raddr >= rm.JOB_BASE) & (raddr < rm.JOB_BASE + rm.JOB_STRIDE * jobs)):
-                with m.Switch(raddr[:5]):
-                    for name, reg in (("CTRL", j_ctrl), ("RKEY", j_rkey), ("SLOT_BASE", j_base), ("SLOTS", j_slots)):
-                        with m.Case(rm.JOB_FIELDS[name][0]):
-                            m.d.sync += rdata.eq(reg[rjidx])
-                    with m.Default():
-                        m.d.sync += rresp.eq(_SLVERR)
+                m.d.sync += rdata.eq(jw.r_data)
+                with m.If(~jw.r_ok):
+                    m.d.sync += rresp.eq(_SLVERR)
             with m.Else():
                 with m.Switch(raddr):
-                    for name, value in (("ID", Const(rm.ID_VALUE, 32)), ("GEOMETRY", geometry),
-                                        ("JOBS", Const(jobs | workers << 16, 32)), ("MAC_HI", mac[32:]),
+                    for name, value in (("ID", Const(rm.ID_VALUE, 32)), ("GEOMETRY", Const(g.geometry_value, 32)),
+                                        ("JOBS", Const(self.regmap.jobs_value(), 32)), ("MAC_HI", mac[32:]),
                                         ("MAC_LO", mac[:32]), ("IP", ip), ("PKEY", pkey),
-                                        ("EXCEPTION", Const(rm.RegMap.exception(self._exception), 32)),
-                                        ("TEARDOWN", Cat(td_busy, td_refused))):
-                        with m.Case(rm.SWITCH_FIELDS[name][0]):
+                                        ("EXCEPTION", Const(rm.RegMap.exception(g.exception), 32)),
+                                        ("TEARDOWN", td_status)):
+                        with m.Case(rm.SWITCH_REGISTERS[name].offset):
                             m.d.sync += rdata.eq(value)
                     with m.Default():
                         m.d.sync += rresp.eq(_SLVERR)

@@ -40,8 +40,10 @@ last beat is ``lag - beats + 2`` cycles past A (:attr:`SlotEngine.lag`).
 A first beat also waits while a frame that sends a result is on its way
 from B to the emitters, so that ``can_start`` has counted that result.
 
-:meth:`SlotEngine.decide` is the one place that maps a contribution to its
-slot (the seam of the exception path).
+:class:`SlotRules` (stage B's slot decision) is the one place that maps a
+contribution to what its slot does (the seam of the exception path);
+:class:`SlotSweep` clears the metadata after reset and runs a teardown's
+sweeps.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ from inagg.hdl.control import N_COUNTERS, event_vector
 from inagg.hdl.fp32 import FP32Adder, IntToFP32
 from inagg.hdl.ingress import frame_desc_layout, frame_signature
 
-__all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "lane_word_layout", "result_desc_layout",
+__all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "Outcome", "SlotRules", "SlotSweep",
+           "lane_word_layout", "result_desc_layout",
            "result_signature", "SlotEngine"]
 
 
@@ -114,6 +117,158 @@ def _delay_line(m: Module, value, shape, cycles: int, name: str, reset_less: boo
         m.d.sync += reg.eq(taps[-1])
         taps.append(reg)
     return taps
+
+
+Outcome = data.StructLayout({"add": 1, "store": 1, "dup": 1, "resend": 1, "complete": 1,
+                              "unknown_qpn": 1, "collision": 1, "stale": 1, "window": 1})
+"""What the slot rules make of one contribution: ``add`` it (``store``: as the slot's first), a ``dup``licate
+(``resend``: of a result already made), ``complete`` the chunk, or drop it for one of the four reasons."""
+
+
+class SlotRules(wiring.Component):
+    """The slot decision: the rules of ``docs/protocol.md`` section 3 for one contribution, combinationally.
+
+    The one place that maps a contribution to what its slot does (the seam
+    of the exception path: a slot held by another job is a ``collision``).
+
+    Parameters
+    ----------
+    workers:
+        Most workers per job (bits of a slot's bitmap).
+    depth:
+        Slot numbers (direct-mapped and overflow slots).
+
+    Members
+    -------
+    meta : In(meta_layout(workers))
+        The slot's metadata as read.
+    desc : In(frame_desc_layout(depth))
+        The contribution.
+    gone : In(1)
+        Its job is no longer enabled.
+    outcome : Out(Outcome)
+    new : Out(meta_layout(workers))
+        The slot's metadata after the contribution (written when ``outcome.add``).
+    """
+
+    def __init__(self, workers: int, depth: int):
+        self._workers = workers
+        super().__init__({"meta": In(meta_layout(workers)), "desc": In(frame_desc_layout(depth)), "gone": In(1),
+                          "outcome": Out(Outcome), "new": Out(meta_layout(workers))})
+
+    def elaborate(self, platform):
+        m = Module()
+        meta, desc, out = self.meta, self.desc, self.outcome
+        fresh, proceed = Signal(), Signal()
+        ahead = Signal(32)
+        m.d.comb += ahead.eq(desc.chunk - meta.chunk)
+        with m.If(self.gone):
+            m.d.comb += out.unknown_qpn.eq(1)
+        with m.Elif(meta.state == SlotState.FREE):
+            m.d.comb += [fresh.eq(1), proceed.eq(1)]
+        with m.Elif(meta.job != desc.job):
+            m.d.comb += out.collision.eq(1)
+        with m.Elif(meta.chunk == desc.chunk):
+            m.d.comb += proceed.eq(1)
+        with m.Elif(ahead[31]):
+            m.d.comb += out.stale.eq(1)
+        with m.Elif((ahead != desc.slots) | (meta.state != SlotState.DONE)):
+            m.d.comb += out.window.eq(1)
+        with m.Else():
+            # The job's next generation: every worker holds the old result (protocol.md "Slot reuse").
+            m.d.comb += [fresh.eq(1), proceed.eq(1)]
+        bitmap = Mux(fresh, 0, meta.bitmap)
+        count = Mux(fresh, 0, meta.count)
+        done_before = ~fresh & (meta.state == SlotState.DONE)
+        dup = proceed & bitmap.bit_select(desc.worker, 1)
+        add = proceed & ~dup
+        complete = add & (count + 1 == desc.workers)
+        new = self.new
+        m.d.comb += [
+            new.state.eq(Mux(complete, SlotState.DONE, SlotState.AGG)), new.job.eq(desc.job),
+            new.chunk.eq(desc.chunk), new.bitmap.eq(bitmap | (Const(1, self._workers) << desc.worker)[:self._workers]),
+            new.count.eq(count + 1), new.guest.eq(meta.guest),
+            out.add.eq(add), out.store.eq(add & (count == 0)), out.dup.eq(dup), out.resend.eq(dup & done_before),
+            out.complete.eq(complete),
+        ]
+        return m
+
+
+class SlotSweep(wiring.Component):
+    """The metadata sweeps: every slot to FREE after reset, and a teardown's pass over a job's slots.
+
+    After reset it writes FREE into slot ``clear_addr`` each cycle while
+    ``clearing``. A requested sweep (:data:`SweepRequest`) then reads one
+    slot a cycle through the pipeline's metadata read port (``read`` at
+    ``read_addr``; the pipeline is empty meanwhile) and acts on it the next
+    cycle (``acts``, with the slot's metadata in ``meta``): with ``check``
+    it raises ``hazard`` for a slot of the job marked ``guest``, without it
+    clears the job's slots (``write_en`` at ``write_addr``).
+
+    Parameters
+    ----------
+    depth:
+        Slot numbers.
+
+    Members
+    -------
+    sweep : In(SweepRequest)
+    meta : In(meta_layout(workers))
+        The metadata read the cycle before.
+    clearing : Out(1)
+    clear_addr : Out(range(depth + 1))
+    busy : Out(1)
+        A sweep runs, from the cycle after its ``start``.
+    hazard : Out(1)
+    read : Out(1)
+    read_addr : Out(range(depth))
+    acts : Out(1)
+    write_en : Out(1)
+    write_addr : Out(range(depth))
+    """
+
+    def __init__(self, depth: int, workers: int):
+        self._depth = depth
+        super().__init__({
+            "sweep": In(SweepRequest), "meta": In(meta_layout(workers)),
+            "clearing": Out(1), "clear_addr": Out(range(depth + 1)), "busy": Out(1), "hazard": Out(1),
+            "read": Out(1), "read_addr": Out(range(depth)), "acts": Out(1),
+            "write_en": Out(1), "write_addr": Out(range(depth)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        # After reset every slot is FREE: sweep the metadata before taking a contribution
+        # (the lanes need no clearing, a slot's first contribution is stored as it comes).
+        sweep = Signal(range(self._depth + 1))
+        clearing = sweep != self._depth
+        with m.If(clearing):
+            m.d.sync += sweep.eq(sweep + 1)
+        m.d.comb += [self.clearing.eq(clearing), self.clear_addr.eq(sweep)]
+
+        # A teardown's sweep: read a slot a cycle, act on it the next (the metadata ports are the
+        # pipeline's, which is empty meanwhile).
+        sw = Signal(SweepRequest)
+        sw_busy, sw_next = Signal(), Signal(range(self._depth + 1))
+        sw_read, sw_acts = Signal(), Signal()
+        sw_addr = Signal(range(self._depth))
+        with m.If(self.sweep.start):
+            m.d.sync += [sw.eq(self.sweep), sw_busy.eq(1), sw_next.eq(0), self.hazard.eq(0)]
+        # Registered: the sweep's requester starts the next sweep when this falls.
+        m.d.comb += [self.busy.eq(sw_busy),
+                     sw_read.eq(sw_busy & ~clearing & (sw_next != sw.count))]
+        m.d.sync += sw_acts.eq(sw_read)
+        with m.If(sw_read):
+            m.d.sync += [sw_next.eq(sw_next + 1), sw_addr.eq(sw.first + sw_next)]
+        with m.If(sw_busy & (sw_next == sw.count) & ~sw_acts):
+            m.d.sync += sw_busy.eq(0)
+        swept = self.meta
+        sw_held = sw_acts & (swept.state != SlotState.FREE) & (swept.job == sw.job)
+        with m.If(sw_held & sw.check & swept.guest):
+            m.d.sync += self.hazard.eq(1)
+        m.d.comb += [self.read.eq(sw_read), self.read_addr.eq(sw.first + sw_next), self.acts.eq(sw_acts),
+                     self.write_en.eq(sw_held & ~sw.check), self.write_addr.eq(sw_addr)]
+        return m
 
 
 class SlotEngine(wiring.Component):
@@ -210,45 +365,6 @@ class SlotEngine(wiring.Component):
             "sweep_hazard": Out(1),
         })
 
-    def decide(self, m, meta, desc, gone):
-        """The slot rules for one contribution of a job that is enabled unless ``gone``:
-        (outcome signals, new metadata)."""
-        fresh, proceed = Signal(), Signal()
-        code = {c: Signal(name=f"is_{c.name.lower()}") for c in
-                (Counter.DROP_UNKNOWN_QPN, Counter.DROP_COLLISION, Counter.DROP_STALE, Counter.DROP_WINDOW)}
-        ahead = Signal(32)
-        m.d.comb += ahead.eq(desc.chunk - meta.chunk)
-        with m.If(gone):
-            m.d.comb += code[Counter.DROP_UNKNOWN_QPN].eq(1)
-        with m.Elif(meta.state == SlotState.FREE):
-            m.d.comb += [fresh.eq(1), proceed.eq(1)]
-        with m.Elif(meta.job != desc.job):
-            m.d.comb += code[Counter.DROP_COLLISION].eq(1)
-        with m.Elif(meta.chunk == desc.chunk):
-            m.d.comb += proceed.eq(1)
-        with m.Elif(ahead[31]):
-            m.d.comb += code[Counter.DROP_STALE].eq(1)
-        with m.Elif((ahead != desc.slots) | (meta.state != SlotState.DONE)):
-            m.d.comb += code[Counter.DROP_WINDOW].eq(1)
-        with m.Else():
-            # The job's next generation: every worker holds the old result (protocol.md "Slot reuse").
-            m.d.comb += [fresh.eq(1), proceed.eq(1)]
-        bitmap = Mux(fresh, 0, meta.bitmap)
-        count = Mux(fresh, 0, meta.count)
-        done_before = ~fresh & (meta.state == SlotState.DONE)
-        dup = proceed & bitmap.bit_select(desc.worker, 1)
-        add = proceed & ~dup
-        new = Signal(meta.shape())
-        complete = add & (count + 1 == desc.workers)
-        m.d.comb += [
-            new.state.eq(Mux(complete, SlotState.DONE, SlotState.AGG)), new.job.eq(desc.job),
-            new.chunk.eq(desc.chunk), new.bitmap.eq(bitmap | (Const(1, self._workers) << desc.worker)[:self._workers]),
-            new.count.eq(count + 1), new.guest.eq(meta.guest),
-        ]
-        out = {"add": add, "store": add & (count == 0), "dup": dup, "resend": dup & done_before,
-               "complete": complete, "codes": code}
-        return out, new
-
     def elaborate(self, platform):
         m = Module()
         beats, width, lag = self.beats, self._width, self.lag
@@ -260,45 +376,22 @@ class SlotEngine(wiring.Component):
         m_wr = metas.write_port()
         m_rd = metas.read_port(transparent_for=(m_wr,))
 
-        # After reset every slot is FREE: sweep the metadata before taking a contribution
-        # (the lanes need no clearing, a slot's first contribution is stored as it comes).
-        sweep = Signal(range(self._depth + 1))
-        clearing = sweep != self._depth
-        with m.If(clearing):
-            m.d.sync += sweep.eq(sweep + 1)
-
-        # A teardown's sweep: read a slot a cycle, act on it the next (the metadata ports are the
-        # pipeline's, which is empty meanwhile).
-        sw = Signal(SweepRequest)
-        sw_busy, sw_next = Signal(), Signal(range(self._depth + 1))
-        sw_read, sw_acts = Signal(), Signal()
-        sw_addr = Signal(range(self._depth))
-        with m.If(self.sweep.start):
-            m.d.sync += [sw.eq(self.sweep), sw_busy.eq(1), sw_next.eq(0), self.sweep_hazard.eq(0)]
-        # Registered: the sweep's requester starts the next sweep when this falls.
-        m.d.comb += [self.sweep_busy.eq(sw_busy),
-                     sw_read.eq(sw_busy & ~clearing & (sw_next != sw.count))]
-        m.d.sync += sw_acts.eq(sw_read)
-        with m.If(sw_read):
-            m.d.sync += [sw_next.eq(sw_next + 1), sw_addr.eq(sw.first + sw_next)]
-        with m.If(sw_busy & (sw_next == sw.count) & ~sw_acts):
-            m.d.sync += sw_busy.eq(0)
-        swept = m_rd.data
-        sw_held = sw_acts & (swept.state != SlotState.FREE) & (swept.job == sw.job)
-        with m.If(sw_held & sw.check & swept.guest):
-            m.d.sync += self.sweep_hazard.eq(1)
+        m.submodules.sweeper = sweeper = SlotSweep(self._depth, self._workers)
+        m.d.comb += [sweeper.sweep.eq(self.sweep), sweeper.meta.eq(m_rd.data),
+                     self.sweep_busy.eq(sweeper.busy), self.sweep_hazard.eq(sweeper.hazard)]
+        clearing = sweeper.clearing
 
         # -- stage A --
         j = Signal(range(beats))
         first = j == 0
         waits = Signal()
-        m.d.comb += self.i.ready.eq(~clearing & ~sw_busy & ~self.sweep.start
+        m.d.comb += self.i.ready.eq(~clearing & ~sweeper.busy & ~self.sweep.start
                                     & (~first | (self.can_start & ~waits)))
         take = self.i.valid & self.i.ready
         desc = self.i.p.desc
         with m.If(take):
             m.d.sync += j.eq(Mux(self.i.p.last, 0, j + 1))
-        m.d.comb += [l_rd.addr.eq(Cat(j, desc.slot)), m_rd.addr.eq(Mux(sw_read, sw.first + sw_next, desc.slot))]
+        m.d.comb += [l_rd.addr.eq(Cat(j, desc.slot)), m_rd.addr.eq(Mux(sweeper.read, sweeper.read_addr, desc.slot))]
 
         # -- stage B: the slot rules --
         b_valid, b_first, b_last, b_gone = Signal(), Signal(), Signal(), Signal()
@@ -307,28 +400,30 @@ class SlotEngine(wiring.Component):
         b_desc = Signal(frame_desc_layout(self._depth))
         m.d.sync += [b_valid.eq(take), b_first.eq(first), b_last.eq(self.i.p.last), b_j.eq(j),
                      b_x.eq(swap_lanes(self.i.p.data)), b_desc.eq(desc), b_gone.eq(self.gone)]
-        out, new_meta = self.decide(m, m_rd.data, b_desc, b_gone)
+        m.submodules.rules = rules = SlotRules(self._workers, self._depth)
+        m.d.comb += [rules.meta.eq(m_rd.data), rules.desc.eq(b_desc), rules.gone.eq(b_gone)]
+        out, new_meta = rules.outcome, rules.new
         decide = b_valid & b_first
         # With overflow slots, a slot that another job's key diverted from is marked, so that
         # its holder's teardown can tell whether freeing it would leave keys with entries on a
         # FREE fast slot (docs/exception.md "Teardown").
-        marks = decide & out["codes"][Counter.DROP_COLLISION] if self._depth > self._slots else Const(0, 1)
+        marks = decide & out.collision if self._depth > self._slots else Const(0, 1)
         marked = Signal(meta_layout(self._workers))
         m.d.comb += [marked.eq(m_rd.data), marked.guest.eq(1)]
         with m.If(clearing):
-            m.d.comb += [m_wr.addr.eq(sweep), m_wr.data.eq(0), m_wr.en.eq(1)]
-        with m.Elif(sw_acts):
-            m.d.comb += [m_wr.addr.eq(sw_addr), m_wr.data.eq(0), m_wr.en.eq(sw_held & ~sw.check)]
+            m.d.comb += [m_wr.addr.eq(sweeper.clear_addr), m_wr.data.eq(0), m_wr.en.eq(1)]
+        with m.Elif(sweeper.acts):
+            m.d.comb += [m_wr.addr.eq(sweeper.write_addr), m_wr.data.eq(0), m_wr.en.eq(sweeper.write_en)]
         with m.Else():
             m.d.comb += [m_wr.addr.eq(b_desc.slot), m_wr.data.eq(Mux(marks, marked, new_meta)),
-                         m_wr.en.eq(decide & (out["add"] | marks))]
+                         m_wr.en.eq(decide & (out.add | marks))]
 
         # What the frame does, held for its later beats.
         f_write, f_store, f_emit, f_all = Signal(), Signal(), Signal(), Signal()
-        write = Mux(b_first, out["add"], f_write)
-        store = Mux(b_first, out["store"], f_store)
-        emit = Mux(b_first, out["complete"] | out["resend"], f_emit)
-        to_all = Mux(b_first, out["complete"], f_all)
+        write = Mux(b_first, out.add, f_write)
+        store = Mux(b_first, out.store, f_store)
+        emit = Mux(b_first, out.complete | out.resend, f_emit)
+        to_all = Mux(b_first, out.complete, f_all)
         with m.If(decide):
             m.d.sync += [f_write.eq(write), f_store.eq(store), f_emit.eq(emit), f_all.eq(to_all)]
 
@@ -413,8 +508,9 @@ class SlotEngine(wiring.Component):
             o.desc.workers.eq(w.desc.workers), o.desc.chunk.eq(w.desc.chunk),
             o.desc.ring.eq(w.desc.chunk & (w.desc.slots - 1)),
         ]
-        ev = {Counter.RX_CONTRIB: out["add"], Counter.DUP_CONTRIB: out["dup"], Counter.TX_RESENDS: out["resend"],
-              Counter.COMPLETED: out["complete"], **out["codes"]}
+        ev = {Counter.RX_CONTRIB: out.add, Counter.DUP_CONTRIB: out.dup, Counter.TX_RESENDS: out.resend,
+              Counter.COMPLETED: out.complete, Counter.DROP_UNKNOWN_QPN: out.unknown_qpn,
+              Counter.DROP_COLLISION: out.collision, Counter.DROP_STALE: out.stale, Counter.DROP_WINDOW: out.window}
         strobes = {c: decide & sig for c, sig in ev.items()}
         strobes[Counter.PROMOTED] = w_valid & w.last & w.to_all & so_far
         m.d.comb += self.events.eq(event_vector(strobes))

@@ -31,11 +31,11 @@ from amaranth.lib.crc.catalog import CRC32_ETHERNET
 from amaranth.lib.wiring import In, Out
 
 from inagg.models.cuckoo import KEY_INDEX_BITS, KEY_JOB_SHIFT
+from inagg.models.geometry import MAX_KICKS, MAX_STASH
 
-__all__ = ["Op", "Status", "STATS", "KeyHash", "request_layout", "response_layout", "entry_layout",
-           "stats_layout", "ExceptionEngine"]
+__all__ = ["Op", "Status", "STATS", "KeyHash", "RequestStages", "CuckooLookup", "request_layout", "response_layout",
+           "entry_layout", "stats_layout", "ExceptionEngine"]
 
-MAX_STASH = 64
 
 
 class Op(enum.Enum, shape=2):
@@ -152,6 +152,122 @@ class KeyHash(wiring.Component):
         return m
 
 
+class RequestStages(wiring.Component):
+    """Stages H and R of :class:`ExceptionEngine`: the next request, registered beside its key's hashes.
+
+    H takes the request queue's head; a TEARDOWN becomes one request per
+    index of its job (``0 ..`` the key's index, the last one flagged
+    ``last``), and the queue pops once that last one is taken. R holds the
+    request and the two table positions of its key (:class:`KeyHash`) until
+    stage D takes it (``issue``); it loads the next one in the same cycle.
+
+    Parameters
+    ----------
+    table : int
+        Entries per table.
+    key_width : int
+        Bits of a key.
+
+    Members
+    -------
+    head : In(request_layout(key_width))
+        The request queue's head.
+    head_valid : In(1)
+        The queue has a head.
+    pop : Out(1)
+        Take the head out of the queue.
+    issue : In(1)
+        Stage D takes the request R holds.
+    valid, last : Out(1)
+        R holds a request (``last``: not a teardown's, or its last index).
+    op : Out(Op)
+    key : Out(key_width)
+    h0, h1 : Out(log2(table))
+        The key's positions in tables 0 and 1.
+    """
+
+    def __init__(self, table: int, key_width: int):
+        self._table, self._key_width = table, key_width
+        bits = (table - 1).bit_length()
+        super().__init__({"head": In(request_layout(key_width)), "head_valid": In(1), "pop": Out(1), "issue": In(1),
+                          "valid": Out(1), "last": Out(1), "op": Out(Op), "key": Out(key_width),
+                          "h0": Out(bits), "h1": Out(bits)})
+
+    def elaborate(self, platform):
+        m = Module()
+        # -- stage H: the request queue's head; a teardown becomes one delete per index --
+        head_req = self.head
+        td_index = Signal(KEY_INDEX_BITS)
+        h_teardown = head_req.op == Op.TEARDOWN
+        h_last = ~h_teardown | (td_index == head_req.key[:KEY_INDEX_BITS])
+        h_key = Mux(h_teardown, Cat(td_index, head_req.key[KEY_JOB_SHIFT:]), head_req.key)
+
+        # -- stage R: the key registered beside its hashes --
+        m.submodules.hash = hasher = KeyHash(self._table, self._key_width)
+        load = self.head_valid & (~self.valid | self.issue)
+        m.d.comb += [hasher.key.eq(h_key), hasher.load.eq(load), self.pop.eq(load & h_last),
+                     self.h0.eq(hasher.h0), self.h1.eq(hasher.h1)]
+        with m.If(load):
+            m.d.sync += [self.valid.eq(1), self.op.eq(head_req.op), self.key.eq(h_key), self.last.eq(h_last)]
+            with m.If(h_teardown):
+                m.d.sync += td_index.eq(Mux(h_last, 0, td_index + 1))
+        with m.Elif(self.issue):
+            m.d.sync += self.valid.eq(0)
+        return m
+
+
+class CuckooLookup(wiring.Component):
+    """Where a key is, from the two entries read at its positions and the stash: combinational.
+
+    Parameters
+    ----------
+    table, stash, key_width, capacity : int
+        The engine's (:class:`ExceptionEngine`).
+
+    Members
+    -------
+    key : In(key_width)
+    entries : In(entry_layout(key_width, capacity, table)).array(2)
+        Table ``t``'s entry at the key's position in it.
+    stash_count : In(range(stash + 1))
+    stash_keys : In(key_width).array(stash)
+    stash_ptrs : In(range(capacity)).array(stash)
+        The stash, its first ``stash_count`` entries in use (these three with a stash only).
+    hits : Out(2)
+        Bit ``t``: the key is in table ``t``.
+    stash_hits : Out(stash)
+        Bit ``i``: the key is stash entry ``i`` (with a stash only).
+    found : Out(1)
+        Anywhere.
+    ptr : Out(range(capacity))
+        Its overflow slot, when ``found``.
+    """
+
+    def __init__(self, table: int, stash: int, key_width: int, capacity: int):
+        self._stash = stash
+        members = {"key": In(key_width), "entries": In(entry_layout(key_width, capacity, table)).array(2),
+                   "hits": Out(2), "found": Out(1), "ptr": Out(range(capacity))}
+        if stash:
+            members.update({"stash_count": In(range(stash + 1)), "stash_keys": In(key_width).array(stash),
+                            "stash_ptrs": In(range(capacity)).array(stash), "stash_hits": Out(stash)})
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        e, S = self.entries, self._stash
+        m.d.comb += [self.hits[t].eq(e[t].valid & (e[t].key == self.key)) for t in (0, 1)]
+        stash_ptr = 0
+        if S:
+            m.d.comb += [self.stash_hits[i].eq((i < self.stash_count) & (self.stash_keys[i] == self.key))
+                         for i in range(S)]
+            for i in range(S):
+                stash_ptr |= Mux(self.stash_hits[i], self.stash_ptrs[i], 0)
+        in_stash = self.stash_hits.any() if S else Const(0, 1)
+        m.d.comb += [self.found.eq(self.hits.any() | in_stash),
+                     self.ptr.eq(Mux(self.hits[0], e[0].ptr, Mux(self.hits[1], e[1].ptr, stash_ptr)))]
+        return m
+
+
 class ExceptionEngine(wiring.Component):
     """Cuckoo hash table of overflow slots with its own request and response queues.
 
@@ -207,7 +323,7 @@ class ExceptionEngine(wiring.Component):
     def __init__(self, table: int = 256, max_kicks: int = 16, stash: int = 4, key_width: int = 32,
                  depth: int = 16, domain: str = "sync"):
         self.table = _check_table(table)
-        self.max_kicks = _check_int(max_kicks, 0, 1024, "Kick-out bound")
+        self.max_kicks = _check_int(max_kicks, 0, MAX_KICKS, "Kick-out bound")
         self.stash = _check_int(stash, 0, MAX_STASH, "Stash size")
         self.key_width = _check_int(key_width, KEY_INDEX_BITS + 1, 32, "Key width")
         self.depth = _check_int(depth, 4, 4096, "Queue depth")
@@ -286,28 +402,13 @@ class ExceptionEngine(wiring.Component):
         with m.If(push):
             m.d.sync += f_last.eq(wrap_incr(f_last))
 
-        # -- stage H: the request queue's head; a teardown becomes one delete per index --
-        head_req = request_layout(self.key_width)(req_q.r_data)
-        td_index = Signal(KEY_INDEX_BITS)
-        h_teardown = head_req.op == Op.TEARDOWN
-        h_last = ~h_teardown | (td_index == head_req.key[:KEY_INDEX_BITS])
-        h_key = Mux(h_teardown, Cat(td_index, head_req.key[KEY_JOB_SHIFT:]), head_req.key)
-
-        # -- stage R: the key registered beside its hashes --
-        r_valid, r_last = Signal(), Signal()
-        r_op = Signal(Op)
-        r_key = Signal(self.key_width)
-        m.submodules.hash = hasher = KeyHash(T, self.key_width)
-        r_h = [hasher.h0, hasher.h1]
+        # -- stages H and R: the next request and its key's hashes --
+        m.submodules.request = request = RequestStages(T, self.key_width)
         issue = Signal()
-        load = req_q.r_rdy & (~r_valid | issue)
-        m.d.comb += [hasher.key.eq(h_key), hasher.load.eq(load), req_q.r_en.eq(load & h_last)]
-        with m.If(load):
-            m.d.sync += [r_valid.eq(1), r_op.eq(head_req.op), r_key.eq(h_key), r_last.eq(h_last)]
-            with m.If(h_teardown):
-                m.d.sync += td_index.eq(Mux(h_last, 0, td_index + 1))
-        with m.Elif(issue):
-            m.d.sync += r_valid.eq(0)
+        m.d.comb += [request.head.eq(req_q.r_data), request.head_valid.eq(req_q.r_rdy), req_q.r_en.eq(request.pop),
+                     request.issue.eq(issue)]
+        r_valid, r_last, r_op, r_key = request.valid, request.last, request.op, request.key
+        r_h = [request.h0, request.h1]
 
         # -- stage D: the two entries are read; decide, write, answer --
         d_valid, d_last = Signal(), Signal()
@@ -318,15 +419,15 @@ class ExceptionEngine(wiring.Component):
         with m.If(issue):
             m.d.sync += [d_op.eq(r_op), d_key.eq(r_key), d_last.eq(r_last), d_h[0].eq(r_h[0]), d_h[1].eq(r_h[1])]
         e = [rd[0].data, rd[1].data]
-        hit = [e[t].valid & (e[t].key == d_key) for t in (0, 1)]
-        s_hit = [(i < self.stash_count) & (self.stash_keys[i] == d_key) for i in range(S)]
-        in_stash = Cat(Const(0, 1), *s_hit).any()
-        found = hit[0] | hit[1] | in_stash
-        found_ptr = Signal(range(cap))
-        stash_ptr = 0
-        for i in range(S):
-            stash_ptr |= Mux(s_hit[i], self.stash_ptrs[i], 0)
-        m.d.comb += found_ptr.eq(Mux(hit[0], e[0].ptr, Mux(hit[1], e[1].ptr, stash_ptr)))
+        m.submodules.lookup = lookup = CuckooLookup(T, S, self.key_width, cap)
+        m.d.comb += [lookup.key.eq(d_key), lookup.entries[0].eq(e[0]), lookup.entries[1].eq(e[1])]
+        if S:
+            m.d.comb += [lookup.stash_count.eq(self.stash_count),
+                         *[port.eq(key) for port, key in zip(lookup.stash_keys, self.stash_keys)],
+                         *[port.eq(ptr) for port, ptr in zip(lookup.stash_ptrs, self.stash_ptrs)]]
+        hit = [lookup.hits[0], lookup.hits[1]]
+        in_stash = lookup.stash_hits.any() if S else Const(0, 1)
+        found, found_ptr = lookup.found, lookup.ptr
 
         # -- the walker: carries one entry (key, ptr) to position `here` of table `wt`;
         #    `there` is its position in the other table --
@@ -496,7 +597,7 @@ class ExceptionEngine(wiring.Component):
             with m.If(s_append & (self.stash_count == i)):
                 m.d.sync += [self.stash_keys[i].eq(d_key), self.stash_ptrs[i].eq(head)]
             if i + 1 < S:
-                with m.If(s_remove & Cat(*s_hit[:i + 1]).any()):
+                with m.If(s_remove & lookup.stash_hits[:i + 1].any()):
                     m.d.sync += [self.stash_keys[i].eq(self.stash_keys[i + 1]),
                                  self.stash_ptrs[i].eq(self.stash_ptrs[i + 1])]
         if S:

@@ -23,58 +23,35 @@ from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from inagg.models.job import ExceptionSpec
-from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_WORKERS, Counter
+from inagg.models.geometry import SwitchGeometry
+from inagg.models.protocol import Counter
 from inagg.hdl.arbiter import FrameArbiter
-from inagg.hdl.axis import beat_signature, check_chunk_bytes, check_slots, check_width
+from inagg.hdl.axis import beat_signature
 from inagg.hdl.control import AXILiteSignature, Control, event_vector
 from inagg.hdl.divert import Divert
 from inagg.hdl.emitter import ResultEmitter
 from inagg.hdl.engine import SlotEngine, check_fp32_latencies
 from inagg.hdl.ingress import IngressPort
 
-__all__ = ["check_parameters", "exception_spec", "slot_space", "Switch", "SwitchTop", "generate_verilog"]
+__all__ = ["check_parameters", "Switch", "SwitchTop", "generate_verilog"]
 
 
-def _check_int(value, low, high, what):
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"{what} must be an integer from {low} to {high}, not {value!r}")
+def check_parameters(*, divert_frames=4, convert_latency=1, add_latency=2, **geometry) -> SwitchGeometry:
+    """Raise ``ValueError`` naming the first parameter of :class:`Switch` that is out of range.
+
+    ``geometry`` are :meth:`SwitchGeometry.from_params`'s keywords; returns the geometry they make.
+    """
+    g = SwitchGeometry.from_params(**geometry)
+    _check_pipeline(g, divert_frames, convert_latency, add_latency)
+    return g
 
 
-def exception_spec(exc_table: int, exc_max_kicks: int, exc_stash: int) -> ExceptionSpec | None:
-    """The exception path of these :class:`Switch` parameters, None without one (``exc_table == 0``)."""
-    if (not isinstance(exc_table, int) or isinstance(exc_table, bool)
-            or exc_table != 0 and (not 2 <= exc_table <= 65536 or exc_table & (exc_table - 1))):
-        raise ValueError(f"Exception table must be 0 (no exception path) or a power of two from 2 to 65536, "
-                         f"not {exc_table!r}")
-    _check_int(exc_max_kicks, 0, 1024, "Exception kick-out bound")
-    _check_int(exc_stash, 0, 64, "Exception stash")
-    return ExceptionSpec(exc_table, exc_max_kicks, exc_stash) if exc_table else None
-
-
-def slot_space(slots: int, exception: ExceptionSpec | None) -> int:
-    """Slot numbers of the switch's slot engine: the direct-mapped slots, then the overflow slots."""
-    return slots if exception is None else slots + exception.capacity
-
-
-def check_parameters(*, ports, width, slots, chunk_bytes=CHUNK_BYTES_DEFAULT, jobs=4, workers=8, exc_table=0,
-                     exc_max_kicks=16, exc_stash=4, divert_frames=4, convert_latency=1, add_latency=2) -> None:
-    """Raise ``ValueError`` naming the first parameter of :class:`Switch` that is out of range."""
-    if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= 64:
-        raise ValueError(f"Port count must be an integer in 1..64, not {ports!r}")
-    check_width(width)
-    check_slots(slots)
-    check_chunk_bytes(chunk_bytes)
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= 64:
-        raise ValueError(f"Job count must be an integer in 1..64, not {jobs!r}")
-    if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
-        raise ValueError(f"Workers per job must be an integer in 1..{MAX_WORKERS}, not {workers!r}")
+def _check_pipeline(geometry: SwitchGeometry, divert_frames, convert_latency, add_latency) -> None:
+    """The parameters of the pipeline, not of the geometry: FP32 latencies and the divert queue."""
     check_fp32_latencies(convert_latency, add_latency)
-    exception = exception_spec(exc_table, exc_max_kicks, exc_stash)
-    if exception is not None:
-        if exception.capacity > 1 << 16:
-            raise ValueError(f"{exception.capacity} overflow slots exceed the slot engine's 65536")
-        _check_int(divert_frames, 1, 64, "Divert queue frames")
+    if geometry.exception is not None and (not isinstance(divert_frames, int) or isinstance(divert_frames, bool)
+                                           or not 1 <= divert_frames <= 64):
+        raise ValueError(f"Divert queue frames must be an integer from 1 to 64, not {divert_frames!r}")
 
 
 class Switch(wiring.Component):
@@ -82,27 +59,14 @@ class Switch(wiring.Component):
 
     Parameters
     ----------
-    ports:
-        Ethernet ports, 1..64.
-    width:
-        Beat width in bits: 64, 256 or 512.
-    slots:
-        Direct-mapped slots, a power of two.
-    chunk_bytes:
-        Payload bytes of a contribution (``SwitchSpec.chunk_bytes``).
-    jobs:
-        Jobs the tables hold (job numbers 0..jobs-1), 1..64.
-    workers:
-        Most workers per job, 1..64.
-    exc_table:
-        Entries per cuckoo table of the exception path, a power of two from 2
-        to 65536, or 0 for none (``SwitchSpec.exception``): then a
-        contribution whose slot another job holds is dropped
-        (``DROP_COLLISION``).
-    exc_max_kicks:
-        Longest kick-out chain, 0..1024.
-    exc_stash:
-        Stash entries, 0..64.
+    geometry : SwitchGeometry
+        Ports, beat width, slots, chunk size, job and worker tables and the
+        exception path (:class:`~inagg.models.geometry.SwitchGeometry`).
+        Instead of one, its fields may be given as keywords
+        (:meth:`SwitchGeometry.from_params <inagg.models.geometry.SwitchGeometry.from_params>`:
+        ``ports``, ``width``, ``slots``, ``chunk_bytes``, ``jobs``,
+        ``workers``, and ``exc_table`` (0: no exception path),
+        ``exc_max_kicks``, ``exc_stash``).
     divert_frames:
         Frames the exception path's queue holds, 1..64.
     convert_latency, add_latency:
@@ -136,6 +100,7 @@ class Switch(wiring.Component):
 
     Attributes
     ----------
+    geometry : SwitchGeometry
     exception : ExceptionSpec or None
         The exception path.
     space : int
@@ -143,20 +108,21 @@ class Switch(wiring.Component):
         ``exception.capacity`` overflow slots.
     """
 
-    def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
-                 jobs: int = 4, workers: int = 8, exc_table: int = 0, exc_max_kicks: int = 16,
-                 exc_stash: int = 4, divert_frames: int = 4, convert_latency: int = 1, add_latency: int = 2):
-        check_parameters(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers,
-                         exc_table=exc_table, exc_max_kicks=exc_max_kicks, exc_stash=exc_stash,
-                         divert_frames=divert_frames, convert_latency=convert_latency, add_latency=add_latency)
-        self.ports, self.width, self.slots, self.chunk_bytes = ports, width, slots, chunk_bytes
-        self.jobs, self.workers = jobs, workers
-        self.exception = exception_spec(exc_table, exc_max_kicks, exc_stash)
-        self.space = space = slot_space(slots, self.exception)
+    def __init__(self, geometry: SwitchGeometry | None = None, *, divert_frames: int = 4, convert_latency: int = 1,
+                 add_latency: int = 2, **params):
+        if geometry is None:
+            geometry = SwitchGeometry.from_params(**params)
+        elif params or not isinstance(geometry, SwitchGeometry):
+            raise TypeError(f"Switch takes a SwitchGeometry or its keywords, not {geometry!r} and {sorted(params)}")
+        _check_pipeline(geometry, divert_frames, convert_latency, add_latency)
+        self.geometry = geometry
+        self.ports, self.width, self.slots, self.chunk_bytes = ports, width, slots, chunk_bytes = (
+            geometry.ports, geometry.width, geometry.slots, geometry.chunk_bytes)
+        self.jobs, self.workers = jobs, workers = geometry.jobs, geometry.workers
+        self.exception = geometry.exception
+        self.space = space = geometry.space
         inputs = ports + (self.exception is not None)
-        self.control = Control(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs,
-                               workers=workers, job_readers=ports, event_sources=2 * ports + 1 + (inputs > ports),
-                               exception=self.exception)
+        self.control = Control(geometry, job_readers=ports, event_sources=2 * ports + 1 + (inputs > ports))
         self.arbiter = FrameArbiter(width, space, inputs)
         self.engine = SlotEngine(width, chunk_bytes, slots, workers, overflow=space - slots,
                                  convert_latency=convert_latency, add_latency=add_latency)
@@ -319,11 +285,11 @@ class SwitchTop(wiring.Component):
     ``order_valid``/``order_port``/``order_diverted``/``order_gone``
     (:attr:`Switch.order`), ``order_refused`` (:attr:`Switch.refused`) and
     ``order_teardown`` (:attr:`Switch.torn`). Takes the parameters of
-    :class:`Switch`.
+    :class:`Switch` (a geometry or its keywords).
     """
 
-    def __init__(self, **params):
-        self.switch = Switch(**params)
+    def __init__(self, geometry: SwitchGeometry | None = None, **params):
+        self.switch = Switch(geometry, **params)
         sw = self.switch
         members = {}
         for p in range(sw.ports):

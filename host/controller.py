@@ -23,7 +23,7 @@ from typing import Protocol
 
 from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
 from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_JOBS, MAX_WORKERS
-from inagg.models.regmap import TEARDOWN_BUSY, TEARDOWN_REFUSED, RegMap
+from inagg.models.regmap import TEARDOWN, RegMap
 
 __all__ = ["Plan", "plan", "ConfigTarget", "Controller", "RegisterTarget", "register_writes", "worker_mac",
            "worker_ip", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS"]
@@ -170,11 +170,11 @@ class RegisterTarget:
 
     def remove_job(self, job: int) -> None:
         addr = self.regmap.switch("TEARDOWN")
-        self._write(addr, job)
+        self._write(addr, TEARDOWN.encode(job=job))
         if self._read is None:
             return
-        while (status := self._read(addr)) & TEARDOWN_BUSY:
+        while TEARDOWN.decode(status := self._read(addr))["busy"]:
             pass
-        if status & TEARDOWN_REFUSED:
+        if TEARDOWN.decode(status)["refused"]:
             raise RuntimeError(f"the switch refused to tear job {job} down (TEARDOWN 0x{status:08X}): another "
                                "job's key diverted from one of its slots; tear that job down first")

@@ -7,6 +7,7 @@ P4 program's tables, and the hosts derive their addressing from it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from inagg.models.protocol import (
@@ -15,7 +16,7 @@ from inagg.models.protocol import (
 )
 from inagg.models.wire import ip_bytes, mac_bytes
 
-__all__ = ["WorkerSpec", "JobSpec", "SwitchSpec", "ExceptionSpec"]
+__all__ = ["WorkerSpec", "JobSpec", "SwitchSpec", "ExceptionSpec", "check_job"]
 
 
 def _pow2(x: object) -> bool:
@@ -173,3 +174,37 @@ class SwitchSpec:
     def lanes(self) -> int:
         """INT32 lanes per chunk."""
         return self.chunk_bytes // LANE_BYTES
+
+    def check_job(self, job: JobSpec, installed: Iterable[JobSpec] = (), *, jobs: int | None = None,
+                  workers: int | None = None, exclusive: str = "this switch has no exception path") -> None:
+        """Raise ``ValueError`` when this switch cannot hold ``job`` (:func:`check_job`)."""
+        check_job(job, ports=self.ports, slots=self.slots, exception=self.exception, installed=installed, jobs=jobs,
+                  workers=workers, exclusive=exclusive)
+
+
+def check_job(job: JobSpec, *, ports: int, slots: int, exception: ExceptionSpec | None,
+              installed: Iterable[JobSpec] = (), jobs: int | None = None, workers: int | None = None,
+              exclusive: str = "this switch has no exception path") -> None:
+    """Raise ``ValueError`` when a switch of ``ports`` ports and ``slots`` slots cannot hold ``job``.
+
+    The one list of a job's rules. The job's region must lie inside the
+    slot memory and its workers' ports must exist; without an ``exception``
+    path its region must not overlap the region of any job of
+    ``installed`` (``exclusive`` ends that message). A build with tables
+    for ``jobs`` job numbers and ``workers`` workers per job (the RTL's
+    register map) also checks the job's number and worker count.
+    """
+    if jobs is not None and job.job >= jobs:
+        raise ValueError(f"job {job.job} does not exist: the switch has {jobs} jobs")
+    if workers is not None and len(job.workers) > workers:
+        raise ValueError(f"job {job.job} has {len(job.workers)} workers, the switch at most {workers}")
+    if job.slot_base + job.slots > slots:
+        raise ValueError(f"job {job.job}'s slots {job.slot_base}..{job.slot_base + job.slots - 1} "
+                         f"exceed the switch's {slots} slots")
+    for w in job.workers:
+        if w.port >= ports:
+            raise ValueError(f"worker port {w.port} does not exist: the switch has {ports} ports")
+    if exception is None:
+        for o in installed:
+            if o.job != job.job and job.slot_base < o.slot_base + o.slots and o.slot_base < job.slot_base + job.slots:
+                raise ValueError(f"job {job.job}'s slot region overlaps job {o.job}'s and {exclusive}")

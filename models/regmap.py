@@ -1,33 +1,42 @@
 """The AXI4-Lite register map of the RTL switch, described once.
 
-The gateware decodes these addresses, the testbenches and the host
-controller write and read through them, and ``docs/rtl.md`` lists them
-(:func:`markdown` writes that table; a test keeps the document in step).
-Every register is 32 bits wide and word-aligned.
+Every register is declared here as a :class:`Register` of :class:`Field` objects
+(name, bit range, access, meaning), as amaranth-soc declares its CSRs: the
+model's packing (:meth:`Register.encode`), the testbenches' and the host's
+reads (:meth:`Register.decode`), the gateware's field slices
+(``inagg.hdl.control.register_layout``) and the table of ``docs/rtl.md``
+(:meth:`RegMap.markdown`; a test keeps the document in step) all come from
+these declarations. Every register is 32 bits wide and word-aligned.
 
 The map depends on the switch's geometry (``jobs`` and ``workers`` per job
-are build parameters), read back from ``GEOMETRY``::
+are build parameters), read back from ``JOBS``::
 
     0x0000  ID          RO  "inAG" (0x696E4147)
-    0x0004  GEOMETRY    RO  ports[7:0] | width/64[11:8] | log2 slots[19:16] | log2 chunk[27:24]
-    0x0008  JOBS        RO  jobs[15:0] | workers per job[23:16]
-    0x0010  MAC_HI      RW  switch MAC bytes 0-1 (bits 15:0, byte 0 high)
+    0x0004  GEOMETRY    RO  ports, width/64, log2 slots, log2 chunk bytes
+    0x0008  JOBS        RO  jobs, workers per job
+    0x0010  MAC_HI      RW  switch MAC bytes 0-1
     0x0014  MAC_LO      RW  switch MAC bytes 2-5
     0x0018  IP          RW  switch IPv4 address
     0x001C  PKEY        RW  P_Key contributions must carry (resets to 0xFFFF)
-    0x0020  EXCEPTION   RO  log2 table[4:0] (0: no exception path) | stash[14:8] | max_kicks[26:16]
-    0x0024  TEARDOWN    RW  write a job number: tear the job down; read busy[0] | refused[1]
+    0x0020  EXCEPTION   RO  log2 table (0: no exception path), stash, max_kicks
+    0x0024  TEARDOWN    RW  write a job number: tear the job down; read busy, refused
     0x0100  counter c   RO  protocol.Counter c at 0x100 + 4 c
     0x0200  exc stat i  RO  the exception engine's counters (EXC_STATS) at 0x200 + 4 i
-    0x1000  job j       RW  8 registers at 0x1000 + 0x20 j   (JOB_FIELDS)
-    0x8000  worker      WO  16 registers at 0x8000 + 0x40 (j * workers + w)   (WORKER_FIELDS)
+    0x1000  job j       RW  registers at 0x1000 + 0x20 j   (JOB_REGISTERS)
+    0x8000  worker      WO  registers at 0x8000 + 0x40 (j * workers + w)   (WORKER_REGISTERS)
 
 A job's ``CTRL`` register enables it: the controller writes the other
-fields of a job and of its workers first and ``CTRL`` last. Writing a job
+registers of a job and of its workers first and ``CTRL`` last. Writing a job
 number to ``TEARDOWN`` removes the job as ``ModelSwitch.remove_job`` does
 (its ``CTRL`` enable bit clears, its slots and overflow slots are freed);
-the controller polls ``TEARDOWN`` until :data:`TEARDOWN_BUSY` clears
+the controller polls ``TEARDOWN`` until its ``busy`` field clears
 (``docs/exception.md`` "Teardown").
+
+Adding a field: declare it in its register below (bits must not overlap
+another field the same side reads or writes), then use it by name:
+``JOB_CTRL.encode(enable=1, workers=n)`` in Python, ``register_layout`` in
+the gateware; regenerate the table of ``docs/rtl.md`` from
+:meth:`RegMap.markdown`.
 """
 
 from __future__ import annotations
@@ -38,29 +47,157 @@ from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec
 from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter
 from inagg.models.wire import ip_bytes, mac_bytes
 
-__all__ = ["ID_VALUE", "TEARDOWN_BUSY", "TEARDOWN_REFUSED", "SWITCH_FIELDS", "JOB_FIELDS", "WORKER_FIELDS",
-           "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE", "WORKER_STRIDE", "RegMap"]
+__all__ = ["Field", "Register", "ID_VALUE", "TEARDOWN_BUSY", "TEARDOWN_REFUSED",
+           "SWITCH_REGISTERS", "JOB_REGISTERS", "WORKER_REGISTERS", "GEOMETRY", "JOBS", "EXCEPTION", "TEARDOWN",
+           "JOB_CTRL", "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE",
+           "WORKER_STRIDE", "RegMap"]
+
+_ACCESS = ("RO", "WO", "RW")
+
+
+@dataclass(frozen=True)
+class Field:
+    """A bit field of a register: ``width`` bits from bit ``offset``.
+
+    ``access`` is "RO" (read only), "WO" (write only) or "RW"; a field
+    written and one read may share bits (``TEARDOWN``: a job number goes
+    in, the status comes out).
+    """
+
+    name: str
+    offset: int
+    width: int
+    access: str = "RW"
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise TypeError(f"Field name must be an identifier, not {self.name!r}")
+        if not isinstance(self.width, int) or not isinstance(self.offset, int) or self.width < 1 \
+                or self.offset < 0 or self.offset + self.width > 32:
+            raise ValueError(f"Field {self.name} must lie within bits 31:0, not {self.offset}+{self.width!r}")
+        if self.access not in _ACCESS:
+            raise ValueError(f"Field access must be one of {_ACCESS}, not {self.access!r}")
+
+    @property
+    def mask(self) -> int:
+        """The field's bits in the register word."""
+        return ((1 << self.width) - 1) << self.offset
+
+    @property
+    def bits(self) -> str:
+        """The bit range as the documentation writes it: ``[11:8]``, ``[0]``."""
+        hi = self.offset + self.width - 1
+        return f"[{hi}:{self.offset}]" if hi != self.offset else f"[{hi}]"
+
+    def encode(self, value: int) -> int:
+        """``value`` placed in the field's bits; ``ValueError`` when it does not fit."""
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << self.width:
+            raise ValueError(f"{self.name} must be an integer in 0..{(1 << self.width) - 1}, not {value!r}")
+        return value << self.offset
+
+    def decode(self, word: int) -> int:
+        """The field's value in register word ``word``."""
+        return word >> self.offset & ((1 << self.width) - 1)
+
+
+@dataclass(frozen=True)
+class Register:
+    """A 32-bit register at ``offset`` in its block, made of ``fields``.
+
+    A register of one field that fills it has that field named ``value``.
+    ``access`` is the register's as the bus sees it: reads answer SLVERR on
+    a "WO" register, writes on a "RO" one.
+    """
+
+    name: str
+    offset: int
+    access: str
+    doc: str
+    fields: tuple[Field, ...]
+
+    def __post_init__(self) -> None:
+        if self.access not in _ACCESS:
+            raise ValueError(f"Register access must be one of {_ACCESS}, not {self.access!r}")
+        if self.offset % 4:
+            raise ValueError(f"Register {self.name} must be word-aligned, not at 0x{self.offset:X}")
+        for side in ("RO", "WO"):
+            seen = 0
+            for f in self.fields:
+                if f.access in (side, "RW"):
+                    if seen & f.mask:
+                        raise ValueError(f"Field {f.name} of register {self.name} overlaps another field")
+                    seen |= f.mask
+
+    def field(self, name: str) -> Field:
+        """The field called ``name``."""
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise ValueError(f"register {self.name} has no field {name!r}; it has {', '.join(self.names)}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    @property
+    def width(self) -> int:
+        """Bits the register stores: up to its highest field bit."""
+        return max(f.offset + f.width for f in self.fields)
+
+    def encode(self, **values: int) -> int:
+        """The word holding ``values`` by field name (fields not given are 0)."""
+        for name in values:
+            self.field(name)
+        return sum(self.field(name).encode(v) for name, v in values.items())
+
+    def decode(self, word: int) -> dict[str, int]:
+        """Every field's value in ``word``, by name."""
+        return {f.name: f.decode(word) for f in self.fields}
+
+    def meaning(self) -> str:
+        """The register's line of the documentation: its meaning, then each field's bits."""
+        if len(self.fields) == 1 and self.fields[0].name == "value":
+            return self.doc if self.width == 32 else f"{self.doc} {self.fields[0].bits}"
+        side = {"RO": " (read)", "WO": " (write)"}
+        return self.doc + ": " + ", ".join(
+            f"{f.doc or f.name} {f.bits}{side[f.access] if f.access != self.access else ''}" for f in self.fields)
+
+
+def _reg(name: str, offset: int, access: str, doc: str, *fields: Field, bits: int = 32) -> Register:
+    """A register of ``fields``, or of one ``value`` field of ``bits`` bits."""
+    return Register(name, offset, access, doc, fields or (Field("value", 0, bits, access),))
+
 
 ID_VALUE = 0x696E4147
-TEARDOWN_BUSY = 1 << 0
+GEOMETRY = _reg("GEOMETRY", 0x04, "RO", "the switch's build",
+                Field("ports", 0, 8, "RO", "ports"), Field("width64", 8, 4, "RO", "width/64"),
+                Field("log2_slots", 16, 5, "RO", "log2 slots"), Field("log2_chunk", 24, 4, "RO", "log2 chunk bytes"))
+JOBS = _reg("JOBS", 0x08, "RO", "the job tables",
+            Field("jobs", 0, 16, "RO", "jobs"), Field("workers", 16, 8, "RO", "workers per job"))
+EXCEPTION = _reg("EXCEPTION", 0x20, "RO", "exception path",
+                 Field("log2_table", 0, 5, "RO", "log2 table (0: none)"), Field("stash", 8, 7, "RO", "stash"),
+                 Field("max_kicks", 16, 11, "RO", "max_kicks"))
+TEARDOWN = _reg("TEARDOWN", 0x24, "RW", "tear a job down (SLVERR while busy, or for a job that is not enabled; "
+                                        "refused: a slot of the job hosts overflow keys of other jobs)",
+                Field("job", 0, 32, "WO", "job number"), Field("busy", 0, 1, "RO", "busy"),
+                Field("refused", 1, 1, "RO", "last teardown refused"))
+SWITCH_REGISTERS = {r.name: r for r in (
+    _reg("ID", 0x00, "RO", 'identifies the register map: "inAG"'),
+    GEOMETRY,
+    JOBS,
+    _reg("MAC_HI", 0x10, "RW", "switch MAC bytes 0-1 (byte 0 in 15:8)", bits=16),
+    _reg("MAC_LO", 0x14, "RW", "switch MAC bytes 2-5 (byte 2 in 31:24)"),
+    _reg("IP", 0x18, "RW", "switch IPv4 address (first byte in 31:24)"),
+    _reg("PKEY", 0x1C, "RW", "P_Key that contributions must carry; resets to 0xFFFF", bits=16),
+    EXCEPTION,
+    TEARDOWN,
+)}
+TEARDOWN_BUSY = TEARDOWN.field("busy").mask
 """``TEARDOWN`` read: a teardown is running; frames wait at the ports meanwhile."""
-TEARDOWN_REFUSED = 1 << 1
+TEARDOWN_REFUSED = TEARDOWN.field("refused").mask
 """``TEARDOWN`` read: the last teardown changed nothing: another job's key diverted from a slot the job holds."""
 
-# name: (offset, access, description)
-SWITCH_FIELDS = {
-    "ID": (0x00, "RO", 'identifies the register map: "inAG"'),
-    "GEOMETRY": (0x04, "RO", "ports [7:0], width/64 [11:8], log2 slots [19:16], log2 chunk bytes [27:24]"),
-    "JOBS": (0x08, "RO", "jobs [15:0], workers per job [23:16]"),
-    "MAC_HI": (0x10, "RW", "switch MAC bytes 0-1 in bits 15:0 (byte 0 in 15:8)"),
-    "MAC_LO": (0x14, "RW", "switch MAC bytes 2-5 (byte 2 in 31:24)"),
-    "IP": (0x18, "RW", "switch IPv4 address (first byte in 31:24)"),
-    "PKEY": (0x1C, "RW", "P_Key that contributions must carry; resets to 0xFFFF"),
-    "EXCEPTION": (0x20, "RO", "exception path: log2 table [4:0] (0: none), stash [14:8], max_kicks [26:16]"),
-    "TEARDOWN": (0x24, "RW", "write a job number: tear that job down (SLVERR while busy, or for a job that is not "
-                             "enabled); read: busy [0], last teardown refused [1]: a slot of the job hosts "
-                             "overflow keys of other jobs"),
-}
 COUNTER_BASE = 0x100
 EXC_BASE = 0x200
 # name: description; at EXC_BASE + 4 i in this order (the gateware's ExceptionEngine.stats)
@@ -73,25 +210,29 @@ EXC_STATS = {
     "deletes": "keys deleted (CuckooStats.deletes)",
     "stalls": "cycles a request waited for the engine's request queue",
 }
+
 JOB_BASE, JOB_STRIDE = 0x1000, 0x20
-JOB_FIELDS = {
-    "CTRL": (0x00, "RW", "bit 0: job enabled; bits 14:8: worker count"),
-    "RKEY": (0x04, "RW", "R_Key of the job's contributions"),
-    "SLOT_BASE": (0x08, "RW", "first slot of the job's region"),
-    "SLOTS": (0x0C, "RW", "slots in the region (a power of two)"),
-}
+JOB_CTRL = _reg("CTRL", 0x00, "RW", "the job's state",
+                Field("enable", 0, 1, "RW", "job enabled"), Field("workers", 8, 7, "RW", "worker count"))
+JOB_REGISTERS = {r.name: r for r in (
+    JOB_CTRL,
+    _reg("RKEY", 0x04, "RW", "R_Key of the job's contributions"),
+    _reg("SLOT_BASE", 0x08, "RW", "first slot of the job's region", bits=16),
+    _reg("SLOTS", 0x0C, "RW", "slots in the region (a power of two)", bits=17),
+)}
+
 WORKER_BASE, WORKER_STRIDE = 0x8000, 0x40
-WORKER_FIELDS = {
-    "PORT": (0x00, "WO", "switch port of the worker"),
-    "MAC_HI": (0x04, "WO", "worker MAC bytes 0-1"),
-    "MAC_LO": (0x08, "WO", "worker MAC bytes 2-5"),
-    "IP": (0x0C, "WO", "worker IPv4 address"),
-    "QPN": (0x10, "WO", "worker QPN (24 bits)"),
-    "RKEY": (0x14, "WO", "R_Key of the worker's result ring"),
-    "VA_HI": (0x18, "WO", "result ring address bits 63:32"),
-    "VA_LO": (0x1C, "WO", "result ring address bits 31:0"),
-    "PSN": (0x20, "WO", "PSN of the next result to this worker (24 bits)"),
-}
+WORKER_REGISTERS = {r.name: r for r in (
+    _reg("PORT", 0x00, "WO", "switch port of the worker", bits=8),
+    _reg("MAC_HI", 0x04, "WO", "worker MAC bytes 0-1", bits=16),
+    _reg("MAC_LO", 0x08, "WO", "worker MAC bytes 2-5"),
+    _reg("IP", 0x0C, "WO", "worker IPv4 address"),
+    _reg("QPN", 0x10, "WO", "worker QPN", bits=24),
+    _reg("RKEY", 0x14, "WO", "R_Key of the worker's result ring"),
+    _reg("VA_HI", 0x18, "WO", "result ring address bits 63:32"),
+    _reg("VA_LO", 0x1C, "WO", "result ring address bits 31:0"),
+    _reg("PSN", 0x20, "WO", "PSN of the next result to this worker", bits=24),
+)}
 
 
 def _mac_words(mac: str) -> tuple[int, int]:
@@ -114,14 +255,20 @@ class RegMap:
         if JOB_BASE + self.jobs * JOB_STRIDE > WORKER_BASE:
             raise ValueError(f"{self.jobs} jobs do not fit the job register block")
 
+    @classmethod
+    def from_jobs(cls, value: int) -> "RegMap":
+        """The register map of a switch whose ``JOBS`` register reads ``value``."""
+        return cls(**JOBS.decode(value))
+
     @property
     def addr_width(self) -> int:
         """Bits of the AXI4-Lite byte address."""
         return (WORKER_BASE + self.jobs * self.workers * WORKER_STRIDE - 1).bit_length()
 
     @staticmethod
-    def switch(field: str) -> int:
-        return SWITCH_FIELDS[field][0]
+    def switch(register: str) -> int:
+        """Address of switch register ``register`` (:data:`SWITCH_REGISTERS`)."""
+        return SWITCH_REGISTERS[register].offset
 
     @staticmethod
     def counter(c: Counter) -> int:
@@ -139,78 +286,82 @@ class RegMap:
         """The EXCEPTION value of a switch built with exception path ``exc``."""
         if exc is None:
             return 0
-        return (exc.table.bit_length() - 1) | exc.stash << 8 | exc.max_kicks << 16
+        return EXCEPTION.encode(log2_table=exc.table.bit_length() - 1, stash=exc.stash, max_kicks=exc.max_kicks)
 
     @staticmethod
     def decode_exception(value: int) -> ExceptionSpec | None:
         """The exception path an EXCEPTION value describes (:meth:`exception` inverted)."""
-        if not value & 0x1F:
+        f = EXCEPTION.decode(value)
+        if not f["log2_table"]:
             return None
-        return ExceptionSpec(1 << (value & 0x1F), value >> 16 & 0x7FF, value >> 8 & 0x7F)
+        return ExceptionSpec(1 << f["log2_table"], f["max_kicks"], f["stash"])
 
-    def job(self, job: int, field: str) -> int:
+    def jobs_value(self) -> int:
+        """The JOBS value of a switch with this map (:meth:`from_jobs` inverted)."""
+        return JOBS.encode(jobs=self.jobs, workers=self.workers)
+
+    def job(self, job: int, register: str) -> int:
         if not 0 <= job < self.jobs:
             raise ValueError(f"job must be in 0..{self.jobs - 1}, not {job!r}")
-        return JOB_BASE + JOB_STRIDE * job + JOB_FIELDS[field][0]
+        return JOB_BASE + JOB_STRIDE * job + JOB_REGISTERS[register].offset
 
-    def worker(self, job: int, worker: int, field: str) -> int:
+    def worker(self, job: int, worker: int, register: str) -> int:
         if not 0 <= job < self.jobs:
             raise ValueError(f"job must be in 0..{self.jobs - 1}, not {job!r}")
         if not 0 <= worker < self.workers:
             raise ValueError(f"worker must be in 0..{self.workers - 1}, not {worker!r}")
-        return WORKER_BASE + WORKER_STRIDE * (job * self.workers + worker) + WORKER_FIELDS[field][0]
+        return WORKER_BASE + WORKER_STRIDE * (job * self.workers + worker) + WORKER_REGISTERS[register].offset
 
-    def geometry(self, spec: SwitchSpec, width: int) -> int:
-        """The GEOMETRY value of a switch built for ``spec`` at ``width`` bits."""
-        return (spec.ports | (width // 64) << 8 | (spec.slots.bit_length() - 1) << 16
-                | (spec.chunk_bytes.bit_length() - 1) << 24)
+    @staticmethod
+    def geometry(spec: SwitchSpec, width: int) -> int:
+        """The GEOMETRY value of a switch built for ``spec`` at ``width`` bits.
+
+        ``spec`` may be any description with ``ports``, ``slots`` and
+        ``chunk_bytes`` (a :class:`~inagg.models.geometry.SwitchGeometry`).
+        """
+        return GEOMETRY.encode(ports=spec.ports, width64=width // 64, log2_slots=spec.slots.bit_length() - 1,
+                               log2_chunk=spec.chunk_bytes.bit_length() - 1)
 
     def switch_writes(self, spec: SwitchSpec) -> list[tuple[int, int]]:
         """(address, value) writes that set a switch's addresses and P_Key."""
         hi, lo = _mac_words(spec.mac)
-        return [(self.switch("MAC_HI"), hi), (self.switch("MAC_LO"), lo),
-                (self.switch("IP"), int.from_bytes(ip_bytes(spec.ip), "big")), (self.switch("PKEY"), spec.pkey)]
+        values = {"MAC_HI": hi, "MAC_LO": lo, "IP": int.from_bytes(ip_bytes(spec.ip), "big"), "PKEY": spec.pkey}
+        return [(self.switch(name), SWITCH_REGISTERS[name].encode(value=v)) for name, v in values.items()]
 
     def job_writes(self, job: JobSpec, spec: SwitchSpec) -> list[tuple[int, int]]:
         """(address, value) writes that install ``job``, its workers first and its CTRL last.
 
-        Raises ``ValueError`` for a job this switch cannot hold, with the
-        model switch's checks (region inside the slot memory, worker ports
-        that exist) and the geometry's (job number, worker count).
+        Raises ``ValueError`` for a job this switch cannot hold
+        (:meth:`~inagg.models.job.SwitchSpec.check_job` with this map's job
+        and worker counts).
         """
-        if job.job >= self.jobs:
-            raise ValueError(f"job {job.job} does not exist: the switch has {self.jobs} jobs")
-        if len(job.workers) > self.workers:
-            raise ValueError(f"job {job.job} has {len(job.workers)} workers, the switch at most {self.workers}")
-        if job.slot_base + job.slots > spec.slots:
-            raise ValueError(f"job {job.job}'s slots {job.slot_base}..{job.slot_base + job.slots - 1} "
-                             f"exceed the switch's {spec.slots} slots")
+        spec.check_job(job, jobs=self.jobs, workers=self.workers)
         out = []
         for w, ws in enumerate(job.workers):
-            if ws.port >= spec.ports:
-                raise ValueError(f"worker port {ws.port} does not exist: the switch has {spec.ports} ports")
             hi, lo = _mac_words(ws.mac)
             values = {"PORT": ws.port, "MAC_HI": hi, "MAC_LO": lo, "IP": int.from_bytes(ip_bytes(ws.ip), "big"),
                       "QPN": ws.qpn, "RKEY": ws.rkey, "VA_HI": ws.result_va >> 32,
                       "VA_LO": ws.result_va & 0xFFFFFFFF, "PSN": ws.result_psn}
-            out += [(self.worker(job.job, w, f), v) for f, v in values.items()]
-        out += [(self.job(job.job, "RKEY"), job.rkey), (self.job(job.job, "SLOT_BASE"), job.slot_base),
-                (self.job(job.job, "SLOTS"), job.slots),
-                (self.job(job.job, "CTRL"), 1 | len(job.workers) << 8)]
+            out += [(self.worker(job.job, w, name), WORKER_REGISTERS[name].encode(value=v))
+                    for name, v in values.items()]
+        values = {"RKEY": job.rkey, "SLOT_BASE": job.slot_base, "SLOTS": job.slots}
+        out += [(self.job(job.job, name), JOB_REGISTERS[name].encode(value=v)) for name, v in values.items()]
+        out.append((self.job(job.job, "CTRL"), JOB_CTRL.encode(enable=1, workers=len(job.workers))))
         return out
 
     def markdown(self) -> str:
         """The register map as the Markdown tables of ``docs/rtl.md``."""
         lines = ["| address | register | access | meaning |", "|---|---|---|---|"]
-        for name, (off, acc, doc) in SWITCH_FIELDS.items():
-            lines.append(f"| 0x{off:04X} | {name} | {acc} | {doc} |")
+        for r in SWITCH_REGISTERS.values():
+            lines.append(f"| 0x{r.offset:04X} | {r.name} | {r.access} | {r.meaning()} |")
         for c in Counter:
             lines.append(f"| 0x{self.counter(c):04X} | {c.name} | RO | counter `protocol.Counter.{c.name}` |")
         for name, doc in EXC_STATS.items():
             lines.append(f"| 0x{self.exc_stat(name):04X} | EXC.{name} | RO | {doc}; SLVERR without an exception path |")
-        for name, (off, acc, doc) in JOB_FIELDS.items():
-            lines.append(f"| 0x{JOB_BASE + off:04X} + 0x{JOB_STRIDE:X} j | JOB.{name} | {acc} | {doc} |")
-        for name, (off, acc, doc) in WORKER_FIELDS.items():
-            lines.append(f"| 0x{WORKER_BASE + off:04X} + 0x{WORKER_STRIDE:X} (j W + w) | WORKER.{name} | {acc} | {doc} |")
+        for r in JOB_REGISTERS.values():
+            lines.append(f"| 0x{JOB_BASE + r.offset:04X} + 0x{JOB_STRIDE:X} j | JOB.{r.name} | {r.access} "
+                         f"| {r.meaning()} |")
+        for r in WORKER_REGISTERS.values():
+            lines.append(f"| 0x{WORKER_BASE + r.offset:04X} + 0x{WORKER_STRIDE:X} (j W + w) | WORKER.{r.name} "
+                         f"| {r.access} | {r.meaning()} |")
         return "\n".join(lines) + "\n"
-

@@ -89,18 +89,7 @@ class ModelSwitch(SwitchBackend):
         exception path it must not overlap another job's region."""
         if job.job in self.jobs:
             raise ValueError(f"job {job.job} is configured already")
-        if job.slot_base + job.slots > self.spec.slots:
-            raise ValueError(f"job {job.job}'s slots {job.slot_base}..{job.slot_base + job.slots - 1} "
-                             f"exceed the switch's {self.spec.slots} slots")
-        for w in job.workers:
-            if w.port >= self.spec.ports:
-                raise ValueError(f"worker port {w.port} does not exist: the switch has {self.spec.ports} ports")
-        if self.exception is None:
-            for other in self.jobs.values():
-                o = other.spec
-                if job.slot_base < o.slot_base + o.slots and o.slot_base < job.slot_base + job.slots:
-                    raise ValueError(f"job {job.job}'s slot region overlaps job {o.job}'s and this switch "
-                                     "has no exception path")
+        self.spec.check_job(job, (j.spec for j in self.jobs.values()))
         self.jobs[job.job] = _Job(job, [w.result_psn for w in job.workers])
 
     def remove_job(self, job: int) -> None:

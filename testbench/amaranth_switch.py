@@ -13,7 +13,7 @@ from amaranth.sim import Simulator
 
 from inagg.hdl.exception import STATS
 from inagg.hdl.switch import Switch
-from inagg.models import regmap as rm
+from inagg.models.geometry import SwitchGeometry
 from inagg.models.job import JobSpec, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
@@ -63,12 +63,9 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     (idle cycles on ingress, ready low on egress). The run ends when every
     frame went in and no port offered a beat for ``cycles`` cycles.
     """
-    exc = spec.exception
-    dut = Switch(ports=spec.ports, width=width, slots=spec.slots, chunk_bytes=spec.chunk_bytes, jobs=n_jobs,
-                 workers=workers, **({} if exc is None else
-                                     dict(exc_table=exc.table, exc_max_kicks=exc.max_kicks, exc_stash=exc.stash,
-                                          divert_frames=divert_frames)))
-    regmap = rm.RegMap(n_jobs, workers)
+    geometry = SwitchGeometry.for_spec(spec, width=width, jobs=n_jobs, workers=workers)
+    dut = Switch(geometry, divert_frames=divert_frames)
+    regmap = geometry.regmap
     model = ModelSwitch(spec)
     for job in jobs:
         model.add_job(job)

@@ -85,7 +85,7 @@ class SwitchTB:
         """Write the switch's addresses and ``jobs`` through AXI4-Lite, and install them in the model."""
         assert await self.read(rm.RegMap.switch("ID")) == rm.ID_VALUE
         geometry = await self.read(rm.RegMap.switch("JOBS"))
-        self.regmap = rm.RegMap(geometry & 0xFFFF, geometry >> 16)
+        self.regmap = rm.RegMap.from_jobs(geometry)
         for addr, value in self.regmap.switch_writes(self.spec):
             await self.write(addr, value)
         for job in jobs:

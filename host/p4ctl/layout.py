@@ -94,17 +94,7 @@ def _check_regions(jobs: list[JobSpec], spec: SwitchSpec) -> None:
         if job.job in seen:
             raise ValueError(f"job {job.job} is given twice")
         seen[job.job] = job
-        if job.slot_base + job.slots > spec.slots:
-            raise ValueError(f"job {job.job}'s slots {job.slot_base}..{job.slot_base + job.slots - 1} "
-                             f"exceed the switch's {spec.slots} slots")
-        for other in jobs:
-            if other.job != job.job and job.slot_base < other.slot_base + other.slots \
-                    and other.slot_base < job.slot_base + job.slots:
-                raise ValueError(f"job {job.job}'s slot region overlaps job {other.job}'s and the P4 "
-                                 "programs have no exception path")
-        for w in job.workers:
-            if w.port >= spec.ports:
-                raise ValueError(f"worker port {w.port} does not exist: the switch has {spec.ports} ports")
+        spec.check_job(job, jobs, exclusive="the P4 programs have no exception path")
 
 
 def plan(target: P4Target, spec: SwitchSpec, jobs: list[JobSpec] | tuple[JobSpec, ...]) -> Plan:

@@ -53,9 +53,9 @@ from amaranth import Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSig
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from inagg.hdl.axis import check_width
 from inagg.hdl.switch import Switch
-from inagg.models.protocol import CHUNK_BYTES_DEFAULT, ICRC_LEN, RESULT_HDR_LEN
+from inagg.models.geometry import SwitchGeometry, check_width
+from inagg.models.protocol import ICRC_LEN, RESULT_HDR_LEN
 
 __all__ = ["BridgeHarness", "RingGeometry", "frame_slot_bytes", "COUNT_BITS"]
 
@@ -123,8 +123,10 @@ class BridgeHarness(wiring.Component):
 
     Parameters
     ----------
-    ports, width, slots, chunk_bytes, jobs, workers:
-        The switch's parameters (:class:`~inagg.hdl.switch.Switch`).
+    switch : SwitchGeometry
+        The switch's geometry (:class:`~inagg.models.geometry.SwitchGeometry`),
+        or instead its keywords ``ports``, ``width``, ``slots``,
+        ``chunk_bytes``, ``jobs``, ``workers`` (no exception path).
     depth:
         Rows per ring, a power of two from 2 to 64.
     order_depth:
@@ -149,11 +151,15 @@ class BridgeHarness(wiring.Component):
     the simulator (:attr:`RingGeometry.ring_names` of :attr:`geometry`).
     """
 
-    def __init__(self, *, ports: int, width: int, slots: int, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
-                 jobs: int = 4, workers: int = 8, depth: int = 8, order_depth: int = 256):
-        self.geometry = g = RingGeometry(ports, width, chunk_bytes, depth, order_depth)
-        self.switch = Switch(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs,
-                             workers=workers)
+    def __init__(self, switch: SwitchGeometry | None = None, *, depth: int = 8, order_depth: int = 256, **params):
+        if switch is None:
+            switch = SwitchGeometry(**params)
+        elif params or not isinstance(switch, SwitchGeometry):
+            raise TypeError(f"BridgeHarness takes a SwitchGeometry or its keywords, not {switch!r} and "
+                            f"{sorted(params)}")
+        ports, width = switch.ports, switch.width
+        self.geometry = g = RingGeometry(ports, width, switch.chunk_bytes, depth, order_depth)
+        self.switch = Switch(switch)
         assert self.switch.control.port_bits == g.port_bits
         self.ports, self.width, self.depth, self.order_depth = ports, width, depth, order_depth
         self.frame_bytes, self.beats, self.row_bits, self.port_bits = g.frame_bytes, g.beats, g.row_bits, g.port_bits

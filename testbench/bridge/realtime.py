@@ -272,7 +272,7 @@ class RtlSwitch(SwitchBackend):
         except BaseException:
             self.close()
             raise
-        self.regmap = rm.RegMap(jobs_reg & 0xFFFF, jobs_reg >> 16)
+        self.regmap = rm.RegMap.from_jobs(jobs_reg)
         want = self.regmap.geometry(spec, width)
         if ident != rm.ID_VALUE or geometry != want or (self.regmap.jobs, self.regmap.workers) != (jobs, workers):
             self.close()

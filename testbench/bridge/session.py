@@ -135,7 +135,7 @@ async def allreduce(dut):
         model.log.setLevel(logging.WARNING)  # it logs every access at INFO
     assert await axil.read_dword(rm.RegMap.switch("ID")) == rm.ID_VALUE
     geometry = await axil.read_dword(rm.RegMap.switch("JOBS"))
-    regmap = rm.RegMap(geometry & 0xFFFF, geometry >> 16)
+    regmap = rm.RegMap.from_jobs(geometry)
     for addr, value in register_writes(job.plan, regmap):
         await axil.write_dword(addr, value)
 

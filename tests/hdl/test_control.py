@@ -2,14 +2,16 @@
 
 from amaranth.sim import Simulator
 
-from inagg.hdl.control import Control
+from inagg.hdl.control import Control, register_layout
 from inagg.models import regmap as rm
+from inagg.models.geometry import SwitchGeometry
 from inagg.models.protocol import Counter
 from inagg.testbench.axil_sim import axil_read, axil_write
 
 
 def _control():
-    return Control(ports=2, width=64, slots=16, chunk_bytes=256, jobs=2, workers=4, job_readers=1, event_sources=3)
+    return Control(SwitchGeometry(ports=2, width=64, slots=16, chunk_bytes=256, jobs=2, workers=4), job_readers=1,
+                   event_sources=3)
 
 
 def test_registers_and_errors():
@@ -105,3 +107,10 @@ def test_result_psns_per_reader():
     sim.run()
     assert seen == {"written": ([7, 7], [0xFFFFFE] * 2), "counted": ([7, 7], [0, 0xFFFFFE]),
                     "waited": [0, 0, 0, 1], "rewritten": [50, 50], "other": 1}
+
+
+def test_register_layouts_follow_the_declarations():
+    ctrl = register_layout(rm.JOB_CTRL)
+    assert ctrl.size == 15 and ctrl["workers"].offset == 8 and ctrl["workers"].shape.width == 7
+    assert {name for name, _ in register_layout(rm.TEARDOWN, "RO")} == {"busy", "refused"}
+    assert {name for name, _ in register_layout(rm.TEARDOWN, "WO")} == {"job"}

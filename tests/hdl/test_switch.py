@@ -8,7 +8,8 @@ import pytest
 from amaranth.hdl import UnusedElaboratable
 
 from inagg.hdl.switch import Switch, generate_verilog
-from inagg.models.job import SwitchSpec
+from inagg.models.geometry import SwitchGeometry
+from inagg.models.job import ExceptionSpec, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.testbench.amaranth_switch import cycle, simulate
 from inagg.testbench.traffic import bad_frames, contribution, lanes, make_job
@@ -95,6 +96,17 @@ def test_parameters_are_checked(kwargs, message):
         with pytest.raises(ValueError, match=message) as refused:
             Switch(**params)
         del refused
+        gc.collect()
+
+
+def test_a_geometry_or_its_keywords_build_the_same_switch():
+    geometry = SwitchGeometry(ports=2, width=64, slots=16, chunk_bytes=CHUNK, exception=ExceptionSpec(4, 8, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        flat = Switch(ports=2, width=64, slots=16, chunk_bytes=CHUNK, exc_table=4, exc_max_kicks=8, exc_stash=2)
+        assert flat.geometry == geometry and Switch(geometry).space == flat.space == 16 + 10
+        with pytest.raises(TypeError, match=r"^Switch takes a SwitchGeometry or its keywords, not "):
+            Switch(geometry, ports=2)
         gc.collect()
 
 

@@ -12,6 +12,7 @@ from inagg.hdl.control import Control
 from inagg.hdl.exception import STATS
 from inagg.hdl.switch import Switch, SwitchTop
 from inagg.models import regmap as rm
+from inagg.models.geometry import SwitchGeometry
 from inagg.models.job import ExceptionSpec, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
@@ -77,8 +78,8 @@ def test_top_reports_diverted_and_refused_frames():
 
 @pytest.mark.parametrize("exception", [None, ExceptionSpec(64, 5, 3)])
 def test_registers_describe_the_exception_path_and_its_counters(exception):
-    dut = Control(ports=2, width=64, slots=16, chunk_bytes=CHUNK, jobs=2, workers=4, job_readers=1, event_sources=1,
-                  exception=exception)
+    geometry = SwitchGeometry(ports=2, width=64, slots=16, chunk_bytes=CHUNK, jobs=2, workers=4, exception=exception)
+    dut = Control(geometry, job_readers=1, event_sources=1)
     regmap = rm.RegMap(2, 4)
     seen = {}
 

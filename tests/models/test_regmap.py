@@ -25,7 +25,7 @@ def test_addresses():
     assert m.job(3, "SLOTS") == 0x1000 + 3 * 0x20 + 0xC
     assert m.worker(1, 2, "PSN") == 0x8000 + (8 + 2) * 0x40 + 0x20
     assert m.addr_width == 16
-    offsets = [off for off, _, _ in rm.SWITCH_FIELDS.values()]
+    offsets = [r.offset for r in rm.SWITCH_REGISTERS.values()]
     assert len(set(offsets)) == len(offsets) and max(offsets) < rm.COUNTER_BASE
     assert rm.COUNTER_BASE + 4 * len(Counter) <= rm.JOB_BASE
 
@@ -67,3 +67,36 @@ def test_geometry_is_checked(jobs, workers, message):
 
 def test_docs_hold_the_register_map():
     assert rm.RegMap(4, 8).markdown() in DOCS.read_text()
+
+
+def test_fields_encode_and_decode_at_their_bits():
+    assert rm.JOB_CTRL.encode(enable=1, workers=5) == 1 | 5 << 8
+    assert rm.JOB_CTRL.decode(0x0701) == {"enable": 1, "workers": 7}
+    assert rm.GEOMETRY.field("log2_slots").bits == "[20:16]" and rm.TEARDOWN.field("busy").bits == "[0]"
+    assert rm.TEARDOWN_BUSY == 1 and rm.TEARDOWN_REFUSED == 2
+    assert rm.JOB_REGISTERS["SLOTS"].width == 17 and rm.WORKER_REGISTERS["QPN"].encode(value=0xABCDEF) == 0xABCDEF
+    assert rm.RegMap.from_jobs(rm.RegMap(jobs=5, workers=7).jobs_value()) == rm.RegMap(5, 7)
+    # 65536 slots need the fifth bit of log2 slots.
+    assert rm.GEOMETRY.decode(rm.RegMap.geometry(SwitchSpec(ports=3, slots=1 << 16, chunk_bytes=256), 512)) == {
+        "ports": 3, "width64": 8, "log2_slots": 16, "log2_chunk": 8}
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: rm.JOB_CTRL.encode(workers=128), ValueError, r"^workers must be an integer in 0\.\.127, not 128$"),
+    (lambda: rm.JOB_CTRL.encode(enable=True), ValueError, r"^enable must be an integer in 0\.\.1, not True$"),
+    (lambda: rm.JOB_CTRL.encode(valid=1), ValueError, r"^register CTRL has no field 'valid'; it has enable, workers$"),
+    (lambda: rm.Field("x", 30, 4), ValueError, r"^Field x must lie within bits 31:0, not 30\+4$"),
+    (lambda: rm.Field("1x", 0, 4), TypeError, r"^Field name must be an identifier, not '1x'$"),
+    (lambda: rm.Field("x", 0, 4, "RX"), ValueError, r"^Field access must be one of \('RO', 'WO', 'RW'\), not 'RX'$"),
+    (lambda: rm.Register("R", 2, "RW", "", (rm.Field("x", 0, 4),)), ValueError,
+     r"^Register R must be word-aligned, not at 0x2$"),
+    (lambda: rm.Register("R", 0, "RW", "", (rm.Field("x", 0, 4), rm.Field("y", 3, 2, "RO"))), ValueError,
+     r"^Field y of register R overlaps another field$"),
+])
+def test_declarations_are_checked(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_a_read_field_and_a_write_field_may_share_bits():
+    assert rm.TEARDOWN.encode(job=3) == 3 and rm.TEARDOWN.decode(3)["refused"] == 1
