@@ -1,4 +1,5 @@
-"""Hypothesis against the switch service's control protocol: random JSON shapes and sizes, random op sequences.
+"""Hypothesis against the switch service: its control protocol (random JSON shapes and sizes, random op
+sequences) and its data plane (mutated and random datagrams).
 
 The service runs in this process; after every example it must still answer, and over the whole run it
 must neither meet a bug (``internal_errors``) nor keep what the clients left behind.
@@ -8,10 +9,14 @@ import json
 import socket
 import time
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inagg.host.service import Limits, SwitchClient, SwitchService
+from inagg.host import allreduce
+from inagg.host.roce import contribution
+from inagg.host.service import Limits, SwitchClient, SwitchService, join
+from inagg.host.vxlan import encap
 from inagg.models.job import SwitchSpec
 
 SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)
@@ -93,3 +98,48 @@ def test_random_requests_never_stop_the_service():
     assert service.stats["internal_errors"] == 0 and service.stats["bad_requests"] > 0
     assert jobs == 0, "every job goes with the connection that created it"
     assert grown < 64 << 20, f"RSS grew by {grown >> 20} MiB over the second run"
+
+
+# A valid contribution of the attacker's own job, then cut, bit-flipped, or replaced by random bytes.
+mutations = st.one_of(
+    st.tuples(st.just("cut"), st.integers(0, 400)),
+    st.tuples(st.just("flip"), st.integers(0, 8 * 400)),
+    st.tuples(st.just("random"), st.binary(max_size=400)),
+)
+
+
+def test_random_datagrams_never_stop_the_service_nor_touch_another_job():
+    with SwitchService(SPEC, vxlan=("127.0.0.1", 0)) as service, SwitchClient(service.control_address) as c, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
+        attacker.bind(("127.0.0.1", 0))
+        mine = c.create_job(1, window=4)
+        c.attach(mine, 0, attacker.getsockname())
+        victim = c.create_job(1, window=4)
+        sent = []
+
+        @settings(max_examples=300, deadline=None)
+        @given(st.integers(0, 1 << 32), mutations, st.booleans())
+        def run(chunk, mutation, wrapped):
+            frame = bytearray(bytes(contribution(mine.switch, mine.job, 0, chunk, bytes(SPEC.chunk_bytes))))
+            kind, x = mutation
+            if kind == "cut":
+                frame = frame[:x]
+            elif kind == "flip" and x < 8 * len(frame):
+                frame[x // 8] ^= 1 << (x % 8)
+            elif kind == "random":
+                frame = bytearray(x)
+            attacker.sendto(encap(bytes(frame), 1) if wrapped else bytes(frame), service.vxlan_address)
+            sent.append(chunk)
+
+        run()
+        g = join(victim, 0)
+        try:
+            x = np.arange(1000, dtype=np.float32)
+            assert np.array_equal(allreduce(x, g), x)
+        finally:
+            g.port.close()
+        deadline = time.monotonic() + 5
+        while c.counters(mine.job.job, mine.token)["service"]["rx_datagrams"] < len(sent) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert service.stats["internal_errors"] == 0 and service.stats["rx_datagrams"] >= len(sent) >= 300
