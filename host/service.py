@@ -104,7 +104,8 @@ class Limits:
         "help": "seconds a connection that owns no job may stay silent before it is closed"})
     connections: int = field(default=256, metadata={
         "help": "control connections open at once"})
-    connections_per_source: int = field(default=32, metadata={
+    # Half the connections: every rank of a 64-worker job on one host joins at once, beside its owner.
+    connections_per_source: int = field(default=128, metadata={
         "help": "control connections open at once from one IP address"})
     jobs_per_source: int = field(default=16, metadata={
         "help": "jobs that connections from one IP address may own at once"})
