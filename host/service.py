@@ -18,6 +18,9 @@ one ``selectors`` loop:
   must carry the token; a wrong token is refused, logged and counted. A job
   lives as long as the control connection that created it, so a training
   run that dies does not leak switch ports or slots.
+  What one client may cost is bounded (:class:`Limits`: request size,
+  nesting and rate, unread answers, idle time, connections, jobs and ports
+  per source address); no input, however malformed, stops the service.
 
 Jobs get disjoint ports and slot regions and random R_Keys; data frames of
 one job carrying another job's QPN or R_Key are dropped and counted by the
