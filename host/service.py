@@ -18,6 +18,9 @@ one ``selectors`` loop:
   must carry the token; a wrong token is refused, logged and counted. A job
   lives as long as the control connection that created it, so a training
   run that dies does not leak switch ports or slots.
+  What one client may cost is bounded (:class:`Limits`: request size,
+  nesting and rate, unread answers, idle time, connections, jobs and ports
+  per source address); no input, however malformed, stops the service.
 
 Jobs get disjoint ports and slot regions and random R_Keys; data frames of
 one job carrying another job's QPN or R_Key are dropped and counted by the
@@ -47,7 +50,7 @@ import socket
 import threading
 import time
 from collections import Counter as Tally
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inagg import __version__
 from inagg.models.backend import SwitchBackend, SwitchBackendError
@@ -62,7 +65,7 @@ from inagg.host.worker import Timing
 
 __all__ = [
     "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES", "SERVICE_TIMING",
-    "ServiceError", "SwitchUnavailableError", "SwitchBackendError", "Ticket", "SwitchService", "SwitchClient",
+    "ServiceError", "SwitchUnavailableError", "SwitchBackendError", "Ticket", "Limits", "SwitchService", "SwitchClient",
     "parse_address", "join", "group_from_env",
 ]
 
@@ -74,7 +77,6 @@ ENV_RANK = "INAGG_RANK"       # this worker's rank in the ticket's job
 # Worker addresses are 10.0.0.(port+1) in the switch's /24, the switch is .254.
 MAX_SERVICE_PORTS = 253
 MAX_REQUEST_BYTES = 1 << 16
-MAX_CONNECTIONS = 256
 _WORKER_QPN = 0x01_0000
 # The worker's default timer suits one process. A service shared by many workers takes milliseconds
 # to drain all their windows, and a timer shorter than that resends frames that were only queued,
@@ -83,6 +85,41 @@ SERVICE_TIMING = Timing(timeout=0.1, max_timeout=1.0, tries=12)
 # Datagrams read per wake-up before the loop looks at control and timers again.
 _BURST = 256
 _SOCKET_BUFFER = 8 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one control client may cost a :class:`SwitchService`; ``inagg switch serve --NAME`` sets each field.
+
+    A *source* is a client's IP address: every connection from it counts
+    towards its connections, jobs and ports.
+    """
+
+    request_bytes: int = field(default=MAX_REQUEST_BYTES, metadata={
+        "help": "longest request line in bytes; a longer one is refused and the connection closed"})
+    request_depth: int = field(default=8, metadata={
+        "help": "deepest nesting of arrays and objects in a request"})
+    requests_per_second: float = field(default=200.0, metadata={
+        "help": "requests a connection may send a second (a burst of as many); more are refused"})
+    output_bytes: int = field(default=1 << 20, metadata={
+        "help": "answers waiting for a connection that does not read; more close it"})
+    idle_timeout: float = field(default=60.0, metadata={
+        "help": "seconds a connection that owns no job may stay silent before it is closed"})
+    connections: int = field(default=256, metadata={
+        "help": "control connections open at once"})
+    # Half the connections: every rank of a 64-worker job on one host joins at once, beside its owner.
+    connections_per_source: int = field(default=128, metadata={
+        "help": "control connections open at once from one IP address"})
+    jobs_per_source: int = field(default=16, metadata={
+        "help": "jobs that connections from one IP address may own at once"})
+    ports_per_source: int = field(default=MAX_SERVICE_PORTS, metadata={
+        "help": "switch ports that the jobs of one IP address may hold at once"})
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            x = getattr(self, f.name)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0:
+                raise ValueError(f"limit {f.name} must be a positive number, not {x!r}")
 
 
 class ServiceError(Exception):
@@ -168,13 +205,45 @@ class _Job:
 
 
 class _Conn:
-    def __init__(self, sock: socket.socket, addr: tuple[str, int]):
-        self.sock, self.name = sock, f"{addr[0]}:{addr[1]}"
+    def __init__(self, sock: socket.socket, addr: tuple[str, int], burst: float):
+        self.sock, self.source, self.name = sock, addr[0], f"{addr[0]}:{addr[1]}"
         self.inbuf = bytearray()
         self.outbuf = bytearray()
         self.jobs: set[int] = set()
         self.closing = False  # close once the answers are out
         self.closed = False
+        self.heard = time.monotonic()  # the last bytes received
+        self.allowance, self.refilled = burst, self.heard  # the request rate's token bucket
+
+
+def _depth(value: object) -> int:
+    """How deep arrays and objects nest in a parsed JSON value; a walk, not a recursion, for any depth."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        x, d = todo.pop()
+        if isinstance(x, (dict, list)):
+            deepest = max(deepest, d)
+            todo.extend((y, d + 1) for y in (x.values() if isinstance(x, dict) else x))
+    return deepest
+
+
+def _endpoint(ep: object) -> tuple[str, int]:
+    """A worker's VXLAN endpoint from a request: a unicast IPv4 address and a UDP port 1..65535."""
+    def refuse(why: str):
+        return _Refused(f"endpoint must be [IPv4 address, UDP port], not {ep!r} ({why})")
+
+    if not isinstance(ep, list) or len(ep) != 2:
+        raise refuse("a list of two")
+    host, port = ep
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise refuse("a UDP port is an integer in 1..65535")
+    try:
+        ip = ipaddress.IPv4Address(host if isinstance(host, str) else None)  # not an int: 5 is 0.0.0.5
+    except ValueError:
+        raise refuse("not an IPv4 address") from None
+    if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
+        raise refuse("not a unicast address")
+    return str(ip), port
 
 
 def _int(req: dict, name: str, lo: int, hi: int, default: int | None = None) -> int:
@@ -214,6 +283,10 @@ class SwitchService:
         from then on the service drops every datagram (``switch_failed``)
         and refuses every request with the switch's reason; ``failure``
         holds it.
+    limits:
+        What one control client may cost (:class:`Limits`; its defaults
+        when None). No request, however malformed, stops the service: it
+        gets an error answer and a count in ``stats``.
 
     :meth:`serve` runs the loop in the calling thread until :meth:`shutdown`
     (callable from any thread or a signal handler); :meth:`start` runs it
@@ -223,13 +296,18 @@ class SwitchService:
 
     def __init__(self, spec: SwitchSpec, *, control: tuple[str, int] = ("127.0.0.1", 0),
                  vxlan: tuple[str, int] = ("127.0.0.1", VXLAN_PORT), vni: int = 1, faults: Faults | None = None,
-                 seed: int = 0, capture: Capture | None = None, switch=None):
+                 seed: int = 0, capture: Capture | None = None, switch=None, limits: Limits | None = None):
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
         if spec.ports > MAX_SERVICE_PORTS:
             raise ValueError(f"a switch service has at most {MAX_SERVICE_PORTS} ports (one /24 of worker "
                              f"addresses beside the switch), not {spec.ports}")
         self.vni = check_vni(vni)
+        if limits is None:
+            limits = Limits()
+        elif not isinstance(limits, Limits):
+            raise TypeError(f"limits must be Limits, not {type(limits).__name__}")
+        self.limits = limits
         if switch is None:
             from inagg.models.switch import ModelSwitch
 
@@ -248,6 +326,8 @@ class SwitchService:
         self._port_of: dict[tuple[str, int], int] = {}
         self._held = HeldFrames()
         self._conns: dict[int, _Conn] = {}
+        self._conns_of: Tally = Tally()  # source address -> connections open
+        self._next_sweep = 0.0
         self._stop = False
         self._served = False
         self._thread: threading.Thread | None = None
@@ -289,20 +369,36 @@ class SwitchService:
             while not self._stop:
                 wait = self._held.wait(0.5)
                 for key, events in self._sel.select(wait):
-                    if key.data == "udp":
-                        self._on_udp()
-                    elif key.data == "listen":
-                        self._on_accept()
-                    elif key.data == "wake":
-                        self._drain_wake()
-                    elif key.data != "switch":  # the switch's results are polled below, after every wake
-                        self._on_conn(key.data, events)
+                    self._guarded(self._on_event, key.data, events)
                 for direction, port, f in self._held.due():
-                    self._arrive(direction, port, f)
+                    self._guarded(self._arrive, direction, port, f)
                 if self._polled and self.failure is None:
-                    self._switch_call(self._poll)
+                    self._guarded(self._switch_call, self._poll)
+                if (now := time.monotonic()) >= self._next_sweep:
+                    self._next_sweep = now + 0.5
+                    self._close_idle(now)
         finally:
             self._teardown()
+
+    def _on_event(self, what, events: int) -> None:
+        if what == "udp":
+            self._on_udp()
+        elif what == "listen":
+            self._on_accept()
+        elif what == "wake":
+            self._drain_wake()
+        elif what != "switch":  # the switch's results are polled after every wake
+            self._on_conn(what, events)
+
+    def _guarded(self, call, *args) -> None:
+        """``call(*args)``; a bug it meets is logged and counted, and the loop goes on serving everyone else."""
+        try:
+            call(*args)
+        except Exception:
+            self.stats["internal_errors"] += 1
+            log.exception("internal error in %s; the service goes on", getattr(call, "__name__", call))
+            if isinstance(args[0], _Conn):
+                self._close_conn(args[0])
 
     def shutdown(self) -> None:
         """Ask the loop to stop (safe from any thread and from a signal handler)."""
@@ -434,13 +530,20 @@ class SwitchService:
             sock, addr = self._tcp.accept()
         except BlockingIOError:
             return
-        if len(self._conns) >= MAX_CONNECTIONS:
-            log.warning("control %s:%d: refused, %d connections open already", *addr, MAX_CONNECTIONS)
+        why = None
+        if len(self._conns) >= self.limits.connections:
+            why = f"{self.limits.connections} connections open already"
+        elif self._conns_of[addr[0]] >= self.limits.connections_per_source:
+            why = f"{self.limits.connections_per_source} connections from {addr[0]} open already"
+        if why is not None:
+            self.stats["connections_refused"] += 1
+            log.warning("control %s:%d: refused, %s", *addr, why)
             sock.close()
             return
         sock.setblocking(False)
-        conn = _Conn(sock, addr)
+        conn = _Conn(sock, addr, self.limits.requests_per_second)
         self._conns[sock.fileno()] = conn
+        self._conns_of[conn.source] += 1
         self._sel.register(sock, selectors.EVENT_READ, conn)
         log.debug("control %s: connected", conn.name)
 
@@ -449,8 +552,9 @@ class SwitchService:
             self._flush(conn)
         if not events & selectors.EVENT_READ or conn.closing or conn.closed:
             return
+        limit = self.limits.request_bytes
         try:
-            data = conn.sock.recv(MAX_REQUEST_BYTES)
+            data = conn.sock.recv(limit)
         except BlockingIOError:
             return
         except OSError:
@@ -458,22 +562,52 @@ class SwitchService:
         if not data:
             self._close_conn(conn)
             return
+        conn.heard = time.monotonic()
         conn.inbuf += data
-        while not conn.closed and (nl := conn.inbuf.find(b"\n")) >= 0:
+        while not conn.closed and not conn.closing and (nl := conn.inbuf.find(b"\n")) >= 0:
             line = bytes(conn.inbuf[:nl])
             del conn.inbuf[:nl + 1]
-            self._reply(conn, self._request(conn, line))
-        if not conn.closed and len(conn.inbuf) > MAX_REQUEST_BYTES:
-            log.warning("control %s: request longer than %d bytes; closing", conn.name, MAX_REQUEST_BYTES)
-            self._reply(conn, {"ok": False, "error": f"request longer than {MAX_REQUEST_BYTES} bytes"})
+            self._reply(conn, self._request(conn, line) if self._admit(conn) else self._refuse(
+                "rate_limited", f"more than {self.limits.requests_per_second:g} requests a second"))
+        if not conn.closed and not conn.closing and len(conn.inbuf) > limit:
+            log.warning("control %s: request longer than %d bytes; closing", conn.name, limit)
+            self._reply(conn, self._refuse("too_long", f"request longer than {limit} bytes"))
             conn.closing = True
             self._flush(conn)
+
+    def _admit(self, conn: _Conn) -> bool:
+        """Whether the connection's request rate leaves room for one more request now."""
+        rate = self.limits.requests_per_second
+        now = time.monotonic()
+        conn.allowance = min(rate, conn.allowance + (now - conn.refilled) * rate)
+        conn.refilled = now
+        if conn.allowance < 1:
+            return False
+        conn.allowance -= 1
+        return True
+
+    def _refuse(self, reason: str, error: str) -> dict:
+        """The error answer to a request; counted under ``reason`` in :attr:`stats`."""
+        self.stats[reason] += 1
+        return {"ok": False, "error": error}
+
+    def _close_idle(self, now: float) -> None:
+        """Close connections that own no job and sent nothing for ``idle_timeout`` seconds."""
+        for conn in [c for c in self._conns.values() if not c.jobs and now - c.heard > self.limits.idle_timeout]:
+            self.stats["idle_closed"] += 1
+            log.info("control %s: closed, idle for %g s", conn.name, self.limits.idle_timeout)
+            self._close_conn(conn)
 
     def _reply(self, conn: _Conn, answer: dict) -> None:
         if conn.closed:
             return
         conn.outbuf += json.dumps(answer).encode() + b"\n"
         self._flush(conn)
+        if not conn.closed and len(conn.outbuf) > self.limits.output_bytes:
+            self.stats["slow_readers"] += 1
+            log.warning("control %s: closed, it does not read its answers (%d bytes waiting)", conn.name,
+                        len(conn.outbuf))
+            self._close_conn(conn)
 
     def _flush(self, conn: _Conn) -> None:
         try:
@@ -496,6 +630,9 @@ class SwitchService:
             return
         conn.closed = True
         del self._conns[conn.sock.fileno()]
+        self._conns_of[conn.source] -= 1
+        if not self._conns_of[conn.source]:
+            del self._conns_of[conn.source]
         for job in sorted(conn.jobs):
             self._remove(job, f"its owner's control connection {conn.name} closed")
         self._sel.unregister(conn.sock)
@@ -503,21 +640,29 @@ class SwitchService:
         log.debug("control %s: closed", conn.name)
 
     def _request(self, conn: _Conn, line: bytes) -> dict:
+        too_deep = f"a request nests at most {self.limits.request_depth} levels deep"
         try:
             req = json.loads(line)
+        except RecursionError:  # the C decoder's own bound, at about a thousand levels
+            return self._refuse("bad_requests", too_deep)
         except (ValueError, UnicodeDecodeError):
-            return {"ok": False, "error": "a request is one JSON object per line"}
+            req = None
+        if _depth(req) > self.limits.request_depth:
+            return self._refuse("bad_requests", too_deep)
         if not isinstance(req, dict):
-            return {"ok": False, "error": "a request is one JSON object per line"}
+            return self._refuse("bad_requests", "a request is one JSON object per line")
         op = req.get("op")
         handler = self._OPS.get(op) if isinstance(op, str) else None
         if handler is None:
-            return {"ok": False, "error": f"unknown op {op!r}; known: {', '.join(sorted(self._OPS))}"}
+            return self._refuse("bad_requests", f"unknown op {op!r}; known: {', '.join(sorted(self._OPS))}")
         if self.failure is None:
             try:
                 answer = self._switch_call(lambda: {"ok": True, **handler(self, conn, req)})
             except _Refused as e:
-                return {"ok": False, "error": str(e)}
+                return self._refuse("bad_requests", str(e))
+            except Exception:
+                log.exception("control %s: internal error in %s; the service goes on", conn.name, op)
+                return self._refuse("internal_errors", f"internal error in {op} (logged by the service)")
             if answer is not None:
                 return answer
         return {"ok": False, "error": f"the switch failed: {self.failure}"}
@@ -550,6 +695,13 @@ class SwitchService:
         if len(free) < n:
             raise _Refused(f"a job of {n} workers needs {n} free switch ports; {len(free)} of "
                            f"{self.spec.ports} are free")
+        mine = [j.spec for j in self._jobs.values() if j.owner.source == conn.source]
+        if len(mine) >= self.limits.jobs_per_source:
+            raise _Refused(f"{conn.source} owns {len(mine)} jobs already, its quota")
+        held = sum(len(s.workers) for s in mine)
+        if held + n > self.limits.ports_per_source:
+            raise _Refused(f"{conn.source} holds {held} switch ports; {n} more exceed its quota of "
+                           f"{self.limits.ports_per_source}")
         region = 2 * window
         base = self._free_region(region)
         if base is None:
@@ -586,12 +738,7 @@ class SwitchService:
     def _op_attach(self, conn: _Conn, req: dict) -> dict:
         j = self._authorized(conn, req)
         rank = _int(req, "rank", 0, len(j.spec.workers) - 1)
-        ep = req.get("endpoint")
-        try:
-            host, port = ep
-            endpoint = (str(ipaddress.IPv4Address(host)), int(port))
-        except (TypeError, ValueError):
-            raise _Refused(f"endpoint must be [IPv4 address, UDP port], not {ep!r}") from None
+        endpoint = _endpoint(req.get("endpoint"))
         switch_port = j.spec.workers[rank].port
         other = self._port_of.get(endpoint)
         if other is not None and other != switch_port:

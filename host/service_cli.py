@@ -46,8 +46,23 @@ def _rate(text: str) -> float:
 _DEFAULTS = {"model": (64, 4096), "rtl": (4, 256)}
 
 
+def _positive(kind: type):
+    def parse(text: str):
+        try:
+            x = kind(text)
+        except ValueError:
+            x = None
+        if x is None or not x > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, not {text!r}")
+        return x
+    return parse
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``inagg switch serve`` to the command line."""
+    import dataclasses
+
+    from inagg.host.service import Limits
     from inagg.models.backend import backend_names
 
     p = subparsers.add_parser("switch", help="run a switch for workers in other processes and machines",
@@ -84,6 +99,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--pcap", metavar="FILE", help="write every datagram in and out to FILE (pcap, Ethernet)")
     s.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="log level (default info); logs go to stderr")
+    limits = s.add_argument_group("limits of each control client (a source is an IP address)")
+    for f in dataclasses.fields(Limits):
+        limits.add_argument(f"--{f.name.replace('_', '-')}", type=_positive(type(f.default)), default=f.default,
+                            metavar="N", help=f"{f.metadata['help']} (default {f.default})")
     s.set_defaults(func=_cmd_serve)
 
 
@@ -121,7 +140,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, spec, faults, logger) -> int:
     import signal
 
-    from inagg.host.service import SwitchService
+    import dataclasses
+
+    from inagg.host.service import Limits, SwitchService
     from inagg.host.vxlan import VXLAN_PORT, PcapWriter
 
     switch = _open_switch(args, spec, logger)
@@ -129,7 +150,8 @@ def _serve(args: argparse.Namespace, spec, faults, logger) -> int:
         return 1
     try:
         service = SwitchService(spec, control=args.listen, vxlan=args.vxlan or (args.listen[0], VXLAN_PORT),
-                                vni=args.vni, faults=faults, seed=args.seed, switch=switch)
+                                vni=args.vni, faults=faults, seed=args.seed, switch=switch,
+                                limits=Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)}))
     except OSError as e:
         switch.close()
         print(f"inagg switch serve: error: cannot listen: {e}", file=sys.stderr)

@@ -184,6 +184,9 @@ def test_service_parameters_are_validated():
     (["--listen", "127.0.0.1:0", "--ports", "254"], "argument --ports: expected an integer in 1..253, not '254'"),
     (["--listen", "127.0.0.1:0", "--loss", "1"], "argument --loss: a rate is a number in [0, 1), not '1'"),
     (["--listen", "127.0.0.1:0", "--slots", "3"], "slots must be a power of two >= 2, not 3"),
+    (["--listen", "127.0.0.1:0", "--idle-timeout", "0"], "argument --idle-timeout: expected a positive float, not '0'"),
+    (["--listen", "127.0.0.1:0", "--jobs-per-source", "2.5"],
+     "argument --jobs-per-source: expected a positive int, not '2.5'"),
 ])
 def test_serve_refuses_bad_arguments(capsys, argv, error):
     from inagg.cli import main
