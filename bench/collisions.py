@@ -52,7 +52,9 @@ async def goodput(dut, rate):
     from inagg.testbench.replay import DIVERTED
     from inagg.testbench.switch_tb import SwitchTB
 
-    p = json.loads(os.environ["INAGG_PARAMS"])
+    from inagg.testbench.sim import parameters, stimulus
+
+    p = {**parameters(), **stimulus()}
     spec = SwitchSpec(ports=p["ports"], slots=p["slots"], chunk_bytes=p["chunk_bytes"],
                       exception=ExceptionSpec(p["exc_table"], p["exc_max_kicks"], p["exc_stash"]))
     tb = SwitchTB(dut, spec)
@@ -141,13 +143,12 @@ def _saturation(base: float, beats: int) -> str:
 
 
 def main() -> int:
-    from inagg.testbench.sim import ROOT, build_switch, run
+    from inagg.testbench.sim import ROOT, build_switch
 
-    runner, build_dir = build_switch(**PARAMS)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "figures.json"
-        run(runner, build_dir, "collisions", Path(__file__).parent,
-            INAGG_PARAMS=json.dumps({**PARAMS, "contributions": CONTRIBUTIONS}), INAGG_BENCH_OUT=str(out))
+        build_switch(**PARAMS).run("collisions", module_dir=Path(__file__).parent,
+                                   stimulus={"contributions": CONTRIBUTIONS}, env={"INAGG_BENCH_OUT": str(out)})
         fig = json.loads(out.read_text())
     fig = dict(sorted(fig.items(), key=lambda kv: float(kv[0])))
     results = ROOT / "docs" / "results"

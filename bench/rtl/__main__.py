@@ -20,7 +20,7 @@ import platform
 import tempfile
 from pathlib import Path
 
-from inagg.testbench.sim import ROOT, build_switch, run
+from inagg.testbench.sim import ROOT, build_switch
 
 PARAMS = dict(ports=8, width=512, slots=32, chunk_bytes=1024, jobs=1, workers=8)
 CHUNKS = 32
@@ -28,11 +28,11 @@ COMMAND = "python -m bench rtl"
 
 
 def main() -> int:
-    runner, build_dir = build_switch(**PARAMS)
+    verilated = build_switch(**PARAMS)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "figures.json"
-        run(runner, build_dir, "cocotb_bench", Path(__file__).parent,
-            INAGG_PARAMS=json.dumps({**PARAMS, "chunks": CHUNKS}), INAGG_BENCH_OUT=str(out))
+        verilated.run("cocotb_bench", module_dir=Path(__file__).parent, stimulus={"chunks": CHUNKS},
+                      env={"INAGG_BENCH_OUT": str(out)})
         fig = json.loads(out.read_text())
     t, lat, bare = fig["throughput"], fig["latency"], fig["clock_only"]
     load = os.getloadavg()[0]

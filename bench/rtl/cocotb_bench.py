@@ -12,10 +12,11 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, gather
 
 from inagg.models.job import SwitchSpec
+from inagg.testbench.sim import parameters, stimulus
 from inagg.testbench.switch_tb import SwitchTB
 from inagg.testbench.traffic import contribution, lanes, make_job
 
-P = json.loads(os.environ["INAGG_PARAMS"])
+P = {**parameters(), **stimulus()}
 OUT = os.environ["INAGG_BENCH_OUT"]
 
 

@@ -8,21 +8,21 @@ clock. Sample ``t`` is the state after rising edge ``t``: with latency
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
+from amaranth.lib import wiring
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge
 
 from inagg.testbench.fp32.cases import port_values
+from inagg.testbench.sim import parameters, stimulus
 
 __all__ = ["settings", "start", "run"]
 
 
-def settings() -> tuple[int, int, np.random.Generator]:
-    """The build's latency, the number of random operands and a generator seeded as the runner says."""
-    seed = int(os.environ["FP32_SEED"])
-    return int(os.environ["FP32_LATENCY"]), int(os.environ["FP32_RANDOM"]), np.random.default_rng(seed)
+def settings(unit: type[wiring.Component]) -> tuple[wiring.Component, int, np.random.Generator]:
+    """The ``unit`` the build was made of, the number of random operands and a generator seeded as the runner says."""
+    s = stimulus()
+    return unit(**parameters()), s["random"], np.random.default_rng(s["seed"])
 
 
 async def start(dut) -> None:

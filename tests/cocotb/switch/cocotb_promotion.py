@@ -9,8 +9,6 @@ left in flight.
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import random
 
 import cocotb
@@ -19,10 +17,11 @@ import numpy as np
 from inagg.models.job import SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.testbench.promotion import adversarial
+from inagg.testbench.sim import parameters, stimulus
 from inagg.testbench.switch_tb import SwitchTB
 from inagg.testbench.traffic import contribution, interleave, make_job, windowed
 
-PARAMS = json.loads(os.environ.get("INAGG_PARAMS", "{}"))
+PARAMS = {**parameters(), **stimulus()}
 
 
 async def _tb(dut) -> SwitchTB:

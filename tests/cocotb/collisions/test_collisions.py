@@ -1,12 +1,11 @@
 """The switch with its exception path on Verilator: collisions at chosen rates against the model switch.
 
 One Verilated build per width, reused by every test of the module
-(``cocotb_collisions.py``).
+(``cocotb_collisions.py``) and by ``test_teardown.py`` in this folder.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -24,9 +23,6 @@ STIMULUS = {"w64": dict(contributions=240), "w512": dict(contributions=480)}
 
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_collisions(name):
-    from inagg.testbench.sim import build_switch, run
+    from inagg.testbench.sim import build_switch
 
-    params = BUILDS[name]
-    runner, build_dir = build_switch(**params)
-    run(runner, build_dir, "cocotb_collisions", Path(__file__).parent,
-        INAGG_PARAMS=json.dumps({**params, **STIMULUS[name]}))
+    build_switch(**BUILDS[name]).run("cocotb_collisions", module_dir=Path(__file__).parent, stimulus=STIMULUS[name])

@@ -1,6 +1,9 @@
-"""The switch top on Verilator under cocotb, compared with the model switch.
+"""The switch top on Verilator under cocotb, compared with the model switch: the runner of this folder.
 
-One Verilated build per width, shared by the switch's tests (cocotb_switch.py)
+The folder holds the switch top's cocotb tests; its testbench class,
+:class:`~inagg.testbench.switch_tb.SwitchTB`, is library code in
+``testbench/`` because the benchmarks drive it too. One Verilated build per
+width, shared by the switch's tests (cocotb_switch.py)
 and those of FP32 promotion (cocotb_promotion.py): its parameters are the
 union of what both need. W = 64 takes 64 workers per job (``MAX_WORKERS``,
 the most the switch takes), for promotion's job of every worker; W = 512
@@ -10,7 +13,6 @@ switch's random stimulus makes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -30,9 +32,6 @@ STIMULUS = {
 @pytest.mark.parametrize("module", sorted(STIMULUS))
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_switch(name, module):
-    from inagg.testbench.sim import build_switch, run
+    from inagg.testbench.sim import build_switch
 
-    params = BUILDS[name]
-    runner, build_dir = build_switch(**params)
-    run(runner, build_dir, module, Path(__file__).parent,
-        INAGG_PARAMS=json.dumps({**params, **STIMULUS[module][name]}))
+    build_switch(**BUILDS[name]).run(module, module_dir=Path(__file__).parent, stimulus=STIMULUS[module][name])

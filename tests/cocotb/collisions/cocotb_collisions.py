@@ -10,8 +10,6 @@ and counters with the model switch's.
 from __future__ import annotations
 
 import itertools
-import json
-import os
 
 import cocotb
 import numpy as np
@@ -21,9 +19,10 @@ from inagg.models.protocol import Counter
 from inagg.models.regmap import EXC_STATS, RegMap
 from inagg.testbench.collisions import claim, collision_jobs, engine_state, mixed, model_state
 from inagg.testbench.replay import DIVERTED
+from inagg.testbench.sim import parameters, stimulus
 from inagg.testbench.switch_tb import SwitchTB
 
-PARAMS = json.loads(os.environ.get("INAGG_PARAMS", "{}"))
+PARAMS = {**parameters(), **stimulus()}
 EXC = ExceptionSpec(PARAMS["exc_table"], PARAMS["exc_max_kicks"], PARAMS["exc_stash"])
 
 

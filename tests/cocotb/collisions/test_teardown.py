@@ -7,7 +7,6 @@ job takes its fast slots; teardowns of a job that does not exist and of one whos
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,6 @@ pytestmark = pytest.mark.cocotb
 
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_teardown(name):
-    from inagg.testbench.sim import build_switch, run
+    from inagg.testbench.sim import build_switch
 
-    params = BUILDS[name]
-    runner, build_dir = build_switch(**params)
-    run(runner, build_dir, "cocotb_teardown", Path(__file__).parent, INAGG_PARAMS=json.dumps(params))
+    build_switch(**BUILDS[name]).run("cocotb_teardown", module_dir=Path(__file__).parent)

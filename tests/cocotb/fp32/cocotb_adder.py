@@ -1,19 +1,21 @@
 """cocotb testbench of the Verilated :class:`~inagg.hdl.fp32.FP32Adder` against numpy.
 
-Run by ``tests/cocotb/test_fp32_units.py`` through :class:`inagg.testbench.fp32.sim.Build`.
+Run by ``test_fp32_units.py`` beside it, on a build of :func:`inagg.testbench.sim.build`.
 """
 
 import cocotb
 import numpy as np
 
+from inagg.hdl.fp32 import FP32Adder
 from inagg.testbench.fp32 import cases
 from inagg.testbench.fp32.pipe import run, settings, start
 
 
 @cocotb.test()
 async def edge_cases_then_random_pairs(dut):
-    """The edge cases and FP32_RANDOM random pairs, 10,000 back to back, then with idle gaps."""
-    latency, n, rng = settings()
+    """The edge cases and the stimulus's random pairs, 10,000 back to back, then with idle gaps."""
+    unit, n, rng = settings(FP32Adder)
+    latency = unit.latency
     edge_a, edge_b = cases.adder_edge_cases()
     rand_a, rand_b = cases.adder_random(rng, n)
     a, b = np.concatenate([edge_a, rand_a]), np.concatenate([edge_b, rand_b])
@@ -30,7 +32,8 @@ async def edge_cases_then_random_pairs(dut):
 @cocotb.test()
 async def reset_drops_the_sums_in_flight(dut):
     """A reset empties the pipeline; the pairs after it come out right."""
-    latency, _, rng = settings()
+    unit, _, rng = settings(FP32Adder)
+    latency = unit.latency
     a, b = cases.adder_random(rng, 400)
     valid = np.ones(len(a), bool)
     reset = np.zeros(len(a), bool)

@@ -7,9 +7,6 @@ list and counters with the model switch's.
 
 from __future__ import annotations
 
-import json
-import os
-
 import cocotb
 import numpy as np
 from cocotb.triggers import RisingEdge
@@ -21,10 +18,11 @@ from inagg.models.protocol import Counter
 from inagg.models.switch import SlotState
 from inagg.testbench.collisions import engine_state, model_state
 from inagg.testbench.replay import AddJob, RemoveJob
+from inagg.testbench.sim import parameters
 from inagg.testbench.switch_tb import SwitchTB
 from inagg.testbench.traffic import contribution, lanes, make_job
 
-PARAMS = json.loads(os.environ.get("INAGG_PARAMS", "{}"))
+PARAMS = parameters()
 EXC = ExceptionSpec(PARAMS["exc_table"], PARAMS["exc_max_kicks"], PARAMS["exc_stash"])
 _OKAY, _SLVERR = 0, 2
 

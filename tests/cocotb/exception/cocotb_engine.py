@@ -1,24 +1,21 @@
 """cocotb testbench of the Verilated :class:`~inagg.hdl.exception.ExceptionEngine` against the model.
 
-Run by ``tests/cocotb/test_exception.py`` through :class:`.sim.Build`.
+Run by ``test_exception.py`` beside it, on a build of :func:`inagg.testbench.sim.build`.
 Inputs are written on the falling edge; ``ReadOnly`` then samples what the
 engine answers before the next rising edge, which is when a transfer with
 both ``valid`` and ``ready`` high takes place.
 """
-
-import os
 
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
-from inagg.hdl.exception import STATS, Op, Status, response_layout, stats_layout
-
+from inagg.hdl.exception import STATS, ExceptionEngine, Op, Status, response_layout, stats_layout
 from inagg.testbench.exception.reference import Reference
-from inagg.testbench.exception.sim import engine_from_env
 from inagg.testbench.exception.state import decode
 from inagg.testbench.exception.stimulus import random_requests, valid_pattern
+from inagg.testbench.sim import parameters, stimulus
 
 
 async def _reset(dut):
@@ -79,8 +76,9 @@ def _state(dut, engine):
 
 
 def _settings():
-    env = os.environ
-    return engine_from_env(env), int(env["EXC_JOBS"]), int(env["EXC_SLOTS"])
+    """The engine the build was made of (its layouts), and the stimulus's jobs and slots per job."""
+    s = stimulus()
+    return ExceptionEngine(**parameters()), s["jobs"], s["slots"]
 
 
 async def _against_the_model(dut, n, seed, idle, paused):
@@ -116,11 +114,13 @@ async def _against_the_model(dut, n, seed, idle, paused):
 
 @cocotb.test()
 async def random_stream_with_gaps_and_backpressure(dut):
-    """EXC_REQUESTS requests seeded with EXC_SEED, 20% idle cycles in, ready low 30% of the cycles out."""
-    await _against_the_model(dut, int(os.environ["EXC_REQUESTS"]), int(os.environ["EXC_SEED"]), 0.2, 0.3)
+    """The stimulus's requests and seed, 20% idle cycles in, ready low 30% of the cycles out."""
+    s = stimulus()
+    await _against_the_model(dut, s["requests"], s["seed"], 0.2, 0.3)
 
 
 @cocotb.test()
 async def random_stream_back_to_back(dut):
     """A fifth as many requests of another seed, with no idle cycle and the response stream always ready."""
-    await _against_the_model(dut, int(os.environ["EXC_REQUESTS"]) // 5, int(os.environ["EXC_SEED"]) + 1, 0.0, 0.0)
+    s = stimulus()
+    await _against_the_model(dut, s["requests"] // 5, s["seed"] + 1, 0.0, 0.0)

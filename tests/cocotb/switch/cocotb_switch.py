@@ -8,8 +8,6 @@ model's, and nothing is left in flight.
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import random
 
 import cocotb
@@ -19,10 +17,11 @@ from inagg.models import regmap as rm
 from inagg.models.job import SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.switch import _Job
+from inagg.testbench.sim import parameters, stimulus
 from inagg.testbench.switch_tb import SwitchTB
 from inagg.testbench.traffic import bad_frames, contribution, interleave, lanes, make_job, windowed
 
-PARAMS = json.loads(os.environ.get("INAGG_PARAMS", "{}"))
+PARAMS = {**parameters(), **stimulus()}
 
 
 def _spec(pkey: int | None = None) -> SwitchSpec:
