@@ -2,7 +2,7 @@
 
 What lives here is imported by more than one test, benchmark or tool. A
 design's cocotb tests and their pytest runner live together in its folder
-under ``tests/cocotb/`` (``docs/architecture-verilator.md``).
+under ``tests/cocotb/`` (``docs/architecture.md``).
 
 - :mod:`inagg.testbench.toolchain` -- where Verilator comes from
 - :mod:`inagg.testbench.sim` -- the one Verilator build helper: a cached build per design and parameter set,

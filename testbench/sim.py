@@ -22,7 +22,7 @@ also ask for a format (``fst`` or ``vcd``) and a run for a file name.
 
 :func:`build_switch` is the switch top's build on it; the bridge harness's
 is :mod:`inagg.testbench.bridge.build`. Where a design's testbench goes:
-``docs/architecture-verilator.md``.
+``docs/architecture.md``.
 """
 
 from __future__ import annotations
