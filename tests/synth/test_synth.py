@@ -156,8 +156,10 @@ def test_ecp5_build_of_the_smallest_switch(tmp_path, capsys):
     # Synthesis removes the scan chain's last flip-flops when they feed inputs the core ignores.
     cost = wrapper_cost_of_smallest_switch()
     assert cost - 8 <= r["modules"]["wrapper"]["ffs"] <= cost
-    # The hierarchical synthesis optimizes less across modules than the placed, flattened one.
-    assert abs(sum(c["ffs"] for c in r["modules"].values()) - r["ffs"]) <= 0.05 * r["ffs"]
+    # The hierarchical synthesis optimizes less across modules than the placed, flattened one: the
+    # ingress's HeaderCapture registers every header byte, and only the flattened netlist drops the
+    # bytes FrameChecks and PayloadSender never read (4,644 FF summed against 4,384 placed at 3983e86).
+    assert abs(sum(c["ffs"] for c in r["modules"].values()) - r["ffs"]) <= 0.07 * r["ffs"]
     assert (tmp_path / "top.bit").stat().st_size > 100_000
     text = format_result(ecp5.SynthResult(**r))
     assert "Fmax" in text and "W x Fmax = 64 x" in text
