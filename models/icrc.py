@@ -76,7 +76,7 @@ def check(frame_with_icrc: bytes | bytearray | memoryview) -> bool:
     end = ETH_LEN + total
     if total < MASKED_LEN + ICRC_LEN or end > len(frame):
         return False
-    return _value(frame[:end - ICRC_LEN]) == int.from_bytes(frame[end - ICRC_LEN:end], "little")
+    return matches(frame, end)
 
 
 def matches(frame: bytes | memoryview, end: int) -> bool:
