@@ -3,7 +3,8 @@ FAST plan time and makespan, generator / executor time at 1024 ranks, MSCCL expo
 peak memory of every generator plus the cost model at 1,024 to 65,536 ranks.
 
 Writes docs/results/schedules.md and two plots. Run: ``.venv/bin/python bench/schedules.py``
-(add ``--quick`` for smaller tori while iterating).
+(add ``--quick`` for smaller tori while iterating). ``--scale-point ALGO COLLECTIVE RANKS`` and
+``--fast-only`` print one scale point or the FAST rows as JSON and leave the file alone.
 """
 
 from __future__ import annotations
@@ -111,11 +112,11 @@ def scale_point(algo: str, coll: str, n: int) -> dict:
     w0, c0 = time.perf_counter(), time.process_time()
     if algo == "ring" and n > RING_ROWS_UP_TO:
         one, rounds = A.ring_round(n, collective=coll)
-        w1, c1 = time.perf_counter(), time.process_time()
+        w1 = time.perf_counter()
         c = evaluate(one, topo, 64 << 20, repeat=rounds)
     else:
         s = generate(algo, topo=topo, collective=coll, abstract=True)
-        w1, c1 = time.perf_counter(), time.process_time()
+        w1 = time.perf_counter()
         c = evaluate(s, topo, 64 << 20)
     w2, c2 = time.perf_counter(), time.process_time()
     return {"algo": algo, "collective": coll, "ranks": n, "topology": topo.spec, "generate_s": w1 - w0,
@@ -286,6 +287,13 @@ def main(argv):
         import json
 
         print(json.dumps(scale_point(argv[1], argv[2], int(argv[3]))))
+        return 0
+    if argv[:1] == ["--fast-only"]:
+        # the FAST rows alone, for one interpreter or checkout against another; the file is not touched
+        import json
+
+        print(json.dumps({"python": sys.executable, "version": sys.version.split()[0], "numpy": np.__version__,
+                          "load": os.getloadavg(), "rows": fast_bench()}))
         return 0
     quick = "--quick" in argv
     OUT.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from inagg.host.schedules.ir import Collective, Schedule
+from inagg.host.schedules.ir import Schedule
 from inagg.host.schedules.topology import Topology
 
 __all__ = ["Cost", "evaluate", "allreduce_lower_bound", "ina_lower_bound"]
@@ -84,12 +84,11 @@ def evaluate(schedule: Schedule, topo: Topology, size_bytes: float, *, repeat: i
         raise ValueError(f"repeat must be a positive integer, not {repeat!r}")
     nodes = _nodes(schedule, topo)
     per_chunk = float(size_bytes) / schedule.size_chunks if schedule.size_chunks else 0.0
-    is_transfer = schedule.is_transfer
-    if schedule.nswitches == 0 and is_transfer.all():
+    if schedule.nswitches == 0 and schedule.only_transfers:
         # GPU ranks only, all transfers (the large schedules): no row to drop, no copy of the columns
         xfer, step = None, schedule.step
     else:
-        xfer = np.flatnonzero(is_transfer)
+        xfer = np.flatnonzero(schedule.is_transfer)
         # transfers between two nodes mapped onto the same topology node (none in practice) are free
         xfer = xfer[nodes[schedule.src[xfer]] != nodes[schedule.dst[xfer]]]
         step = schedule.step[xfer]
@@ -99,22 +98,32 @@ def evaluate(schedule: Schedule, topo: Topology, size_bytes: float, *, repeat: i
     order = np.argsort(narrow, kind="stable")
     if xfer is not None:
         order = xfer[order]
-    sorted_steps = schedule.step[order]
-    cuts = np.flatnonzero(np.diff(sorted_steps, prepend=-1))  # where a new step starts
-    steps = sorted_steps[cuts]
-    bounds = np.append(cuts, len(order))
+    if len(step) and step.max() < 2 * len(step) + 1024:  # rows per step by counting: no gather, no diff
+        per_step = np.bincount(narrow)
+        steps = np.flatnonzero(per_step)
+        sizes = per_step[steps]
+    else:
+        steps, sizes = np.unique(step, return_counts=True)
+    bounds = np.zeros(len(steps) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
     times = np.zeros(len(steps))
     byte_terms = np.zeros(len(steps))
     ideal_terms = np.zeros(len(steps))
+    # chunks sent per node, summed step by step while the step's rows are at hand (exact: integers)
+    sent_chunks = np.zeros(schedule.nnodes) if xfer is None else None
     for i in range(len(steps)):
         rows = order[bounds[i]:bounds[i + 1]]
-        c = topo.step_cost(nodes[schedule.src[rows]], nodes[schedule.dst[rows]], schedule.count[rows] * per_chunk)
+        src, count = schedule.src[rows], schedule.count[rows]
+        if sent_chunks is not None:
+            sent_chunks += np.bincount(src, weights=count, minlength=schedule.nnodes)
+        c = topo.step_cost(nodes[src], nodes[schedule.dst[rows]], count * per_chunk)
         times[i] = (topo.endpoint_alpha + c.alpha_path + c.wait).max()
         byte_terms[i] = c.byte_term
         ideal_terms[i] = c.ideal_term
     if repeat > 1:
         times, byte_terms, ideal_terms = (np.tile(x, repeat) for x in (times, byte_terms, ideal_terms))
-    sent = schedule.bytes_sent(size_bytes)[:schedule.nranks] * repeat
+    sent = schedule.bytes_sent(size_bytes) if sent_chunks is None else sent_chunks * per_chunk
+    sent = sent[:schedule.nranks] * repeat
     byte_total = float(byte_terms.sum())
     ideal = float(ideal_terms.sum())
     return Cost(

@@ -148,6 +148,27 @@ _COLUMN_DTYPES = {"kind": np.int8, "step": np.int32, "src": np.int32, "dst": np.
                   "src_buf": np.int8, "dst_buf": np.int8, "count": np.int64}
 
 
+def _join(parts: list[np.ndarray], dtype) -> np.ndarray:
+    """One column from a builder's batches. A column whose batches are all one value each (a step, a
+    kind: broadcast views) is repeated from those values, which is much cheaper than concatenating
+    millions of broadcast entries."""
+    if not parts:
+        return np.empty(0, dtype)
+    if all(p.strides == (0,) for p in parts):
+        values = np.array([p[0] for p in parts], dtype=np.int64).astype(dtype)
+        lens = [len(p) for p in parts]
+        if sum(lens) < 64 * len(parts):
+            return np.repeat(values, lens)
+        # long batches: a fill per batch (np.repeat copies element by element)
+        out = np.empty(sum(lens), dtype)
+        pos = 0
+        for v, k in zip(values, lens):
+            out[pos:pos + k] = v
+            pos += k
+        return out
+    return np.concatenate(parts, dtype=dtype, casting="unsafe")
+
+
 def _as_index_array(x, what: str) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype == bool or not (a.dtype.kind in "iu" or a.size == 0):
@@ -327,8 +348,15 @@ class Schedule:
             raise ValueError(f"row {i}: an in-place schedule must not use the input buffer")
         for label, node, buf in (("source", self.src, self.src_buf), ("destination", self.dst, self.dst_buf)):
             # which of the six (is a rank, buffer) kinds occur, then the rows of an empty one (if any)
-            used = np.bincount((node < self.nranks) * 3 + buf, minlength=6)
-            if (self._buffer_table()[used > 0] > 0).all():
+            table = self._buffer_table()
+            if self.nswitches:
+                used = np.bincount((node < self.nranks) * 3 + buf, minlength=6) > 0
+            else:
+                # ranks only (their kinds are 3 + buffer): only an empty buffer needs a pass over the rows
+                used = np.zeros(6, dtype=bool)
+                for b in np.flatnonzero(table[3:] == 0):
+                    used[3 + b] = (buf == b).any()
+            if (table[used] > 0).all():
                 continue
             size = self._buffer_size(node, buf)
             empty = size == 0
@@ -391,13 +419,18 @@ class Schedule:
         return self.kind <= Row.TRANSFER_REDUCE
 
     @property
+    def only_transfers(self) -> bool:
+        """Whether every row is a transfer (the large generated schedules): one reduction, no mask."""
+        return not len(self.kind) or int(self.kind.max()) <= Row.TRANSFER_REDUCE
+
+    @property
     def nchannels(self) -> int:
         return int(self.channel.max()) + 1 if len(self.channel) else 1
 
     @property
     def comm_steps(self) -> np.ndarray:
         """The distinct steps that contain at least one transfer, ascending."""
-        steps = self.step[self.is_transfer]
+        steps = self.step if self.only_transfers else self.step[self.is_transfer]
         if len(steps) and steps.max() < 2 * len(steps) + 1024:  # a count per step: no sort
             return np.flatnonzero(np.bincount(steps)).astype(self.step.dtype)
         return np.unique(steps)
@@ -410,9 +443,9 @@ class Schedule:
     def bytes_sent(self, nbytes: float) -> np.ndarray:
         """Bytes each node sends when the collective's size is ``nbytes``."""
         per_chunk = nbytes / self.size_chunks if self.size_chunks else 0.0
-        x = self.is_transfer
-        if x.all():
+        if self.only_transfers:
             return np.bincount(self.src, weights=self.count, minlength=self.nnodes) * per_chunk
+        x = self.is_transfer
         return np.bincount(self.src[x], weights=self.count[x], minlength=self.nnodes) * per_chunk
 
     def rows_by_step(self) -> list[tuple[int, np.ndarray]]:
@@ -575,8 +608,11 @@ class ScheduleBuilder:
 
     def build(self, **meta) -> Schedule:
         """Make the schedule; keyword arguments are :class:`Schedule`'s metadata."""
-        cols = {k: (np.concatenate(v, dtype=_COLUMN_DTYPES[k], casting="unsafe") if v
-                    else np.empty(0, _COLUMN_DTYPES[k])) for k, v in self._cols.items()}
+        cols = {}
+        for k, parts in self._cols.items():
+            cols[k] = _join(parts, _COLUMN_DTYPES[k])
+            # keep the joined column, not the batches: memory holds one copy of the rows, not two
+            self._cols[k] = [cols[k]]
         if self.abstract:
             idx = dict(ptr=None, src_idx=None, dst_idx=None)
         else:
@@ -585,4 +621,5 @@ class ScheduleBuilder:
             idx = dict(ptr=ptr,
                        src_idx=np.concatenate(self._src_idx) if self._src_idx else np.empty(0, np.int64),
                        dst_idx=np.concatenate(self._dst_idx) if self._dst_idx else np.empty(0, np.int64))
+            self._src_idx, self._dst_idx = [idx["src_idx"]], [idx["dst_idx"]]
         return Schedule(name=self.name, collective=self.collective, nranks=self.nranks, **meta, **cols, **idx)

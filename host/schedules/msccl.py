@@ -508,7 +508,6 @@ def _graph(prog: Program):
     st, t = prog.steps, prog.tbs
     order = np.lexsort((st["s"], st["tb"], st["gpu"]))
     g, tb, typ = st["gpu"][order], st["tb"][order], st["type"][order]
-    N = len(order)
     width = int(max(t["id"].max(initial=0), st["tb"].max(initial=0))) + 1
     key = g * width + tb
     src, dst = [], []

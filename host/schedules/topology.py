@@ -79,6 +79,7 @@ class Topology:
     endpoint_alpha: float = ENDPOINT_ALPHA
     dims: tuple[int, ...] = ()
     shape: tuple[int, ...] = ()
+    _lines: tuple | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
     def nlinks(self) -> int:
@@ -129,8 +130,13 @@ class Topology:
 
     def _torus_lines(self) -> dict:
         """Per dimension and direction: link beta as an ``(outer, size, inner)`` array (the dimension in
-        the middle) and the link alphas' prefix sums over two turns of each ring line (views and one
-        cumulative sum, made per call so that changed link arrays are never stale)."""
+        the middle) and the link alphas' prefix sums over two turns of each ring line. Kept between
+        calls (a schedule costs one step per call) against a copy of the link arrays, so changed link
+        parameters are never stale."""
+        cached = self._lines
+        if cached is not None and np.array_equal(cached[0], self.link_alpha) and np.array_equal(
+                cached[1], self.link_beta):
+            return cached[2]
         dims, D, p = self.dims, len(self.dims), self.nhosts
         beta = self.link_beta.reshape(p, D, 2)
         alpha = self.link_alpha.reshape(p, D, 2)
@@ -141,15 +147,16 @@ class Topology:
                 a = alpha[:, d, neg].reshape(shape)
                 prefix = np.zeros((shape[0], 2 * shape[1] + 1, shape[2]))
                 np.cumsum(np.concatenate([a, a], axis=1), axis=1, out=prefix[:, 1:])
-                lines[d, neg] = (shape, beta[:, d, neg].reshape(shape), prefix)
+                lines[d, neg] = (shape, beta[:, d, neg].reshape(shape).copy(), prefix)
+        self._lines = (self.link_alpha.copy(), self.link_beta.copy(), lines)
         return lines
 
     def _torus_step_cost(self, src, dst, nbytes):
         dims, D = self.dims, len(self.dims)
         lines = self._torus_lines()
-        cs = np.stack(np.unravel_index(src, dims))
-        cd = np.stack(np.unravel_index(dst, dims))
-        cur = cs.copy()
+        cs = np.unravel_index(src, dims)
+        cd = np.unravel_index(dst, dims)
+        cur = list(cs)
         alpha_path = np.zeros(len(src))
         wait = np.zeros(len(src))
         byte_term = 0.0
@@ -159,41 +166,49 @@ class Topology:
             delta = (cd[d] - cs[d]) % size
             plus = delta <= size // 2  # a tie (exactly half way) goes the + way
             hops = np.where(plus, delta, size - delta)
-            # the run's links leave nodes lo, lo+1, ..., lo+hops-1 along the line (mod size)
-            lo = np.where(plus, cs[d], cs[d] - hops + 1) % size
-            line = cur.copy()
-            line[d] = 0
-            base = np.ravel_multi_index(tuple(line), dims)  # the line's node at coordinate 0
+            moving = hops > 0
             start = np.ravel_multi_index(tuple(cur), dims)
-            todo = (first < 0) & (hops > 0)
+            todo = (first < 0) & moving
             first[todo] = (start[todo] * D + d) * 2 + (~plus[todo])
             for neg in (0, 1):
                 (outer, _, inner), beta, prefix = lines[d, neg]
-                t = np.flatnonzero((hops > 0) & (plus != bool(neg)))
+                t = np.flatnonzero(moving & (~plus if neg else plus))
                 if not len(t):
                     continue
-                o, i = base[t] // (size * inner), base[t] % inner
-                a, h, w = lo[t], hops[t], nbytes[t]
-                end = a + h
-                wrap = end > size
-                # difference array along the line, one extra slot for runs that end at size
-                pos = np.concatenate([a, np.minimum(end, size), np.zeros(int(wrap.sum()), np.int64), end[wrap] - size])
-                oo = np.concatenate([o, o, o[wrap], o[wrap]])
-                ii = np.concatenate([i, i, i[wrap], i[wrap]])
-                ww = np.concatenate([w, -w, w[wrap], -w[wrap]])
-                diff = np.bincount((oo * (size + 1) + pos) * inner + ii, weights=ww, minlength=outer * (size + 1) * inner)
-                load = np.cumsum(diff.reshape(outer, size + 1, inner), axis=1)[:, :size] * beta
+                h, w = hops[t], nbytes[t]
+                # the run's links leave nodes a, a+1, ..., a+h-1 along the line (mod size)
+                a = (cs[d][t] - h + 1) % size if neg else cs[d][t]
+                end = a + h  # < 2 size: the run on a line of two turns needs no wrap-around case
+                # flat index of the line's node at coordinate 0 in an (outer, size, inner) array
+                base = start[t] - cur[d][t] * inner
+                o = base // (size * inner)
+                # difference array along the two turns of every line, then fold the second turn back
+                base2 = base + o * (size * inner)
+                diff = np.bincount(np.concatenate([base2 + a * inner, base2 + end * inner]),
+                                   weights=np.concatenate([w, -w]), minlength=outer * 2 * size * inner)
+                turns = np.cumsum(diff.reshape(outer, 2 * size, inner), axis=1)
+                load = turns[:, :size]
+                load += turns[:, size:]
+                load *= beta
                 byte_term = max(byte_term, float(load.max()))
                 # sparse table: level j holds the max over 2^j consecutive links, so any run is two lookups
-                levels = [load]
-                while 2 ** len(levels) <= h.max():
-                    half = 2 ** (len(levels) - 1)
-                    levels.append(np.maximum(levels[-1], np.roll(levels[-1], -half, axis=1)))
-                table = np.stack(levels)
-                j = np.floor(np.log2(h)).astype(np.int64)
-                busiest = np.maximum(table[j, o, a, i], table[j, o, (end - 2 ** j) % size, i])
+                nlev = int(h.max()).bit_length()
+                table = np.empty((nlev, outer, size, inner))
+                table[0] = load
+                for lev in range(1, nlev):
+                    half = 1 << (lev - 1)
+                    prev, cur_lev = table[lev - 1], table[lev]
+                    np.maximum(prev[:, :size - half], prev[:, half:], out=cur_lev[:, :size - half])
+                    np.maximum(prev[:, size - half:], prev[:, :half], out=cur_lev[:, size - half:])
+                j = np.frexp(h)[1] - 1  # floor(log2(h)), exact for integers
+                flat = table.reshape(-1)
+                lev_base = base + j * (outer * size * inner)
+                busiest = np.maximum(flat[lev_base + a * inner], flat[lev_base + ((end - (1 << j)) % size) * inner])
                 wait[t] = np.maximum(wait[t], busiest)
-                alpha_path[t] += prefix[o, end, i] - prefix[o, a, i]
+                pflat = prefix.reshape(-1)
+                # prefix is (outer, 2 size + 1, inner)
+                pbase = base + o * ((size + 1) * inner)
+                alpha_path[t] += pflat[pbase + end * inner] - pflat[pbase + a * inner]
             cur[d] = cd[d]
         ideal = np.bincount(first, weights=nbytes, minlength=self.nlinks) * self.link_beta
         return StepCost(alpha_path, wait, byte_term, float(ideal.max()))
