@@ -24,11 +24,14 @@ demo: $(STAMP)
 
 # Two pytest-xdist workers, as CI has two cores (TEST_WORKERS=0: one process). --dist loadfile
 # keeps a file's tests, which share their Verilated builds, in one worker (loadgroup's
-# xdist_group marks are ignored under pytest 9.2: pytest-xdist issue 1386).
+# xdist_group marks are ignored under pytest 9.2: pytest-xdist issue 1386). xdist 3.8 hands
+# out files with the most tests first unless told --no-loadscope-reorder, which would start
+# the ECP5 build and the cocotb files (a few tests each) last, alone at the end of the run;
+# without it they go in tests/conftest.py's order, first.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

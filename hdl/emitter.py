@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 
 from inagg.models.frame import IPV4, RESULT
 from inagg.models.protocol import (
-    ETH_LEN, ICRC_LEN, IMM_CHUNK_MASK, IPV4_LEN, RESULT_HDR_LEN, RESULT_SPORT_BASE, RESULT_SPORT_QPN_BITS, Counter,
+    ETH_LEN, ICRC_LEN, IMM_CHUNK_MASK, IPV4_LEN, QP_SPORT_BASE, QP_SPORT_QPN_BITS, RESULT_HDR_LEN, Counter,
 )
 from inagg.hdl.axis import beat_signature, check_chunk_bytes, check_slots, check_width
 from inagg.hdl.control import N_COUNTERS, SwitchConfig, WorkerRead, event_vector
@@ -123,8 +123,8 @@ class ResultEmitter(wiring.Component):
         zeroed = header_value(IPV4, {**ipv4, "checksum": 0})
         words = IPV4.size // 2
         csum = ipv4_checksum([zeroed.word_select(words - 1 - k, 16) for k in range(words)])
-        sport = Cat(entry.qpn[:RESULT_SPORT_QPN_BITS],
-                    Const(RESULT_SPORT_BASE >> RESULT_SPORT_QPN_BITS, 16 - RESULT_SPORT_QPN_BITS))
+        sport = Cat(entry.qpn[:QP_SPORT_QPN_BITS],
+                    Const(QP_SPORT_BASE >> QP_SPORT_QPN_BITS, 16 - QP_SPORT_QPN_BITS))
         return header_bytes(RESULT, {
             "ethernet.dst": entry.mac, "ethernet.src": switch.mac,
             **{f"ipv4.{k}": v for k, v in ipv4.items()}, "ipv4.checksum": csum,

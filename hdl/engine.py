@@ -7,19 +7,23 @@ of ``width`` bits at ``s * beats``, each with one promotion bit per lane,
 ``count``. A contribution streams through the pipeline one beat per cycle,
 never stalling once started:
 
-* **A** reads the beat's lane word and, on the frame's first beat, the
-  slot's metadata.
+* **A** reads, on a frame's first beat, the slot's metadata.
+* **M** registers the metadata as read, so that no path runs from the
+  block RAM through the slot rules.
 * **B** decides on the first beat what the frame does (the rules of
   ``docs/protocol.md`` section 3, fast path only: a slot held by another
-  job is ``DROP_COLLISION``) and writes the metadata back. For every beat it
-  adds the lanes in INT32 with the exact 33-bit sum beside it, and picks
-  what each lane's :class:`~inagg.hdl.fp32.IntToFP32` converts: the
+  job is ``DROP_COLLISION``), writes the metadata back, and reads the
+  beat's lane word. The decision is registered for stage L, one copy per
+  four lanes, and so are its counter strobes.
+* **L** adds the lanes in INT32 with the exact 33-bit sum beside it, and
+  picks what each lane's :class:`~inagg.hdl.fp32.IntToFP32` converts: the
   contribution of a promoted lane, the exact sum of an unpromoted one. That
-  choice hangs on the decision, so it is registered before the converter
-  (one cycle), which keeps the converter off the decision's path.
-* **FP** (``1 + convert_latency + add_latency`` cycles): a promoted lane
-  adds the converted contribution to its word in its
-  :class:`~inagg.hdl.fp32.FP32Adder`; every other lane waits beside it.
+  choice is registered before the converter (one cycle), which keeps the
+  converter off the lane word's path.
+* **FP** (``1 + convert_latency + add_latency`` cycles, the first of them
+  that register): a promoted lane adds the converted contribution to its
+  word in its :class:`~inagg.hdl.fp32.FP32Adder`; every other lane waits
+  beside it.
 * **W** writes the beat's words and promotion bits (a slot's first
   contribution is stored as it came), as :func:`inagg.models.arith.accumulate`
   has them: an INT32 sum, the converted exact sum of the addition that
@@ -31,24 +35,29 @@ never stalling once started:
 
 Every beat takes the same number of cycles, promoted or not, so writes land
 in order through one write port and the pipeline takes one beat per cycle
-whatever the lanes hold. A read in A of the word W writes in the same cycle
+whatever the lanes hold. A read in B of the word W writes in the same cycle
 sees the new value (the read port is transparent to the write port). A
 frame to the slot of a frame still in flight would read a word before its
 new value lands when frames are shorter than the pipeline
 (``beats <= lag``): its first beat then waits until the earlier frame's
 last beat is ``lag - beats + 2`` cycles past A (:attr:`SlotEngine.lag`).
-A first beat also waits while a frame that sends a result is on its way
-from B to the emitters, so that ``can_start`` has counted that result.
+The metadata needs no such wait and no forwarding: it is written in B, two
+cycles after its read in A, and the next frame's first beat is read four
+beats (a chunk's fewest) after the last one's. A first beat also waits
+while a frame that sends a result is on its way from L to the emitters,
+so that ``can_start`` has counted that result.
 
-:class:`SlotRules` (stage B's slot decision) is the one place that maps a
-contribution to what its slot does (the seam of the exception path);
-:class:`SlotSweep` clears the metadata after reset and runs a teardown's
-sweeps.
+:class:`SlotRules` is the one place that maps a contribution to what its
+slot does (the seam of the exception path); :class:`SlotDecision` applies
+it on a frame's first beat and holds it for the later ones. The stages'
+datapaths are :class:`LaneUpdate` (L), :class:`Promotion` (FP) and
+:class:`ResultHandoff` (W); :class:`SlotSweep` clears the metadata after
+reset and runs a teardown's sweeps.
 """
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -60,8 +69,8 @@ from inagg.hdl.fp32 import FP32Adder, IntToFP32
 from inagg.hdl.ingress import frame_desc_layout, frame_signature
 
 __all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "Outcome", "SlotRules", "SlotSweep",
-           "lane_word_layout", "result_desc_layout",
-           "result_signature", "SlotEngine"]
+           "lane_word_layout", "result_desc_layout", "result_signature", "SlotDecision", "LaneUpdate", "Promotion",
+           "ResultHandoff", "SlotEngine"]
 
 
 def meta_layout(workers: int) -> data.StructLayout:
@@ -271,6 +280,272 @@ class SlotSweep(wiring.Component):
         return m
 
 
+#: Lanes that share one copy of stage L's write and store strobes: a copy drives 4 x 33 multiplexer
+#: bits, not the whole beat's (the decision's fan-out was the switch's worst path, ``docs/synth.md``).
+_LANES_PER_STROBE = 4
+
+
+def _beat_layout(width: int, beats: int, depth: int) -> data.StructLayout:
+    """A beat on its way from stage B to stage W: where it goes, what its frame does, and its INT32 words."""
+    n_lanes = width // 32
+    return data.StructLayout({"first": 1, "last": 1, "j": range(beats), "write": 1, "emit": 1, "to_all": 1,
+                              "adds": n_lanes, "promoted": n_lanes, "overflow": n_lanes, "word": width,
+                              "desc": frame_desc_layout(depth)})
+
+
+class SlotDecision(wiring.Component):
+    """Stage B's control: the slot rules on a frame's first beat, held for the frame's later beats.
+
+    The first beat's :class:`SlotRules` outcome decides what every beat of
+    the frame does; the later beats take it from registers, so only the
+    first beat of a frame waits on the metadata read.
+
+    Parameters
+    ----------
+    workers, depth : int
+        As :class:`SlotRules`.
+
+    Members
+    -------
+    valid, first : In(1)
+        A beat is in stage B; it is its frame's first.
+    meta, desc, gone : In
+        The :class:`SlotRules` inputs (``meta`` as read, meaningful on a first beat).
+    outcome : Out(Outcome)
+        The rules' outcome (meaningful on a first beat, ``decide``).
+    decide : Out(1)
+        ``valid & first``: the rules act, and their counters count.
+    meta_en : Out(1)
+        Write ``meta_data`` into the beat's slot.
+    meta_data : Out(meta_layout(workers))
+    write, store : Out(copies)
+        What the beat does: its lanes are written (``store``: as the slot's
+        first contribution); ``copies`` equal bits, for flip-flops that each
+        drive a group of lanes.
+    emit, to_all : Out(1)
+        It goes on to the emitters (``to_all``: to every worker of the job,
+        else to its own worker alone, a resend).
+    """
+
+    def __init__(self, workers: int, depth: int, overflow: bool, copies: int = 1):
+        self._workers, self._depth, self._overflow, self._copies = workers, depth, overflow, copies
+        super().__init__({"valid": In(1), "first": In(1), "meta": In(meta_layout(workers)),
+                          "desc": In(frame_desc_layout(depth)), "gone": In(1), "outcome": Out(Outcome),
+                          "decide": Out(1), "meta_en": Out(1), "meta_data": Out(meta_layout(workers)),
+                          "write": Out(copies), "store": Out(copies), "emit": Out(1), "to_all": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.rules = rules = SlotRules(self._workers, self._depth)
+        m.d.comb += [rules.meta.eq(self.meta), rules.desc.eq(self.desc), rules.gone.eq(self.gone)]
+        out, first = rules.outcome, self.first
+        decide = self.valid & first
+        m.d.comb += [self.outcome.eq(out), self.decide.eq(decide)]
+        # With overflow slots, a slot that another job's key diverted from is marked, so that
+        # its holder's teardown can tell whether freeing it would leave keys with entries on a
+        # FREE fast slot (docs/exception.md "Teardown").
+        marks = decide & out.collision if self._overflow else Const(0, 1)
+        marked = Signal(meta_layout(self._workers))
+        m.d.comb += [marked.eq(self.meta), marked.guest.eq(1),
+                     self.meta_data.eq(Mux(marks, marked, rules.new)), self.meta_en.eq(decide & (out.add | marks))]
+        # Each copy of write and store holds the frame's decision in a register of its own: copies
+        # that differed in nothing would be merged by synthesis into one again.
+        held = {"write": out.add, "store": out.store, "emit": out.complete | out.resend, "to_all": out.complete}
+        for name, now in held.items():
+            port = getattr(self, name)
+            for k in range(len(port)):
+                frame = Signal(name=f"frame_{name}{k}")
+                m.d.comb += port[k].eq(Mux(first, now, frame))
+                with m.If(decide):
+                    m.d.sync += frame.eq(port[k])
+        return m
+
+
+class LaneUpdate(wiring.Component):
+    """Stage B's lanes: each lane's INT32 sum, whether it overflows, and what its converter takes.
+
+    Each lane has one converter: a promoted lane converts its contribution
+    for the adder; an unpromoted lane converts its exact 33-bit sum, which is
+    its new word when the addition overflowed and its binary32 value for a
+    result that goes out as FP32. Combinational.
+
+    Parameters
+    ----------
+    width : int
+        Beat width in bits.
+
+    Members
+    -------
+    acc : In(lane_word_layout(width))
+        The beat's lane word as read.
+    x : In(width)
+        The contribution's lanes, native order.
+    write, store : In(width // 32)
+        Per lane, the same strobe: the beat's lanes are written (``store``: as the slot's
+        first contribution). One bit per lane, so that each group of lanes can take its own
+        copy of the flip-flop.
+    word : Out(width)
+        The new INT32 words (the word as read where nothing is written).
+    promoted : Out(width // 32)
+        Lanes promoted before this contribution.
+    overflow : Out(width // 32)
+        Lanes this contribution promotes (its INT32 addition overflows).
+    adds : Out(width // 32)
+        Promoted lanes this contribution adds to in FP32.
+    convert : Out(signed(33)).array(width // 32)
+        Each lane's converter input.
+    """
+
+    def __init__(self, width: int):
+        n_lanes = width // 32
+        super().__init__({"acc": In(lane_word_layout(width)), "x": In(width), "write": In(n_lanes),
+                          "store": In(n_lanes), "word": Out(width), "promoted": Out(n_lanes),
+                          "overflow": Out(n_lanes), "adds": Out(n_lanes),
+                          "convert": Out(signed(33)).array(n_lanes)})
+
+    def elaborate(self, platform):
+        m = Module()
+        acc, held = self.acc.words, self.acc.promoted
+        for k in range(len(self.promoted)):
+            a, x = acc.word_select(k, 32), self.x.word_select(k, 32)
+            write, store = self.write[k], self.store[k]
+            total = a.as_signed() + x.as_signed()
+            p = held[k] & ~store
+            m.d.comb += [
+                self.promoted[k].eq(p), self.adds[k].eq(p & write),
+                self.overflow[k].eq(write & ~store & ~p & (total[32] ^ total[31])),
+                self.word.word_select(k, 32).eq(Mux(store, x, Mux(write, total[:32], a))),
+                self.convert[k].eq(Mux(p | store, x.as_signed(), Mux(write, total, a.as_signed()))),
+            ]
+        return m
+
+
+class Promotion(wiring.Component):
+    """Stage FP: every lane through its converter and, where promoted, its FP32 adder, ``latency`` cycles.
+
+    The converter inputs are registered first, off the slot decision's
+    path; a lane's word read in stage B waits beside its converter and is
+    added to the converted contribution in the lane's
+    :class:`~inagg.hdl.fp32.FP32Adder`; the converter's output waits beside
+    the adder. Every lane takes the same cycles, promoted or not.
+
+    Parameters
+    ----------
+    width : int
+        Beat width in bits.
+    convert_latency, add_latency : int
+        Of each lane's :class:`~inagg.hdl.fp32.IntToFP32` and :class:`~inagg.hdl.fp32.FP32Adder`.
+
+    Attributes
+    ----------
+    latency : int
+        ``1 + convert_latency + add_latency``.
+
+    Members
+    -------
+    convert : In(signed(33)).array(width // 32)
+        Each lane's converter input (:class:`LaneUpdate`).
+    valid : In(1)
+    acc : In(width)
+        The lane words as read, added to the converted inputs.
+    sums : Out(width)
+        ``latency`` cycles later: the FP32 sums (meaningful for promoted lanes).
+    converted : Out(width)
+        ``latency`` cycles later: the converter outputs.
+    """
+
+    def __init__(self, width: int, convert_latency: int, add_latency: int):
+        self._convert, self._add = convert_latency, add_latency
+        self.latency = 1 + convert_latency + add_latency
+        n_lanes = width // 32
+        super().__init__({"convert": In(signed(33)).array(n_lanes), "valid": In(1), "acc": In(width),
+                          "sums": Out(width), "converted": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        width = len(self.acc)
+        acc_late = _delay_line(m, self.acc, width, 1 + self._convert, "fp_acc")[-1]
+        convs = []
+        for k, value in enumerate(self.convert):
+            m.submodules[f"conv{k}"] = conv = IntToFP32(33, self._convert)
+            m.submodules[f"add{k}"] = adder = FP32Adder(self._add)
+            m.d.sync += [conv.i.eq(value), conv.i_valid.eq(self.valid)]
+            m.d.comb += [adder.a.eq(acc_late.word_select(k, 32)), adder.b.eq(conv.o), adder.i_valid.eq(conv.o_valid),
+                         self.sums.word_select(k, 32).eq(adder.o)]
+            convs.append(conv)
+        converted = Cat(*[c.o for c in convs])
+        m.d.comb += self.converted.eq(_delay_line(m, converted, width, self._add, "fp_conv")[-1])
+        return m
+
+
+class ResultHandoff(wiring.Component):
+    """Stage W: a beat's new words into the lane memory, and on to the emitters when its frame sends a result.
+
+    A lane's new word is its FP32 sum where promoted, the converted exact
+    sum where this contribution overflowed it, else the INT32 word. Every
+    lane also goes out as binary32, since only the chunk's last beat tells
+    whether the result goes out as FP32.
+
+    Parameters
+    ----------
+    width, beats, depth, slots : int
+        Beat width, beats per chunk, slot numbers, direct-mapped slots.
+
+    Members
+    -------
+    valid : In(1)
+        A beat is in stage W ...
+    beat : In(_beat_layout(width, beats, depth))
+        ... this one, ...
+    sums, converted : In(width)
+        ... with its lanes out of :class:`Promotion`.
+    wr_en : Out(1)
+    wr_addr : Out(range(depth * beats))
+    wr_data : Out(lane_word_layout(width))
+        The lane memory's write port.
+    o : Out(result_signature(width, slots))
+        Results to send.
+    promoted : Out(1)
+        ``PROMOTED``: the last beat of a result to every worker, with a lane promoted.
+    """
+
+    def __init__(self, width: int, beats: int, depth: int, slots: int):
+        super().__init__({"valid": In(1), "beat": In(_beat_layout(width, beats, depth)), "sums": In(width),
+                          "converted": In(width), "wr_en": Out(1), "wr_addr": Out(range(depth * beats)),
+                          "wr_data": Out(lane_word_layout(width)), "o": Out(result_signature(width, slots)),
+                          "promoted": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        w, width = self.beat, len(self.sums)
+        word = Signal(width)
+        fp = Signal(width)
+        for k in range(width // 32):
+            lane = word.word_select(k, 32)
+            late = self.converted.word_select(k, 32)
+            m.d.comb += [lane.eq(Mux(w.adds[k], self.sums.word_select(k, 32),
+                                     Mux(w.overflow[k], late, w.word.word_select(k, 32)))),
+                         fp.word_select(k, 32).eq(Mux(w.promoted[k], lane, late))]
+        now = w.promoted | w.overflow
+        m.d.comb += [self.wr_addr.eq(Cat(w.j, w.desc.slot)), self.wr_data.words.eq(word),
+                     self.wr_data.promoted.eq(now), self.wr_en.eq(self.valid & w.write)]
+        seen = Signal()                                # a lane of the frame's earlier beats is promoted
+        so_far = now.any() | (~w.first & seen)
+        with m.If(self.valid):
+            m.d.sync += seen.eq(so_far)
+        o = self.o.p
+        m.d.comb += [
+            self.o.valid.eq(self.valid & w.emit),
+            o.data.eq(swap_lanes(word)), o.fp.eq(swap_lanes(fp)), o.promoted.eq(so_far),
+            o.first.eq(w.first), o.last.eq(w.last),
+            o.desc.job.eq(w.desc.job), o.desc.worker.eq(w.desc.worker), o.desc.all.eq(w.to_all),
+            o.desc.workers.eq(w.desc.workers), o.desc.chunk.eq(w.desc.chunk),
+            o.desc.ring.eq(w.desc.chunk & (w.desc.slots - 1)),
+            self.promoted.eq(self.valid & w.last & w.to_all & so_far),
+        ]
+        return m
+
+
 class SlotEngine(wiring.Component):
     """Direct-mapped slots with INT32 lanes promoted to FP32 on overflow (see the module docstring).
 
@@ -305,8 +580,10 @@ class SlotEngine(wiring.Component):
     beats : int
         Beats per contribution.
     lag : int
-        Cycles from a lane word's arrival in B to the write of its new value
+        Cycles from a lane word's arrival in L to the write of its new value
         (``1 + convert_latency + add_latency``).
+    strobe_lag : int
+        Cycles from taking a frame's first beat to its slot-rule strobes in ``events`` (3).
     slot_meta : Memory
         Every slot's :func:`meta_layout`; read by testbenches.
 
@@ -337,6 +614,10 @@ class SlotEngine(wiring.Component):
         A sweep runs, from the cycle after its ``start``.
     sweep_hazard : Out(1)
         After a checking sweep: a slot of the job is marked ``guest``.
+    passing : Out(frame payload)
+    passing_valid : Out(1)
+        The beat in stage B, as it came: its frame's slot-rule strobes are in ``events``
+        the next cycle (for :class:`~inagg.hdl.divert.Divert`, which copies a colliding frame).
     """
 
     def __init__(self, width: int, chunk_bytes: int, slots: int, workers: int, *, convert_latency: int = 1,
@@ -353,6 +634,7 @@ class SlotEngine(wiring.Component):
         self._convert, self._add = check_fp32_latencies(convert_latency, add_latency)
         self.beats = chunk_bytes * 8 // width
         self.lag = 1 + self._convert + self._add
+        self.strobe_lag = 3
         self.slot_meta = memory.Memory(shape=meta_layout(workers), depth=self._depth, init=[])
         super().__init__({
             "i": In(frame_signature(width, self._depth)),
@@ -363,12 +645,13 @@ class SlotEngine(wiring.Component):
             "sweep": In(SweepRequest),
             "sweep_busy": Out(1),
             "sweep_hazard": Out(1),
+            "passing": Out(frame_signature(width, self._depth).members["payload"].shape),
+            "passing_valid": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         beats, width, lag = self.beats, self._width, self.lag
-        n_lanes = width // 32
         m.submodules.lanes = lanes = memory.Memory(shape=lane_word_layout(width), depth=self._depth * beats, init=[])
         m.submodules.meta = metas = self.slot_meta
         l_wr = lanes.write_port()
@@ -381,137 +664,99 @@ class SlotEngine(wiring.Component):
                      self.sweep_busy.eq(sweeper.busy), self.sweep_hazard.eq(sweeper.hazard)]
         clearing = sweeper.clearing
 
-        # -- stage A --
+        # -- stage A: the metadata read of a frame's first beat --
         j = Signal(range(beats))
         first = j == 0
         waits = Signal()
         m.d.comb += self.i.ready.eq(~clearing & ~sweeper.busy & ~self.sweep.start
                                     & (~first | (self.can_start & ~waits)))
         take = self.i.valid & self.i.ready
-        desc = self.i.p.desc
         with m.If(take):
             m.d.sync += j.eq(Mux(self.i.p.last, 0, j + 1))
-        m.d.comb += [l_rd.addr.eq(Cat(j, desc.slot)), m_rd.addr.eq(Mux(sweeper.read, sweeper.read_addr, desc.slot))]
+        m.d.comb += m_rd.addr.eq(Mux(sweeper.read, sweeper.read_addr, self.i.p.desc.slot))
 
-        # -- stage B: the slot rules --
-        b_valid, b_first, b_last, b_gone = Signal(), Signal(), Signal(), Signal()
-        b_j = Signal.like(j)
-        b_x = Signal(width)
-        b_desc = Signal(frame_desc_layout(self._depth))
-        m.d.sync += [b_valid.eq(take), b_first.eq(first), b_last.eq(self.i.p.last), b_j.eq(j),
-                     b_x.eq(swap_lanes(self.i.p.data)), b_desc.eq(desc), b_gone.eq(self.gone)]
-        m.submodules.rules = rules = SlotRules(self._workers, self._depth)
-        m.d.comb += [rules.meta.eq(m_rd.data), rules.desc.eq(b_desc), rules.gone.eq(b_gone)]
-        out, new_meta = rules.outcome, rules.new
-        decide = b_valid & b_first
-        # With overflow slots, a slot that another job's key diverted from is marked, so that
-        # its holder's teardown can tell whether freeing it would leave keys with entries on a
-        # FREE fast slot (docs/exception.md "Teardown").
-        marks = decide & out.collision if self._depth > self._slots else Const(0, 1)
-        marked = Signal(meta_layout(self._workers))
-        m.d.comb += [marked.eq(m_rd.data), marked.guest.eq(1)]
+        # The beat's way through stages M, B and L, before the slot rules have spoken.
+        head_layout = data.StructLayout({"valid": 1, "first": 1, "last": 1, "gone": 1, "j": range(beats),
+                                         "x": width, "desc": frame_desc_layout(self._depth)})
+        a_beat = Signal(head_layout)
+        m.d.comb += [a_beat.valid.eq(take), a_beat.first.eq(first), a_beat.last.eq(self.i.p.last),
+                     a_beat.gone.eq(self.gone), a_beat.j.eq(j), a_beat.x.eq(swap_lanes(self.i.p.data)),
+                     a_beat.desc.eq(self.i.p.desc)]
+        _, mb, b, lb = _delay_line(m, a_beat, head_layout, 3, "head", reset_less=False)
+
+        # -- stage M: the metadata as read, registered: no path from the block RAM into the rules --
+        b_meta = Signal(meta_layout(self._workers))
+        m.d.sync += b_meta.eq(m_rd.data)
+
+        # -- stage B: the slot decision; the metadata write; the lane word's read --
+        groups = -(-(width // 32) // _LANES_PER_STROBE)
+        m.submodules.decision = decision = SlotDecision(self._workers, self._depth, self._depth > self._slots,
+                                                        copies=groups)
+        m.d.comb += [decision.valid.eq(b.valid), decision.first.eq(b.first), decision.meta.eq(b_meta),
+                     decision.desc.eq(b.desc), decision.gone.eq(b.gone), l_rd.addr.eq(Cat(b.j, b.desc.slot)),
+                     self.passing_valid.eq(b.valid), self.passing.data.eq(swap_lanes(b.x)),
+                     self.passing.last.eq(b.last), self.passing.desc.eq(b.desc)]
         with m.If(clearing):
             m.d.comb += [m_wr.addr.eq(sweeper.clear_addr), m_wr.data.eq(0), m_wr.en.eq(1)]
         with m.Elif(sweeper.acts):
             m.d.comb += [m_wr.addr.eq(sweeper.write_addr), m_wr.data.eq(0), m_wr.en.eq(sweeper.write_en)]
         with m.Else():
-            m.d.comb += [m_wr.addr.eq(b_desc.slot), m_wr.data.eq(Mux(marks, marked, new_meta)),
-                         m_wr.en.eq(decide & (out.add | marks))]
+            m.d.comb += [m_wr.addr.eq(b.desc.slot), m_wr.data.eq(decision.meta_data), m_wr.en.eq(decision.meta_en)]
+        # What the beat does, registered: the lanes see flip-flops, one copy per group of lanes.
+        l_write, l_store = Signal(groups), Signal(groups)
+        l_emit, l_all = Signal(), Signal()
+        m.d.sync += [l_write.eq(decision.write), l_store.eq(decision.store), l_emit.eq(decision.emit),
+                     l_all.eq(decision.to_all)]
 
-        # What the frame does, held for its later beats.
-        f_write, f_store, f_emit, f_all = Signal(), Signal(), Signal(), Signal()
-        write = Mux(b_first, out.add, f_write)
-        store = Mux(b_first, out.store, f_store)
-        emit = Mux(b_first, out.complete | out.resend, f_emit)
-        to_all = Mux(b_first, out.complete, f_all)
-        with m.If(decide):
-            m.d.sync += [f_write.eq(write), f_store.eq(store), f_emit.eq(emit), f_all.eq(to_all)]
+        # -- stage L: the lanes --
+        m.submodules.update = update = LaneUpdate(width)
+        lanes_of = [k // _LANES_PER_STROBE for k in range(width // 32)]
+        m.d.comb += [update.acc.eq(l_rd.data), update.x.eq(lb.x), update.write.eq(Cat(*[l_write[g] for g in lanes_of])),
+                     update.store.eq(Cat(*[l_store[g] for g in lanes_of]))]
 
-        # -- stage B: the lanes --
-        # Each lane has one converter: a promoted lane converts its contribution for the
-        # adder; an unpromoted lane converts its exact sum, which is its new word when the
-        # addition overflowed and its binary32 value for a result that goes out as FP32.
-        acc, held = l_rd.data.words, l_rd.data.promoted
-        int_word = Signal(width)                       # the word unless promoted
-        promoted = Signal(n_lanes)                     # promoted before this contribution
-        overflow = Signal(n_lanes)                     # promoted by this contribution
-        convs = []
-        for k in range(n_lanes):
-            a, x = acc.word_select(k, 32), b_x.word_select(k, 32)
-            total = a.as_signed() + x.as_signed()
-            m.submodules[f"conv{k}"] = conv = IntToFP32(33, self._convert)
-            convs.append(conv)
-            p = held[k] & ~store
-            m.d.comb += [
-                promoted[k].eq(p),
-                overflow[k].eq(write & ~store & ~p & (total[32] ^ total[31])),
-                int_word.word_select(k, 32).eq(Mux(store, x, Mux(write, total[:32], a))),
-            ]
-            m.d.sync += [conv.i.eq(Mux(p | store, x.as_signed(), Mux(write, total, a.as_signed()))),
-                         conv.i_valid.eq(b_valid)]
+        # -- FP: the converters and adders, and the rest of the beat waiting beside them --
+        m.submodules.promotion = promotion = Promotion(width, self._convert, self._add)
+        m.d.comb += [promotion.valid.eq(lb.valid), promotion.acc.eq(l_rd.data.words),
+                     *[port.eq(value) for port, value in zip(promotion.convert, update.convert)]]
+        beat_layout = _beat_layout(width, beats, self._depth)
+        beat = Signal(beat_layout)
+        m.d.comb += [beat.first.eq(lb.first), beat.last.eq(lb.last), beat.j.eq(lb.j), beat.write.eq(l_write[0]),
+                     beat.emit.eq(l_emit), beat.to_all.eq(l_all), beat.adds.eq(update.adds),
+                     beat.promoted.eq(update.promoted), beat.overflow.eq(update.overflow), beat.word.eq(update.word),
+                     beat.desc.eq(lb.desc)]
+        valids = _delay_line(m, lb.valid, 1, lag, "fp_valid", reset_less=False)
+        ctrls = _delay_line(m, beat, beat_layout, lag, "fp")
 
-        # -- FP: the adders, and the rest of the beat waiting beside them --
-        ctrl_layout = data.StructLayout({"first": 1, "last": 1, "j": range(beats), "write": 1, "emit": 1,
-                                         "to_all": 1, "adds": n_lanes, "promoted": n_lanes, "overflow": n_lanes,
-                                         "word": width, "desc": frame_desc_layout(self._depth)})
-        ctrl = Signal(ctrl_layout)
-        m.d.comb += [ctrl.first.eq(b_first), ctrl.last.eq(b_last), ctrl.j.eq(b_j), ctrl.write.eq(write),
-                     ctrl.emit.eq(emit), ctrl.to_all.eq(to_all), ctrl.adds.eq(promoted & write.replicate(n_lanes)),
-                     ctrl.promoted.eq(promoted), ctrl.overflow.eq(overflow), ctrl.word.eq(int_word),
-                     ctrl.desc.eq(b_desc)]
-        valids = _delay_line(m, b_valid, 1, lag, "fp_valid", reset_less=False)
-        ctrls = _delay_line(m, ctrl, ctrl_layout, lag, "fp")
-        acc_late = _delay_line(m, acc, width, 1 + self._convert, "fp_acc")[-1]
-        converted = Cat(*[c.o for c in convs])
-        conv_late = _delay_line(m, converted, width, self._add, "fp_conv")[-1]
-        sums = []
-        for k, conv in enumerate(convs):
-            m.submodules[f"add{k}"] = adder = FP32Adder(self._add)
-            m.d.comb += [adder.a.eq(acc_late.word_select(k, 32)), adder.b.eq(conv.o), adder.i_valid.eq(conv.o_valid)]
-            sums.append(adder.o)
-
-        # A frame's first beat waits while an earlier frame to its slot is too close ahead
-        # (its last beat `lag - beats + 1` stages or fewer past B), or while a result is
-        # between B and the emitters, which count it only once it arrives. A result's first beat
-        # is looked for from one stage past B on: while it is in B, A holds its frame's second
-        # beat (a chunk has 4 beats or more), never a first beat, and its `emit` there is still
-        # the decision on the metadata read, which would put that read and the slot rules in
-        # front of `i.ready` and the arbiter and ingress behind it (the switch's worst path).
-        assert beats >= 2
-        hazards = [valids[k] & ctrls[k].last & (ctrls[k].desc.slot == desc.slot) for k in range(lag - beats + 1)]
-        results = [valids[k] & ctrls[k].first & ctrls[k].emit for k in range(1, lag + 1)]
+        # A frame's first beat waits while an earlier frame to its slot is too close ahead: its
+        # last beat `lag - beats + 1` stages or fewer past A, that is in M, B or the first
+        # `lag - beats - 1` stages from L on (the lane word is read in B, written `lag + 1`
+        # cycles later). It also waits while a result is between L and the emitters, which count
+        # it only once it arrives; a result's first beat in M or B needs no look, as A then holds
+        # its frame's second or third beat (a chunk has 4 beats or more), and there its `emit`
+        # would still be the decision on the metadata, which would put the slot rules in front
+        # of `i.ready` and the arbiter and ingress behind it.
+        assert beats >= 4
+        ahead = [(mb.valid, mb.last, mb.desc.slot), (b.valid, b.last, b.desc.slot),
+                 *[(valids[k], ctrls[k].last, ctrls[k].desc.slot) for k in range(lag + 1)]]
+        hazards = [valid & last & (slot == self.i.p.desc.slot)
+                   for valid, last, slot in ahead[:max(0, lag - beats + 1)]]
+        results = [valids[k] & ctrls[k].first & ctrls[k].emit for k in range(lag + 1)]
         m.d.comb += waits.eq(Cat(*hazards, *results).any())
 
         # -- stage W --
-        w_valid, w = valids[-1], ctrls[-1]
-        word = Signal(width)
-        fp = Signal(width)
-        for k in range(n_lanes):
-            lane = word.word_select(k, 32)
-            late = conv_late.word_select(k, 32)
-            m.d.comb += [lane.eq(Mux(w.adds[k], sums[k], Mux(w.overflow[k], late, w.word.word_select(k, 32)))),
-                         fp.word_select(k, 32).eq(Mux(w.promoted[k], lane, late))]
-        now = w.promoted | w.overflow
-        m.d.comb += [l_wr.addr.eq(Cat(w.j, w.desc.slot)), l_wr.data.words.eq(word), l_wr.data.promoted.eq(now),
-                     l_wr.en.eq(w_valid & w.write)]
-        seen = Signal()                                # a lane of the frame's earlier beats is promoted
-        so_far = now.any() | (~w.first & seen)
-        with m.If(w_valid):
-            m.d.sync += seen.eq(so_far)
+        m.submodules.handoff = handoff = ResultHandoff(width, beats, self._depth, self._slots)
+        m.d.comb += [handoff.valid.eq(valids[-1]), handoff.beat.eq(ctrls[-1]), handoff.sums.eq(promotion.sums),
+                     handoff.converted.eq(promotion.converted),
+                     l_wr.addr.eq(handoff.wr_addr), l_wr.data.eq(handoff.wr_data), l_wr.en.eq(handoff.wr_en)]
+        wiring.connect(m, handoff.o, wiring.flipped(self.o))
 
-        o = self.o.p
-        m.d.comb += [
-            self.o.valid.eq(w_valid & w.emit),
-            o.data.eq(swap_lanes(word)), o.fp.eq(swap_lanes(fp)), o.promoted.eq(so_far),
-            o.first.eq(w.first), o.last.eq(w.last),
-            o.desc.job.eq(w.desc.job), o.desc.worker.eq(w.desc.worker), o.desc.all.eq(w.to_all),
-            o.desc.workers.eq(w.desc.workers), o.desc.chunk.eq(w.desc.chunk),
-            o.desc.ring.eq(w.desc.chunk & (w.desc.slots - 1)),
-        ]
+        out = decision.outcome
         ev = {Counter.RX_CONTRIB: out.add, Counter.DUP_CONTRIB: out.dup, Counter.TX_RESENDS: out.resend,
               Counter.COMPLETED: out.complete, Counter.DROP_UNKNOWN_QPN: out.unknown_qpn,
               Counter.DROP_COLLISION: out.collision, Counter.DROP_STALE: out.stale, Counter.DROP_WINDOW: out.window}
-        strobes = {c: decide & sig for c, sig in ev.items()}
-        strobes[Counter.PROMOTED] = w_valid & w.last & w.to_all & so_far
-        m.d.comb += self.events.eq(event_vector(strobes))
+        # Registered, in step with `passing` of the cycle before: the counters and the divert
+        # queue take the strobes from a flip-flop, not through the slot rules.
+        decided = Signal(N_COUNTERS)
+        m.d.sync += decided.eq(event_vector({c: decision.decide & sig for c, sig in ev.items()}))
+        m.d.comb += self.events.eq(decided | event_vector({Counter.PROMOTED: handoff.promoted}))
         return m

@@ -33,8 +33,8 @@ from amaranth.lib.wiring import In, Out
 from inagg.models.cuckoo import KEY_INDEX_BITS, KEY_JOB_SHIFT
 from inagg.models.geometry import MAX_KICKS, MAX_STASH
 
-__all__ = ["Op", "Status", "STATS", "KeyHash", "RequestStages", "CuckooLookup", "request_layout", "response_layout",
-           "entry_layout", "stats_layout", "ExceptionEngine"]
+__all__ = ["Op", "Status", "STATS", "KeyHash", "RequestStages", "CuckooLookup", "RequestActions", "KickoutWalk",
+           "request_layout", "response_layout", "entry_layout", "stats_layout", "ExceptionEngine"]
 
 
 
@@ -268,6 +268,244 @@ class CuckooLookup(wiring.Component):
         return m
 
 
+def _placed(m: Module, entry: data.StructLayout, key, ptr, other) -> Signal:
+    v = Signal(entry, name="placed")
+    m.d.comb += [v.valid.eq(1), v.key.eq(key), v.ptr.eq(ptr), v.other.eq(other)]
+    return v
+
+
+class KickoutWalk(wiring.Component):
+    """The kick-out walk: carries one entry from table to table, one step a cycle, and walks a failed chain back.
+
+    Stage D starts a walk (``start``) after it wrote the new key into its
+    table-0 position; the walker then carries that position's occupant
+    (``start_key`` ...) to its position in table 1. Each step writes the
+    carried entry at position ``here`` of table ``wt`` and carries the
+    occupant it read there on to its other position; a chain that reaches
+    ``max_kicks`` turns round and runs the same step backwards (see the
+    module docstring), until the new key is the occupant again. Takes the
+    engine's ``table``, ``max_kicks``, ``key_width`` and ``capacity``.
+
+    Members
+    -------
+    entries : In(entry_layout(key_width, capacity, table)).array(2)
+        The entries read at the positions the walker asked for the cycle before.
+    start : In(1)
+        Stage D starts a walk with the carried entry ``start_key``,
+        ``start_ptr``, from position ``start_there`` of table 0 to its
+        position ``start_here`` in table 1.
+    start_key, start_ptr, start_here, start_there : In
+    may_start : In(1)
+        Stage D holds a request that may start a walk (from registers and the
+        entries' valid bits only), for the read-ahead while idle.
+    place_en : Out(1)
+        The walker writes ``place`` this cycle.
+    place_table : Out(1)
+    place_addr : Out(log2(table))
+    place : Out(entry_layout(...))
+        The entry it writes.
+    inserted : Out(1)
+        The chain ended in a free position: the new key is in.
+    kicks : Out(range(max_kicks + 1))
+        Kicks of the chain so far.
+    failed : Out(1)
+        The chain is walked back: every entry is where it was; the new key goes to the stash or is refused.
+    busy_next : Out(1)
+        The walker reads next cycle ...
+    read_table : Out(1)
+    read_addr : Out(log2(table))
+        ... this table's position (from a few bits and no key comparison, so that the next
+        read address and the issue of the next request stay short paths; a LOCATE with both
+        positions taken may turn out a hit, and the cycle after it is then idle).
+    """
+
+    def __init__(self, table: int, max_kicks: int, key_width: int, capacity: int):
+        self._max_kicks = max_kicks
+        self._entry = entry = entry_layout(key_width, capacity, table)
+        bits = (table - 1).bit_length()
+        super().__init__({
+            "entries": In(entry).array(2), "start": In(1), "start_key": In(key_width),
+            "start_ptr": In(range(capacity)), "start_here": In(bits), "start_there": In(bits), "may_start": In(1),
+            "place_en": Out(1), "place_table": Out(1), "place_addr": Out(bits), "place": Out(entry),
+            "inserted": Out(1), "kicks": Out(range(max_kicks + 1)), "failed": Out(1),
+            "busy_next": Out(1), "read_table": Out(1), "read_addr": Out(bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        K, e = self._max_kicks, self.entries
+        mode = Signal(_Mode)
+        wt = Signal()
+        c_key, c_ptr = Signal.like(self.start_key), Signal.like(self.start_ptr)
+        c_here, c_there = Signal.like(self.start_here), Signal.like(self.start_there)
+        kicks = self.kicks
+        n_mode = Signal(_Mode)
+        n_wt = Signal()
+        n_key, n_ptr = Signal.like(c_key), Signal.like(c_ptr)
+        n_here, n_there = Signal.like(c_here), Signal.like(c_there)
+        n_kicks = Signal.like(kicks)
+        m.d.comb += [n_mode.eq(mode), n_wt.eq(wt), n_key.eq(c_key), n_ptr.eq(c_ptr), n_here.eq(c_here),
+                     n_there.eq(c_there), n_kicks.eq(kicks)]
+        m.d.sync += [mode.eq(n_mode), wt.eq(n_wt), c_key.eq(n_key), c_ptr.eq(n_ptr), c_here.eq(n_here),
+                     c_there.eq(n_there), kicks.eq(n_kicks)]
+        occ = Signal(self._entry)
+        m.d.comb += occ.eq(Mux(wt, e[1], e[0]))
+
+        with m.If(mode == _Mode.FORWARD):
+            m.d.comb += [self.busy_next.eq(occ.valid), self.read_table.eq(~wt),
+                         self.read_addr.eq(Mux(kicks == K, c_there, occ.other))]
+        with m.Elif(mode == _Mode.UNDO):
+            m.d.comb += [self.busy_next.eq(kicks != 1), self.read_table.eq(~wt), self.read_addr.eq(occ.other)]
+        with m.Else():
+            m.d.comb += [self.busy_next.eq(self.may_start), self.read_table.eq(1), self.read_addr.eq(e[0].other)]
+
+        def carry(key, ptr, here, there):
+            m.d.comb += [n_key.eq(key), n_ptr.eq(ptr), n_here.eq(here), n_there.eq(there)]
+
+        m.d.comb += [self.place_en.eq(mode != _Mode.IDLE), self.place_table.eq(wt), self.place_addr.eq(c_here),
+                     self.place.eq(_placed(m, self._entry, c_key, c_ptr, c_there))]
+        with m.If(self.start):
+            carry(self.start_key, self.start_ptr, self.start_here, self.start_there)
+            m.d.comb += [n_mode.eq(_Mode.FORWARD), n_wt.eq(1), n_kicks.eq(1)]
+        with m.If(mode == _Mode.FORWARD):
+            with m.If(~occ.valid):
+                m.d.comb += [self.inserted.eq(1), n_mode.eq(_Mode.IDLE)]
+            with m.Elif(kicks == K):
+                # Chain failed: turn round; the carried key goes back where it was taken from.
+                m.d.comb += [self.place_en.eq(0), n_mode.eq(_Mode.UNDO), n_wt.eq(~wt), n_here.eq(c_there),
+                             n_there.eq(c_here)]
+            with m.Else():
+                carry(occ.key, occ.ptr, occ.other, c_here)
+                m.d.comb += [n_wt.eq(~wt), n_kicks.eq(kicks + 1)]
+        with m.Elif(mode == _Mode.UNDO):
+            with m.If(kicks == 1):
+                # The occupant is the new key again: every table entry is back where it was.
+                m.d.comb += [self.failed.eq(1), n_mode.eq(_Mode.IDLE)]
+            with m.Else():
+                carry(occ.key, occ.ptr, occ.other, c_here)
+                m.d.comb += [n_wt.eq(~wt), n_kicks.eq(kicks - 1)]
+        return m
+
+
+class RequestActions(wiring.Component):
+    """Stage D's actions: what a request does with the two entries read for it and the lookup's answer.
+
+    A LOOKUP answers; a LOCATE answers a hit, is refused when no overflow
+    slot is free, places the key at a free position of its two, or (both
+    taken) places it in table 0 and starts the walk with the occupant; a
+    DELETE or a teardown's index clears the key's entry and frees its
+    pointer. Combinational; takes the engine's ``table``, ``max_kicks``,
+    ``key_width`` and ``capacity``.
+
+    Members
+    -------
+    valid : In(1)
+        Stage D holds a request ...
+    op : In(Op)
+    key : In(key_width)
+    last : In(1)
+        ... (not a teardown's, or its last index) ...
+    h0, h1 : In(log2(table))
+        ... at these positions, ...
+    entries : In(entry_layout(...)).array(2)
+        ... where these entries were read.
+    hits : In(2)
+    in_stash, found : In(1)
+    found_ptr : In(range(capacity))
+        :class:`CuckooLookup`'s answer.
+    free_count : In(range(capacity + 1))
+    head : In(range(capacity))
+        The free list's length and its head, the next key's overflow slot.
+    write_en, write_table : Out(1)
+    write_addr : Out(log2(table))
+    write : Out(entry_layout(...))
+        The table write.
+    answer : Out(1)
+    status : Out(Status)
+    ptr : Out(range(capacity))
+        The response.
+    pop : Out(1)
+        The head is taken.
+    push : Out(1)
+        ``found_ptr`` returns to the free list.
+    stash_remove : Out(1)
+        The key leaves the stash.
+    give_up : Out(1)
+        No walk (``max_kicks`` is 0): the key goes to the stash or is refused.
+    walk : Out(1)
+        Start :class:`KickoutWalk` with table 0's occupant.
+    inserted, full, deleted : Out(1)
+        Counter strobes (``inserts``, ``full``, ``deletes``).
+    """
+
+    def __init__(self, table: int, max_kicks: int, key_width: int, capacity: int):
+        self._max_kicks = max_kicks
+        self._entry = entry = entry_layout(key_width, capacity, table)
+        bits = (table - 1).bit_length()
+        super().__init__({
+            "valid": In(1), "op": In(Op), "key": In(key_width), "last": In(1), "h0": In(bits), "h1": In(bits),
+            "entries": In(entry).array(2), "hits": In(2), "in_stash": In(1), "found": In(1),
+            "found_ptr": In(range(capacity)), "free_count": In(range(capacity + 1)), "head": In(range(capacity)),
+            "write_en": Out(1), "write_table": Out(1), "write_addr": Out(bits), "write": Out(entry),
+            "answer": Out(1), "status": Out(Status), "ptr": Out(range(capacity)), "pop": Out(1), "push": Out(1),
+            "stash_remove": Out(1), "give_up": Out(1), "walk": Out(1),
+            "inserted": Out(1), "full": Out(1), "deleted": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        e, h, found = self.entries, [self.h0, self.h1], self.found
+
+        def answer(status, ptr=0):
+            m.d.comb += [self.answer.eq(1), self.status.eq(status), self.ptr.eq(ptr)]
+
+        def write(t, value):
+            m.d.comb += [self.write_en.eq(1), self.write_table.eq(t), self.write_addr.eq(h[t]), self.write.eq(value)]
+
+        def place(t):
+            write(t, _placed(m, self._entry, self.key, self.head, h[1 - t]))
+
+        with m.If(self.valid):
+            with m.Switch(self.op):
+                with m.Case(Op.LOOKUP):
+                    answer(Mux(found, Status.HIT, Status.MISS), self.found_ptr)
+                with m.Case(Op.LOCATE):
+                    with m.If(found):
+                        answer(Status.HIT, self.found_ptr)
+                    with m.Elif(self.free_count == 0):
+                        m.d.comb += self.full.eq(1)
+                        answer(Status.REFUSED)
+                    with m.Elif(~e[0].valid | ~e[1].valid):
+                        with m.If(~e[0].valid):
+                            place(0)
+                        with m.Else():
+                            place(1)
+                        m.d.comb += [self.pop.eq(1), self.inserted.eq(1)]
+                        answer(Status.INSERTED, self.head)
+                    with m.Else():
+                        if self._max_kicks:
+                            # The first kick: the new key takes table 0's position; its occupant
+                            # goes on to its position in table 1.
+                            place(0)
+                            m.d.comb += self.walk.eq(1)
+                        else:
+                            m.d.comb += self.give_up.eq(1)
+                with m.Case(Op.DELETE, Op.TEARDOWN):
+                    with m.If(self.hits[0]):
+                        write(0, 0)
+                    with m.Elif(self.hits[1]):
+                        write(1, 0)
+                    with m.Elif(self.in_stash):
+                        m.d.comb += self.stash_remove.eq(1)
+                    with m.If(found):
+                        m.d.comb += [self.push.eq(1), self.deleted.eq(1)]
+                    with m.If(self.op == Op.DELETE):
+                        answer(Mux(found, Status.DELETED, Status.MISS), self.found_ptr)
+                    with m.Elif(self.last):
+                        answer(Status.DONE)
+        return m
+
+
 class ExceptionEngine(wiring.Component):
     """Cuckoo hash table of overflow slots with its own request and response queues.
 
@@ -349,7 +587,6 @@ class ExceptionEngine(wiring.Component):
         m = Module()
         T, K, S, cap = self.table, self.max_kicks, self.stash, self.capacity
         hbits = (T - 1).bit_length()
-        entry = entry_layout(self.key_width, cap, T)
 
         m.submodules.t0, m.submodules.t1 = self.tables
         wr = [t.write_port() for t in self.tables]
@@ -407,7 +644,6 @@ class ExceptionEngine(wiring.Component):
         issue = Signal()
         m.d.comb += [request.head.eq(req_q.r_data), request.head_valid.eq(req_q.r_rdy), req_q.r_en.eq(request.pop),
                      request.issue.eq(issue)]
-        r_valid, r_last, r_op, r_key = request.valid, request.last, request.op, request.key
         r_h = [request.h0, request.h1]
 
         # -- stage D: the two entries are read; decide, write, answer --
@@ -417,7 +653,8 @@ class ExceptionEngine(wiring.Component):
         d_h = [Signal(hbits, name="d_h0"), Signal(hbits, name="d_h1")]
         m.d.sync += d_valid.eq(issue)
         with m.If(issue):
-            m.d.sync += [d_op.eq(r_op), d_key.eq(r_key), d_last.eq(r_last), d_h[0].eq(r_h[0]), d_h[1].eq(r_h[1])]
+            m.d.sync += [d_op.eq(request.op), d_key.eq(request.key), d_last.eq(request.last),
+                         d_h[0].eq(r_h[0]), d_h[1].eq(r_h[1])]
         e = [rd[0].data, rd[1].data]
         m.submodules.lookup = lookup = CuckooLookup(T, S, self.key_width, cap)
         m.d.comb += [lookup.key.eq(d_key), lookup.entries[0].eq(e[0]), lookup.entries[1].eq(e[1])]
@@ -425,46 +662,20 @@ class ExceptionEngine(wiring.Component):
             m.d.comb += [lookup.stash_count.eq(self.stash_count),
                          *[port.eq(key) for port, key in zip(lookup.stash_keys, self.stash_keys)],
                          *[port.eq(ptr) for port, ptr in zip(lookup.stash_ptrs, self.stash_ptrs)]]
-        hit = [lookup.hits[0], lookup.hits[1]]
-        in_stash = lookup.stash_hits.any() if S else Const(0, 1)
-        found, found_ptr = lookup.found, lookup.ptr
+        m.submodules.actions = act = RequestActions(T, K, self.key_width, cap)
+        m.d.comb += [act.valid.eq(d_valid), act.op.eq(d_op), act.key.eq(d_key), act.last.eq(d_last),
+                     act.h0.eq(d_h[0]), act.h1.eq(d_h[1]), act.entries[0].eq(e[0]), act.entries[1].eq(e[1]),
+                     act.hits.eq(lookup.hits), act.in_stash.eq(lookup.stash_hits.any() if S else 0),
+                     act.found.eq(lookup.found), act.found_ptr.eq(lookup.ptr), act.free_count.eq(self.free_count),
+                     act.head.eq(head)]
 
-        # -- the walker: carries one entry (key, ptr) to position `here` of table `wt`;
-        #    `there` is its position in the other table --
-        mode = Signal(_Mode)
-        wt = Signal()
-        c_key = Signal(self.key_width)
-        c_ptr = Signal(range(cap))
-        c_here, c_there = Signal(hbits), Signal(hbits)
-        kicks = Signal(range(K + 1))
-        n_mode = Signal(_Mode)
-        n_wt = Signal()
-        n_key = Signal.like(c_key)
-        n_ptr = Signal.like(c_ptr)
-        n_here, n_there = Signal.like(c_here), Signal.like(c_there)
-        n_kicks = Signal.like(kicks)
-        m.d.comb += [n_mode.eq(mode), n_wt.eq(wt), n_key.eq(c_key), n_ptr.eq(c_ptr), n_here.eq(c_here),
-                     n_there.eq(c_there), n_kicks.eq(kicks)]
-        m.d.sync += [mode.eq(n_mode), wt.eq(n_wt), c_key.eq(n_key), c_ptr.eq(n_ptr), c_here.eq(n_here),
-                     c_there.eq(n_there), kicks.eq(n_kicks)]
-        occ = Signal(entry)
-        m.d.comb += occ.eq(Mux(wt, e[1], e[0]))
-
-        # Whether the walker reads next cycle, and where: from a few bits and no key comparison, so
-        # that the next read address and the issue of the next request stay short paths. They equal
-        # n_wt and n_here below whenever the walk goes on. A LOCATE with both positions taken may
-        # turn out a hit (no walk); the cycle after it is then idle.
-        busy_next, w_table = Signal(), Signal()
-        w_addr = Signal(hbits)
-        with m.If(mode == _Mode.FORWARD):
-            m.d.comb += [busy_next.eq(occ.valid), w_table.eq(~wt), w_addr.eq(Mux(kicks == K, c_there, occ.other))]
-        with m.Elif(mode == _Mode.UNDO):
-            m.d.comb += [busy_next.eq(kicks != 1), w_table.eq(~wt), w_addr.eq(occ.other)]
-        with m.Else():
-            if K:
-                m.d.comb += busy_next.eq(d_valid & (d_op == Op.LOCATE) & e[0].valid & e[1].valid
-                                         & (self.free_count != 0))
-            m.d.comb += [w_table.eq(1), w_addr.eq(e[0].other)]
+        m.submodules.walk = walk = KickoutWalk(T, K, self.key_width, cap)
+        m.d.comb += [walk.entries[0].eq(e[0]), walk.entries[1].eq(e[1]), walk.start.eq(act.walk),
+                     walk.start_key.eq(e[0].key), walk.start_ptr.eq(e[0].ptr), walk.start_here.eq(e[0].other),
+                     walk.start_there.eq(d_h[0])]
+        if K:
+            m.d.comb += walk.may_start.eq(d_valid & (d_op == Op.LOCATE) & e[0].valid & e[1].valid
+                                          & (self.free_count != 0))
 
         # -- the actions of one cycle (D and the walker never act in the same cycle) --
         resp = Signal(response_layout(self.key_width, cap))
@@ -477,110 +688,41 @@ class ExceptionEngine(wiring.Component):
             m.d.sync += resp_reg.eq(resp)
         m.d.comb += [resp.key.eq(d_key), resp_q.w_data.eq(resp_reg), resp_q.w_en.eq(resp_reg_valid)]
         inc = {name: Signal(name=f"inc_{name}") for name in STATS if name not in ("kicks", "stalls")}
-        add_kicks = Signal.like(kicks)
-        s_append, s_remove = Signal(), Signal()
-
-        def answer(status, ptr=0):
-            m.d.comb += [resp_push.eq(1), resp.status.eq(status), resp.ptr.eq(ptr)]
-
-        def write(t, addr, value):
-            m.d.comb += [wr[t].en.eq(1), wr[t].addr.eq(addr), wr[t].data.eq(value)]
-
-        def place(t, addr, key, ptr, other):
-            v = Signal(entry, name="placed")
-            m.d.comb += [v.valid.eq(1), v.key.eq(key), v.ptr.eq(ptr), v.other.eq(other)]
-            if isinstance(t, int):
-                write(t, addr, v)
-            else:
-                with m.If(t):
-                    write(1, addr, v)
-                with m.Else():
-                    write(0, addr, v)
-
-        def carry(key, ptr, here, there):
-            m.d.comb += [n_key.eq(key), n_ptr.eq(ptr), n_here.eq(here), n_there.eq(there)]
-
-        def stash_or_refuse():
-            if S:
-                with m.If(self.stash_count != S):
-                    m.d.comb += [s_append.eq(1), pop.eq(1), inc["stashed"].eq(1)]
-                    answer(Status.INSERTED, head)
-                with m.Else():
-                    m.d.comb += inc["refused"].eq(1)
-                    answer(Status.REFUSED)
-            else:
-                m.d.comb += inc["refused"].eq(1)
-                answer(Status.REFUSED)
-
+        s_append = Signal()
+        gives_up = act.give_up | walk.failed
         with m.If(sweeping):
             for t in (0, 1):
                 m.d.comb += [wr[t].en.eq(sweep < T), wr[t].addr.eq(sweep), wr[t].data.eq(0)]
             m.d.comb += [push.eq(1), push_ptr.eq(sweep)]
-        with m.Elif(d_valid):
-            with m.Switch(d_op):
-                with m.Case(Op.LOOKUP):
-                    answer(Mux(found, Status.HIT, Status.MISS), found_ptr)
-                with m.Case(Op.LOCATE):
-                    with m.If(found):
-                        answer(Status.HIT, found_ptr)
-                    with m.Elif(self.free_count == 0):
-                        m.d.comb += inc["full"].eq(1)
-                        answer(Status.REFUSED)
-                    with m.Elif(~e[0].valid | ~e[1].valid):
-                        with m.If(~e[0].valid):
-                            place(0, d_h[0], d_key, head, d_h[1])
-                        with m.Else():
-                            place(1, d_h[1], d_key, head, d_h[0])
-                        m.d.comb += [pop.eq(1), inc["inserts"].eq(1)]
-                        answer(Status.INSERTED, head)
-                    with m.Else():
-                        if K:
-                            # The first kick: the new key takes table 0's position; its occupant
-                            # goes on to its position in table 1.
-                            place(0, d_h[0], d_key, head, d_h[1])
-                            carry(e[0].key, e[0].ptr, e[0].other, d_h[0])
-                            m.d.comb += [n_mode.eq(_Mode.FORWARD), n_wt.eq(1), n_kicks.eq(1)]
-                        else:
-                            stash_or_refuse()
-                with m.Case(Op.DELETE, Op.TEARDOWN):
-                    with m.If(hit[0]):
-                        write(0, d_h[0], 0)
-                    with m.Elif(hit[1]):
-                        write(1, d_h[1], 0)
-                    with m.Elif(in_stash):
-                        m.d.comb += s_remove.eq(1)
-                    with m.If(found):
-                        m.d.comb += [push.eq(1), push_ptr.eq(found_ptr), inc["deletes"].eq(1)]
-                    with m.If(d_op == Op.DELETE):
-                        answer(Mux(found, Status.DELETED, Status.MISS), found_ptr)
-                    with m.Elif(d_last):
-                        answer(Status.DONE)
-        with m.Elif(mode == _Mode.FORWARD):
-            with m.If(~occ.valid):
-                place(wt, c_here, c_key, c_ptr, c_there)
-                m.d.comb += [pop.eq(1), inc["inserts"].eq(1), add_kicks.eq(kicks), n_mode.eq(_Mode.IDLE)]
-                answer(Status.INSERTED, head)
-            with m.Elif(kicks == K):
-                # Chain failed: turn round; the carried key goes back where it was taken from.
-                m.d.comb += [n_mode.eq(_Mode.UNDO), n_wt.eq(~wt), n_here.eq(c_there), n_there.eq(c_here)]
-            with m.Else():
-                place(wt, c_here, c_key, c_ptr, c_there)
-                carry(occ.key, occ.ptr, occ.other, c_here)
-                m.d.comb += [n_wt.eq(~wt), n_kicks.eq(kicks + 1)]
-        with m.Elif(mode == _Mode.UNDO):
-            place(wt, c_here, c_key, c_ptr, c_there)
-            with m.If(kicks == 1):
-                # The occupant is the new key again: every table entry is back where it was.
-                stash_or_refuse()
-                m.d.comb += n_mode.eq(_Mode.IDLE)
-            with m.Else():
-                carry(occ.key, occ.ptr, occ.other, c_here)
-                m.d.comb += [n_wt.eq(~wt), n_kicks.eq(kicks - 1)]
+        with m.Else():
+            for t in (0, 1):
+                with m.If(act.write_en & (act.write_table == t)):
+                    m.d.comb += [wr[t].en.eq(1), wr[t].addr.eq(act.write_addr), wr[t].data.eq(act.write)]
+                with m.Elif(walk.place_en & (walk.place_table == t)):
+                    m.d.comb += [wr[t].en.eq(1), wr[t].addr.eq(walk.place_addr), wr[t].data.eq(walk.place)]
+            m.d.comb += [push.eq(act.push), push_ptr.eq(lookup.ptr)]
+        with m.If(act.answer):
+            m.d.comb += [resp_push.eq(1), resp.status.eq(act.status), resp.ptr.eq(act.ptr)]
+        with m.Elif(walk.inserted):
+            m.d.comb += [resp_push.eq(1), resp.status.eq(Status.INSERTED), resp.ptr.eq(head)]
+        with m.Elif(gives_up):
+            m.d.comb += resp_push.eq(1)
+            if S:
+                with m.If(self.stash_count != S):
+                    m.d.comb += [s_append.eq(1), inc["stashed"].eq(1), resp.status.eq(Status.INSERTED),
+                                 resp.ptr.eq(head)]
+                with m.Else():
+                    m.d.comb += [inc["refused"].eq(1), resp.status.eq(Status.REFUSED)]
+            else:
+                m.d.comb += [inc["refused"].eq(1), resp.status.eq(Status.REFUSED)]
+        m.d.comb += [pop.eq(act.pop | walk.inserted | s_append),
+                     inc["inserts"].eq(act.inserted | walk.inserted), inc["full"].eq(act.full),
+                     inc["deletes"].eq(act.deleted)]
 
         # Next cycle's reads: the walker's position while it walks on, else stage R's key. A read of
         # the position written in the same cycle returns the new entry (transparent ports).
         for t in (0, 1):
-            m.d.comb += rd[t].addr.eq(Mux(busy_next & (w_table == t), w_addr, r_h[t]))
+            m.d.comb += rd[t].addr.eq(Mux(walk.busy_next & (walk.read_table == t), walk.read_addr, r_h[t]))
         # A request issued now answers into the queue two cycles from now at the earliest; by then
         # the register and the decision of this cycle (at most one answer) may have gone in before it.
         level = resp_q.w_level + resp_reg_valid
@@ -590,20 +732,20 @@ class ExceptionEngine(wiring.Component):
             m.d.sync += written.eq(resp_q.w_en & resp_q.w_rdy)
             level = level + written
         room = level < resp_q.depth - 1
-        m.d.comb += issue.eq(r_valid & ~sweeping & ~busy_next & room)
+        m.d.comb += issue.eq(request.valid & ~sweeping & ~walk.busy_next & room)
 
         # -- the stash, in the model's list order: append at the end, close the gap on removal --
         for i in range(S):
             with m.If(s_append & (self.stash_count == i)):
                 m.d.sync += [self.stash_keys[i].eq(d_key), self.stash_ptrs[i].eq(head)]
             if i + 1 < S:
-                with m.If(s_remove & lookup.stash_hits[:i + 1].any()):
+                with m.If(act.stash_remove & lookup.stash_hits[:i + 1].any()):
                     m.d.sync += [self.stash_keys[i].eq(self.stash_keys[i + 1]),
                                  self.stash_ptrs[i].eq(self.stash_ptrs[i + 1])]
         if S:
-            m.d.sync += self.stash_count.eq(self.stash_count + s_append - s_remove)
+            m.d.sync += self.stash_count.eq(self.stash_count + s_append - act.stash_remove)
 
         for name, strobe in inc.items():
             m.d.sync += getattr(counts, name).eq(getattr(counts, name) + strobe)
-        m.d.sync += counts.kicks.eq(counts.kicks + add_kicks)
+        m.d.sync += counts.kicks.eq(counts.kicks + Mux(walk.inserted, walk.kicks, 0))
         return top

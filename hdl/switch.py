@@ -82,8 +82,9 @@ class Switch(wiring.Component):
     axil : In(AXILiteSignature(addr_width))
         Registers (:mod:`inagg.models.regmap`).
     order : Out(stream.Signature(order_layout, always_ready=True))
-        Every contribution the slot engine takes, the cycle after its first
-        beat: ``port`` it came from (``ports``: the exception path, sending
+        Every contribution the slot engine takes, in step with its slot-rule
+        strobes (:attr:`~inagg.hdl.engine.SlotEngine.strobe_lag` cycles after
+        its first beat): ``port`` it came from (``ports``: the exception path, sending
         back the oldest diverted frame) and whether it ``diverted``. With
         :attr:`refused` this is the order that decides the switch's
         behaviour, so a testbench can replay it into
@@ -153,16 +154,22 @@ class Switch(wiring.Component):
             m.d.sync += starting.eq(arb.o.p.last)
         gone = ~ctl.enabled.bit_select(arb.o.p.desc.job, 1)
         m.d.comb += eng.gone.eq(gone)
-        # Reported in step with the engine's stage B, where the collision strobe is.
-        m.d.sync += [self.order.valid.eq(taken & starting), self.order.p.port.eq(arb.grant),
-                     self.order.p.gone.eq(gone)]
+        # Reported in step with the engine's slot-rule strobes, where the collision strobe is.
+        order = Signal(data.StructLayout({"valid": 1, "port": len(arb.grant), "gone": 1}))
+        m.d.comb += [order.valid.eq(taken & starting), order.port.eq(arb.grant), order.gone.eq(gone)]
+        for k in range(eng.strobe_lag):
+            late = Signal.like(order, name=f"order_{k + 1}")
+            m.d.sync += late.eq(order)
+            order = late
+        m.d.comb += [self.order.valid.eq(order.valid), self.order.p.port.eq(order.port),
+                     self.order.p.gone.eq(order.gone)]
         collide = eng.events[list(Counter).index(Counter.DROP_COLLISION)]
         events = eng.events
         room = Signal(init=1)
         if self.divert is not None:
             m.submodules.divert = div = self.divert
             wiring.connect(m, div.o, arb.i[self.ports])
-            m.d.comb += [div.taken.eq(taken), div.beat.eq(arb.o.p), div.collide.eq(collide),
+            m.d.comb += [div.taken.eq(eng.passing_valid), div.beat.eq(eng.passing), div.collide.eq(collide),
                          self.order.p.diverted.eq(collide), self.refused.eq(div.refused), ctl.exc_stats.eq(div.stats),
                          ctl.events[2 * self.ports + 1].eq(event_vector({Counter.EXC_INSERTS: div.inserted,
                                                                           Counter.EXC_REFUSED: div.refused}))]

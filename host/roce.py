@@ -28,7 +28,7 @@ from scapy.packet import Packet, Raw, bind_layers
 
 from inagg.models import frame
 from inagg.models.job import JobSpec, SwitchSpec
-from inagg.models.protocol import CHUNK_MOD, IMM_OPCODES, RETH_OPCODES, encode_imm, result_udp_sport
+from inagg.models.protocol import CHUNK_MOD, IMM_OPCODES, RETH_OPCODES, encode_imm, qp_udp_sport
 
 __all__ = ["BTH", "RETH", "ImmDt", "AETH", "contribution", "result", "SCAPY_NAMES"]
 
@@ -81,7 +81,7 @@ def _stack(eth_dst: str, eth_src: str, ip_src: str, ip_dst: str, sport: int) -> 
 def contribution(switch: SwitchSpec, job: JobSpec, rank: int, chunk: int, payload: bytes) -> Packet:
     """The contribution of worker ``rank`` of ``job`` for chunk sequence ``chunk`` (PSN: its low 24 bits)."""
     me = job.workers[rank]
-    return (_stack(switch.mac, me.mac, me.ip, switch.ip, result_udp_sport(me.qpn))
+    return (_stack(switch.mac, me.mac, me.ip, switch.ip, qp_udp_sport(me.qpn))
             / BTH(opcode=int(frame.CONTRIBUTION.opcode), migreq=frame.BTH["migreq"].value, pkey=switch.pkey,
                   dqpn=job.qpn(rank), psn=chunk & 0xFFFFFF)
             / RETH(va=(chunk % CHUNK_MOD) * switch.chunk_bytes, rkey=job.rkey, dlen=len(payload)) / Raw(payload))
@@ -91,7 +91,7 @@ def result(switch: SwitchSpec, job: JobSpec, rank: int, chunk: int, payload: byt
            psn: int = 0) -> Packet:
     """The result the switch sends worker ``rank`` of ``job`` for chunk sequence ``chunk``."""
     me = job.workers[rank]
-    return (_stack(me.mac, switch.mac, switch.ip, me.ip, result_udp_sport(me.qpn))
+    return (_stack(me.mac, switch.mac, switch.ip, me.ip, qp_udp_sport(me.qpn))
             / BTH(opcode=int(frame.RESULT.opcode), migreq=frame.BTH["migreq"].value, pkey=switch.pkey, dqpn=me.qpn,
                   psn=psn)
             / RETH(va=me.result_va + (chunk % job.slots) * switch.chunk_bytes, rkey=me.rkey, dlen=len(payload))

@@ -28,7 +28,7 @@ from functools import cached_property
 
 __all__ = [
     "Field", "Header", "Layout", "ETHERNET", "IPV4", "UDP", "BTH", "RETH", "IMMDT", "AETH", "HEADERS",
-    "ICRC_LEN", "Opcode", "OPCODE_HEADERS", "layout", "CONTRIBUTION", "RESULT",
+    "ICRC_LEN", "Opcode", "OPCODE_HEADERS", "SegmentOpcode", "SEGMENT_HEADERS", "layout", "CONTRIBUTION", "RESULT",
 ]
 
 
@@ -174,6 +174,32 @@ def _function(name: str, src: str, scope: dict):
     return scope[name]
 
 
+def _packing(units: list[tuple[Header, list[Field]]], value) -> tuple[str, list[str], list[str]]:
+    """What packs ``units`` (a header and one of its :func:`_units` each) with one ``struct`` call.
+
+    ``value(header, field)`` is the expression of a field's value in the
+    generated code: a parameter's name, or a literal for a fixed value.
+    Returns the ``struct`` format, one item expression per unit, and the
+    range checks of the parameters ``struct`` does not check itself (fields
+    that share a byte, or fill a number of bytes that is no ``struct`` integer).
+    """
+    fmt, items, checks = "", [], []
+    for h, unit in units:
+        nbytes = sum(f.bits for f in unit) // 8
+        fmt += _code(nbytes)
+        shift, terms = 8 * nbytes, []
+        for f in unit:
+            shift -= f.bits
+            v = value(h, f)
+            terms.append(f"({v} << {shift})" if shift else v)
+            if v.isidentifier() and (len(unit) > 1 or nbytes not in _CODES):
+                checks.append(f"    if not 0 <= {v} < {1 << f.bits}:\n        raise ValueError("
+                              f"f'{h.name}.{f.name} = {{{v}!r}} does not fit in {f.bits} bits')")
+        arg = " | ".join(terms)
+        items.append(arg if nbytes in _CODES else f"({arg}).to_bytes({nbytes}, 'big')")
+    return fmt, items, checks
+
+
 def _compile(header: Header) -> tuple:
     """A pack and an unpack function for ``header``: one ``struct`` call and a few shifts each.
 
@@ -183,27 +209,16 @@ def _compile(header: Header) -> tuple:
     more in frame rate. ``struct`` checks the range of a field that is a
     whole item; the code checks the others.
     """
-    fmt, unpack_vals, pack_args, checks, params = "!", [], [], [], []
-    for k, unit in enumerate(_units(header.fields)):
-        nbytes = sum(f.bits for f in unit) // 8
-        fmt += _code(nbytes)
-        unpack_vals += [f"{f.name!r}: {expr}" for f, expr in _values(unit, f"u[{k}]")]
-        shift, terms = 8 * nbytes, []
-        for f in unit:
-            shift -= f.bits
-            terms.append(f"({f.name} << {shift})" if shift else f.name)
-            params.append(f"{f.name}={'_MISSING' if f.value is None else f.value}")
-            if f.value is None:
-                checks.append(f"    if {f.name} is _MISSING:\n"
-                              f"        raise ValueError('field {header.name}.{f.name} has no fixed value: give it')")
-            if len(unit) > 1 or nbytes not in _CODES:
-                checks.append(f"    if not 0 <= {f.name} < {1 << f.bits}:\n        raise ValueError("
-                              f"f'{header.name}.{f.name} = {{{f.name}!r}} does not fit in {f.bits} bits')")
-        arg = " | ".join(terms)
-        pack_args.append(arg if nbytes in _CODES else f"({arg}).to_bytes({nbytes}, 'big')")
-    scope = {"_s": struct.Struct(fmt), "_MISSING": _MISSING, "_error": struct.error}
-    pack = _function("pack", f"def pack(*, {', '.join(params)}):\n" + "\n".join(checks)
-                     + f"\n    try:\n        return _s.pack({', '.join(pack_args)})\n"
+    units = _units(header.fields)
+    fmt, items, checks = _packing([(header, u) for u in units], lambda h, f: f.name)
+    params = [f"{f.name}={'_MISSING' if f.value is None else f.value}" for f in header.fields]
+    # A missing field is named before any range check would compare the placeholder.
+    missing = [f"    if {f.name} is _MISSING:\n        raise ValueError("
+               f"'field {header.name}.{f.name} has no fixed value: give it')" for f in header.fields if f.value is None]
+    unpack_vals = [f"{f.name!r}: {expr}" for k, unit in enumerate(units) for f, expr in _values(unit, f"u[{k}]")]
+    scope = {"_s": struct.Struct("!" + fmt), "_MISSING": _MISSING, "_error": struct.error}
+    pack = _function("pack", f"def pack(*, {', '.join(params)}):\n" + "\n".join(missing + checks)
+                     + f"\n    try:\n        return _s.pack({', '.join(items)})\n"
                      + f"    except _error as e:\n        raise ValueError(f'header {header.name}: {{e}}') from None\n",
                      scope)
     unpack = _function("unpack", "def unpack(buf, offset=0):\n    u = _s.unpack_from(buf, offset)\n"
@@ -258,6 +273,26 @@ OPCODE_HEADERS: dict[Opcode, tuple[Header, ...]] = {
 """The extension headers between the BTH and the payload, per opcode."""
 
 
+class SegmentOpcode(enum.IntEnum):
+    """The RC RDMA WRITE opcodes of a message of several packets (IBTA vol. 1, table 38).
+
+    Only RC endpoints (:mod:`inagg.models.rc`) send them; a switch that
+    aggregates single-packet chunks refuses them as any opcode not its own.
+    """
+
+    RC_RDMA_WRITE_FIRST = 0x06
+    RC_RDMA_WRITE_MIDDLE = 0x07
+    RC_RDMA_WRITE_LAST = 0x08
+
+
+SEGMENT_HEADERS: dict[SegmentOpcode, tuple[Header, ...]] = {
+    SegmentOpcode.RC_RDMA_WRITE_FIRST: (RETH,),
+    SegmentOpcode.RC_RDMA_WRITE_MIDDLE: (),
+    SegmentOpcode.RC_RDMA_WRITE_LAST: (),
+}
+"""The extension headers of each :class:`SegmentOpcode`, as :data:`OPCODE_HEADERS` for :class:`Opcode`."""
+
+
 @dataclass(frozen=True)
 class Layout:
     """The headers of one kind of frame, Ethernet first, up to the payload."""
@@ -283,6 +318,12 @@ class Layout:
         header, _, name = path.partition(".")
         return HEADERS[header], name
 
+    def field(self, path: str) -> Field:
+        """The field ``"header.field"``."""
+        h, name = self._split(path)
+        self.offset(h.name)
+        return h[name]
+
     def span(self, path: str) -> tuple[int, int]:
         """(byte offset in the frame, length in bytes) of ``"header.field"`` (whole bytes only)."""
         h, name = self._split(path)
@@ -297,14 +338,9 @@ class Layout:
         :class:`Header`'s ``unpack`` is): the frame checks read a few fields
         of every frame.
         """
-        units, pos = [], 0
-        for h in self.headers:
-            for unit in _units(h.fields):
-                units.append((pos, h, unit))
-                pos += sum(f.bits for f in unit) // 8
         wanted = {(p.partition(".")[0], p.partition(".")[2]) for p in paths}
         fmt, exprs, item, at = "!", {}, 0, 0
-        for off, h, unit in units:
+        for off, h, unit in self._placed_units:
             if not any((h.name, f.name) in wanted for f in unit):
                 continue
             fmt += "x" * (off - at) + _code(sum(f.bits for f in unit) // 8)
@@ -319,6 +355,44 @@ class Layout:
         read = _function("read", src, {"_s": struct.Struct(fmt)})
         read.__doc__ = f"({', '.join(paths)}) of a frame of opcode {self.opcode.name}"
         return read
+
+    def writer(self, *paths: str):
+        """A function that writes the headers of a frame of this layout, given the fields ``paths``.
+
+        ``write(buf, offset, *values)`` packs every header, Ethernet to the
+        last extension header, into ``buf`` at ``offset`` with one ``struct``
+        call (compiled as :class:`Header`'s ``pack`` is): the fields ``paths``
+        (``"header.field"``) take ``values`` in their order, every other field
+        its fixed value. It raises ValueError when a value does not fit its
+        field. A path the layout lacks is a KeyError here, and so is a field
+        without a fixed value that ``paths`` leaves out.
+        """
+        given = {p: f"v{k}" for k, p in enumerate(paths)}
+        units = [(h, unit) for _, h, unit in self._placed_units]
+        fields = {f"{h.name}.{f.name}": f for h, unit in units for f in unit}
+        unknown = sorted(set(paths) - set(fields))
+        if unknown:
+            raise KeyError(f"a frame of opcode {self.opcode.name} has no field {unknown[0]!r}")
+        unset = [p for p, f in fields.items() if f.value is None and p not in given]
+        if unset:
+            raise KeyError(f"field {unset[0]!r} has no fixed value: name it")
+        fmt, items, checks = _packing(units, lambda h, f: given.get(f"{h.name}.{f.name}", str(f.value)))
+        src = (f"def write(buf, offset, {', '.join(given.values())}):\n" + "".join(c + "\n" for c in checks)
+               + f"    try:\n        _s.pack_into(buf, offset, {', '.join(items)})\n"
+               + f"    except _error as e:\n        raise ValueError(f'{self.opcode.name} headers: {{e}}') from None\n")
+        write = _function("write", src, {"_s": struct.Struct("!" + fmt), "_error": struct.error})
+        write.__doc__ = f"write(buf, offset, {', '.join(paths)}): the headers of a frame of opcode {self.opcode.name}"
+        return write
+
+    @cached_property
+    def _placed_units(self) -> list[tuple[int, Header, list[Field]]]:
+        """(byte offset in the frame, header, unit) of each :func:`_units` run of the headers' fields."""
+        out, pos = [], 0
+        for h in self.headers:
+            for unit in _units(h.fields):
+                out.append((pos, h, unit))
+                pos += sum(f.bits for f in unit) // 8
+        return out
 
     def bit_span(self, path: str) -> tuple[int, int]:
         """(offset in bits from the frame's first bit, width) of ``"header.field"``, MSB first."""

@@ -14,34 +14,40 @@ implementation counts a malformed frame under the same counter.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
-import struct
 from dataclasses import dataclass
 
 from inagg.models import icrc as _icrc
-from inagg.models.frame import BTH, CONTRIBUTION, ETHERNET, IMMDT, IPV4, RESULT, RETH, UDP, Layout
+from inagg.models.frame import BTH, CONTRIBUTION, ETHERNET, IPV4, RESULT, UDP, Layout
 from inagg.models.protocol import (
     BTH_LEN, DEFAULT_PKEY, DEFAULT_TTL, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMM_OPCODES, IMMDT_LEN,
     IP_PROTO_UDP, IPV4_LEN, RETH_LEN, RETH_OPCODES, ROCE_UDP_PORT, UDP_LEN, Counter,
 )
 
 __all__ = [
-    "mac_bytes", "ip_bytes", "ipv4_checksum", "build", "parse", "RoceFrame",
+    "mac_bytes", "ip_bytes", "ipv4_checksum", "build", "encapsulate", "parse", "RoceFrame",
     "has_reth", "has_imm", "check_datagram", "check_receiver",
 ]
 
-# The fields each check reads, in the order it reads them (frame.Layout.reader); every
-# RDMA WRITE frame has the contribution's layout up to its RETH.
-_read_eth = CONTRIBUTION.reader("ethernet.ether_type")
-_read_ipv4 = CONTRIBUTION.reader("ipv4.version", "ipv4.ihl", "ipv4.flag_mf", "ipv4.frag_offset", "ipv4.protocol",
-                                 "ipv4.total_len")
-_read_udp = CONTRIBUTION.reader("udp.dport", "udp.len")
-_read_bth = CONTRIBUTION.reader("udp.sport", "bth.opcode", "bth.migreq", "bth.pad", "bth.tver", "bth.pkey",
-                                "bth.dqpn", "bth.ackreq", "bth.psn")
-_read_reth = CONTRIBUTION.reader("reth.va", "reth.rkey", "reth.dma_len")
-_read_imm = RESULT.reader("immdt.imm")
+# Every header field the checks read, in one struct call (frame.Layout.reader) over a result's
+# headers: every RDMA WRITE frame has the contribution's layout up to its RETH, and a check reads
+# a field only once the frame's lengths cover it, so a frame shorter than a result's headers is
+# read zero-padded (_head).
+_read_head = RESULT.reader(
+    "ethernet.ether_type", "ipv4.version", "ipv4.ihl", "ipv4.flag_mf", "ipv4.frag_offset", "ipv4.protocol",
+    "ipv4.total_len", "udp.dport", "udp.len", "udp.sport", "bth.opcode", "bth.migreq", "bth.pad", "bth.tver",
+    "bth.pkey", "bth.dqpn", "bth.ackreq", "bth.psn", "reth.va", "reth.rkey", "reth.dma_len", "immdt.imm")
+_DATAGRAM = 9  # the fields of checks 1-8 come first
+# The fields wire.build names; every other field takes its fixed value.
+_BUILT = ("ethernet.dst", "ethernet.src", "ipv4.tos", "ipv4.total_len", "ipv4.identification", "ipv4.ttl",
+          "ipv4.checksum", "ipv4.src", "ipv4.dst", "udp.sport", "udp.len", "bth.opcode", "bth.migreq", "bth.pkey",
+          "bth.dqpn", "bth.ackreq", "bth.psn", "reth.va", "reth.rkey", "reth.dma_len")
+_write_reth = CONTRIBUTION.writer(*_BUILT)
+_write_imm = RESULT.writer(*_BUILT, "immdt.imm")
+_HEAD = RESULT.size
 _BTH_END = CONTRIBUTION.offset("bth") + BTH_LEN
-_IP_CSUM = IPV4.slice("checksum")
+_IP_CSUM = IPV4.slice("checksum", ETH_LEN)
 _VERSION, _IHL, _TVER = IPV4["version"].value, IPV4["ihl"].value, BTH["tver"].value
 _ETH_DST, _ETH_SRC = ETHERNET.slice("dst"), ETHERNET.slice("src")
 _IP_SRC, _IP_DST = IPV4.slice("src", ETH_LEN), IPV4.slice("dst", ETH_LEN)
@@ -63,6 +69,12 @@ def mac_bytes(mac: str | bytes) -> bytes:
         if len(mac) != 6:
             raise ValueError(f"a MAC address has 6 bytes, not {len(mac)}")
         return bytes(mac)
+    return _mac_text(mac)
+
+
+# A switch names its workers' addresses as text and converts them for every result it sends.
+@functools.lru_cache(maxsize=4096)
+def _mac_text(mac: str) -> bytes:
     parts = mac.split(":")
     if len(parts) != 6:
         raise ValueError(f"not a MAC address: {mac!r}")
@@ -75,15 +87,20 @@ def ip_bytes(ip: str | bytes) -> bytes:
         if len(ip) != 4:
             raise ValueError(f"an IPv4 address has 4 bytes, not {len(ip)}")
         return bytes(ip)
+    return _ip_text(ip)
+
+
+@functools.lru_cache(maxsize=4096)
+def _ip_text(ip: str) -> bytes:
     return ipaddress.IPv4Address(ip).packed
 
 
 def ipv4_checksum(hdr: bytes) -> int:
     """The ones'-complement header checksum of a 20-byte IPv4 header (checksum field taken as is)."""
-    s = sum(struct.unpack("!10H", hdr[:IPV4_LEN]))
-    s = (s & 0xFFFF) + (s >> 16)
-    s = (s & 0xFFFF) + (s >> 16)
-    return (~s) & 0xFFFF
+    # The ones'-complement sum of 16-bit words is their sum modulo 0xFFFF (2**16 = 1 there), read
+    # as 0xFFFF for a nonzero multiple: the header as one integer has that residue too.
+    x = int.from_bytes(hdr[:IPV4_LEN], "big")
+    return (0xFFFF - x % 0xFFFF) % 0xFFFF if x else 0xFFFF
 
 
 def build(*, eth_dst: bytes, eth_src: bytes, ip_src: bytes, ip_dst: bytes, udp_sport: int,
@@ -96,23 +113,38 @@ def build(*, eth_dst: bytes, eth_src: bytes, ip_src: bytes, ip_dst: bytes, udp_s
     payload is sent as is and must be a multiple of 4 bytes (pad count 0).
     Every field not named here takes its fixed value of :mod:`inagg.models.frame`.
     """
-    if len(payload) % 4:
-        raise ValueError(f"payload must be a multiple of 4 bytes, not {len(payload)}")
+    n = len(payload)
+    if n % 4:
+        raise ValueError(f"payload must be a multiple of 4 bytes, not {n}")
     if (imm is not None) != has_imm(opcode):
         raise ValueError(f"opcode 0x{opcode:02x} {'needs' if has_imm(opcode) else 'has no'} ImmDt")
-    ext = RETH.pack(va=va, rkey=rkey, dma_len=len(payload))
-    if imm is not None:
-        ext += IMMDT.pack(imm=imm)
-    bth = BTH.pack(opcode=opcode, migreq=int(migreq), pkey=pkey, dqpn=dest_qpn & 0xFFFFFF, ackreq=int(ackreq),
-                   psn=psn & 0xFFFFFF)
-    udp_len = UDP_LEN + BTH_LEN + len(ext) + len(payload) + ICRC_LEN
-    ip = bytearray(IPV4.pack(tos=tos, total_len=IPV4_LEN + udp_len, identification=ip_id, ttl=ttl, checksum=0,
-                             src=int.from_bytes(ip_src, "big"), dst=int.from_bytes(ip_dst, "big")))
-    ip[_IP_CSUM] = ipv4_checksum(ip).to_bytes(2, "big")
-    udp = UDP.pack(sport=udp_sport, len=udp_len)
-    eth = ETHERNET.pack(dst=int.from_bytes(eth_dst, "big"), src=int.from_bytes(eth_src, "big"))
-    frame = eth + bytes(ip) + udp + bth + ext + payload
-    return frame + _icrc.icrc(frame)
+    hdr = RESULT.size if imm is not None else CONTRIBUTION.size
+    f = bytearray(hdr + n + ICRC_LEN)
+    udp_len = len(f) - ETH_LEN - IPV4_LEN
+    values = (int.from_bytes(eth_dst, "big"), int.from_bytes(eth_src, "big"), tos, IPV4_LEN + udp_len, ip_id, ttl,
+              0, int.from_bytes(ip_src, "big"), int.from_bytes(ip_dst, "big"), udp_sport, udp_len, opcode,
+              int(migreq), pkey, dest_qpn & 0xFFFFFF, int(ackreq), psn & 0xFFFFFF, va, rkey, n)
+    if imm is None:
+        _write_reth(f, 0, *values)
+    else:
+        _write_imm(f, 0, *values, imm)
+    f[_IP_CSUM] = ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]).to_bytes(2, "big")
+    f[hdr:hdr + n] = payload
+    f[-ICRC_LEN:] = _icrc.icrc(memoryview(f)[:-ICRC_LEN])
+    return bytes(f)
+
+
+def encapsulate(transport: bytes, *, eth_dst: bytes, eth_src: bytes, ip_src: bytes, ip_dst: bytes, udp_sport: int,
+                ttl: int = DEFAULT_TTL, tos: int = 0, ip_id: int = 0) -> bytes:
+    """The frame that carries ``transport`` (a BTH and what follows it up to the ICRC): Ethernet, IPv4 and UDP
+    before it, the ICRC after it."""
+    udp_len = UDP_LEN + len(transport) + ICRC_LEN
+    f = bytearray(ETHERNET.pack(dst=int.from_bytes(eth_dst, "big"), src=int.from_bytes(eth_src, "big")))
+    f += IPV4.pack(tos=tos, total_len=IPV4_LEN + udp_len, identification=ip_id, ttl=ttl, checksum=0,
+                   src=int.from_bytes(ip_src, "big"), dst=int.from_bytes(ip_dst, "big"))
+    f[_IP_CSUM] = ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]).to_bytes(2, "big")
+    f += UDP.pack(sport=udp_sport, len=udp_len) + transport
+    return bytes(f) + _icrc.icrc(f)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +171,10 @@ class RoceFrame:
     zero_icrc: bool = False  # taken with an ICRC field of zero (parse's accept_zero_icrc)
 
 
+def _head(f: bytes) -> tuple:
+    return _read_head(f if len(f) >= _HEAD else f + bytes(_HEAD - len(f)))
+
+
 def check_datagram(frame: bytes) -> int | Counter:
     """Checks 1-8 of ``docs/protocol.md`` section 5: the IPv4 total length, or the counter of the first failure.
 
@@ -146,22 +182,25 @@ def check_datagram(frame: bytes) -> int | Counter:
     that bound the datagram. A :class:`Counter` is an ``int`` too: test the
     result with ``isinstance(r, Counter)``.
     """
-    f = frame
+    f = frame if type(frame) is bytes else bytes(frame)
+    return _datagram(f, _head(f))
+
+
+def _datagram(f: bytes, head: tuple) -> int | Counter:
     n = len(f)
     if n < ETH_LEN:
         return Counter.DROP_BAD_LENGTH
-    if _read_eth(f)[0] != ETH_TYPE_IPV4:
+    ether_type, version, ihl, mf, frag, protocol, total, dport, udp_len = head[:_DATAGRAM]
+    if ether_type != ETH_TYPE_IPV4:
         return Counter.DROP_NON_ROCE
     if n < ETH_LEN + IPV4_LEN:
         return Counter.DROP_BAD_LENGTH
-    version, ihl, mf, frag, protocol, total = _read_ipv4(f)
     if version != _VERSION or ihl != _IHL or mf or frag or ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]) != 0:
         return Counter.DROP_BAD_HEADER
     if protocol != IP_PROTO_UDP:
         return Counter.DROP_NON_ROCE
     if total < IPV4_LEN + UDP_LEN or ETH_LEN + total > n:
         return Counter.DROP_BAD_LENGTH
-    dport, udp_len = _read_udp(f)
     if dport != ROCE_UDP_PORT:
         return Counter.DROP_NON_ROCE
     if udp_len != total - IPV4_LEN or total < IPV4_LEN + UDP_LEN + BTH_LEN + ICRC_LEN:
@@ -182,7 +221,8 @@ def parse(frame: bytes | bytearray | memoryview, pkey: int = DEFAULT_PKEY, *,
     marks the frame ``zero_icrc``.
     """
     f = frame if type(frame) is bytes else bytes(frame)
-    total = check_datagram(f)
+    head = _head(f)
+    total = _datagram(f, head)
     if isinstance(total, Counter):
         return total
     end = ETH_LEN + total
@@ -191,23 +231,24 @@ def parse(frame: bytes | bytearray | memoryview, pkey: int = DEFAULT_PKEY, *,
         if not (accept_zero_icrc and f[end - ICRC_LEN:end] == bytes(ICRC_LEN)):
             return Counter.DROP_BAD_ICRC
         zero_icrc = True
-    sport, opcode, migreq, pad, tver, bth_pkey, dqpn, ackreq, psn = _read_bth(f)
+    sport, opcode, migreq, pad, tver, bth_pkey, dqpn, ackreq, psn, va, rkey, dma_len, imm = head[_DATAGRAM:]
     if tver != _TVER or bth_pkey != pkey:
         return Counter.DROP_BAD_HEADER
     off = _BTH_END
-    va = rkey = dma_len = imm = None
     if has_reth(opcode):
         if off + RETH_LEN > end - ICRC_LEN:
             return Counter.DROP_BAD_LENGTH
-        va, rkey, dma_len = _read_reth(f)
         off += RETH_LEN
         if has_imm(opcode):
             if off + IMMDT_LEN > end - ICRC_LEN:
                 return Counter.DROP_BAD_LENGTH
-            (imm,) = _read_imm(f)
             off += IMMDT_LEN
+        else:
+            imm = None
         if dma_len != end - ICRC_LEN - off - pad:
             return Counter.DROP_BAD_LENGTH
+    else:
+        va = rkey = dma_len = imm = None
     return RoceFrame(
         eth_dst=f[_ETH_DST], eth_src=f[_ETH_SRC], ip_src=f[_IP_SRC], ip_dst=f[_IP_DST], udp_sport=sport,
         opcode=opcode, migreq=bool(migreq), pad=pad, pkey=bth_pkey, dest_qpn=dqpn, ackreq=bool(ackreq), psn=psn,

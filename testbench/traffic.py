@@ -10,7 +10,7 @@ import numpy as np
 from inagg.models import icrc, wire
 from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
 from inagg.models.frame import CONTRIBUTION, HEADERS, IPV4
-from inagg.models.protocol import CHUNK_MOD, CONTRIB_HDR_LEN, ICRC_LEN, IPV4_LEN, Counter, Opcode, result_udp_sport
+from inagg.models.protocol import CHUNK_MOD, CONTRIB_HDR_LEN, ICRC_LEN, IPV4_LEN, Counter, Opcode, qp_udp_sport
 
 __all__ = ["make_job", "contribution", "lanes", "bad_frames", "lossy", "windowed", "interleave"]
 
@@ -40,7 +40,7 @@ def contribution(spec: SwitchSpec, job: JobSpec, worker: int, chunk: int, values
     """Worker ``worker``'s contribution frame for ``chunk`` of ``job``; ``overrides`` go to ``wire.build``."""
     w = job.workers[worker]
     fields = dict(eth_dst=wire.mac_bytes(spec.mac), eth_src=wire.mac_bytes(w.mac), ip_src=wire.ip_bytes(w.ip),
-                  ip_dst=wire.ip_bytes(spec.ip), udp_sport=result_udp_sport(w.qpn),
+                  ip_dst=wire.ip_bytes(spec.ip), udp_sport=qp_udp_sport(w.qpn),
                   opcode=Opcode.UC_RDMA_WRITE_ONLY, dest_qpn=job.qpn(worker), psn=psn,
                   va=(chunk % CHUNK_MOD) * spec.chunk_bytes, rkey=job.rkey,
                   payload=np.asarray(values, ">i4").tobytes(), pkey=spec.pkey)

@@ -1,6 +1,7 @@
 """Shared pytest set-up: deterministic hypothesis runs everywhere (CI and local), the long tests first."""
 
 import os
+from collections import Counter
 
 from hypothesis import HealthCheck, settings
 
@@ -17,12 +18,23 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "inagg"))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run the FPGA build first, then the tests that build RTL, each group in collection order otherwise.
+    """Run the FPGA build first, then the tests that build RTL, then those that run on another file's
+    builds, in collection order; then the other files, those with the most tests first.
 
-    Under pytest-xdist (``make test`` runs two workers) the long builds then overlap the many short
-    tests instead of ending the run alone on one core.
+    Under pytest-xdist (``make test`` runs two workers, handing out whole files in this order) the
+    long builds then overlap the many short tests instead of ending the run alone on one core, a
+    file that reuses a build starts after the file that makes it (started beside it, its worker
+    would wait for the build's lock, idle), and the run ends on small files, so both workers end
+    at about the same time (xdist's own reordering, which ``make test`` turns off, sorts every file
+    that way).
     """
+    tests_in = Counter(item.path for item in items)
+
     def rank(item):
-        return 0 if item.get_closest_marker("synth") else 1 if item.get_closest_marker("cocotb") else 2
+        if item.get_closest_marker("synth"):
+            return 0, 0
+        if item.get_closest_marker("cocotb"):
+            return (2 if item.get_closest_marker("reuses_build") else 1), 0
+        return 3, -tests_in[item.path]
 
     items.sort(key=rank)

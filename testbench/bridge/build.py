@@ -8,9 +8,10 @@ at the top of the repository, rebuilt only when the Verilog changes.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
+from inagg.models.geometry import SwitchGeometry
 from inagg.models.job import SwitchSpec
 from inagg.testbench import sim
 from inagg.testbench.sim import WAVE_FORMATS, check_fst, wave_format
@@ -22,22 +23,46 @@ TOPLEVEL = "inagg_bridge"
 
 @dataclass(frozen=True)
 class HarnessParams:
-    """The parameters of one harness build (those of :class:`~inagg.testbench.bridge.harness.BridgeHarness`)."""
+    """One harness build: the switch's geometry and the depths of the rings around it.
 
-    ports: int
-    width: int
-    slots: int
-    chunk_bytes: int
-    jobs: int
-    workers: int
+    Parameters
+    ----------
+    switch : SwitchGeometry
+        The switch inside (:class:`~inagg.models.geometry.SwitchGeometry`), without an exception path.
+    depth:
+        Rows per ring.
+    order_depth:
+        Entries of the order log.
+    """
+
+    switch: SwitchGeometry
     depth: int = 8
     order_depth: int = 256
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.switch, SwitchGeometry):
+            raise TypeError(f"switch must be a SwitchGeometry, not {type(self.switch).__name__}")
+        if self.switch.exception is not None:
+            raise ValueError("the bridge harness builds no exception path: give a switch without one")
 
     @classmethod
     def for_switch(cls, spec: SwitchSpec, *, width: int, jobs: int, workers: int, **kw) -> "HarnessParams":
         """The harness of a switch described by ``spec``, built for job numbers below ``jobs``."""
-        return cls(ports=spec.ports, width=width, slots=spec.slots, chunk_bytes=spec.chunk_bytes, jobs=jobs,
-                   workers=workers, **kw)
+        return cls(SwitchGeometry.for_spec(spec, width=width, jobs=jobs, workers=workers), **kw)
+
+    @property
+    def params(self) -> dict[str, int]:
+        """The build's parameter set: :class:`BridgeHarness`'s keywords, named in its folder."""
+        g = self.switch
+        return dict(ports=g.ports, width=g.width, slots=g.slots, chunk_bytes=g.chunk_bytes, jobs=g.jobs,
+                    workers=g.workers, depth=self.depth, order_depth=self.order_depth)
+
+    @property
+    def rings(self):
+        """The rings' :class:`~inagg.testbench.bridge.harness.RingGeometry`."""
+        from inagg.testbench.bridge.harness import RingGeometry
+
+        return RingGeometry(self.switch.ports, self.switch.width, self.switch.chunk_bytes, self.depth, self.order_depth)
 
 
 # The model's C++ is compiled with -O3 rather than Verilator's default -Os (-O2: 1.45x the cycles per second, -O3
@@ -48,13 +73,13 @@ _OPTIMIZE = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "-CFLAGS", "-O3
 
 def build(params: HarnessParams, *, waves: str | None = None):
     """Verilate the harness of ``params`` (tracing in format ``waves``, "fst" or "vcd"); return (runner, build folder)."""
-    from inagg.testbench.bridge.harness import BridgeHarness, RingGeometry
+    from inagg.testbench.bridge.harness import BridgeHarness
 
-    g = RingGeometry(params.ports, params.width, params.chunk_bytes, params.depth, params.order_depth)
+    g = params.rings
     # What the testbench reaches through VPI: the harness's ports and rings, nothing inside the switch; it writes
     # only the ingress rings.
     public = sim.Public(writable=tuple(g.ring_names[:g.ports]), readable=tuple(g.ring_names[g.ports:]))
-    made = sim.build("bridge", asdict(params), BridgeHarness, toplevel=TOPLEVEL, public=public, optimize=_OPTIMIZE,
+    made = sim.build("bridge", params.params, BridgeHarness, toplevel=TOPLEVEL, public=public, optimize=_OPTIMIZE,
                      waves=waves)
     return made.runner, made.folder
 

@@ -65,7 +65,6 @@ from inagg.models import regmap as rm
 from inagg.models.backend import SwitchBackend, SwitchBackendError
 from inagg.models.job import JobSpec, SwitchSpec
 from inagg.models.protocol import MAX_WORKERS, Counter
-from inagg.hdl.switch import check_parameters
 from inagg.testbench.bridge.bridge import FrameBridge
 from inagg.testbench.bridge.build import HarnessParams, build, run
 from inagg.testbench.bridge.harness import RingGeometry
@@ -235,11 +234,9 @@ class RtlSwitch(SwitchBackend):
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
         workers = min(spec.ports, MAX_WORKERS) if workers is None else workers
-        check_parameters(ports=spec.ports, width=width, slots=spec.slots, chunk_bytes=spec.chunk_bytes, jobs=jobs,
-                         workers=workers)
-        self.spec, self.width = spec, width
         self.params = HarnessParams.for_switch(spec, width=width, jobs=jobs, workers=workers)
-        self.geometry = RingGeometry(spec.ports, width, spec.chunk_bytes, self.params.depth, self.params.order_depth)
+        self.spec, self.width = spec, width
+        self.geometry = self.params.rings
         self.drops: Tally = Tally()
         self.pid: int | None = None
         self._jobs: dict[int, JobSpec] = {}

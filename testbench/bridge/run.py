@@ -97,7 +97,7 @@ def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: s
     runner, folder = build(params, waves=wave_format(waves) if waves is not None else None)
     with tempfile.TemporaryDirectory(prefix="inagg-rtl-") as tmp:
         tmp = Path(tmp)
-        job = Job(plan=plan, harness=params.__dict__.copy(), data=data if net == "memory" else {},
+        job = Job(plan=plan, rings=params.rings, data=data if net == "memory" else {},
                   timing=timing or rtl_timing(plan, width), faults=faults or Faults(), seed=seed, compare=compare,
                   pcap=pcap, out=str(tmp / "out.pkl"), net=net, tag=uuid.uuid4().hex[:6],
                   ready=str(tmp / "ready"), stop=str(tmp / "stop"),

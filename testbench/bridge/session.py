@@ -81,7 +81,7 @@ class Job:
     """What the simulation is asked to do: a plan, each worker's data (by port), the link, the clock."""
 
     plan: Plan
-    harness: dict
+    rings: RingGeometry
     data: dict[int, np.ndarray]
     timing: Timing
     faults: Faults = field(default_factory=Faults)
@@ -127,8 +127,7 @@ async def allreduce(dut):
 
     with open(os.environ[JOB_ENV], "rb") as f:
         job: Job = pickle.load(f)
-    h = job.harness
-    bridge = FrameBridge(dut, RingGeometry(h["ports"], h["width"], h["chunk_bytes"], h["depth"], h["order_depth"]))
+    bridge = FrameBridge(dut, job.rings)
     await bridge.start()
     axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
     for model in (axil.write_if, axil.read_if):

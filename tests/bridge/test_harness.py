@@ -5,7 +5,10 @@ import types
 
 import pytest
 
+from inagg.models.geometry import SwitchGeometry
+from inagg.models.job import ExceptionSpec, SwitchSpec
 from inagg.testbench.bridge.bridge import FrameBridge
+from inagg.testbench.bridge.build import HarnessParams
 from inagg.testbench.bridge.harness import BridgeHarness, RingGeometry, frame_slot_bytes
 
 PARAMS = dict(ports=2, width=64, slots=16, chunk_bytes=256, jobs=2, workers=2)
@@ -67,3 +70,19 @@ def test_ring_rows_need_a_running_simulator():
 
     with pytest.raises(RuntimeError, match=r"^the VPI is reachable only inside a running simulator \(a cocotb test\)$"):
         RowMemory("inagg_bridge.i0_ring", 8, 9728)
+
+
+def test_harness_params_are_the_switch_geometry_of_its_spec():
+    spec = SwitchSpec(ports=3, slots=32, chunk_bytes=1024)
+    params = HarnessParams.for_switch(spec, width=512, jobs=2, workers=3)
+    assert params.switch == SwitchGeometry.for_spec(spec, width=512, jobs=2, workers=3)
+    # The build folder's name: the harness's keywords, as before the geometry took them.
+    assert params.params == dict(ports=3, width=512, slots=32, chunk_bytes=1024, jobs=2, workers=3, depth=8,
+                                 order_depth=256)
+    assert params.rings == RingGeometry(3, 512, 1024, 8, 256)
+    with pytest.raises(ValueError, match=r"^Data width must be one of \(64, 256, 512\), not 100$"):
+        HarnessParams.for_switch(spec, width=100, jobs=2, workers=3)
+    with pytest.raises(ValueError, match="^the bridge harness builds no exception path: give a switch without one$"):
+        HarnessParams.for_switch(SwitchSpec(exception=ExceptionSpec(64)), width=64, jobs=2, workers=3)
+    with pytest.raises(TypeError, match="^switch must be a SwitchGeometry, not dict$"):
+        HarnessParams(PARAMS)

@@ -10,6 +10,7 @@ from amaranth.sim import Simulator
 
 from inagg.hdl.engine import SlotEngine
 from inagg.models import arith
+from inagg.models.protocol import Counter
 from inagg.testbench.promotion import adversarial
 
 WIDTH, CHUNK, SLOTS = 512, 256, 4
@@ -22,15 +23,19 @@ def _beats(values, width):
     return [int.from_bytes(raw[o:o + nb], "little") for o in range(0, len(raw), nb)]
 
 
-def _run(frames, width=WIDTH, **latencies):
-    """Feed ``frames`` (slot, worker, workers, int32 lanes) back to back; return the engine, the cycle of
-    each frame's first beat, and the result beats (data, fp, promoted, last) per result."""
+def _run(frames, width=WIDTH, watch_events=None, **latencies):
+    """Feed ``frames`` (slot, worker, workers, int32 lanes[, job]) back to back; return the engine, the cycle
+    of each frame's first beat, and the result beats (data, fp, promoted, last) per result.
+
+    With a list ``watch_events``, append to it ``(cycle, counter)`` for every strobe of ``events`` and
+    ``(cycle, "passing")`` for every cycle in which ``passing`` shows a frame's first beat."""
     dut = SlotEngine(width, CHUNK, SLOTS, 64, **latencies)
     starts, results = [], []
 
     async def feed(ctx):
         ctx.set(dut.can_start, 1)
-        for slot, worker, workers, values in frames:
+        for slot, worker, workers, values, *job in frames:
+            ctx.set(dut.i.p.desc.job, job[0] if job else 0)
             ctx.set(dut.i.p.desc.slot, slot)
             ctx.set(dut.i.p.desc.worker, worker)
             ctx.set(dut.i.p.desc.workers, workers)
@@ -45,14 +50,20 @@ def _run(frames, width=WIDTH, **latencies):
         await ctx.tick().repeat(dut.lag + 4)
 
     async def watch(ctx):
-        cycle, first = 0, True
-        async for _, _, valid, ready, last, o_valid, data, fp, promoted, o_last in ctx.tick().sample(
-                dut.i.valid, dut.i.ready, dut.i.p.last, dut.o.valid, dut.o.p.data, dut.o.p.fp, dut.o.p.promoted,
-                dut.o.p.last):
+        cycle, first, passing_first = 0, True, True
+        async for _, _, valid, ready, last, o_valid, data, fp, promoted, o_last, p_valid, p_last, events in \
+                ctx.tick().sample(dut.i.valid, dut.i.ready, dut.i.p.last, dut.o.valid, dut.o.p.data, dut.o.p.fp,
+                                  dut.o.p.promoted, dut.o.p.last, dut.passing_valid, dut.passing.last, dut.events):
             if valid and ready:
                 if first:
                     starts.append(cycle)
                 first = bool(last)
+            if watch_events is not None:
+                watch_events.extend((cycle, c) for i, c in enumerate(Counter) if events >> i & 1)
+                if p_valid:
+                    if passing_first:
+                        watch_events.append((cycle, "passing"))
+                    passing_first = bool(p_last)
             if o_valid:
                 if not results or results[-1][-1][3]:
                     results.append([])
@@ -145,3 +156,16 @@ def test_parameters_are_checked(kwargs, message):
             SlotEngine(**params)
         del refused
         gc.collect()
+
+
+
+def test_strobes_come_strobe_lag_cycles_after_the_first_beat():
+    """A frame's slot-rule strobes come ``strobe_lag`` cycles after its first beat is taken, one cycle after
+    ``passing`` shows that beat: the step Divert and the switch's order rely on."""
+    values = np.arange(CHUNK // 4)
+    seen = []
+    dut, starts, _ = _run([(0, 0, 2, values, 1), (0, 0, 2, values, 2)], watch_events=seen)
+    assert dut.strobe_lag == 3
+    # The second frame finds its slot held by the first's job.
+    assert seen == [(starts[0] + 2, "passing"), (starts[0] + 3, Counter.RX_CONTRIB),
+                    (starts[1] + 2, "passing"), (starts[1] + 3, Counter.DROP_COLLISION)]

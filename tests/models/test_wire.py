@@ -3,13 +3,13 @@
 import struct
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from inagg.models import icrc, wire
-from inagg.models.protocol import Counter, Opcode
+from inagg.models.protocol import ETH_LEN, ICRC_LEN, IPV4_LEN, UDP_LEN, Counter, Opcode
 
 MAC_A, MAC_B = wire.mac_bytes("02:00:00:00:00:01"), wire.mac_bytes("02:00:00:00:00:fe")
 IP_A, IP_B = wire.ip_bytes("10.0.0.1"), wire.ip_bytes("10.0.0.254")
@@ -47,6 +47,12 @@ def test_build_parse_round_trip(opcode, psn, va, rkey, qpn, words, imm, ackreq):
     assert (r.opcode, r.psn, r.va, r.rkey, r.dest_qpn, r.payload, r.ackreq) == (opcode, psn, va, rkey, qpn, payload, ackreq)
     assert r.imm == kw["imm"] and r.dma_len == len(payload)
     assert r.eth_src == MAC_A and r.ip_dst == IP_B and r.udp_sport == 0xC001
+
+    # encapsulate() wraps a transport (BTH onward) as build() does: one frame, two builders.
+    hdr = ETH_LEN + IPV4_LEN + UDP_LEN
+    frame = contribution(**kw)
+    assert wire.encapsulate(frame[hdr:-ICRC_LEN], eth_dst=MAC_B, eth_src=MAC_A, ip_src=IP_A, ip_dst=IP_B,
+                            udp_sport=0xC001) == frame
 
 
 def test_build_rejects_bad_arguments():
@@ -112,3 +118,15 @@ def test_parse_ignores_ethernet_padding_and_masked_fields():
 def test_ipv4_checksum_verifies_to_zero():
     hdr = GOOD[14:34]
     assert wire.ipv4_checksum(hdr) == 0
+
+
+@given(st.binary(min_size=20, max_size=20))
+@example(bytes(20))
+@example(b"\xff\xff" + bytes(18))
+@example(b"\x45\x00\xba\xff" + bytes(16))
+def test_ipv4_checksum_is_the_ones_complement_of_the_word_sum(hdr):
+    # RFC 1071: fold the 16-bit word sum's carries back in, then complement.
+    s = sum(struct.unpack("!10H", hdr))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    assert wire.ipv4_checksum(hdr) == ~s & 0xFFFF

@@ -158,8 +158,10 @@ def test_ecp5_build_of_the_smallest_switch(tmp_path, capsys):
     assert cost - 8 <= r["modules"]["wrapper"]["ffs"] <= cost
     # The hierarchical synthesis optimizes less across modules than the placed, flattened one: the
     # ingress's HeaderCapture registers every header byte, and only the flattened netlist drops the
-    # bytes FrameChecks and PayloadSender never read (4,644 FF summed against 4,384 placed at 3983e86).
-    assert abs(sum(c["ffs"] for c in r["modules"].values()) - r["ffs"]) <= 0.07 * r["ffs"]
+    # bytes FrameChecks and PayloadSender never read (4,644 FF summed against 4,384 placed at 3983e86),
+    # and merges the slot engine's per-lane-group copies of its write strobes, which only the
+    # per-module netlists keep apart (5,287 against 4,926 with the pipelined engine).
+    assert abs(sum(c["ffs"] for c in r["modules"].values()) - r["ffs"]) <= 0.10 * r["ffs"]
     assert (tmp_path / "top.bit").stat().st_size > 100_000
     text = format_result(ecp5.SynthResult(**r))
     assert "Fmax" in text and "W x Fmax = 64 x" in text

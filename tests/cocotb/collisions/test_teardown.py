@@ -13,7 +13,7 @@ import pytest
 
 from .test_collisions import BUILDS
 
-pytestmark = pytest.mark.cocotb
+pytestmark = [pytest.mark.cocotb, pytest.mark.reuses_build]
 
 
 @pytest.mark.parametrize("name", sorted(BUILDS))

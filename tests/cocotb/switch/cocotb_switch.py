@@ -101,7 +101,7 @@ async def collision(dut):
     await tb.configure([a])
     for addr, value in tb.regmap.job_writes(b, spec):
         await tb.write(addr, value)
-    tb.model.jobs[b.job] = _Job(b, [w.result_psn for w in b.workers])  # past add_job's overlap check, on purpose
+    tb.model.jobs[b.job] = _Job.of(b)  # past add_job's overlap check, on purpose
     rng = np.random.default_rng(4)
     traffic = [(a.workers[0].port, contribution(spec, a, 0, 0, lanes(rng, spec))),
                (b.workers[0].port, contribution(spec, b, 0, 0, lanes(rng, spec))),
