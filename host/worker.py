@@ -37,8 +37,8 @@ from inagg.host.fastpath import ContribTemplate, Result, ResultParser
 
 __all__ = [
     "Timing", "Worker", "AllReduce", "ProtocolError", "ChunkTimeoutError", "LengthMismatchError",
-    "SaturatedResultError", "QuantizedChunks", "AGREE_EXP_LANES", "AGREE_LEN_BITS", "agreement_chunks",
-    "MAX_RESCALES",
+    "SaturatedResultError", "QuantizedChunks", "AGREE_EXP_LANES", "AGREE_LEN_BITS", "AGREE_NONFINITE_LANE",
+    "agreement_chunks", "MAX_RESCALES", "chunk_rows",
 ]
 
 # Frames of a batch are built this many chunks at a time, as the window reaches them.
@@ -72,13 +72,18 @@ class Timing:
 
     A chunk's first timeout is ``timeout``; each resend multiplies it by
     ``backoff`` up to ``max_timeout``; after ``tries`` sends without a
-    result the all-reduce fails with :class:`ChunkTimeoutError`.
+    result the all-reduce fails with :class:`ChunkTimeoutError`. A chunk
+    sent once and still without result when the result of a chunk
+    ``early`` or more places after it arrives is resent at once, before its
+    timer, as TCP's fast retransmit does (``docs/protocol.md`` section 3.1);
+    0 waits for the timer always.
     """
 
     timeout: float = 0.005
     backoff: float = 2.0
     max_timeout: float = 0.2
     tries: int = 10
+    early: int = 3
 
     def __post_init__(self) -> None:
         if not isinstance(self.timeout, (int, float)) or not self.timeout > 0:
@@ -89,6 +94,8 @@ class Timing:
             raise ValueError(f"max_timeout must be a number >= timeout ({self.timeout}), not {self.max_timeout!r}")
         if not isinstance(self.tries, int) or self.tries < 1:
             raise ValueError(f"tries must be a positive integer, not {self.tries!r}")
+        if not isinstance(self.early, int) or self.early < 0:
+            raise ValueError(f"early must be a non-negative integer, not {self.early!r}")
 
     def after(self, sends: int) -> float:
         """The timeout that follows the ``sends``-th send of a chunk."""
@@ -165,12 +172,7 @@ class Worker:
         ``lanes`` may also be a :class:`QuantizedChunks`, whose rows are
         computed only as the window reaches them.
         """
-        if not self.done:
-            raise RuntimeError(f"worker {self.rank}: the previous batch is not complete")
-        if not isinstance(lanes, QuantizedChunks):
-            lanes = np.asarray(lanes)
-        if lanes.dtype != np.int32 or lanes.ndim != 2 or lanes.shape[1] != self.switch.lanes:
-            raise ValueError(f"lanes must be int32 of shape (k, {self.switch.lanes}), not {lanes.dtype} {lanes.shape}")
+        lanes = chunk_rows(self, lanes)
         k = lanes.shape[0]
         self._k, self._lanes = k, lanes
         self._words = np.zeros((k, self.switch.lanes), np.uint32)
@@ -239,7 +241,19 @@ class Worker:
             for b in [b for b in self._blocks if (b + 1) * _BLOCK <= low]:
                 del self._blocks[b]
             return self._fill(now)
-        return []
+        return self._resend_overtaken(now, i)
+
+    def _resend_overtaken(self, now: float, i: int) -> list[bytes]:
+        """Resend, once and before its timer, each chunk sent once that chunk ``i``'s result overtook by
+        ``timing.early`` places or more: its contribution or result is likely lost (the timer stays the backstop)."""
+        last = i - self.timing.early
+        if not self.timing.early or last < self._low:
+            return []
+        missing = (self._low + np.flatnonzero(~self._got[self._low:last + 1])).tolist()
+        out = [self._send(now, j) for j in missing if self._sends[j] == 1]
+        self.stats["resent"] += len(out)
+        self.stats["resent_early"] += len(out)
+        return out
 
     def _fill(self, now: float) -> list[bytes]:
         """Send new chunks up to the window rule: at most ``window`` chunks past the oldest without result."""
@@ -288,6 +302,18 @@ class Worker:
                 self._got.tobytes(), tuple(sorted((i, s, self._due[i] - now) for i, s in self._sends.items())))
 
 
+def chunk_rows(worker, lanes: "np.ndarray | QuantizedChunks") -> "np.ndarray | QuantizedChunks":
+    """``lanes`` checked as the next batch of ``worker`` (a :class:`Worker` or an RC worker): int32 rows of the
+    switch's lanes, the previous batch complete."""
+    if not worker.done:
+        raise RuntimeError(f"worker {worker.rank}: the previous batch is not complete")
+    if not isinstance(lanes, QuantizedChunks):
+        lanes = np.asarray(lanes)
+    if lanes.dtype != np.int32 or lanes.ndim != 2 or lanes.shape[1] != worker.switch.lanes:
+        raise ValueError(f"lanes must be int32 of shape (k, {worker.switch.lanes}), not {lanes.dtype} {lanes.shape}")
+    return lanes
+
+
 class QuantizedChunks:
     """float32 data quantized at scale ``2**e`` as int32 chunk rows, each block when it is first sliced.
 
@@ -327,6 +353,30 @@ MAX_RESCALES = 8
 # count check that every rank passed the same length.
 AGREE_EXP_LANES = 256
 AGREE_LEN_BITS = 64
+# Lane i counts the ranks whose largest finite magnitude has biased exponent i; no finite float32 has
+# 255, IEEE's exponent of infinity and NaN, so its lane counts the ranks holding a non-finite value.
+AGREE_NONFINITE_LANE = AGREE_EXP_LANES - 1
+# The non-finite round's lane per element: NaN, +inf and -inf counted in bytes 0, 1, 2 (MAX_WORKERS < 256).
+NONFINITE_NAN, NONFINITE_POSINF, NONFINITE_NEGINF = 1, 1 << 8, 1 << 16
+
+
+def _nonfinite_codes(data: np.ndarray) -> np.ndarray | None:
+    """Each element's lane of the non-finite round, or None when every element is finite."""
+    if np.isfinite(data).all():
+        return None
+    return np.select([np.isnan(data), data == np.inf, data == -np.inf],
+                     [NONFINITE_NAN, NONFINITE_POSINF, NONFINITE_NEGINF], 0).astype(np.int32)
+
+
+def _with_nonfinite(total: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``total`` with the IEEE sum of the ranks' non-finite values where the summed ``codes`` name any.
+
+    NaN anywhere, or +inf and -inf together, give NaN; otherwise the infinity wins over every finite term.
+    """
+    nan = (codes & 0xFF) > 0
+    pos, neg = ((codes >> 8) & 0xFF) > 0, (codes >> 16) > 0
+    return np.select([nan | (pos & neg), pos, neg], [np.float32(np.nan), np.float32(np.inf), np.float32(-np.inf)],
+                     total).astype(np.float32)
 
 
 def agreement_chunks(lanes: int) -> int:
@@ -347,20 +397,33 @@ class AllReduce:
     same results, so every rank takes the same decision without another
     round. :attr:`rescales` counts these resends, ``worker.stats["rescaled"]``
     too, and :attr:`exponent` is the scale of the sum finally returned.
+
+    Data holding NaN or infinity is refused (``ValueError``) unless
+    ``propagate_nonfinite``: then the agreement round says that a rank holds
+    such values, the data batch carries zeros in their places, and a third
+    batch counts NaN, +inf and -inf per element over the ranks, so every rank
+    gets the IEEE sum there, as a float32 sum in any order would give
+    (``docs/protocol.md`` section 2.1). :attr:`nonfinite` tells whether the
+    round ran.
     """
 
-    def __init__(self, worker: Worker, data: np.ndarray):
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, worker: Worker, data: np.ndarray, *, propagate_nonfinite: bool = False):
         data = np.asarray(data)
-        if data.dtype != np.float32:
-            raise TypeError(f"allreduce takes a float32 array, not {data.dtype}")
+        if data.dtype != self.dtype:
+            raise TypeError(f"allreduce takes a {self.dtype} array, not {data.dtype}")
         if data.ndim != 1:
             raise ValueError(f"allreduce takes a 1-D array, not shape {data.shape}")
-        finite = np.isfinite(data)
-        if not finite.all():
-            bad = int(np.flatnonzero(~finite)[0])
-            raise ValueError(f"data holds NaN or infinity (first at index {bad}); refusing to send it")
+        self._codes = _nonfinite_codes(data) if data.dtype.kind == "f" else None
+        if self._codes is not None:
+            if not propagate_nonfinite:
+                bad = int(np.flatnonzero(self._codes)[0])
+                raise ValueError(f"data holds NaN or infinity (first at index {bad}); refusing to send it")
+            data = np.where(self._codes != 0, np.float32(0), data)
         self.worker = worker
         self.data = data
+        self.nonfinite = False
         self.exponent: int | None = None
         self.rescales = 0
         self._phase = "idle"
@@ -397,7 +460,7 @@ class AllReduce:
         """Bound on the error of the sum against the exact sum, before its rounding to float32 (quant.error_bound)."""
         if self.exponent is None:
             raise RuntimeError("the scale is not agreed yet")
-        return quant.error_bound(self.exponent, len(self.worker.job.workers))
+        return quant.error_bound(self.exponent, self.worker.job.ranks)
 
     def _agreement_lanes(self) -> np.ndarray:
         lanes = self.worker.switch.lanes
@@ -405,7 +468,9 @@ class AllReduce:
         amax = float(np.max(np.abs(self.data))) if self.data.size else 0.0
         if amax > 0:
             # frexp gives amax = m * 2**x with 0.5 <= m < 1 exactly, so floor(log2(amax)) = x - 1.
-            flat[min(max(math.frexp(amax)[1] - 1 + 127, 0), AGREE_EXP_LANES - 1)] = 1
+            flat[min(max(math.frexp(amax)[1] - 1 + 127, 0), AGREE_NONFINITE_LANE - 1)] = 1
+        if self._codes is not None:
+            flat[AGREE_NONFINITE_LANE] = 1
         n = self.data.size
         bits = ((np.uint64(n) >> np.arange(AGREE_LEN_BITS, dtype=np.uint64)) & np.uint64(1)).astype(np.int64)
         flat[AGREE_EXP_LANES + 2 * np.arange(AGREE_LEN_BITS) + bits] = 1
@@ -418,9 +483,10 @@ class AllReduce:
         words, fp32, saturated = w.results()
         if saturated.any():
             chunk = (w.base + int(np.flatnonzero(saturated)[0])) % CHUNK_MOD
-            if self._phase == "agree":
+            if self._phase in ("agree", "nonfinite"):
+                what = "agreement" if self._phase == "agree" else "non-finite"
                 raise SaturatedResultError(f"job {w.job.job} worker {w.rank}: the switch saturated chunk {chunk} "
-                                           "of the agreement round, whose lanes count workers")
+                                           f"of the {what} round, whose lanes count workers")
             if self.rescales == MAX_RESCALES:
                 raise SaturatedResultError(f"job {w.job.job} worker {w.rank}: the switch saturated chunk {chunk} "
                                            f"at scale 2**{self.exponent}, after {self.rescales} resends at smaller "
@@ -428,16 +494,26 @@ class AllReduce:
             self.rescales += 1
             w.stats["rescaled"] += 1
             self.exponent -= 1
-            return out + w.submit(now, QuantizedChunks(self.data, self.exponent, w.switch.lanes))
+            return out + w.submit(now, self._data_lanes())
         if self._phase == "agree":
             return out + self._agreed(now, words, fp32)
+        if self._phase == "nonfinite":
+            self._result = _with_nonfinite(self._result, words.view(np.int32).ravel()[:self.data.size])
+            self._phase = "done"
+            return out
         self._result = self._dequantize(words, fp32)
+        if self.nonfinite:
+            self._phase = "nonfinite"
+            codes = np.zeros(words.size, np.int32)
+            if self._codes is not None:
+                codes[:self.data.size] = self._codes
+            return out + w.submit(now, codes.reshape(words.shape))
         self._phase = "done"
         return out
 
     def _agreed(self, now: float, words: np.ndarray, fp32: np.ndarray) -> list[bytes]:
         w = self.worker
-        n_workers = len(w.job.workers)
+        n_workers = w.job.ranks
         counts = np.where(fp32[:, None], words.view(np.float32), words.view(np.int32)).astype(np.int64).ravel()
         pairs = counts[AGREE_EXP_LANES:AGREE_EXP_LANES + 2 * AGREE_LEN_BITS].reshape(AGREE_LEN_BITS, 2)
         if (pairs.sum(axis=1) != n_workers).any():
@@ -447,15 +523,20 @@ class AllReduce:
             bit = int(np.flatnonzero((pairs > 0).all(axis=1))[0])
             raise LengthMismatchError(f"job {w.job.job} worker {w.rank}: the ranks passed arrays of different "
                                       f"lengths (this rank {self.data.size} elements; they differ in bit {bit})")
-        hist = np.flatnonzero(counts[:AGREE_EXP_LANES])
+        hist = np.flatnonzero(counts[:AGREE_NONFINITE_LANE])
+        self.nonfinite = bool(counts[AGREE_NONFINITE_LANE])
         # The highest exponent lane i bounds every rank's data: amax < 2**(i - 126).
         self.exponent = quant.choose_exponent(2.0 ** (int(hist[-1]) - 126), n_workers) if hist.size else 0
         self._phase = "data"
-        out = w.submit(now, QuantizedChunks(self.data, self.exponent, w.switch.lanes))
+        out = w.submit(now, self._data_lanes())
         if w.done:  # an empty vector has no data chunks
             self._result = np.zeros(0, np.float32)
             self._phase = "done"
         return out
+
+    def _data_lanes(self) -> "QuantizedChunks | np.ndarray":
+        """The data batch at the current exponent."""
+        return QuantizedChunks(self.data, self.exponent, self.worker.switch.lanes)
 
     def _dequantize(self, words: np.ndarray, fp32: np.ndarray) -> np.ndarray:
         out = np.empty(words.shape, np.float32)

@@ -22,7 +22,7 @@ without importing the testbench.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -32,9 +32,11 @@ if TYPE_CHECKING:  # the command line lists the backends without loading numpy
     from inagg.models.protocol import Counter
 
 __all__ = ["DataPlane", "SwitchBackend", "Backend", "SwitchBackendError", "MissingTool", "ENTRY_POINTS",
-           "backend_names", "load_backend"]
+           "DEFAULT_BACKEND", "backend_names", "load_backend"]
 
 ENTRY_POINTS = "inagg.backends"
+DEFAULT_BACKEND = "fast"
+"""The backend the demo, the switch service and the DDP path open unless told otherwise: the fast software switch."""
 
 
 class SwitchBackendError(RuntimeError):
@@ -53,9 +55,30 @@ class DataPlane(Protocol):
         """Take one frame that arrived on ``port``; return what the switch sends because of it now."""
         ...
 
+    def receive_batch(self, frames: Iterable[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        """Take ``(port, frame)`` pairs in arrival order; return what :meth:`receive` returns for each, in order.
+
+        This default calls :meth:`receive` per frame; a backend that does better on many frames at once (the
+        fast switch) overrides it.
+        """
+        return [out for port, frame in frames for out in self.receive(port, frame)]
+
     def poll(self) -> list[tuple[int, bytes]]:
         """The frames the switch sent since the last call that ``receive`` did not return."""
         ...
+
+    @property
+    def deadline(self) -> float | None:
+        """When a driver in virtual time must call :meth:`on_timer` next; None (this default): never.
+
+        A switch with timers of its own (the model switch's Mode III result timers) keeps its clock
+        here, so the driver that owns the time runs them.
+        """
+        return None
+
+    def on_timer(self, now: float) -> list[tuple[int, bytes]]:
+        """Set the switch's clock to ``now``; return what timers due by then send (this default: nothing)."""
+        return []
 
 
 @runtime_checkable

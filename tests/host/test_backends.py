@@ -79,6 +79,7 @@ def _rtl():
 
 BACKENDS = {
     "model": lambda: load_backend("model").open(SPEC),
+    "fast": lambda: load_backend("fast").open(SPEC),
     "p4-v1model": lambda: P4ProfileSwitch(V1MODEL, SPEC),
     "p4-tna": lambda: P4ProfileSwitch(TNA, SPEC),
     "rtl": _rtl,
@@ -89,7 +90,8 @@ def test_every_registered_backend_is_in_the_scenario():
     assert set(backend_names()) <= set(BACKENDS)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.cocotb) if n == "rtl" else n for n in BACKENDS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=(pytest.mark.cocotb, pytest.mark.reuses_build)) if n == "rtl"
+                                  else n for n in BACKENDS])
 def test_a_backend_runs_the_scenario_as_the_model_does(name):
     switch = BACKENDS[name]()
     try:
@@ -120,5 +122,5 @@ def test_a_backend_runs_the_scenario_as_the_model_does(name):
 
 
 def test_an_unknown_backend_names_the_registered_ones():
-    with pytest.raises(ValueError, match=r"^no switch backend 'fpga'; registered: model, rtl$"):
+    with pytest.raises(ValueError, match=r"^no switch backend 'fpga'; registered: fast, model, rtl$"):
         load_backend("fpga")

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from inagg.host.controller import plan
 from inagg.host.fastpath import ContribTemplate, ResultParser
 from inagg.models import wire
-from inagg.models.protocol import Counter, Opcode, decode_imm, encode_imm, result_udp_sport
+from inagg.models.protocol import Counter, Opcode, decode_imm, encode_imm, qp_udp_sport
 from inagg.models.switch import ModelSwitch
 
 PLAN = plan([3], window=4)
@@ -26,7 +26,7 @@ def reference_contribution(rank, chunk, lanes):
 def reference_result(rank, chunk, payload, *, fp32=False, psn=0, **override):
     me = JOB.workers[rank]
     fields = dict(eth_dst=wire.mac_bytes(me.mac), eth_src=wire.mac_bytes(SW.mac), ip_src=wire.ip_bytes(SW.ip),
-                  ip_dst=wire.ip_bytes(me.ip), udp_sport=result_udp_sport(me.qpn),
+                  ip_dst=wire.ip_bytes(me.ip), udp_sport=qp_udp_sport(me.qpn),
                   opcode=Opcode.UC_RDMA_WRITE_ONLY_IMM, dest_qpn=me.qpn, psn=psn,
                   va=me.result_va + (chunk % JOB.slots) * SW.chunk_bytes, rkey=me.rkey, payload=payload,
                   imm=encode_imm(chunk, fp32))
@@ -142,3 +142,33 @@ def test_parser_reads_good_results_and_ignores_router_fields():
     r = ResultParser(SW, JOB, 1).parse(bytes(f))
     assert (r.chunk30, r.fp32, r.psn) == (6, True, 3)
     assert np.array_equal(r.words, np.arange(SW.lanes, dtype=np.uint32))
+
+
+@given(rank=st.integers(0, 2), to=st.integers(0, 2), chunk=st.integers(0, 2**30 - 1), psn=st.integers(0, 2**24 - 1),
+       fp32=st.booleans(), saturated=st.booleans(), tos=st.integers(0, 255), ttl=st.integers(0, 255),
+       ip_id=st.integers(0, 0xFFFF), slot_shift=st.integers(-1, 1))
+def test_whole_result_reader_agrees_with_the_check_chain(rank, to, chunk, psn, fp32, saturated, tos, ttl, ip_id,
+                                                         slot_shift):
+    # Well-formed results with every per-result field and router-rewritten field varied, some
+    # for another worker or another ring slot: the fast path decides as the reference does.
+    me = JOB.workers[to]
+    frame = reference_result(to, chunk, np.arange(SW.lanes, dtype=">i4").tobytes(), psn=psn, tos=tos, ttl=ttl,
+                             ip_id=ip_id, imm=encode_imm(chunk, fp32, saturated),
+                             va=me.result_va + ((chunk + slot_shift) % JOB.slots) * SW.chunk_bytes)
+    r = ResultParser(SW, JOB, rank).parse(frame)
+    assert fast_verdict(frame, rank) == reference_verdict(frame, rank)
+    if rank == to and not slot_shift:
+        va = me.result_va + (chunk % JOB.slots) * SW.chunk_bytes
+        assert (r.saturated, r.va, r.psn, r.zero_icrc) == (saturated, va, psn, False)
+
+
+def test_good_results_take_the_whole_result_reader(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a good result went through the check chain")
+
+    parser = ResultParser(SW, JOB, 1)
+    monkeypatch.setattr(wire, "parse", refuse)
+    r = parser.parse(bytearray(GOOD) + bytes(6))  # Ethernet padding after the datagram
+    assert (r.chunk30, r.fp32, r.psn) == (6, True, 3)
+    with pytest.raises(AssertionError, match="check chain"):
+        parser.parse(GOOD[:-1] + bytes([GOOD[-1] ^ 1]))

@@ -79,6 +79,24 @@ def test_timeout_resends_with_backoff_then_fails_naming_chunk_and_worker():
     assert w.stats["resent"] == 3
 
 
+@pytest.mark.parametrize("early", [0, 1, 3])
+def test_a_chunk_overtaken_by_later_results_is_resent_once_before_its_timer(early):
+    p = plan([2], window=8, chunk_bytes=256)
+    sw = ModelSwitch(p.switch)
+    Controller(sw, p).configure()
+    ws = [Worker(p.switch, p.jobs[0], r, timing=Timing(timeout=1.0, max_timeout=4.0, early=early)) for r in range(2)]
+    sent = [w.submit(0.0, np.zeros((6, p.switch.lanes), np.int32)) for w in ws]
+    # Worker 0's contribution of chunk 0 is lost; chunks 1..5 complete and their results reach worker 0.
+    results = [f for c in range(1, 6) for r in range(2) for port, f in sw.receive(r, sent[r][c]) if port == 0]
+    again = [ws[0].receive(0.1, f) for f in results]
+    resent_at = [i + 1 for i, out in enumerate(again) if out]
+    assert resent_at == ([] if not early else [early]) and ws[0].stats["resent_early"] == (1 if early else 0)
+    if early:  # the resend is chunk 0's contribution itself, and its timer moved on with a doubled timeout
+        assert again[early - 1] == [sent[0][0]] and ws[0].deadline == pytest.approx(0.1 + 2.0)
+        assert sw.receive(1, sent[1][0]) == []
+        assert [port for port, _ in sw.receive(0, again[early - 1][0])] == [0, 1]
+
+
 def test_duplicate_and_unexpected_results_are_ignored_and_counted():
     sw = switch()
     ws = [Worker(SW, JOB, r) for r in range(2)]
@@ -146,6 +164,7 @@ def test_submit_checks_its_input_and_the_previous_batch():
     (dict(backoff=0.5), "backoff must be a number >= 1, not 0.5"),
     (dict(timeout=2.0, max_timeout=1.0), r"max_timeout must be a number >= timeout \(2.0\), not 1.0"),
     (dict(tries=0), "tries must be a positive integer, not 0"),
+    (dict(early=-1), "early must be a non-negative integer, not -1"),
 ])
 def test_timing_is_validated(kw, match):
     with pytest.raises(ValueError, match=match):
