@@ -1,9 +1,10 @@
 """Explicit-state model checking of the sans-IO worker protocol with the model switch.
 
-The checker runs the real code -- :class:`~inagg.host.worker.Worker` and
-:class:`~inagg.models.switch.ModelSwitch`, exchanging real frames -- and
+The checker runs the real code -- :class:`~inagg.host.worker.Worker` (UC
+mode) or :class:`~inagg.host.rc_worker.RcWorker` (EPIC's Modes II and III)
+and :class:`~inagg.models.switch.ModelSwitch`, exchanging real frames -- and
 explores every interleaving within a small :class:`Scope`, after EPIC's TLA+
-check of its Mode II protocol:
+checks of its Modes II and III:
 
 * Every frame in flight may be delivered next, in any order (reordering is
   therefore always on).
@@ -11,9 +12,9 @@ check of its Mode II protocol:
   per timeout round (between two advances of the clock), and at most
   ``faults`` in a run.
 * Time is discrete: frames take no time, and the clock advances to the next
-  timer only when nothing is in flight (timeouts are longer than a round
-  trip). Any timer that is due may fire at any point, also between
-  deliveries.
+  timer (a worker's, or the Mode III switch's result timer) only when
+  nothing is in flight (timeouts are longer than a round trip). Any timer
+  that is due may fire at any point, also between deliveries.
 
 Every explored run must end -- no frame in flight, no timer armed -- with
 every worker holding the exact aggregate of every chunk, and no worker may
@@ -22,9 +23,10 @@ acyclic (each step consumes a frame or advances a send counter or the
 clock), so "no state without a successor other than a correct final state"
 means every run terminates correctly.
 
-States that differ only in the PSNs of results and the switch's counters are
-merged: the worker ignores result PSNs (``docs/protocol.md`` section 1.4),
-and counters do not steer the switch.
+States that differ only in the switch's counters are merged (counters do
+not steer the switch), and in the UC mode also states that differ only in
+the PSNs of results: the UC worker ignores them (``docs/protocol.md``
+section 1.4). RC endpoints do not, so Modes II and III keep them.
 """
 
 from __future__ import annotations
@@ -37,17 +39,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inagg.models import arith
+from inagg.models import arith, rc
+from inagg.models.frame import CONTRIBUTION, layout
+from inagg.models.job import Mode
+from inagg.models.modes import AugmentedJob
+from inagg.models.protocol import RESULT_OPCODES, Opcode
 from inagg.models.switch import ModelSwitch, Slot
 
 from inagg.host.controller import Controller, plan
+from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import ProtocolError, Timing, Worker
 
 __all__ = ["Scope", "CheckResult", "Violation", "check"]
 
 _TO_SWITCH, _TO_HOST = 0, 1
-# The result PSN and the ICRC (which covers it) are masked in state keys.
+# The result PSN and the ICRC (which covers it) are masked in state keys of the UC mode.
 _PSN = slice(51, 54)
+_OPCODE = CONTRIBUTION.span("bth.opcode")[0]
+_AETH = layout(Opcode.RC_ACK).offset("aeth")
 
 
 class Violation(AssertionError):
@@ -62,7 +71,8 @@ class Scope:
     outstanding (the job region is ``2 * window`` slots), ``faults``
     losses or duplications per run. With ``promote`` one lane overflows
     INT32 so the results go out as FP32 (2 workers: the promoted sum does
-    not depend on arrival order).
+    not depend on arrival order). ``mode`` is the job's
+    :class:`~inagg.models.job.Mode`: UC, TRANSLATED or AUGMENTED.
     """
 
     workers: int = 2
@@ -70,6 +80,7 @@ class Scope:
     window: int = 2
     faults: int = 1
     promote: bool = False
+    mode: Mode = Mode.UC
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, int) or not 1 <= self.workers <= 4:
@@ -80,6 +91,8 @@ class Scope:
             raise ValueError(f"faults must be an integer in 0..4, not {self.faults!r}")
         if self.promote and self.workers != 2:
             raise ValueError("promote needs exactly 2 workers (the FP32 sum of more depends on arrival order)")
+        if self.mode is not Mode.UC and self.mode not in RC_MODES:
+            raise ValueError(f"mode must be UC, TRANSLATED or AUGMENTED, not {self.mode!r}")
 
 
 @dataclass(frozen=True)
@@ -106,11 +119,14 @@ class _State:
         return s
 
     def key(self) -> tuple:
+        self.switch.now = self.clock  # the switch's timers enter the key relative to the clock, as the workers'
         sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes(), s.lanes.promoted.tobytes())
                    for s in self.switch.fast)
-        flight = tuple(sorted((d, p, f[:_PSN.start] + f[_PSN.stop:-4] if d == _TO_HOST else f)
+        modes = tuple(m.state() for m in self.switch.modes.values())
+        uc = not modes
+        flight = tuple(sorted((d, p, f[:_PSN.start] + f[_PSN.stop:-4] if d == _TO_HOST and uc else f)
                               for d, p, f in self.flight))
-        return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, flight, self.faults,
+        return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, modes, flight, self.faults,
                 self.fault_this_round)
 
 
@@ -120,6 +136,7 @@ def _fork_switch(sw: ModelSwitch) -> ModelSwitch:
     t.fast = [Slot(s.lanes.copy(), s.state, s.job, s.chunk, s.bitmap, s.count) for s in sw.fast]
     t.jobs = {k: dataclasses.replace(j, result_psn=list(j.result_psn)) for k, j in sw.jobs.items()}
     t.counters = dict(sw.counters)
+    t.modes = {k: m.fork(t) for k, m in sw.modes.items()}
     return t
 
 
@@ -141,6 +158,7 @@ def check(scope: Scope = Scope(), *, timing: Timing | None = None, max_states: i
     """
     start = time.perf_counter()
     p = plan([scope.workers], window=scope.window, chunk_bytes=256)
+    p = dataclasses.replace(p, jobs=(dataclasses.replace(p.jobs[0], mode=scope.mode),))
     job = p.jobs[0]
     timing = timing or Timing(timeout=1.0, backoff=2.0, max_timeout=4.0, tries=scope.faults + 3)
     data = _lanes(scope, p.switch.lanes)
@@ -148,20 +166,32 @@ def check(scope: Scope = Scope(), *, timing: Timing | None = None, max_states: i
     expect = np.stack([arith.aggregate(r) for r in rows])
 
     init = _State()
-    init.switch = ModelSwitch(p.switch)
+    # The switch's result timer (Mode III) is shorter than the workers': it repairs a lost result first.
+    init.switch = ModelSwitch(p.switch, hop_timeout=timing.timeout / 2)
     Controller(init.switch, p).configure()
-    init.workers = [Worker(p.switch, job, r, timing=timing) for r in range(scope.workers)]
+    kind = RcWorker if scope.mode in RC_MODES else Worker
+    init.workers = [kind(p.switch, job, r, timing=timing) for r in range(scope.workers)]
     init.flight = tuple(sorted((_TO_SWITCH, r, f) for r, w in enumerate(init.workers)
                                for f in w.submit(0.0, data[r])))
     init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
+    counts = _explore(init, lambda s, trace: _successors(s, scope, trace), expect, max_states,
+                      invariant=_check_results_held)
+    return CheckResult(scope, *counts, time.perf_counter() - start)
 
+
+def _explore(init, successors, expect: np.ndarray, max_states: int, invariant=None) -> tuple[int, int, int, int]:
+    """Breadth-first search from ``init`` over ``successors(state, trace)``; (states, transitions, final
+    states, depth). ``invariant(state, trace)``, when given, checks every state; a state without
+    successors must be a correct final state (:func:`_check_final`)."""
     seen = {init.key()}
     frontier = deque([(init, ())])
     transitions = finals = max_depth = 0
     while frontier:
         s, trace = frontier.popleft()
         max_depth = max(max_depth, s.depth)
-        succ = list(_successors(s, scope, trace))
+        if invariant is not None:
+            invariant(s, trace)
+        succ = list(successors(s, trace))
         if not succ:
             _check_final(s, expect, trace)
             finals += 1
@@ -173,7 +203,7 @@ def check(scope: Scope = Scope(), *, timing: Timing | None = None, max_states: i
                 if len(seen) > max_states:
                     raise RuntimeError(f"more than {max_states} states: choose a smaller scope")
                 frontier.append((t, trace + (label,)))
-    return CheckResult(scope, len(seen), transitions, finals, max_depth, time.perf_counter() - start)
+    return len(seen), transitions, finals, max_depth
 
 
 def _successors(s: _State, scope: Scope, trace: tuple):
@@ -183,11 +213,12 @@ def _successors(s: _State, scope: Scope, trace: tuple):
         t = s.clone()
         t.flight = _remove(s.flight, item)
         if d == _TO_SWITCH:
+            t.switch.now = t.clock
             out = [(_TO_HOST, q, f) for q, f in t.switch.receive(port, frame)]
-            label = f"switch <- w{port}"
+            label = f"switch <- w{port} {_describe(frame)}"
         else:
             out = [(_TO_SWITCH, port, f) for f in _guard(t.workers[port].receive, t.clock, frame, trace)]
-            label = f"w{port} <- result"
+            label = f"w{port} <- {_describe(frame)}"
         t.flight = tuple(sorted(t.flight + tuple(out)))
         yield t, label
         if s.faults < scope.faults and not s.fault_this_round:
@@ -196,15 +227,30 @@ def _successors(s: _State, scope: Scope, trace: tuple):
                 t.flight = _remove(s.flight, item) if kind == "lose" else tuple(sorted(s.flight + (item,)))
                 t.faults += 1
                 t.fault_this_round = True
-                yield t, f"{kind} {'contribution of' if d == _TO_SWITCH else 'result to'} w{port}"
+                yield t, f"{kind} {_describe(frame)} {'from' if d == _TO_SWITCH else 'to'} w{port}"
+    yield from _clock(s, trace, lambda r, f: (_TO_SWITCH, r, f), s.switch)
+
+
+def _clock(s, trace: tuple, sent, switch: ModelSwitch | None):
+    """The timer steps of state ``s``: a due timer fires (a worker's, or ``switch``'s own: Mode III's
+    result timers), or the clock advances to the next one when nothing is in flight. ``sent(worker,
+    frame)`` is the flight entry of a frame a worker sends."""
     due = [r for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock]
     for r in due:
         t = s.clone()
-        out = [(_TO_SWITCH, r, f) for f in _guard(t.workers[r].on_timer, t.clock, None, trace)]
+        out = [sent(r, f) for f in _guard(t.workers[r].on_timer, t.clock, None, trace)]
         t.flight = tuple(sorted(t.flight + tuple(out)))
         yield t, f"w{r} timer at {s.clock:g}"
-    if not s.flight and not due:
+    switch_dl = None if switch is None else switch.deadline
+    switch_due = switch_dl is not None and switch_dl <= s.clock
+    if switch_due:
+        t = s.clone()
+        t.flight = tuple(sorted(t.flight + tuple((_TO_HOST, q, f) for q, f in t.switch.on_timer(t.clock))))
+        yield t, f"switch result timer at {s.clock:g}"
+    if not s.flight and not due and not switch_due:
         deadlines = [dl for w in s.workers if (dl := w.deadline) is not None]
+        if switch_dl is not None:
+            deadlines.append(switch_dl)
         if deadlines:
             t = s.clone()
             t.depth -= 1
@@ -220,9 +266,37 @@ def _guard(fn, now, frame, trace):
         raise Violation(f"{e}\ntrace:\n  " + "\n  ".join(trace)) from e
 
 
+def _describe(frame: bytes) -> str:
+    """A frame as a trace shows it: its kind and PSN, read where every frame of the protocol holds them."""
+    op, psn = frame[_OPCODE], int.from_bytes(frame[_PSN], "big")
+    if op == Opcode.RC_ACK:
+        return f"{'NAK' if rc.Syndrome.is_nak(frame[_AETH]) else 'ACK'} PSN {psn}"
+    return f"{'result' if op in RESULT_OPCODES else 'contribution'} PSN {psn}"
+
+
 def _remove(flight: tuple, item: tuple) -> tuple:
     i = flight.index(item)
     return flight[:i] + flight[i + 1:]
+
+
+def _check_results_held(s: _State, trace: tuple) -> None:
+    """Mode III: every result a worker still lacks is held by the switch until that worker ACKs it.
+
+    This is what makes a lost result recoverable (one still in flight may
+    yet be lost); checking it in every state finds a switch that recycles a
+    result too early where it happens, not only at the end of the run.
+    """
+    for m in s.switch.modes.values():
+        if not isinstance(m, AugmentedJob):
+            continue
+        for r, w in enumerate(s.workers):
+            q = w.responder.expected
+            while rc.psn_diff(q, m.next_result) < 0:
+                e = m.entries[q % len(m.entries)]
+                if e.psn != q or not e.done:
+                    raise Violation(f"the switch no longer holds result PSN {q}, which worker {r} lacks\ntrace:\n  "
+                                    + "\n  ".join(trace))
+                q = rc.psn_add(q, 1)
 
 
 def _check_final(s: _State, expect: np.ndarray, trace: tuple) -> None:

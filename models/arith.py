@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["lane_add", "int_to_fp32", "fp32_add", "accumulate", "emit", "aggregate", "LaneState"]
+__all__ = ["lane_add", "int_to_fp32", "fp32_add", "accumulate", "merge", "emit", "aggregate", "LaneState"]
 
 _I32_MIN = np.int64(-(1 << 31))
 _I32_MAX = np.int64((1 << 31) - 1)
@@ -74,19 +74,39 @@ def accumulate(state: LaneState, x: np.ndarray, first: bool = False) -> None:
     x = np.asarray(x, np.int32)
     if x.shape != state.words.shape:
         raise ValueError(f"contribution has {x.size} lanes, the slot {state.words.size}")
+    merge(state, x.view(np.uint32), np.zeros(x.shape, bool), first=first)
+
+
+def merge(state: LaneState, words: np.ndarray, promoted: np.ndarray, first: bool = False) -> None:
+    """Add a partial aggregate (32-bit words and promotion bits, as a slot holds them) into ``state`` in place.
+
+    A switch of a tree adds its children's partials this way
+    (``docs/protocol.md`` section 10); an INT32 contribution is a partial
+    without promoted lanes (:func:`accumulate`). Per lane: two INT32 words
+    add in INT32 and promote on overflow; when either side is promoted, the
+    INT32 side is converted to FP32 (RNE) and the two are added in FP32
+    (RNE). ``first`` stores the partial as is.
+    """
+    words = np.asarray(words, np.uint32)
+    q = np.asarray(promoted, bool)
+    if words.shape != state.words.shape or q.shape != words.shape:
+        raise ValueError(f"partial has {words.size} lanes and {q.size} promotion bits, the slot {state.words.size}")
     if first:
-        state.words[:] = x.view(np.uint32)
-        state.promoted[:] = False
+        state.words[:] = words
+        state.promoted[:] = q
         return
     p = state.promoted
-    s, ovf = lane_add(state.words.view(np.int32), x)
-    words = s.astype(np.int32).view(np.uint32)  # INT32 lanes that did not overflow
-    newly = ovf & ~p
-    words[newly] = int_to_fp32(s[newly]).view(np.uint32)
-    if p.any():
-        words[p] = fp32_add(state.words[p].view(np.float32), int_to_fp32(x[p])).view(np.uint32)
-    state.words[:] = words
-    state.promoted |= newly
+    s, ovf = lane_add(state.words.view(np.int32), words.view(np.int32))
+    out = s.astype(np.int32).view(np.uint32)  # INT32 lanes that did not overflow
+    newly = ovf & ~p & ~q
+    out[newly] = int_to_fp32(s[newly]).view(np.uint32)
+    fp = p | q
+    if fp.any():
+        a = np.where(p[fp], state.words[fp].view(np.float32), int_to_fp32(state.words[fp].view(np.int32)))
+        b = np.where(q[fp], words[fp].view(np.float32), int_to_fp32(words[fp].view(np.int32)))
+        out[fp] = fp32_add(a, b).view(np.uint32)
+    state.words[:] = out
+    state.promoted[:] = fp | newly
 
 
 def emit(state: LaneState) -> np.ndarray:

@@ -7,6 +7,7 @@ P4 program's tables, and the hosts derive their addressing from it.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -16,7 +17,24 @@ from inagg.models.protocol import (
 )
 from inagg.models.wire import ip_bytes, mac_bytes
 
-__all__ = ["WorkerSpec", "JobSpec", "SwitchSpec", "ExceptionSpec", "check_job"]
+__all__ = ["Mode", "WorkerSpec", "JobSpec", "SwitchSpec", "ExceptionSpec", "check_job", "Collective", "Uplink"]
+
+
+class Mode(enum.Enum):
+    """How a switch takes part in a job's transport (``docs/protocol.md`` sections 3, 6, 7).
+
+    ``UC``: hosts send and receive over UC queue pairs and keep reliability
+    with their own timers, as SwitchML does (the RTL and the P4 programs).
+    The other three are EPIC's modes over RC queue pairs: ``TERMINATED``
+    (Mode I: the switch is every host's RC endpoint), ``TRANSLATED``
+    (Mode II: RC end to end, the switch reflects the hosts' ACKs) and
+    ``AUGMENTED`` (Mode III: Mode II plus reliability on the hop).
+    """
+
+    UC = "uc"
+    TERMINATED = "I"
+    TRANSLATED = "II"
+    AUGMENTED = "III"
 
 
 def _pow2(x: object) -> bool:
@@ -66,6 +84,77 @@ class WorkerSpec:
         _u("result_psn", self.result_psn, 24)
 
 
+class Collective(enum.Enum):
+    """The collectives a job runs (docs/protocol.md section 11). The value is the command-line name."""
+
+    ALLREDUCE = "allreduce"
+    REDUCE = "reduce"
+    BROADCAST = "broadcast"
+    BARRIER = "barrier"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALLGATHER = "allgather"
+
+    @property
+    def rooted(self) -> bool:
+        """True for the collectives that name a root rank (Reduce, Broadcast)."""
+        return self in (Collective.REDUCE, Collective.BROADCAST)
+
+
+@dataclass(frozen=True)
+class Uplink:
+    """Where a non-root switch of a tree sends its partials, and how its parent sends it the results.
+
+    The switch is a worker of its parent: ``port`` is its port towards the
+    parent, ``mac`` and ``ip`` the parent's addresses, ``qpn`` and ``rkey``
+    the parent's switch QPN and job R_Key for it; ``result_qpn``,
+    ``result_rkey`` and ``result_va`` are what the parent's
+    :class:`WorkerSpec` of this switch holds, which results from the parent
+    must carry.
+    """
+
+    port: int
+    mac: str
+    ip: str
+    qpn: int
+    rkey: int
+    result_qpn: int
+    result_rkey: int
+    result_va: int
+
+    def __post_init__(self) -> None:
+        _u("uplink port", self.port, 8)
+        mac_bytes(self.mac)
+        ip_bytes(self.ip)
+        _u("uplink qpn", self.qpn, 24)
+        _u("uplink rkey", self.rkey, 32)
+        _u("uplink result_qpn", self.result_qpn, 24)
+        _u("uplink result_rkey", self.result_rkey, 32)
+        _u("uplink result_va", self.result_va, 64)
+
+
+def _check_tree_fields(job: "JobSpec") -> None:
+    if job.parent is not None and not isinstance(job.parent, Uplink):
+        raise TypeError(f"parent must be an Uplink or None, not {type(job.parent).__name__}")
+    object.__setattr__(job, "subswitches", frozenset(job.subswitches))
+    for i in sorted(job.subswitches):
+        if not isinstance(i, int) or not 0 <= i < len(job.workers):
+            raise ValueError(f"subswitches must be worker indices in 0..{len(job.workers) - 1}, not {i!r}")
+    if job.ranks is None:
+        object.__setattr__(job, "ranks", len(job.workers))
+    elif not isinstance(job.ranks, int) or not len(job.workers) <= job.ranks:
+        raise ValueError(f"ranks must be an integer >= the job's {len(job.workers)} workers, not {job.ranks!r}")
+    if not isinstance(job.collective, Collective):
+        raise TypeError(f"collective must be a Collective, not {job.collective!r}")
+    if not job.collective.rooted:
+        if job.root is not None:
+            raise ValueError(f"{job.collective.value} has no root, but root is {job.root!r}")
+    elif job.root is None:
+        if job.parent is None:
+            raise ValueError(f"{job.collective.value} needs the root rank below the top switch: root is None")
+    elif not isinstance(job.root, int) or not 0 <= job.root < len(job.workers):
+        raise ValueError(f"root must be a worker index in 0..{len(job.workers) - 1}, not {job.root!r}")
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One aggregation job: who takes part and which slots it uses.
@@ -83,6 +172,27 @@ class JobSpec:
         chunks outstanding (``window``).
     workers:
         The workers, in worker-index order.
+    parent:
+        In a tree of switches, where this switch sends its completed
+        partials (:class:`Uplink`); None on the root switch and on a switch
+        alone.
+    subswitches:
+        Indices of the workers that are switches (children in a tree): only
+        they may send a partial with promoted lanes.
+    collective:
+        The :class:`Collective` the job runs; it says which children send
+        data up and which receive data down.
+    root:
+        Reduce and Broadcast: index of the worker on whose side the root
+        rank is; None when the root rank is above this switch (then it has
+        a parent) and for the other collectives.
+    ranks:
+        Ranks taking part in the whole tree (the scale agreement counts
+        them); None (the default) stands for ``len(workers)``, a job on one
+        switch.
+    mode:
+        The job's :class:`Mode` (default ``Mode.UC``); a switch refuses a
+        mode it does not implement (:func:`check_job`).
     """
 
     job: int
@@ -90,6 +200,13 @@ class JobSpec:
     slot_base: int
     slots: int
     workers: tuple[WorkerSpec, ...] = field(default=())
+    # The tree and the collective: docs/protocol.md sections 10 and 11.
+    parent: Uplink | None = None
+    subswitches: frozenset[int] = frozenset()
+    collective: Collective = Collective.ALLREDUCE
+    root: int | None = None
+    ranks: int | None = None
+    mode: Mode = Mode.UC
 
     def __post_init__(self) -> None:
         if not isinstance(self.job, int) or not 0 <= self.job < MAX_JOBS:
@@ -105,6 +222,15 @@ class JobSpec:
         for w in self.workers:
             if not isinstance(w, WorkerSpec):
                 raise TypeError(f"workers must be WorkerSpec, not {type(w).__name__}")
+        _check_tree_fields(self)
+        if not isinstance(self.mode, Mode):
+            raise TypeError(f"mode must be a Mode ({', '.join(m.name for m in Mode)}), not {self.mode!r}")
+        if self.mode is not Mode.UC and (self.parent is not None or self.subswitches
+                                         or self.collective is not Collective.ALLREDUCE):
+            # The RC modes are built for one switch and AllReduce; trees and the other
+            # collectives run over UC until the two are joined (issue #17).
+            raise ValueError(f"mode {self.mode.name} runs AllReduce on one switch: no parent, no subswitches, "
+                             f"collective allreduce (not {self.collective.value})")
 
     @property
     def window(self) -> int:
@@ -176,15 +302,16 @@ class SwitchSpec:
         return self.chunk_bytes // LANE_BYTES
 
     def check_job(self, job: JobSpec, installed: Iterable[JobSpec] = (), *, jobs: int | None = None,
-                  workers: int | None = None, exclusive: str = "this switch has no exception path") -> None:
+                  workers: int | None = None, exclusive: str = "this switch has no exception path",
+                  modes: Iterable[Mode] = (Mode.UC,)) -> None:
         """Raise ``ValueError`` when this switch cannot hold ``job`` (:func:`check_job`)."""
         check_job(job, ports=self.ports, slots=self.slots, exception=self.exception, installed=installed, jobs=jobs,
-                  workers=workers, exclusive=exclusive)
+                  workers=workers, exclusive=exclusive, modes=modes)
 
 
 def check_job(job: JobSpec, *, ports: int, slots: int, exception: ExceptionSpec | None,
               installed: Iterable[JobSpec] = (), jobs: int | None = None, workers: int | None = None,
-              exclusive: str = "this switch has no exception path") -> None:
+              exclusive: str = "this switch has no exception path", modes: Iterable[Mode] = (Mode.UC,)) -> None:
     """Raise ``ValueError`` when a switch of ``ports`` ports and ``slots`` slots cannot hold ``job``.
 
     The one list of a job's rules. The job's region must lie inside the
@@ -192,8 +319,14 @@ def check_job(job: JobSpec, *, ports: int, slots: int, exception: ExceptionSpec 
     path its region must not overlap the region of any job of
     ``installed`` (``exclusive`` ends that message). A build with tables
     for ``jobs`` job numbers and ``workers`` workers per job (the RTL's
-    register map) also checks the job's number and worker count.
+    register map) also checks the job's number and worker count. The
+    job's mode must be one of ``modes``, the modes the switch implements
+    (the RTL and the P4 programs: ``Mode.UC`` only).
     """
+    modes = tuple(modes)
+    if job.mode not in modes:
+        raise ValueError(f"job {job.job} asks for mode {job.mode.name} ({job.mode.value}); this switch implements "
+                         f"{', '.join(f'{m.name} ({m.value})' for m in modes)}")
     if jobs is not None and job.job >= jobs:
         raise ValueError(f"job {job.job} does not exist: the switch has {jobs} jobs")
     if workers is not None and len(job.workers) > workers:
@@ -204,6 +337,11 @@ def check_job(job: JobSpec, *, ports: int, slots: int, exception: ExceptionSpec 
     for w in job.workers:
         if w.port >= ports:
             raise ValueError(f"worker port {w.port} does not exist: the switch has {ports} ports")
+    if job.parent is not None:
+        if job.parent.port >= ports:
+            raise ValueError(f"uplink port {job.parent.port} does not exist: the switch has {ports} ports")
+        if any(w.port == job.parent.port for w in job.workers):
+            raise ValueError(f"uplink port {job.parent.port} is a worker's port too")
     if exception is None:
         for o in installed:
             if o.job != job.job and job.slot_base < o.slot_base + o.slots and o.slot_base < job.slot_base + job.slots:

@@ -22,7 +22,7 @@ __all__ = [
     "switch_qpn", "split_qpn",
     "IMM_FP32", "IMM_SATURATED", "IMM_CHUNK_MASK", "encode_imm", "decode_imm",
     "CHUNK_BYTES_DEFAULT", "CHUNK_BYTES_ALLOWED", "LANE_BYTES", "CHUNK_MOD",
-    "RESULT_SPORT_BASE", "RESULT_SPORT_QPN_BITS", "result_udp_sport", "Counter",
+    "QP_SPORT_BASE", "QP_SPORT_QPN_BITS", "qp_udp_sport", "Counter", "RC_MODE_COUNTERS",
 ]
 
 ROCE_UDP_PORT = _frame.UDP["dport"].value
@@ -101,19 +101,19 @@ def decode_imm(imm: int) -> tuple[int, bool, bool]:
     return imm & IMM_CHUNK_MASK, bool(imm & IMM_FP32), bool(imm & IMM_SATURATED)
 
 
-# UDP source port of a QP's frames: RESULT_SPORT_BASE with the QPN's low bits in place.
-RESULT_SPORT_BASE = 0xC000
-RESULT_SPORT_QPN_BITS = 14
+# UDP source port of a QP's frames: QP_SPORT_BASE with the QPN's low bits in place.
+QP_SPORT_BASE = 0xC000
+QP_SPORT_QPN_BITS = 14
 
 
-def result_udp_sport(worker_qpn: int) -> int:
-    """UDP source port of results to a worker QP: fixed per QP, in the dynamic range.
+def qp_udp_sport(worker_qpn: int) -> int:
+    """UDP source port of the frames of worker QP ``worker_qpn``, both ways: fixed per QP, in the dynamic range.
 
     Real NICs derive the RoCEv2 source port from the QP so that ECMP keeps a
-    QP on one path; the switch does the same for the results it sends, and
-    the host library for a worker's contributions.
+    QP on one path; a worker sends its contributions from it and the switch
+    sends that worker's results from it.
     """
-    return RESULT_SPORT_BASE | (worker_qpn & ((1 << RESULT_SPORT_QPN_BITS) - 1))
+    return QP_SPORT_BASE | (worker_qpn & ((1 << QP_SPORT_QPN_BITS) - 1))
 
 
 class Counter(enum.IntEnum):
@@ -139,3 +139,15 @@ class Counter(enum.IntEnum):
     DROP_COLLISION = 17     # slot held by another job and no exception path took it
     EXC_INSERTS = 18        # keys the exception path took
     EXC_REFUSED = 19        # exception path full (table and stash): contribution refused
+    # EPIC's Modes II and III (docs/protocol.md sections 6 and 7); always 0 on a UC-only switch.
+    ACK_REFLECTED = 20      # Mode II: a host's ACK/NAK of a result, sent back as the ACK/NAK of its contribution
+    DROP_PSN_AHEAD = 21     # Modes II, III: a contribution whose PSN is ahead of the one expected
+    ACK_SENT = 22           # Mode III: ACKs of contributions the switch sent (re-ACKs of duplicates included)
+    NAK_SENT = 23           # Mode III: NAK sequence errors sent, one per gap
+    HOP_RESENDS = 24        # Mode III: results sent again on the hop, after a child's NAK or the switch's timer
+    DROP_BUFFER_BUSY = 25   # Mode III: contribution refused while its slot holds a result some child has not ACKed
+
+
+RC_MODE_COUNTERS = frozenset({Counter.ACK_REFLECTED, Counter.DROP_PSN_AHEAD, Counter.ACK_SENT, Counter.NAK_SENT,
+                              Counter.HOP_RESENDS, Counter.DROP_BUFFER_BUSY})
+"""The counters only jobs in EPIC's RC modes (``models/modes.py``) count; a UC job leaves them at zero."""

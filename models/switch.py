@@ -1,4 +1,4 @@
-"""The Mode II switch as a behavioural model.
+"""The reference switch as a behavioural model: the UC mode here, EPIC's Modes II and III in :mod:`inagg.models.modes`.
 
 Configured with a :class:`~inagg.models.job.SwitchSpec` and jobs
 (:class:`~inagg.models.job.JobSpec`), :meth:`ModelSwitch.receive` takes one
@@ -8,24 +8,32 @@ inspection, so the RTL can be compared with it frame by frame and counter by
 counter. ``docs/protocol.md`` is the specification this code follows; each
 rule below names its section there.
 
-The model has no clock: Mode II needs none (the hosts keep the timers), and
-a model without time gives the same output for the same arrival order on
-every run.
+A job's :class:`~inagg.models.job.Mode` picks its rules: ``Mode.UC`` jobs
+follow this module, Mode II and III jobs their object of
+:mod:`inagg.models.modes`, to which :meth:`ModelSwitch.receive` hands every
+frame addressed to them.
+
+UC and Mode II jobs need no clock (the hosts keep the timers), and give the
+same output for the same arrival order on every run; Mode III's result
+timers run on the clock a driver gives :meth:`ModelSwitch.on_timer`.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from inagg.models import arith, wire
+from inagg.models import arith, modes, wire
 from inagg.models.backend import Backend, SwitchBackend
 from inagg.models.cuckoo import KEY_JOB_SHIFT, CuckooTable, make_key
-from inagg.models.frame import CONTRIBUTION
-from inagg.models.job import JobSpec, SwitchSpec
-from inagg.models.protocol import CHUNK_MOD, Counter, Opcode, encode_imm, result_udp_sport, split_qpn
+from inagg.models.frame import CONTRIBUTION, RESULT
+from inagg.models.job import Collective, JobSpec, Mode, SwitchSpec
+from inagg.models.protocol import (
+    CHUNK_MOD, IMM_CHUNK_MASK, IMM_FP32, Counter, Opcode, encode_imm, qp_udp_sport, split_qpn,
+)
+from inagg.models.tree import TreeCounter
 
 __all__ = ["SlotState", "Slot", "ModelSwitch", "BACKEND"]
 
@@ -36,6 +44,7 @@ class SlotState(enum.IntEnum):
     FREE = 0
     AGG = 1    # collecting contributions
     DONE = 2   # complete; the result stays until the job's next chunk for this slot
+    SENT = 3   # tree: the partial went to the parent, the result has not come back yet
 
 
 @dataclass
@@ -60,20 +69,49 @@ class Slot:
 @dataclass
 class _Job:
     spec: JobSpec
-    result_psn: list[int] = field(default_factory=list)
+    result_psn: list[int]
+    # The collective's data flow (docs/protocol.md section 11), as worker bitmaps:
+    # who sends lanes up, who gets lanes down; whether this switch's partial and
+    # its parent's result carry lanes. No defaults: only of() derives them, so a
+    # job built field by field cannot silently take no one's lanes.
+    data_in: int
+    data_out: int
+    up_data: bool
+    down_data: bool
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> "_Job":
+        everyone = (1 << len(spec.workers)) - 1
+        root = 0 if spec.root is None else 1 << spec.root
+        data_in, data_out = {
+            Collective.REDUCE: (everyone, root),
+            Collective.BROADCAST: (root, everyone),
+            Collective.BARRIER: (0, 0),
+        }.get(spec.collective, (everyone, everyone))
+        down = data_out != 0 if spec.collective is Collective.REDUCE else spec.collective is not Collective.BARRIER
+        return cls(spec, [w.result_psn for w in spec.workers], data_in, data_out, data_in != 0, down)
 
 
 class ModelSwitch(SwitchBackend):
-    """The reference Mode II switch (see the module docstring), a :class:`~inagg.models.backend.SwitchBackend`."""
+    """The reference switch (see the module docstring), a :class:`~inagg.models.backend.SwitchBackend`.
 
-    def __init__(self, spec: SwitchSpec | None = None):
+    ``hop_timeout`` is Mode III's ACK timeout of a result on the hop.
+    """
+
+    def __init__(self, spec: SwitchSpec | None = None, *, hop_timeout: float = modes.HOP_TIMEOUT):
         self.spec = spec or SwitchSpec()
+        # Jobs of EPIC's Modes II and III (models/modes.py), by job number, and the clock of Mode III's timers.
+        self.modes: dict[int, modes.TranslatedJob] = {}
+        self.hop_timeout = hop_timeout
+        self.now = 0.0
         self._mac = wire.mac_bytes(self.spec.mac)
         self._ip = wire.ip_bytes(self.spec.ip)
         lanes = self.spec.lanes
         self.fast = [Slot(arith.LaneState(lanes)) for _ in range(self.spec.slots)]
         self.jobs: dict[int, _Job] = {}
         self.counters = {c: 0 for c in Counter}
+        self.tree_counters = {c: 0 for c in TreeCounter}
+        self._uplinks: dict[int, int] = {}  # result QPN from a parent -> job
         exc = self.spec.exception
         if exc is not None:
             self.exception: CuckooTable | None = CuckooTable(exc.table, exc.max_kicks, exc.stash)
@@ -89,14 +127,24 @@ class ModelSwitch(SwitchBackend):
         exception path it must not overlap another job's region."""
         if job.job in self.jobs:
             raise ValueError(f"job {job.job} is configured already")
-        self.spec.check_job(job, (j.spec for j in self.jobs.values()))
-        self.jobs[job.job] = _Job(job, [w.result_psn for w in job.workers])
+        self.spec.check_job(job, (j.spec for j in self.jobs.values()), modes=modes.MODES)
+        if job.parent is not None:
+            if job.parent.result_qpn in self._uplinks:
+                raise ValueError(f"job {job.job}'s uplink result QPN 0x{job.parent.result_qpn:06x} is job "
+                                 f"{self._uplinks[job.parent.result_qpn]}'s already")
+            self._uplinks[job.parent.result_qpn] = job.job
+        self.jobs[job.job] = _Job.of(job)
+        if job.mode is not Mode.UC:
+            self.modes[job.job] = modes.open_job(self, job, hop_timeout=self.hop_timeout)
 
     def remove_job(self, job: int) -> None:
         """Tear a job down: free its fast slots and its exception-path slots."""
         if job not in self.jobs:
             raise ValueError(f"job {job} is not configured")
-        del self.jobs[job]
+        up = self.jobs.pop(job).spec.parent
+        if up is not None:
+            del self._uplinks[up.result_qpn]
+        self.modes.pop(job, None)
         for s in self.fast:
             if s.state != SlotState.FREE and s.job == job:
                 s.clear()
@@ -128,38 +176,51 @@ class ModelSwitch(SwitchBackend):
         if isinstance(r, Counter):
             return self._count(r)
         c = self.spec.chunk_bytes
+        if r.opcode == RESULT.opcode and r.dest_qpn in self._uplinks:
+            return self._from_parent(self.jobs[self._uplinks[r.dest_qpn]], r)
         named = split_qpn(r.dest_qpn)
         job = self.jobs.get(named[0]) if named else None
         known = job is not None and named[1] < len(job.spec.workers)
-        bad = wire.check_receiver(r, CONTRIBUTION, c, qpn_ok=known, rkey_ok=known and r.rkey == job.spec.rkey,
-                                  va_ok=r.va is not None and r.va % c == 0 and r.va // c < CHUNK_MOD)
+        if known and job.spec.mode is not Mode.UC:
+            return self.modes[job.spec.job].receive(named[1], r)
+        kind, size = self._expects(job, named[1], r.opcode) if known else (CONTRIBUTION, c)
+        bad = wire.check_receiver(r, kind, size, qpn_ok=known, rkey_ok=known and r.rkey == job.spec.rkey,
+                                  va_ok=r.va is not None and r.va % c == 0 and r.va // c < CHUNK_MOD
+                                  and (r.imm is None or r.imm == encode_imm(r.va // c, True)))
         if bad is not None:
             return self._count(bad)
+        if kind is RESULT:
+            return self._contribute(job, named[1], r.va // c, r.payload, promoted=True)
         return self._contribute(job, named[1], r.va // c, r.payload)
+
+    def _held(self, job: JobSpec, idx: int) -> Slot | None:
+        """The slot job holds at region index ``idx``, fast or overflow; None when it holds none there."""
+        fast = self.fast[job.slot_base + idx]
+        if fast.state != SlotState.FREE and fast.job == job.job:
+            return fast
+        ptr = None if self.exception is None else self.exception.lookup(make_key(job.job, idx))
+        return None if ptr is None else self.overflow[ptr]
 
     def _locate(self, job: JobSpec, chunk: int) -> Slot | Counter:
         """The slot of (job, chunk): protocol.md "Slots" and "Slot collisions"."""
         idx = chunk & (job.slots - 1)
+        held = self._held(job, idx)
+        if held is not None:
+            return held
         fast = self.fast[job.slot_base + idx]
-        if fast.state != SlotState.FREE and fast.job == job.job:
-            return fast
-        if self.exception is None:
-            if fast.state == SlotState.FREE:
-                return fast
-            return Counter.DROP_COLLISION
-        key = make_key(job.job, idx)
-        ptr = self.exception.lookup(key)
-        if ptr is not None:
-            return self.overflow[ptr]
         if fast.state == SlotState.FREE:
             return fast
+        if self.exception is None:
+            return Counter.DROP_COLLISION
+        key = make_key(job.job, idx)
         # With every overflow slot in use the table is full as well.
         if not self._free or not self.exception.insert(key, self._free[0]):
             return Counter.EXC_REFUSED
         self.counters[Counter.EXC_INSERTS] += 1
         return self.overflow[self._free.pop(0)]
 
-    def _contribute(self, job: _Job, worker: int, chunk: int, payload: bytes) -> list[tuple[int, bytes]]:
+    def _contribute(self, job: _Job, worker: int, chunk: int, payload: bytes,
+                    promoted: bool = False) -> list[tuple[int, bytes]]:
         spec = job.spec
         slot = self._locate(spec, chunk)
         if isinstance(slot, Counter):
@@ -176,17 +237,28 @@ class ModelSwitch(SwitchBackend):
         bit = 1 << worker
         if slot.bitmap & bit:
             self.counters[Counter.DUP_CONTRIB] += 1
+            if slot.state == SlotState.SENT:  # the parent may have lost the partial: protocol.md section 10
+                return self._up(job, slot, TreeCounter.UP_RESENDS)
             if slot.state != SlotState.DONE:
                 return []
             self.counters[Counter.TX_RESENDS] += 1
             return [self._result(job, worker, slot)]
-        x = np.frombuffer(payload, ">i4").astype(np.int32)
-        self._accumulate(slot.lanes, x, first=(slot.count == 0))
+        first = not slot.bitmap & job.data_in
+        if promoted:
+            lanes = self.spec.lanes
+            words = np.frombuffer(payload, ">u4", lanes)
+            arith.merge(slot.lanes, words, np.unpackbits(np.frombuffer(payload, np.uint8, offset=4 * lanes),
+                                                         count=lanes).astype(bool), first=first)
+        elif payload:
+            self._accumulate(slot.lanes, np.frombuffer(payload, ">i4").astype(np.int32), first=first)
         slot.bitmap |= bit
         slot.count += 1
         self.counters[Counter.RX_CONTRIB] += 1
         if slot.count < len(spec.workers):
             return []
+        if spec.parent is not None:
+            slot.state = SlotState.SENT
+            return self._up(job, slot, TreeCounter.UP_PARTIALS)
         slot.state = SlotState.DONE
         self.counters[Counter.COMPLETED] += 1
         if any(self._lanes_out(slot.lanes)[1:]):
@@ -209,20 +281,94 @@ class ModelSwitch(SwitchBackend):
 
     def _result(self, job: _Job, worker: int, slot: Slot) -> tuple[int, bytes]:
         w = job.spec.workers[worker]
-        payload, fp32, saturated = self._lanes_out(slot.lanes)
+        if job.data_out >> worker & 1:
+            payload, fp32, saturated = self._lanes_out(slot.lanes)
+        else:
+            payload, fp32, saturated = b"", False, False
+            self.tree_counters[TreeCounter.TX_COMPLETIONS] += 1
         psn = job.result_psn[worker]
         job.result_psn[worker] = (psn + 1) & 0xFFFFFF
         self.counters[Counter.TX_RESULTS] += 1
         frame = wire.build(
             eth_dst=wire.mac_bytes(w.mac), eth_src=self._mac, ip_src=self._ip, ip_dst=wire.ip_bytes(w.ip),
-            udp_sport=result_udp_sport(w.qpn), opcode=Opcode.UC_RDMA_WRITE_ONLY_IMM, dest_qpn=w.qpn,
+            udp_sport=qp_udp_sport(w.qpn), opcode=Opcode.UC_RDMA_WRITE_ONLY_IMM, dest_qpn=w.qpn,
             psn=psn, va=w.result_va + (slot.chunk & (job.spec.slots - 1)) * self.spec.chunk_bytes,
             rkey=w.rkey, payload=payload, imm=encode_imm(slot.chunk, fp32, saturated), pkey=self.spec.pkey,
         )
         return w.port, frame
 
+    # -- the tree: docs/protocol.md section 10 --------------------------
+
+    def _expects(self, job: _Job, worker: int, opcode: int) -> tuple:
+        """(frame kind, DMA length) a contribution of ``worker`` must have: a child switch's promoted
+        partial is a 0x2B frame with one promotion bit per lane after the lanes; a child that sends no
+        data (the collective's rule) sends no lanes."""
+        c = self.spec.chunk_bytes
+        if not job.data_in >> worker & 1:
+            return CONTRIBUTION, 0
+        if opcode == RESULT.opcode and worker in job.spec.subswitches:
+            return RESULT, c + c // 32
+        return CONTRIBUTION, c
+
+    def _up(self, job: _Job, slot: Slot, event: TreeCounter) -> list[tuple[int, bytes]]:
+        """Send ``slot``'s partial to the parent as a contribution of this switch."""
+        up, c = job.spec.parent, self.spec.chunk_bytes
+        self.tree_counters[event] += 1
+        opcode, imm, payload = Opcode.UC_RDMA_WRITE_ONLY, None, b""
+        if job.up_data:
+            payload = slot.lanes.words.astype(">u4").tobytes()
+            if slot.lanes.promoted.any():
+                self.tree_counters[TreeCounter.UP_PROMOTED] += 1
+                opcode, imm = Opcode.UC_RDMA_WRITE_ONLY_IMM, encode_imm(slot.chunk, True)
+                payload += np.packbits(slot.lanes.promoted).tobytes()
+        frame = wire.build(
+            eth_dst=wire.mac_bytes(up.mac), eth_src=self._mac, ip_src=self._ip, ip_dst=wire.ip_bytes(up.ip),
+            udp_sport=qp_udp_sport(up.result_qpn), opcode=opcode, dest_qpn=up.qpn, psn=slot.chunk,
+            va=slot.chunk * c, rkey=up.rkey, payload=payload, imm=imm, pkey=self.spec.pkey,
+        )
+        return [(up.port, frame)]
+
+    def _from_parent(self, job: _Job, r: wire.RoceFrame) -> list[tuple[int, bytes]]:
+        """A result from the parent: keep it in the slot waiting for it and send it to every child."""
+        spec, c = job.spec, self.spec.chunk_bytes
+        up = spec.parent
+        chunk30 = r.imm & IMM_CHUNK_MASK
+        bad = wire.check_receiver(r, RESULT, c if job.down_data else 0, qpn_ok=True,
+                                  rkey_ok=r.rkey == up.result_rkey,
+                                  va_ok=r.va == up.result_va + (chunk30 & (spec.slots - 1)) * c)
+        if bad is not None:
+            return self._count(bad)
+        slot = self._held(spec, chunk30 & (spec.slots - 1))
+        if slot is None or slot.chunk & IMM_CHUNK_MASK != chunk30 or slot.state == SlotState.AGG:
+            self.tree_counters[TreeCounter.DROP_PARENT_STALE] += 1
+            return []
+        if slot.state == SlotState.DONE:
+            self.tree_counters[TreeCounter.DUP_PARENT] += 1
+            return []
+        if r.payload:
+            slot.lanes.words[:] = np.frombuffer(r.payload, ">u4")
+            slot.lanes.promoted[:] = bool(r.imm & IMM_FP32)
+        slot.state = SlotState.DONE
+        self.tree_counters[TreeCounter.RX_PARENT] += 1
+        return [self._result(job, w, slot) for w in range(len(spec.workers))]
+    # -- the clock of Mode III's result timers ------------------------------
+
+    @property
+    def deadline(self) -> float | None:
+        """When :meth:`on_timer` must run next: the earliest Mode III result timer, or None."""
+        armed = [d for m in self.modes.values() if (d := m.deadline) is not None]
+        return min(armed) if armed else None
+
+    def on_timer(self, now: float) -> list[tuple[int, bytes]]:
+        """Set the switch's clock to ``now``; return the results that timers due by then send again."""
+        self.now = max(self.now, now)
+        d = self.deadline
+        if d is None or d > self.now:
+            return []
+        return [f for m in self.modes.values() for f in m.on_timer(self.now)]
+
     # -- the rest of the backend interface --------------------------------
-    # The model has no clock: receive() returns every frame a frame causes.
+    # UC jobs need no clock: receive() returns every frame a frame causes.
 
     def poll(self) -> list[tuple[int, bytes]]:
         """Nothing: :meth:`receive` returns every frame the switch sends."""

@@ -23,7 +23,7 @@ import numpy as np
 from inagg.models import wire
 from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
 from inagg.models.p4profile import P4ProfileSwitch, P4Target
-from inagg.models.protocol import Counter, Opcode
+from inagg.models.protocol import Opcode
 
 __all__ = ["Case", "Vectors", "scenario", "write", "switch_for"]
 

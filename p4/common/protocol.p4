@@ -18,7 +18,7 @@ const bit<8>  OP_UC_WRITE_ONLY_IMM = 0x2B;
 const bit<32> IMM_SATURATED = 0x40000000;
 const bit<32> IMM_CHUNK_MASK = 0x3FFFFFFF;
 const bit<8>  RESULT_TTL = 64;
-const bit<16> RESULT_SPORT_BASE = 0xC000;
+const bit<16> QP_SPORT_BASE = 0xC000;
 const bit<32> I32_MIN = 0x80000000;
 const bit<32> I32_MAX = 0x7FFFFFFF;
 
@@ -50,12 +50,19 @@ const bit<32> CNT_DROP_WINDOW = 16;
 const bit<32> CNT_DROP_COLLISION = 17;
 const bit<32> CNT_EXC_INSERTS = 18;
 const bit<32> CNT_EXC_REFUSED = 19;
-const bit<32> N_COUNTERS = 20;
+const bit<32> CNT_ACK_REFLECTED = 20;
+const bit<32> CNT_DROP_PSN_AHEAD = 21;
+const bit<32> CNT_ACK_SENT = 22;
+const bit<32> CNT_NAK_SENT = 23;
+const bit<32> CNT_HOP_RESENDS = 24;
+const bit<32> CNT_DROP_BUFFER_BUSY = 25;
+const bit<32> N_COUNTERS = 26;
 
 /* Slot states (inagg.models.switch.SlotState). */
 const bit<2> SLOT_FREE = 0;
 const bit<2> SLOT_AGG = 1;
 const bit<2> SLOT_DONE = 2;
+const bit<2> SLOT_SENT = 3;  // trees only (docs/protocol.md section 10): a P4 switch runs alone and never enters it
 
 header ethernet_h {
     bit<48> dst;

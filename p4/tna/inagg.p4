@@ -672,7 +672,7 @@ control InaggEgress(inout eg_headers_t hdr, inout eg_metadata_t meta,
     action rewrite(bit<48> mac, bit<32> ip, bit<24> qpn, bit<32> rkey, bit<64> result_va) {
         hdr.eth.dst = mac;
         hdr.ipv4.dst = ip;
-        hdr.udp.sport = RESULT_SPORT_BASE[15:14] ++ qpn[13:0];
+        hdr.udp.sport = QP_SPORT_BASE[15:14] ++ qpn[13:0];
         hdr.bth.dqpn = qpn;
         hdr.reth.rkey = rkey;
         /* result_va is a multiple of R * C (the control plane checks it): an OR adds the offset. */

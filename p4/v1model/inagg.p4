@@ -320,7 +320,7 @@ control InaggEgress(inout headers_t hdr, inout metadata_t meta,
         hdr.ipv4.ttl = RESULT_TTL;
         hdr.ipv4.src = meta.switch_ip;
         hdr.ipv4.dst = ip;
-        hdr.udp.sport = RESULT_SPORT_BASE | (bit<16>)qpn[13:0];
+        hdr.udp.sport = QP_SPORT_BASE | (bit<16>)qpn[13:0];
         hdr.udp.len = CONTRIB_TOTAL + IMMDT_LEN - IPV4_LEN;
         hdr.udp.checksum = 0;
         hdr.bth.opcode = OP_UC_WRITE_ONLY_IMM;

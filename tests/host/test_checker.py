@@ -5,6 +5,8 @@ import pytest
 from inagg.host import checker
 from inagg.host.checker import Scope, Violation, check
 from inagg.host.worker import Timing
+from inagg.models.job import Mode
+from inagg.models.modes import AugmentedJob, TranslatedJob
 from inagg.models.switch import ModelSwitch
 
 
@@ -16,6 +18,13 @@ from inagg.models.switch import ModelSwitch
 def test_every_run_ends_with_the_exact_aggregate(scope, states):
     r = check(scope)
     assert r.states == states and r.final_states >= 1 and r.transitions > r.states
+
+
+def test_early_resends_keep_every_run_exact():
+    # Resending a chunk as soon as the next chunk's result overtakes it: still no duplicate sum, no lost chunk.
+    timing = Timing(timeout=1.0, backoff=2.0, max_timeout=4.0, tries=5, early=1)
+    r = check(Scope(workers=2, chunks=3, window=2, faults=1), timing=timing)
+    assert r.final_states >= 1 and r.states > 1551
 
 
 def test_a_worker_that_gives_up_too_early_is_found():
@@ -51,3 +60,34 @@ def test_scope_is_validated(kw, match):
 def test_state_budget_is_enforced():
     with pytest.raises(RuntimeError, match="more than 10 states: choose a smaller scope"):
         checker.check(Scope(workers=2, chunks=3, faults=1), max_states=10)
+
+
+@pytest.mark.parametrize("scope", [Scope(workers=2, chunks=2, window=1, faults=1, mode=Mode.TRANSLATED),
+                                   Scope(workers=2, chunks=2, window=1, faults=0, mode=Mode.AUGMENTED)], ids=str)
+def test_rc_modes_end_with_the_exact_aggregate_and_terminate(scope):
+    r = check(scope)
+    assert r.final_states >= 1 and r.transitions > r.states
+
+
+def test_a_mode_iii_switch_that_frees_a_result_before_the_slowest_ack_is_found(monkeypatch):
+    monkeypatch.setattr(AugmentedJob, "free_on_first_ack", True)
+    # The shortest counterexample: the slot is reused while the slower worker's result is still in flight,
+    # where the fault the scope allows can lose it.
+    with pytest.raises(Violation, match=r"no longer holds result PSN 0, which worker 1 lacks\ntrace:(.|\n)*"
+                                        r"switch <- w0 ACK PSN 0\n  switch <- w0 contribution PSN 2$"):
+        check(Scope(workers=2, chunks=3, window=1, faults=1, mode=Mode.AUGMENTED))
+
+
+def test_scope_refuses_mode_i():
+    with pytest.raises(ValueError, match="mode must be UC, TRANSLATED or AUGMENTED"):
+        Scope(mode=Mode.TERMINATED)
+
+
+def test_an_off_by_one_in_the_mode_ii_shadow_wipe_is_found(monkeypatch):
+    def late_wipe(self, w, psn):
+        self.entries[(psn + len(self.entries) // 2 + 1) % len(self.entries)].bitmap &= ~(1 << w)
+        return []
+
+    monkeypatch.setattr(TranslatedJob, "_in_order", late_wipe)
+    with pytest.raises(Violation, match=r"worker \d: RC retry count exceeded: PSN 2 unacknowledged(.|\n)*trace:"):
+        check(Scope(workers=2, chunks=3, window=1, faults=0, mode=Mode.TRANSLATED))

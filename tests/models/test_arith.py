@@ -133,3 +133,28 @@ def test_bad_input():
         arith.aggregate(np.zeros((0, 3), np.int32))
     with pytest.raises(ValueError, match="lanes"):
         arith.accumulate(arith.LaneState(4), np.zeros(3, np.int32))
+
+
+@given(st.lists(st.integers(-2**31, 2**31 - 1), min_size=8, max_size=8), st.lists(st.integers(-2**31, 2**31 - 1),
+       min_size=8, max_size=8))
+def test_merging_an_int32_partial_is_accumulating_it(a, b):
+    x, y = np.array(a, np.int32), np.array(b, np.int32)
+    s, t = arith.LaneState(8), arith.LaneState(8)
+    arith.accumulate(s, x, first=True)
+    arith.accumulate(s, y)
+    arith.merge(t, x.view(np.uint32), np.zeros(8, bool), first=True)
+    arith.merge(t, y.view(np.uint32), np.zeros(8, bool))
+    assert np.array_equal(s.words, t.words) and np.array_equal(s.promoted, t.promoted)
+
+
+def test_merge_adds_promoted_lanes_in_fp32_and_keeps_int32_lanes_exact():
+    s = arith.LaneState(4)
+    arith.merge(s, np.array([2**24 + 1, 0, 5, 2**31 - 1], np.int32).view(np.uint32), np.zeros(4, bool), first=True)
+    other = np.array([1, 0, 0, 1], np.int32).view(np.uint32).copy()
+    other[1] = np.float32(0.5).view(np.uint32)          # a promoted lane on the incoming side only
+    arith.merge(s, other, np.array([False, True, False, False]))
+    assert list(s.promoted) == [False, True, False, True]
+    assert s.words.view(np.int32)[0] == 2**24 + 2 and s.words.view(np.int32)[2] == 5
+    assert s.words.view(np.float32)[1] == np.float32(0.5) and s.words.view(np.float32)[3] == np.float32(2.0**31)
+    with pytest.raises(ValueError, match="partial has 3 lanes and 4 promotion bits, the slot 4"):
+        arith.merge(s, np.zeros(3, np.uint32), np.zeros(4, bool))

@@ -8,7 +8,6 @@ the switch is checked against the protocol, not against our own worker.
 from __future__ import annotations
 
 import random
-import struct
 
 import numpy as np
 import pytest

@@ -35,8 +35,8 @@ def test_constants_match_the_protocol_model():
     assert p4_const("IMM_SATURATED") == protocol.IMM_SATURATED
     assert p4_const("IMM_CHUNK_MASK") == protocol.IMM_CHUNK_MASK
     assert p4_const("RESULT_TTL") == protocol.DEFAULT_TTL
-    assert p4_const("RESULT_SPORT_BASE") == protocol.result_udp_sport(0)
-    assert p4_const("RESULT_SPORT_BASE") == protocol.RESULT_SPORT_BASE
+    assert p4_const("QP_SPORT_BASE") == protocol.qp_udp_sport(0)
+    assert p4_const("QP_SPORT_BASE") == protocol.QP_SPORT_BASE
     for n in ("IPV4", "UDP", "BTH", "RETH", "IMMDT", "ICRC"):
         assert p4_const(f"{n}_LEN") == getattr(protocol, f"{n}_LEN")
 

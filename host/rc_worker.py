@@ -1,0 +1,183 @@
+"""A worker of EPIC's Modes II and III: the chunk stream over one standard RC queue pair (sans-IO).
+
+:class:`RcWorker` is what a host with a stock RoCE NIC does in those
+modes: one RC QP to the switch, whose requester (:class:`inagg.models.rc.Requester`)
+sends each chunk as an RDMA WRITE ONLY message and whose responder
+(:class:`inagg.models.rc.Responder`) takes each result as an RDMA WRITE
+ONLY WITH IMMEDIATE and ACKs it. The NIC's rules do the rest: the window,
+the ACK timeout, Go-Back-N, the retry count. Nothing here knows whether
+the switch translates (Mode II: the ACK of a chunk is the switch's
+reflection of this host's ACK of its result) or augments (Mode III: the
+switch ACKs the chunk itself): that is EPIC's point.
+
+It has :class:`~inagg.host.worker.Worker`'s interface (``submit``,
+``receive``, ``on_timer``, ``deadline``, ``done``, ``results``), so
+:class:`~inagg.host.worker.AllReduce` runs on it unchanged, and ``fork`` /
+``fingerprint`` for the model checker. Both PSN spaces start at 0: the
+first chunk the QP carries has PSN 0, its result too.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter as Tally
+
+import numpy as np
+
+from inagg.models import rc, wire
+from inagg.models.frame import Opcode
+from inagg.models.job import JobSpec, Mode, SwitchSpec
+from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter, decode_imm, qp_udp_sport
+
+from inagg.host.worker import ProtocolError, QuantizedChunks, Timing, Worker, chunk_rows
+
+__all__ = ["RcWorker", "RcRetryError", "RC_MODES"]
+
+RC_MODES = (Mode.TRANSLATED, Mode.AUGMENTED)
+"""The modes whose hosts :class:`RcWorker` is."""
+# Chunks are quantized and posted to the send queue this many at a time, as the window reaches them.
+_BLOCK = 512
+
+
+class RcRetryError(ProtocolError, TimeoutError):
+    """The QP's requester ran out of retries (:class:`inagg.models.rc.RetryExceededError`): the all-reduce fails."""
+
+
+class RcWorker:
+    """The chunk stream of worker ``rank`` of a Mode II or III ``job``, over one RC QP (sans-IO).
+
+    ``timing.timeout`` is the QP's local ACK timeout and ``timing.tries``
+    its retry count plus one (backoff does not exist on an RC QP). The QP's
+    window is the job's (``job.window`` chunks). ``stats`` counts chunks
+    sent and resent, results placed, and ignored frames by reason, as
+    :class:`~inagg.host.worker.Worker`'s does.
+    """
+
+    def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, *, timing: Timing | None = None):
+        if job.mode not in RC_MODES:
+            raise ValueError(f"RcWorker runs Modes II and III (RC queue pairs), not {job.mode.name}")
+        self.switch, self.job, self.rank = switch, job, rank
+        self.timing = timing or Timing()
+        self.window = job.window
+        w = job.workers[rank]
+        self.qpn = w.qpn
+        self.to = rc.Address(eth_dst=wire.mac_bytes(switch.mac), eth_src=wire.mac_bytes(w.mac),
+                             ip_src=wire.ip_bytes(w.ip), ip_dst=wire.ip_bytes(switch.ip),
+                             udp_sport=qp_udp_sport(w.qpn), dest_qpn=job.qpn(rank), rkey=job.rkey,
+                             pkey=switch.pkey)
+        self.requester = rc.Requester(window=self.window, mtu=switch.chunk_bytes, timeout=self.timing.timeout,
+                                      retries=self.timing.tries - 1)
+        self.responder = rc.Responder()
+        self.next_chunk = 0
+        self.stats: Tally = Tally()
+        self._k = self._posted = self._got = 0
+        self._lanes = np.zeros((0, switch.lanes), np.int32)
+        self._words = np.zeros((0, switch.lanes), np.uint32)
+        self._fp32 = np.zeros(0, bool)
+        self._saturated = np.zeros(0, bool)
+        self._posted_base = 0   # requester.completed when the batch started
+
+    base = Worker.base
+    results = Worker.results
+
+    @property
+    def done(self) -> bool:
+        """True when every chunk of the current batch has its result."""
+        return self._got == self._k
+
+    @property
+    def deadline(self) -> float | None:
+        """The QP's ACK timer."""
+        return self.requester.deadline
+
+    def submit(self, now: float, lanes: "np.ndarray | QuantizedChunks") -> list[bytes]:
+        """Start a batch of chunks (int32, shape (k, lanes)); returns the first frames."""
+        lanes = chunk_rows(self, lanes)
+        k = lanes.shape[0]
+        self._k, self._lanes, self._posted, self._got = k, lanes, 0, 0
+        self._words = np.zeros((k, self.switch.lanes), np.uint32)
+        self._fp32 = np.zeros(k, bool)
+        self._saturated = np.zeros(k, bool)
+        self._posted_base = self.requester.completed
+        self.next_chunk = (self.next_chunk + k) % CHUNK_MOD
+        return self._post(now)
+
+    def receive(self, now: float, frame: bytes) -> list[bytes]:
+        """Handle one frame from the switch: an ACK/NAK of a chunk, or a result."""
+        r = rc.decode(frame, self.switch.pkey)
+        if isinstance(r, Counter):
+            self.stats[r] += 1
+            return []
+        qpn, item = r
+        if qpn != self.qpn:
+            self.stats[Counter.DROP_UNKNOWN_QPN] += 1
+            return []
+        if isinstance(item, rc.Ack):
+            return self._guard(lambda: self.requester.receive(now, item)) + self._post(now)
+        if item.opcode != Opcode.RC_RDMA_WRITE_ONLY_IMM or len(item.payload) != self.switch.chunk_bytes:
+            self.stats[Counter.DROP_BAD_OPCODE if item.opcode != Opcode.RC_RDMA_WRITE_ONLY_IMM
+                       else Counter.DROP_BAD_LENGTH] += 1
+            return []
+        messages, acks = self.responder.receive(item)
+        if not messages:
+            self.stats["duplicate" if rc.psn_diff(item.psn, self.responder.expected) < 0 else "out_of_order"] += 1
+        for m in messages:
+            self._place(m)
+        return [rc.encode(a, self.to) for a in acks]
+
+    def on_timer(self, now: float) -> list[bytes]:
+        """The QP's ACK timeout: Go-Back-N; :class:`RcRetryError` after the last retry."""
+        out = self._guard(lambda: self.requester.on_timer(now))
+        self.stats["resent"] += len(out)
+        return out
+
+    def _guard(self, call) -> list[bytes]:
+        try:
+            return [rc.encode(p, self.to) for p in call()]
+        except rc.RcError as e:
+            raise RcRetryError(f"job {self.job.job} worker {self.rank}: {e}") from e
+
+    def _place(self, m: rc.Message) -> None:
+        chunk30, fp32, saturated = decode_imm(m.imm)
+        i = (chunk30 - self.base) & IMM_CHUNK_MASK
+        if i >= self._posted or i != self._got:
+            # RC delivers each result once, in PSN order: anything else is a switch that broke the protocol.
+            self.stats["unexpected"] += 1
+            return
+        self._words[i] = np.frombuffer(m.payload, ">u4")
+        self._fp32[i], self._saturated[i] = fp32, saturated
+        self._got += 1
+        self.stats["results"] += 1
+        if fp32:
+            self.stats["fp32_results"] += 1
+
+    def _post(self, now: float) -> list[bytes]:
+        """Post chunks to the send queue, two windows past the oldest one not ACKed, a block at a time.
+
+        The requester's window decides what goes out; posting ahead of it
+        only saves a call per ACK, and posting lazily quantizes lazily."""
+        stop = min(self._k, self.requester.completed - self._posted_base + 2 * self.window)
+        out = []
+        c = self.switch.chunk_bytes
+        while self._posted < stop:
+            hi = min(stop, self._posted + _BLOCK)
+            rows = self._lanes[self._posted:hi].astype(">i4")
+            for j, row in enumerate(rows, self._posted):
+                chunk = (self.base + j) % CHUNK_MOD
+                out += self.requester.post(now, row.tobytes(), va=chunk * c)
+            self.stats["sent"] += hi - self._posted
+            self._posted = hi
+        return [rc.encode(p, self.to) for p in out]
+
+    def fork(self) -> "RcWorker":
+        """An independent copy of the protocol state (the model checker branches with it)."""
+        w = copy.copy(self)
+        w.stats = Tally(self.stats)
+        w.requester, w.responder = self.requester.copy(), self.responder.copy()
+        w._words, w._fp32, w._saturated = self._words.copy(), self._fp32.copy(), self._saturated.copy()
+        return w
+
+    def fingerprint(self, now: float) -> tuple:
+        """A hashable summary of the protocol state, timers relative to ``now``."""
+        return (self.next_chunk, self._k, self._posted, self._got, self._words.tobytes(), self._fp32.tobytes(),
+                self.requester.state(now), self.responder.state())

@@ -1,0 +1,109 @@
+"""RC hosts (host/rc_worker.py) against the model switch in Modes II and III, end to end over the memory network."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from inagg import cli
+from inagg.host.controller import Controller, plan
+from inagg.host.link import Faults
+from inagg.host.memnet import MemoryNetwork
+from inagg.host.rc_worker import RcRetryError, RcWorker
+from inagg.host.worker import AllReduce, Timing, Worker
+from inagg.models import arith
+from inagg.models.job import Mode
+from inagg.models.protocol import Counter
+from inagg.models.switch import ModelSwitch
+
+TIMING = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
+
+
+def setup(mode, workers=3, window=4):
+    p = plan([workers], window=window, chunk_bytes=256)
+    p = dataclasses.replace(p, jobs=tuple(dataclasses.replace(j, mode=mode) for j in p.jobs))
+    sw = ModelSwitch(p.switch)
+    Controller(sw, p).configure()
+    return p, sw
+
+
+class Chunks(RcWorker):
+    """An RcWorker that sends one batch of int32 chunks when the network starts it."""
+
+    def __init__(self, lanes, *args, **kw):
+        super().__init__(*args, **kw)
+        self.lanes = lanes
+
+    def start(self, now):
+        return self.submit(now, self.lanes)
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+@pytest.mark.parametrize("faults", [Faults(), Faults(loss=0.05), Faults(dup=0.1), Faults(reorder=0.2),
+                                    Faults(loss=0.03, dup=0.03, reorder=0.1)], ids=str)
+def test_every_worker_gets_the_exact_sum_under_faults(mode, faults):
+    p, sw = setup(mode)
+    job = p.jobs[0]
+    rng = np.random.default_rng(7)
+    data = rng.integers(-2**28, 2**28, (3, 40, p.switch.lanes), dtype=np.int32)
+    data[:, 5, 0] = 2**31 - 1  # one promoted chunk: FP32 results travel too
+    eps = {w.port: Chunks(data[r], p.switch, job, r, timing=TIMING) for r, w in enumerate(job.workers)}
+    MemoryNetwork(sw, faults=faults, seed=11).run(eps)
+    expect = [arith.aggregate(data[:, c]) for c in range(40)]
+    for ep in eps.values():
+        words, fp32, _ = ep.results()
+        assert fp32.tolist() == [c == 5 for c in range(40)]
+        for c in range(40):
+            assert (words[c].view(expect[c].dtype) == expect[c]).all()
+    assert sw.counters[Counter.COMPLETED] == 40
+
+
+def test_mode_iii_repairs_losses_on_the_hop():
+    p, sw = setup(Mode.AUGMENTED)
+    data = np.ones((3, 40, p.switch.lanes), np.int32)
+    eps = {w.port: Chunks(data[r], p.switch, p.jobs[0], r, timing=TIMING) for r, w in enumerate(p.jobs[0].workers)}
+    MemoryNetwork(sw, faults=Faults(loss=0.05), seed=2).run(eps)
+    assert sw.counters[Counter.HOP_RESENDS] > 0 and sw.counters[Counter.ACK_REFLECTED] == 0
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+def test_allreduce_over_rc_matches_the_uc_mode_bit_for_bit(mode):
+    rng = np.random.default_rng(3)
+    data = [rng.standard_normal(3000).astype(np.float32) for _ in range(3)]
+    out = {}
+    for m, kind in ((Mode.UC, Worker), (mode, RcWorker)):
+        p, sw = setup(m)
+        ops = {w.port: AllReduce(kind(p.switch, p.jobs[0], r, timing=TIMING), data[r])
+               for r, w in enumerate(p.jobs[0].workers)}
+        MemoryNetwork(sw, faults=Faults(loss=0.02, reorder=0.05), seed=5).run(ops)
+        out[m] = [op.result() for op in ops.values()]
+    for a, b in zip(out[Mode.UC], out[mode]):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_a_missing_worker_exhausts_the_retries_with_a_typed_error():
+    p, sw = setup(Mode.TRANSLATED, workers=2)
+    ep = Chunks(np.ones((2, p.switch.lanes), np.int32), p.switch, p.jobs[0], 0, timing=Timing(timeout=1e-3, tries=3))
+    with pytest.raises(RcRetryError, match=r"job 1 worker 0: RC retry count exceeded: PSN 0 unacknowledged "
+                                           r"after 2 retries \(ACK timeout\)"):
+        MemoryNetwork(sw).run({p.jobs[0].workers[0].port: ep})
+
+
+def test_rc_worker_refuses_a_uc_job():
+    p, _ = setup(Mode.UC)
+    with pytest.raises(ValueError, match="RcWorker runs Modes II and III"):
+        RcWorker(p.switch, p.jobs[0], 0)
+
+
+@pytest.mark.parametrize("mode", ["II", "III"])
+def test_demo_runs_each_mode_under_faults(mode, capsys):
+    import json
+    rc = cli.main(["demo", "--mode", mode, "--size", "64KiB", "--window", "16", "--loss", "0.02", "--dup", "0.02",
+                   "--reorder", "0.05", "--json", "--no-progress"])
+    s = json.loads(capsys.readouterr().out)
+    assert rc == 0 and s["ok"] and s["mode"] == mode and s["switch_counters"]["COMPLETED"] > 0
+
+
+def test_demo_refuses_a_mode_the_setup_cannot_run(capsys):
+    assert cli.main(["demo", "--mode", "III", "--switch", "rtl"]) == 2
+    assert "mode III runs on the model switch over the memory network only" in capsys.readouterr().err

@@ -1,0 +1,222 @@
+"""Job modes (models/job.Mode) and EPIC's Modes II and III in the model switch (models/modes.py), frame by frame."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from inagg.models import rc, wire
+from inagg.host.p4ctl.layout import plan as p4_plan
+from inagg.models.geometry import SwitchGeometry
+from inagg.models.job import Collective, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
+from inagg.models.p4profile import V1MODEL
+from inagg.models.protocol import Counter, Opcode, decode_imm, qp_udp_sport
+from inagg.models.rc import Ack, Packet, Syndrome
+from inagg.models.regmap import RegMap
+from inagg.models.switch import ModelSwitch
+
+CHUNK = 256
+LANES = CHUNK // 4
+
+
+def make_job(mode, n=2, slots=4):
+    workers = tuple(WorkerSpec(port=i, mac=f"02:00:00:00:00:{i + 1:02x}", ip=f"10.0.0.{i + 1}", qpn=0x100 + i,
+                               rkey=0x500 + i, result_va=0x10000 * (i + 1)) for i in range(n))
+    return JobSpec(job=3, rkey=0xC0DE, slot_base=0, slots=slots, workers=workers, mode=mode)
+
+
+def switch(mode, **kw):
+    sw = ModelSwitch(SwitchSpec(ports=4, slots=8, chunk_bytes=CHUNK), hop_timeout=1.0)
+    job = make_job(mode, **kw)
+    sw.add_job(job)
+    return sw, job
+
+
+def to_switch(sw, job, w):
+    ws = job.workers[w]
+    return rc.Address(eth_dst=wire.mac_bytes(sw.spec.mac), eth_src=wire.mac_bytes(ws.mac), ip_src=wire.ip_bytes(ws.ip),
+                      ip_dst=wire.ip_bytes(sw.spec.ip), udp_sport=qp_udp_sport(ws.qpn), dest_qpn=job.qpn(w),
+                      rkey=job.rkey)
+
+
+def lanes(w, psn):
+    return np.full(LANES, 10 * w + psn + 1, np.int32)
+
+
+def send(sw, job, w, psn, chunk=None, **kw):
+    chunk = psn if chunk is None else chunk
+    pkt = Packet(Opcode.RC_RDMA_WRITE_ONLY, psn, lanes(w, psn).astype(">i4").tobytes(), True, chunk * CHUNK, CHUNK)
+    pkt = dataclasses.replace(pkt, **kw)
+    return decoded(sw.receive(job.workers[w].port, rc.encode(pkt, to_switch(sw, job, w))))
+
+
+def ack(sw, job, w, item):
+    return decoded(sw.receive(job.workers[w].port, rc.encode(item, to_switch(sw, job, w))))
+
+
+def decoded(out):
+    """(port, destination QPN, packet or ACK) of what the switch sent."""
+    return [(port, *rc.decode(f)) for port, f in out]
+
+
+# -- Mode, JobSpec, check_job --------------------------------------------------------
+
+def test_jobs_are_uc_by_default_and_the_mode_is_checked():
+    assert make_job(Mode.UC).mode is Mode.UC and JobSpec(1, 0, 0, 2, make_job(Mode.UC).workers).mode is Mode.UC
+    assert [m.value for m in Mode] == ["uc", "I", "II", "III"]
+    with pytest.raises(TypeError, match=r"mode must be a Mode \(UC, TERMINATED, TRANSLATED, AUGMENTED\), not 'II'"):
+        dataclasses.replace(make_job(Mode.UC), mode="II")
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED, Mode.TERMINATED])
+def test_the_rtl_and_p4_switches_refuse_every_mode_but_uc(mode):
+    job = make_job(mode)
+    message = rf"^job 3 asks for mode {mode.name} \({mode.value}\); this switch implements UC \(uc\)$"
+    with pytest.raises(ValueError, match=message):
+        RegMap(4, 8).job_writes(job, SwitchSpec(ports=4, slots=8, chunk_bytes=CHUNK))
+    with pytest.raises(ValueError, match=message):
+        SwitchGeometry(ports=4, width=64, slots=8, chunk_bytes=CHUNK).check_job(job)
+    with pytest.raises(ValueError, match=message):
+        p4_plan(V1MODEL, SwitchSpec(ports=4, slots=8, chunk_bytes=CHUNK), [job])
+
+
+def test_the_model_switch_takes_modes_ii_and_iii_and_refuses_mode_i():
+    for mode in (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED):
+        switch(mode)
+    with pytest.raises(ValueError, match=r"mode TERMINATED \(I\); this switch implements UC \(uc\), "
+                                         r"TRANSLATED \(II\), AUGMENTED \(III\)$"):
+        switch(Mode.TERMINATED)
+
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+def test_the_rc_modes_refuse_a_tree_or_another_collective_until_they_are_joined(mode):
+    job = make_job(Mode.UC)
+    uplink = Uplink(port=3, mac="02:00:00:00:01:00", ip="10.0.1.0", qpn=0x400000, rkey=1, result_qpn=0x200,
+                    result_rkey=2, result_va=0)
+    for tree_job in (dataclasses.replace(job, parent=uplink), dataclasses.replace(job, subswitches={1}),
+                     dataclasses.replace(job, collective=Collective.BARRIER)):
+        with pytest.raises(ValueError, match=rf"^mode {mode.name} runs AllReduce on one switch"):
+            dataclasses.replace(tree_job, mode=mode)
+    assert dataclasses.replace(job, mode=mode).mode is mode
+
+
+# -- Mode II ---------------------------------------------------------------------------
+
+def test_mode_ii_aggregates_in_order_and_sends_rc_results_with_the_contribution_psn():
+    sw, job = switch(Mode.TRANSLATED)
+    assert send(sw, job, 0, 0) == []
+    out = send(sw, job, 1, 0)
+    assert [(p, q) for p, q, _ in out] == [(0, 0x100), (1, 0x101)]
+    for w, (_, _, pkt) in enumerate(out):
+        assert pkt.opcode == Opcode.RC_RDMA_WRITE_ONLY_IMM and pkt.psn == 0 and pkt.ackreq
+        assert pkt.va == job.workers[w].result_va and decode_imm(pkt.imm) == (0, False, False)
+        assert (np.frombuffer(pkt.payload, ">i4") == lanes(0, 0) + lanes(1, 0)).all()
+    assert sw.counters[Counter.COMPLETED] == 1 and sw.counters[Counter.RX_CONTRIB] == 2
+
+
+def test_mode_ii_reflects_each_hosts_ack_and_nak_back_to_it():
+    sw, job = switch(Mode.TRANSLATED)
+    for item in (Ack(5, Syndrome.ACK, 6), Ack(7, Syndrome.NAK_SEQ, 7)):
+        assert ack(sw, job, 1, item) == [(1, 0x101, item)]
+    assert sw.counters[Counter.ACK_REFLECTED] == 2
+
+
+def test_mode_ii_drops_a_psn_ahead_and_resends_the_result_for_a_psn_behind():
+    sw, job = switch(Mode.TRANSLATED)
+    assert send(sw, job, 0, 1) == [] and sw.counters[Counter.DROP_PSN_AHEAD] == 1
+    send(sw, job, 0, 0)
+    assert send(sw, job, 0, 0) == [] and sw.counters[Counter.DUP_CONTRIB] == 1   # result not made yet
+    send(sw, job, 1, 0)
+    (resent,) = send(sw, job, 1, 0)
+    assert resent[:2] == (1, 0x101) and resent[2].psn == 0 and sw.counters[Counter.TX_RESENDS] == 1
+
+
+def test_mode_ii_wipes_the_shadow_half_as_the_window_advances():
+    sw, job = switch(Mode.TRANSLATED, slots=4)                # W = 2: PSN p wipes slot (p + 2) mod 4
+    m = sw.modes[job.job]
+    for p in range(2):
+        send(sw, job, 0, p)
+        send(sw, job, 1, p)
+    assert [e.bitmap for e in m.entries] == [3, 3, 0, 0]
+    send(sw, job, 0, 2)
+    assert [e.bitmap for e in m.entries] == [2, 3, 1, 0]       # slot 0 keeps its result for worker 1
+    assert send(sw, job, 1, 0)[0][2].psn == 0                  # which may still ask for it
+    send(sw, job, 1, 2)
+    assert m.entries[0].bitmap == 0 and m.entries[2].count == 2
+
+
+def test_mode_ii_counts_bad_contributions():
+    sw, job = switch(Mode.TRANSLATED)
+    uc = wire.build(eth_dst=bytes(6), eth_src=bytes(6), ip_src=bytes(4), ip_dst=bytes(4), udp_sport=1,
+                    opcode=Opcode.UC_RDMA_WRITE_ONLY, dest_qpn=job.qpn(0), psn=0, va=0, rkey=job.rkey,
+                    payload=bytes(CHUNK))
+    assert sw.receive(0, uc) == [] and sw.counters[Counter.DROP_BAD_OPCODE] == 1
+    bad_rkey = dataclasses.replace(to_switch(sw, job, 0), rkey=1)
+    pkt = Packet(Opcode.RC_RDMA_WRITE_ONLY, 0, bytes(CHUNK), True, 0, CHUNK)
+    assert sw.receive(0, rc.encode(pkt, bad_rkey)) == [] and sw.counters[Counter.DROP_BAD_RKEY] == 1
+    send(sw, job, 0, 0)
+    assert send(sw, job, 1, 0, chunk=4) == [] and sw.counters[Counter.DROP_BAD_ADDRESS] == 1
+    assert sw.modes[job.job].expected == [1, 0]
+
+
+# -- Mode III ----------------------------------------------------------------------------
+
+def test_mode_iii_acks_in_order_re_acks_behind_and_naks_once_per_gap():
+    sw, job = switch(Mode.AUGMENTED)
+    assert send(sw, job, 0, 0) == [(0, 0x100, Ack(0, Syndrome.ACK, 1))]
+    assert send(sw, job, 0, 0) == [(0, 0x100, Ack(0, Syndrome.ACK, 1))]            # re-ACK
+    assert send(sw, job, 0, 2) == [(0, 0x100, Ack(1, Syndrome.NAK_SEQ, 1))]        # the gap
+    assert send(sw, job, 0, 3) == []                                              # the same gap
+    assert send(sw, job, 0, 1) == [(0, 0x100, Ack(1, Syndrome.ACK, 2))]
+    c = sw.counters
+    assert (c[Counter.ACK_SENT], c[Counter.NAK_SENT], c[Counter.DUP_CONTRIB], c[Counter.DROP_PSN_AHEAD]) == (3, 1, 1, 2)
+
+
+def _complete(sw, job, psn):
+    send(sw, job, 0, psn)
+    return send(sw, job, 1, psn)
+
+
+def test_mode_iii_frees_a_result_only_when_the_slowest_worker_acked_it():
+    sw, job = switch(Mode.AUGMENTED, slots=2)                  # W = 1: PSN 2 needs the slot of PSN 0
+    out = _complete(sw, job, 0)
+    assert [x[2] for x in out[:1]] == [Ack(0, Syndrome.ACK, 1)] and len(out) == 3
+    _complete(sw, job, 1)
+    ack(sw, job, 0, Ack(1))                                    # worker 0 has results 0 and 1, worker 1 none
+    assert send(sw, job, 0, 2) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 1
+    ack(sw, job, 1, Ack(0))
+    assert send(sw, job, 0, 2) == [(0, 0x100, Ack(2, Syndrome.ACK, 3))]
+
+
+def test_mode_iii_sends_results_again_on_a_nak_and_on_its_timer():
+    sw, job = switch(Mode.AUGMENTED, slots=4)
+    _complete(sw, job, 0)
+    _complete(sw, job, 1)
+    m = sw.modes[job.job]
+    assert sw.deadline == 1.0 and m.timers == [1.0, 1.0]
+    assert sw.on_timer(0.5) == []
+    again = ack(sw, job, 1, Ack(0, Syndrome.NAK_SEQ, 0))       # worker 1 lost result 0 and saw 1
+    assert [(p, x.psn) for p, _, x in again] == [(1, 0), (1, 1)] and m.timers == [1.0, 1.5]
+    late = decoded(sw.on_timer(1.0))                           # worker 0's ACKs were lost
+    assert [(p, x.psn) for p, _, x in late] == [(0, 0), (0, 1)]
+    assert sw.counters[Counter.HOP_RESENDS] == 4
+    ack(sw, job, 0, Ack(1))
+    ack(sw, job, 1, Ack(1))
+    assert sw.deadline is None and [e.bitmap for e in m.entries] == [0, 0, 0, 0]
+
+
+def test_mode_iii_mutation_frees_a_result_at_the_first_ack():
+    sw, job = switch(Mode.AUGMENTED, slots=2)
+    m = sw.modes[job.job]
+    m.free_on_first_ack = True
+    _complete(sw, job, 0)
+    ack(sw, job, 0, Ack(0))
+    assert m.entries[0].bitmap == 0                            # worker 1 has not ACKed it: the bug
+
+
+def test_mode_jobs_leave_with_their_state():
+    sw, job = switch(Mode.AUGMENTED)
+    _complete(sw, job, 0)
+    sw.remove_job(job.job)
+    assert sw.modes == {} and sw.deadline is None
