@@ -1,4 +1,4 @@
-"""The worker API: ``allreduce(array, group)``.
+"""The worker API: ``allreduce(array, group)`` and the other collectives of :mod:`inagg.host.collectives`.
 
 A :class:`Group` names one worker of one job on one switch and the
 :class:`Port` its frames go through (an AF_PACKET socket in a namespace, a
@@ -17,12 +17,14 @@ from typing import Protocol
 
 import numpy as np
 
-from inagg.models.job import JobSpec, SwitchSpec
+from inagg.models.job import Collective, JobSpec, SwitchSpec
 
+from inagg.host.collectives import AllGather, Barrier, Broadcast, Reduce, ReduceScatter, collective_worker
 from inagg.host.link import Faults, HeldFrames, LossyLink
-from inagg.host.worker import AllReduce, Timing, Worker
+from inagg.host.worker import AllReduce, Timing
 
-__all__ = ["Port", "Group", "allreduce", "MemoryFabric"]
+__all__ = ["Port", "Group", "allreduce", "reduce", "broadcast", "barrier", "reduce_scatter", "allgather", "run",
+           "MemoryFabric", "Collective"]
 
 
 class Port(Protocol):
@@ -46,19 +48,26 @@ class Group:
     ``accept_zero_icrc=True`` is for a Tofino switch, whose results carry an
     ICRC field of zero (``docs/p4.md``): they are taken and counted in
     ``worker.stats["zero_icrc"]``. Off by default.
+
+    On a tree of switches ``rank`` is the worker index on the leaf switch
+    and ``tree_rank`` the rank in the whole tree (the controller's
+    ``TreePlan.rank`` maps one to the other); the collectives that place
+    data by rank use :attr:`index`. The job's collective decides which of
+    the functions below the group can run.
     """
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, port: Port, *, timing: Timing | None = None,
-                 first_chunk: int = 0, accept_zero_icrc: bool = False):
+                 first_chunk: int = 0, accept_zero_icrc: bool = False, tree_rank: int | None = None):
         self.switch, self.job, self.rank, self.port = switch, job, rank, port
-        self.worker = Worker(switch, job, rank, timing=timing, first_chunk=first_chunk,
-                             accept_zero_icrc=accept_zero_icrc)
+        self.index = rank if tree_rank is None else tree_rank
+        self.worker = collective_worker(switch, job, rank, timing=timing, first_chunk=first_chunk,
+                                        accept_zero_icrc=accept_zero_icrc)
         self.last_exponent: int | None = None
 
     @property
     def size(self) -> int:
-        """Workers in the job."""
-        return len(self.job.workers)
+        """Ranks in the job (over the whole tree)."""
+        return self.job.ranks
 
 
 def allreduce(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
@@ -74,7 +83,53 @@ def allreduce(array: np.ndarray, group: Group, *, clock: Callable[[], float] = t
     a = np.asarray(array)
     if a.dtype != np.float32:
         raise TypeError(f"allreduce takes a float32 array, not {a.dtype}")
-    op = AllReduce(group.worker, a.ravel())
+    op = run(AllReduce(group.worker, a.ravel()), group, clock=clock)
+    group.last_exponent = op.exponent
+    return op.result().reshape(a.shape)
+
+
+def reduce(array: np.ndarray, group: Group, *, amax: float,
+           clock: Callable[[], float] = time.monotonic) -> np.ndarray | None:
+    """The sum of ``array`` over the ranks on the job's root rank (None on the others).
+
+    ``amax`` bounds ``|x|`` on every rank and is the same everywhere
+    (:class:`~inagg.host.collectives.Reduce` says why); larger values are
+    refused with ``ValueError`` before anything is sent.
+    """
+    a = np.asarray(array)
+    out = run(Reduce(group.worker, a.ravel(), amax=amax, rank=group.index), group, clock=clock).result()
+    return None if out is None else out.reshape(a.shape)
+
+
+def broadcast(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
+    """The root rank's ``array``, bit for bit, on every rank; the others pass an array of the same shape."""
+    a = np.asarray(array)
+    return run(Broadcast(group.worker, a.ravel(), rank=group.index), group, clock=clock).result().reshape(a.shape)
+
+
+def barrier(group: Group, *, clock: Callable[[], float] = time.monotonic) -> None:
+    """Return when every rank of the job has called it."""
+    run(Barrier(group.worker, rank=group.index), group, clock=clock)
+
+
+def reduce_scatter(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
+    """This rank's part (``numpy.array_split`` of the flat sum into ``group.size`` parts) of the sum over the ranks."""
+    a = np.asarray(array)
+    op = run(ReduceScatter(group.worker, a.ravel(), rank=group.index), group, clock=clock)
+    group.last_exponent = op.allreduce.exponent
+    return op.result()
+
+
+def allgather(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
+    """Every rank's flat ``array`` (all of one length), concatenated in rank order, bit for bit."""
+    return run(AllGather(group.worker, np.asarray(array).ravel(), rank=group.index), group, clock=clock).result()
+
+
+def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
+    """Drive the sans-IO operation ``op`` (``start``, ``receive``, ``on_timer``, ``deadline``, ``done``) to its end.
+
+    ``op`` works on ``group.worker``; its frames go through ``group.port``. Returns ``op``.
+    """
     port = group.port
     for f in op.start(clock()):
         port.send(f)
@@ -87,8 +142,7 @@ def allreduce(array: np.ndarray, group: Group, *, clock: Callable[[], float] = t
             out += op.on_timer(now)
         for f in out:
             port.send(f)
-    group.last_exponent = op.exponent
-    return op.result().reshape(a.shape)
+    return op
 
 
 class _QueuePort:

@@ -8,7 +8,11 @@ rings (R_Key and virtual address) and disjoint slot regions. The same plan
 configures every switch implementation through :class:`Controller`, which
 talks to a target with the control-plane interface of
 :class:`~inagg.models.switch.ModelSwitch` (``add_job`` / ``remove_job``);
-the hosts derive their frames from the same plan. :class:`RegisterTarget` is
+the hosts derive their frames from the same plan. :func:`plan_tree` does the
+same for a tree of switches (:class:`~inagg.models.tree.Tree`): one job
+description gives each switch its :class:`Plan`, whose job lists the
+switch's children as workers and its uplink, and :class:`TreeController`
+configures them all. :class:`RegisterTarget` is
 that interface on the RTL's AXI4-Lite register map
 (:class:`inagg.models.regmap.RegMap`), for any bus with a synchronous
 ``write(address, value)``; :func:`register_writes` lists the same writes for
@@ -21,12 +25,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
-from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_JOBS, MAX_WORKERS
+from inagg.models.job import Collective, JobSpec, SwitchSpec, Uplink, WorkerSpec
+from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_JOBS, MAX_WORKERS, switch_qpn
 from inagg.models.regmap import TEARDOWN, RegMap
+from inagg.models.tree import Tree
 
 __all__ = ["Plan", "plan", "ConfigTarget", "Controller", "RegisterTarget", "register_writes", "worker_mac",
-           "worker_ip", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS"]
+           "worker_ip", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS", "TreePlan", "plan_tree", "TreeController"]
 
 SWITCH_MAC = "02:00:00:00:00:fe"
 SWITCH_IP = "10.0.0.254"
@@ -35,6 +40,9 @@ RESULT_VA = 0x7F00_0000_0000
 _JOB_RKEY = 0x4A0B_0000
 _RESULT_RKEY = 0x5E5E_0000
 _WORKER_QPN = 0x01_0000
+# A switch of a tree takes its parent's results on QPN _SWITCH_QPN + its index, R_Key _SWITCH_RKEY + index.
+_SWITCH_QPN = 0x02_0000
+_SWITCH_RKEY = 0x5E5F_0000
 # Slot memory of the largest switch a plan describes (the model allocates every slot).
 MAX_SLOTS = 1 << 16
 
@@ -58,8 +66,9 @@ class Plan:
 
 
 def plan(workers: Sequence[int], *, window: int = 128, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
-         first_job: int = 1) -> Plan:
-    """Plan ``len(workers)`` concurrent jobs, job ``j`` with ``workers[j]`` workers.
+         first_job: int = 1, collective: Collective | str = Collective.ALLREDUCE, root: int = 0) -> Plan:
+    """Plan ``len(workers)`` concurrent jobs, job ``j`` with ``workers[j]`` workers, each running ``collective``
+    (with root worker ``root`` for Reduce and Broadcast).
 
     Each worker gets its own switch port (ports numbered job by job); each job
     a region of ``2 * window`` slots (the window rule of ``docs/protocol.md``
@@ -93,8 +102,78 @@ def plan(workers: Sequence[int], *, window: int = 128, chunk_bytes: int = CHUNK_
                                     rkey=_RESULT_RKEY + port, result_va=RESULT_VA))
             port += 1
         jobs.append(JobSpec(job=first_job + j, rkey=_JOB_RKEY + first_job + j, slot_base=j * region,
-                            slots=region, workers=tuple(specs)))
+                            slots=region, workers=tuple(specs), collective=Collective(collective),
+                            root=root if Collective(collective).rooted else None))
     return Plan(switch, tuple(jobs))
+
+
+@dataclass(frozen=True)
+class TreePlan:
+    """One job on a tree of switches: the tree, and per switch (in tree order) the :class:`Plan` of its job.
+
+    Rank ``r`` is worker :meth:`rank` of the job on its leaf switch.
+    """
+
+    tree: Tree
+    plans: tuple[Plan, ...]
+
+    @property
+    def collective(self) -> Collective:
+        return self.plans[0].jobs[0].collective
+
+    def rank(self, r: int) -> tuple[int, int]:
+        """(switch index, worker index there) of rank ``r``."""
+        return self.tree.leaf_of(r)
+
+
+def plan_tree(tree: Tree | str, *, window: int = 128, chunk_bytes: int = CHUNK_BYTES_DEFAULT, job: int = 1,
+              collective: Collective | str = Collective.ALLREDUCE, root: int = 0) -> TreePlan:
+    """Plan job ``job`` running ``collective`` on ``tree`` (a :class:`~inagg.models.tree.Tree` or its spec).
+
+    Every switch gets a region of ``2 * window`` slots at slot 0 and the
+    job's one R_Key and number; a child switch is a worker of its parent,
+    with a result QPN and R_Key of its own, and its job's
+    :class:`~inagg.models.job.Uplink` names the parent's QPN for it. ``root``
+    is the root rank of Reduce and Broadcast (ignored otherwise).
+    """
+    if isinstance(tree, str):
+        tree = Tree.parse(tree)
+    collective = Collective(collective)
+    if not isinstance(window, int) or window < 1 or window & (window - 1):
+        raise ValueError(f"window must be a power of two >= 1, not {window!r}")
+    if not isinstance(job, int) or not 0 <= job < MAX_JOBS:
+        raise ValueError(f"job must be an integer in 0..{MAX_JOBS - 1}, not {job!r}")
+    if collective.rooted and (not isinstance(root, int) or not 0 <= root < tree.ranks):
+        raise ValueError(f"root must be a rank in 0..{tree.ranks - 1}, not {root!r}")
+    region = max(2, 2 * window)
+    rkey = _JOB_RKEY + job
+    switches = tree.switches
+
+    def worker(port: int, child) -> WorkerSpec:
+        if child.switch:
+            c = switches[child.index]
+            return WorkerSpec(port=port, mac=c.mac, ip=c.ip, qpn=_SWITCH_QPN + c.index, rkey=_SWITCH_RKEY + c.index,
+                              result_va=RESULT_VA)
+        r = child.index
+        return WorkerSpec(port=port, mac=tree.rank_mac(r), ip=tree.rank_ip(r), qpn=_WORKER_QPN + r,
+                          rkey=_RESULT_RKEY + r, result_va=RESULT_VA)
+
+    plans = []
+    for s in switches:
+        uplink = None
+        if s.parent is not None:
+            p = switches[s.parent]
+            uplink = Uplink(port=s.uplink_port, mac=p.mac, ip=p.ip, qpn=switch_qpn(job, s.position), rkey=rkey,
+                            result_qpn=_SWITCH_QPN + s.index, result_rkey=_SWITCH_RKEY + s.index,
+                            result_va=RESULT_VA)
+        spec = JobSpec(job=job, rkey=rkey, slot_base=0, slots=region,
+                       workers=tuple(worker(i, c) for i, c in enumerate(s.children)), parent=uplink,
+                       subswitches=frozenset(i for i, c in enumerate(s.children) if c.switch),
+                       collective=collective, root=s.child_towards(root) if collective.rooted else None,
+                       ranks=tree.ranks)
+        plans.append(Plan(SwitchSpec(mac=s.mac, ip=s.ip, ports=s.ports, slots=region, chunk_bytes=chunk_bytes),
+                          (spec,)))
+    return TreePlan(tree, tuple(plans))
 
 
 class ConfigTarget(Protocol):
@@ -178,3 +257,30 @@ class RegisterTarget:
         if TEARDOWN.decode(status)["refused"]:
             raise RuntimeError(f"the switch refused to tear job {job} down (TEARDOWN 0x{status:08X}): another "
                                "job's key diverted from one of its slots; tear that job down first")
+
+
+class TreeController:
+    """Configures a :class:`TreePlan` on its switches (``targets``, in tree order) and tears it down again."""
+
+    def __init__(self, targets: Sequence[ConfigTarget], plan: TreePlan):
+        if len(targets) != len(plan.plans):
+            raise ValueError(f"the tree has {len(plan.plans)} switches, not {len(targets)}")
+        self.plan = plan
+        self._controllers = [Controller(t, p) for t, p in zip(targets, plan.plans)]
+
+    def configure(self) -> None:
+        """Install the job on every switch, root first."""
+        for c in self._controllers:
+            c.configure()
+
+    def teardown(self) -> None:
+        """Remove the job from every switch, leaves first."""
+        for c in reversed(self._controllers):
+            c.teardown()
+
+    def __enter__(self) -> "TreeController":
+        self.configure()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()

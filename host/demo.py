@@ -1,7 +1,8 @@
 """``inagg demo``: the main job -- workers all-reduce float32 tensors through the switch.
 
 N workers per job (default 4) each all-reduce a random float32 tensor
-(default 16 MiB) through the Mode II model switch or, with ``--switch rtl``,
+(default 16 MiB) through the fast software switch, the reference model switch
+(``--switch model``) or, with ``--switch rtl``,
 the Verilated RTL switch cycle by cycle (``docs/emulation.md``), over the
 in-memory network (default) or Linux network namespaces, with optional loss, duplication,
 reordering and corruption. The run checks every worker's result against a
@@ -15,11 +16,13 @@ Only argparse is imported at module import time: ``inagg --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
 from inagg.host import sizes
 
-__all__ = ["register", "parse_size"]
+__all__ = ["register", "parse_size", "stdout_to_stderr"]
 
 
 def parse_size(text: str) -> int:
@@ -28,6 +31,27 @@ def parse_size(text: str) -> int:
     if n % 4:
         raise ValueError(f"size must be a multiple of 4 bytes (whole float32 elements), not {n}")
     return n
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Send everything written to standard output to standard error while the context lasts.
+
+    Both the Python stream and file descriptor 1 are redirected, so child
+    processes (Verilator's build, the simulator's banner) and libraries that
+    print are caught too: the summary the demo prints afterwards is then the
+    only thing on standard output, and ``--json`` pipes into a JSON reader.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _size_arg(text: str) -> int:
@@ -63,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="all-reduce random tensors through the switch and check the sums",
         description="N workers per job all-reduce random float32 tensors through the Mode II switch "
                     "and check every sum against a float64 numpy reference.")
-    p.add_argument("--workers", type=_positive_int, default=4, help="workers per job (default 4)")
+    p.add_argument("--workers", type=_positive_int, help="workers per job (default 4; with --tree its ranks)")
     p.add_argument("--size", type=_size_arg, default=16 << 20,
                    help="tensor bytes per worker, a multiple of 4 (default 16MiB); " + sizes.SIZE_GRAMMAR)
     p.add_argument("--jobs", type=_positive_int, default=1, help="concurrent jobs on the switch (default 1)")
@@ -74,16 +98,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--net", choices=("memory", "netns"), default="memory",
                    help="memory: one process, virtual time (default); netns: a Linux namespace per worker and "
                         "for the switch, veth pairs, AF_PACKET (needs root)")
-    p.add_argument("--switch", choices=("model", "rtl"), default="model",
-                   help="model: the numpy model switch (default); rtl: the Verilated RTL switch, cycle by cycle "
+    p.add_argument("--switch", choices=("fast", "model", "rtl"), default=None,
+                   help="fast: the compiled software switch (the default for a UC AllReduce on one switch); "
+                        "model: the reference numpy model switch (the default for --mode II/III, --tree and "
+                        "--collective); "
+                        "rtl: the Verilated RTL switch, cycle by cycle "
                         "(built on first use, cached in sim_build/; with netns the workers reach it through TAP "
                         "devices)")
+    p.add_argument("--mode", choices=("uc", "II", "III"), default="uc",
+                   help="uc: UC queue pairs, hosts keep reliability (default; every switch); II: EPIC's Mode II, "
+                        "RC end to end, the switch reflects ACKs; III: Mode III, RC with reliability on the hop "
+                        "(II and III: model switch, memory network)")
     p.add_argument("--width", type=int, default=512, choices=(64, 256, 512),
                    help="--switch rtl: beat width of the RTL in bits (default 512)")
     p.add_argument("--waves", metavar="FILE.fst",
                    help="--switch rtl: dump the run's waveforms to FILE.fst (or FILE.vcd; FST needs the lz4 headers)")
     p.add_argument("--compare", action="store_true",
                    help="--switch rtl: run the model switch on the same traffic and report every frame that differs")
+    p.add_argument("--tree", metavar="SPEC",
+                   help="run on a tree of model switches: fan-out per level, root first (4: one switch of four "
+                        "ranks; 2x4: a root over two switches of four ranks each); faults hit every hop")
+    p.add_argument("--collective", default="allreduce",
+                   choices=("allreduce", "reduce", "broadcast", "barrier", "reduce-scatter", "allgather"),
+                   help="the collective the ranks run (default allreduce); every other one runs on model switches "
+                        "(one switch, or --tree) and is checked bit for bit against numpy")
+    p.add_argument("--root", type=int, default=0, help="root rank of reduce and broadcast (default 0)")
     p.add_argument("--window", type=_positive_int, default=128,
                    help="chunks outstanding per worker, a power of two (default 128)")
     p.add_argument("--chunk-bytes", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096),
@@ -102,16 +141,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from inagg.host.demo_run import DemoConfig, format_summary, run_demo
 
     try:
-        cfg = DemoConfig(workers=args.workers, size=args.size, jobs=args.jobs, loss=args.loss, dup=args.dup,
+        workers = args.workers
+        if workers is None:
+            from inagg.models.tree import Tree
+
+            workers = Tree.parse(args.tree).ranks if args.tree is not None else 4
+        cfg = DemoConfig(workers=workers, tree=args.tree, collective=args.collective, root=args.root,
+                         size=args.size, jobs=args.jobs, loss=args.loss, dup=args.dup,
                          reorder=args.reorder, corrupt=args.corrupt, net=args.net, switch=args.switch,
                          window=args.window, chunk_bytes=args.chunk_bytes, seed=args.seed, pcap=args.pcap,
-                         width=args.width, waves=args.waves, compare=args.compare)
+                         width=args.width, waves=args.waves, compare=args.compare, mode=args.mode)
     except ValueError as e:
         print(f"inagg demo: error: {e}", file=sys.stderr)
         return 2
     progress = not (args.json or args.no_progress) and sys.stderr.isatty()
     try:
-        summary = run_demo(cfg, progress=progress)
+        with stdout_to_stderr():
+            summary = run_demo(cfg, progress=progress)
     except Exception as e:  # a protocol failure ends the demo with its message, not a traceback
         from inagg.host.demo_run import RtlUnavailable
         from inagg.host.netns import NetnsUnavailable

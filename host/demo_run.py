@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import Counter as Tally
 from dataclasses import dataclass
 
 import numpy as np
 
 from inagg.models import quant
-from inagg.models.backend import Backend, MissingTool, load_backend
+from inagg.models.backend import DEFAULT_BACKEND, Backend, MissingTool, load_backend
+from inagg.models.job import Mode
 from inagg.models.protocol import Counter
 
-from inagg.host.controller import Controller, plan
+from inagg.host.controller import Controller, TreeController, plan, plan_tree
 from inagg.host.link import Faults
-from inagg.host.memnet import MemoryNetwork
+from inagg.host.memnet import MemoryNetwork, TreeNetwork
+from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import AllReduce, Timing, Worker, agreement_chunks
 
 __all__ = ["DemoConfig", "RtlUnavailable", "run_demo", "result_bound", "format_summary", "pcap_writer"]
@@ -32,7 +35,7 @@ class DemoConfig:
     reorder: float = 0.0
     corrupt: float = 0.0
     net: str = "memory"
-    switch: str = "model"
+    switch: str | None = None
     window: int = 128
     chunk_bytes: int = 1024
     seed: int = 0
@@ -40,14 +43,28 @@ class DemoConfig:
     width: int = 512
     waves: str | None = None
     compare: bool = False
+    tree: str | None = None
+    collective: str = "allreduce"
+    root: int = 0
+    mode: str = "uc"
 
     def __post_init__(self) -> None:
+        modes = {m.value: m for m in Mode if m is Mode.UC or m in RC_MODES}
+        if self.mode not in modes:
+            raise ValueError(f"mode must be one of {', '.join(modes)}, not {self.mode!r}")
+        if self.switch is None:
+            # The fast switch runs UC jobs on one switch; the RC modes, trees and the other
+            # collectives run on the reference model switch.
+            reference = modes[self.mode] is not Mode.UC or self.tree is not None or self.collective != "allreduce"
+            object.__setattr__(self, "switch", "model" if reference else DEFAULT_BACKEND)
+        if modes[self.mode] is not Mode.UC and (self.switch, self.net) != ("model", "memory"):
+            raise ValueError(f"mode {self.mode} runs on the model switch over the memory network only")
         if not isinstance(self.size, int) or self.size < 0 or self.size % 4:
             raise ValueError(f"size must be a non-negative multiple of 4 bytes, not {self.size!r}")
         if self.net not in ("memory", "netns"):
             raise ValueError(f"net must be 'memory' or 'netns', not {self.net!r}")
-        if self.switch not in ("model", "rtl"):
-            raise ValueError(f"switch must be 'model' or 'rtl', not {self.switch!r}")
+        if self.switch not in ("fast", "model", "rtl"):
+            raise ValueError(f"switch must be 'fast', 'model' or 'rtl', not {self.switch!r}")
         if self.switch == "rtl":
             if self.width not in (64, 256, 512):
                 raise ValueError(f"width must be 64, 256 or 512, not {self.width!r}")
@@ -55,12 +72,28 @@ class DemoConfig:
                 raise ValueError(f"a waveform file ends in .fst or .vcd, not {self.waves!r}")
         elif self.waves is not None or self.compare:
             raise ValueError("--waves and --compare need the RTL switch (--switch rtl)")
+        if self.collective != "allreduce" and self.tree is None:
+            object.__setattr__(self, "tree", str(self.workers))  # one switch is the tree of one level
+        if self.tree is not None and modes[self.mode] is not Mode.UC:
+            raise ValueError(f"--tree and --collective run in mode uc; mode {self.mode} runs AllReduce on one switch")
+        if self.tree is not None:
+            ranks = self.tree_plan().tree.ranks
+            if (self.net, self.switch, self.jobs) != ("memory", "model", 1):
+                raise ValueError("--tree and --collective run one job on model switches over the memory network")
+            if self.workers != ranks:
+                raise ValueError(f"tree {self.tree} has {ranks} ranks, not {self.workers} workers")
         # plan() and Faults() validate the rest with their own messages.
         self.plan()
         self.faults()
 
+    def tree_plan(self):
+        return plan_tree(self.tree, window=self.window, chunk_bytes=self.chunk_bytes, collective=self.collective,
+                         root=self.root)
+
     def plan(self):
-        return plan([self.workers] * self.jobs, window=self.window, chunk_bytes=self.chunk_bytes)
+        p = plan([self.workers] * self.jobs, window=self.window, chunk_bytes=self.chunk_bytes)
+        mode = Mode(self.mode)
+        return dataclasses.replace(p, jobs=tuple(dataclasses.replace(j, mode=mode) for j in p.jobs))
 
     def faults(self) -> Faults:
         return Faults(loss=self.loss, dup=self.dup, reorder=self.reorder, corrupt=self.corrupt)
@@ -136,6 +169,8 @@ class RtlUnavailable(RuntimeError):
 
 def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
     """Run the demo described by ``cfg``; returns the summary (``summary["ok"]``: every sum within its bound)."""
+    if cfg.tree is not None:
+        return _run_tree(cfg, progress)
     p = cfg.plan()
     data = {job.job: _tensors(cfg, j) for j, job in enumerate(p.jobs)}
     try:
@@ -148,7 +183,7 @@ def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
     else:
         run = _run_netns if cfg.net == "netns" else _run_memory
         outcomes, counters, moved = run(backend, cfg, p, data, progress)
-    summary = _summarize(cfg, p, data, outcomes, counters, moved)
+    summary = _summarize(cfg, _groups(p), data, outcomes, counters, moved)
     if rtl is not None:
         summary["rtl"] = rtl
         summary["ok"] = summary["ok"] and rtl.get("compare", {}).get("differences", 0) == 0
@@ -190,8 +225,9 @@ def _run_memory(backend: Backend, cfg, p, data, progress):
     timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
     ops = {}
     for job in p.jobs:
+        kind = RcWorker if job.mode in RC_MODES else Worker
         for r, w in enumerate(job.workers):
-            ops[w.port] = AllReduce(Worker(p.switch, job, r, timing=timing), data[job.job][r])
+            ops[w.port] = AllReduce(kind(p.switch, job, r, timing=timing), data[job.job][r])
     lanes = p.switch.lanes
     total = len(ops) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
     with Controller(switch, p), pcap_writer(cfg.pcap) as capture, _progress_bar(progress, total) as bar:
@@ -201,6 +237,68 @@ def _run_memory(backend: Backend, cfg, p, data, progress):
         counters = dict(switch.counters)
     outcomes = {port: _Outcome(op.result(), op.exponent, op.worker.stats) for port, op in ops.items()}
     return outcomes, counters, _Moved(stats.to_switch, stats.to_hosts, stats.wall_time, stats.link)
+
+
+def _groups(p) -> dict[int, list[int]]:
+    """The outcome keys (switch ports) of each job's workers, in rank order."""
+    return {job.job: [w.port for w in job.workers] for job in p.jobs}
+
+
+def _run_tree(cfg: DemoConfig, progress: bool) -> dict:
+    """The job on a tree of model switches over the memory network; outcomes keyed by rank."""
+    from inagg.host.collectives import collective_worker, operation
+    from inagg.models.switch import ModelSwitch
+    from inagg.models.tree import TreeCounter
+
+    tp = cfg.tree_plan()
+    job = tp.plans[0].jobs[0].job
+    data = {job: _tensors(cfg, 0)}
+    # Reduce has no agreement round: its bound is the largest magnitude of any rank (docs/protocol.md 11).
+    amax = max((float(np.abs(d).max()) for d in data[job] if d.size), default=0.0)
+    switches = [ModelSwitch(q.switch) for q in tp.plans]
+    timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
+    ops = {}
+    for r in range(tp.tree.ranks):
+        s, w = tp.rank(r)
+        q = tp.plans[s]
+        ops[r] = operation(collective_worker(q.switch, q.jobs[0], w, timing=timing), data[job][r], rank=r, amax=amax)
+    lanes = tp.plans[0].switch.lanes
+    total = len(ops) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
+    with TreeController(switches, tp), pcap_writer(cfg.pcap) as capture, _progress_bar(progress, total) as bar:
+        net = TreeNetwork(tp.tree, switches, faults=cfg.faults(), seed=cfg.seed, capture=capture)
+        tick = None if bar is None else (lambda now: bar(sum(op.worker.stats["results"] for op in ops.values())))
+        stats = net.run(ops, progress=tick)
+        counters, tree = Tally(), Tally()
+        for sw in switches:
+            counters.update(sw.counters)
+            tree.update(sw.tree_counters)
+    moved = _Moved(stats.to_switch, stats.to_hosts, stats.wall_time, stats.link)
+    if cfg.collective == "allreduce":
+        outcomes = {r: _Outcome(op.result(), op.exponent, op.worker.stats) for r, op in ops.items()}
+        summary = _summarize(cfg, {job: list(range(tp.tree.ranks))}, data, outcomes, counters, moved)
+    else:
+        exact = _exact(cfg, data[job], ops)
+        outcomes = {r: _Outcome(np.zeros(0, np.float32), 0, op.worker.stats) for r, op in ops.items()}
+        summary = _summarize(cfg, {}, data, outcomes, counters, moved)
+        summary.update(ok=exact, exact=exact, exponents={})
+    summary["collective"] = cfg.collective
+    summary["tree"] = {"spec": tp.tree.spec, "switches": len(switches),
+                       "counters": {c.name: tree[c] for c in TreeCounter}}
+    return summary
+
+
+def _exact(cfg: DemoConfig, data: list[np.ndarray], ops: dict) -> bool:
+    """True when every rank holds, bit for bit, what numpy says ``cfg.collective`` gives it."""
+    from inagg.host.collectives import exponent, reference
+
+    want = reference(cfg.collective, data, root=cfg.root, exponent=exponent(ops[0]))
+    return all(op.done and _same(op.result(), w) for op, w in zip(ops.values(), want))
+
+
+def _same(got: np.ndarray | None, want: np.ndarray | None) -> bool:
+    if got is None or want is None:
+        return got is want
+    return got.shape == want.shape and np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 def _run_netns(backend: Backend, cfg, p, data, progress):
@@ -301,21 +399,21 @@ def _worker_proc(ns, ifname, switch_spec, job, rank, data, timing, go, conn):
         conn.send(("error", e))
 
 
-def _summarize(cfg, p, data, outcomes, counters, moved) -> dict:
+def _summarize(cfg, groups, data, outcomes, counters, moved) -> dict:
     ok = True
     max_err, worst_ratio, bound_at_max = 0.0, 0.0, 0.0
     exponents = {}
-    for job in p.jobs:
+    for job, keys in groups.items():
         ref = np.zeros(cfg.size // 4)
         abs_sum = np.zeros(cfg.size // 4)
-        for d in data[job.job]:
+        for d in data[job]:
             ref += d
             abs_sum += np.abs(d)
-        first = outcomes[job.workers[0].port]
-        exponents[job.job] = first.exponent
-        bound = result_bound(ref, abs_sum, first.exponent, len(job.workers))
-        for w in job.workers:
-            out = outcomes[w.port].result
+        first = outcomes[keys[0]]
+        exponents[job] = first.exponent
+        bound = result_bound(ref, abs_sum, first.exponent, len(keys))
+        for key in keys:
+            out = outcomes[key].result
             if not np.array_equal(out.view(np.uint32), first.result.view(np.uint32)):
                 ok = False  # every worker of a job must hold the same sum, bit for bit
             err = np.abs(out - ref)
@@ -333,7 +431,7 @@ def _summarize(cfg, p, data, outcomes, counters, moved) -> dict:
     payload = cfg.size * len(outcomes)
     return {
         "ok": bool(ok and worst_ratio <= 1.0),
-        "net": cfg.net, "switch": cfg.switch, "workers": cfg.workers, "jobs": cfg.jobs,
+        "net": cfg.net, "switch": cfg.switch, "mode": cfg.mode, "workers": cfg.workers, "jobs": cfg.jobs,
         "size_bytes": cfg.size, "chunk_bytes": cfg.chunk_bytes, "window": cfg.window,
         "faults": {"loss": cfg.loss, "dup": cfg.dup, "reorder": cfg.reorder, "corrupt": cfg.corrupt},
         "seed": cfg.seed,
@@ -343,6 +441,7 @@ def _summarize(cfg, p, data, outcomes, counters, moved) -> dict:
         "worst_error_to_bound": worst_ratio,
         "wall_time_s": moved.wall_time,
         "goodput_gbit_s": payload * 8 / moved.wall_time / 1e9 if moved.wall_time else 0.0,
+        "switch_frames_per_s": moved.to_switch / moved.wall_time if moved.wall_time else 0.0,
         "packets": {
             "contributions_sent": host["sent"],
             "retransmissions": host["resent"],
@@ -368,17 +467,22 @@ def format_summary(s: dict) -> None:
     t.add_column(style="bold")
     t.add_column()
     f = s["faults"]
+    where = f"tree {s['tree']['spec']} of {s['tree']['switches']} switches" if "tree" in s else f"{s['switch']} switch"
     t.add_row("setup", f"{s['jobs']} job(s) x {s['workers']} workers, {s['size_bytes'] / 2**20:.2f} MiB float32 per "
-                       f"worker, {s['net']} network, {s['switch']} switch, window {s['window']}, "
+                       f"worker, {s['net']} network, {where}, mode {s['mode']}, window {s['window']}, "
                        f"{s['chunk_bytes']} B chunks")
     t.add_row("faults", ", ".join(f"{k} {v:g}" for k, v in f.items()) + f", seed {s['seed']}")
     verdict = "[green]PASS[/green]" if s["ok"] else "[red]FAIL[/red]"
-    t.add_row("max error", f"{s['max_error']:.3g} (bound there {s['bound_at_max_error']:.3g}; worst error/bound "
-                           f"{s['worst_error_to_bound']:.3f}) {verdict}")
-    t.add_row("scale", ", ".join(f"job {j}: 2**{e}" for j, e in s["exponents"].items()))
+    if s.get("collective", "allreduce") != "allreduce":
+        t.add_row("collective", f"{s['collective']}: every rank's result bit for bit as numpy's: {verdict}")
+    else:
+        t.add_row("max error", f"{s['max_error']:.3g} (bound there {s['bound_at_max_error']:.3g}; worst error/bound "
+                               f"{s['worst_error_to_bound']:.3f}) {verdict}")
+        t.add_row("scale", ", ".join(f"job {j}: 2**{e}" for j, e in s["exponents"].items()))
     g = s["goodput_gbit_s"]
     rate = f"{g:.2f} Gb/s" if g >= 1 else f"{g * 1000:.1f} Mb/s"
-    t.add_row("time", f"{s['wall_time_s']:.2f} s, goodput {rate} (tensor bytes of all workers / wall time)")
+    t.add_row("time", f"{s['wall_time_s']:.2f} s, goodput {rate} (tensor bytes of all workers / wall time), "
+                      f"{s['switch_frames_per_s']:,.0f} frames/s into the switch")
     pk = s["packets"]
     t.add_row("packets", f"{pk['contributions_sent']} contributions sent ({pk['retransmissions']} retransmissions), "
                          f"{pk['results_placed']} results placed, {pk['duplicate_results']} duplicate and "
@@ -387,6 +491,8 @@ def format_summary(s: dict) -> None:
     d = s["drops"]
     for row, where in (("drops (switch)", "switch"), ("drops (hosts)", "hosts"), ("link faults", "link")):
         t.add_row(row, ", ".join(f"{k} {v}" for k, v in sorted(d[where].items())) or "none")
+    if "tree" in s:
+        t.add_row("tree", ", ".join(f"{k} {v}" for k, v in s["tree"]["counters"].items() if v) or "none")
     if "rtl" in s:
         r = s["rtl"]
         t.add_row("rtl", f"{r['width']}-bit beats, {r['cycles']:,} cycles simulated ({r['simulated_time_s'] * 1e3:.3f} ms "

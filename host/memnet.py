@@ -10,10 +10,18 @@ virtual, so a run is reproducible for a seed and timeouts cost nothing in
 wall-clock time.
 
 :class:`Traffic` is that loop's events without the clock: frames on the
-link both ways, the endpoints' timers, what the switch sends.
+link both ways, the endpoints' timers, what the switch sends, and the
+switch's own timer when it has one (``deadline`` and ``on_timer(now)``:
+the model switch's Mode III result timers).
 :class:`MemoryNetwork` drives it in virtual time; the RTL's memory
 transport (``inagg.testbench.bridge.memory``) drives the same events on the
 simulator's clock.
+
+:class:`TreeNetwork` does the same for a tree of switches
+(:class:`~inagg.models.tree.Tree`): endpoints are the ranks, every hop
+(rank to leaf switch, switch to parent) is a link of its own with the same
+faults, and a frame a switch sends on a port goes to what
+:meth:`~inagg.models.tree.Tree.peer` names there.
 """
 
 from __future__ import annotations
@@ -21,16 +29,18 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter as Tally
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from inagg.host.link import Faults, LossyLink
 from inagg.models.backend import DataPlane
+from inagg.models.tree import Tree
 
-__all__ = ["Endpoint", "Traffic", "MemoryNetwork", "RunStats"]
+__all__ = ["Endpoint", "Traffic", "MemoryNetwork", "RunStats", "TreeNetwork", "TreeTraffic"]
 
-_TO_SWITCH, _TO_HOST, _TIMER = 0, 1, 2
+_TO_SWITCH, _TO_HOST, _TIMER, _SWITCH_TIMER = 0, 1, 2, 3
 
 
 class Endpoint(Protocol):
@@ -70,6 +80,9 @@ class Traffic:
         self._heap: list = []
         self._seq = 0
         self._timers: dict[int, float | None] = {}
+        # A switch with timers of its own (the model's Mode III, DataPlane.deadline) runs on this clock.
+        self._switch_clock = None if switch is None else switch.on_timer
+        self._switch_due: float | None = None
 
     @property
     def next_time(self) -> float:
@@ -84,9 +97,27 @@ class Traffic:
         self.pending = sum(not ep.done for ep in self.endpoints.values())
 
     def pop(self, now: float | None = None) -> None:
-        """Handle the earliest event at ``now`` (by default its own time)."""
+        """Handle the earliest event at ``now`` (by default its own time).
+
+        Frames due at the switch at the same time, one after the other, reach it in one
+        :meth:`~inagg.models.backend.DataPlane.receive_batch`: what it sends is put on the link
+        in the same order as frame by frame, so a run is the same either way.
+        """
         due, _, kind, port, frame = heapq.heappop(self._heap)
         now = due if now is None else now
+        if kind == _SWITCH_TIMER:
+            if due == self._switch_due:
+                self._switch_due = None
+                self.from_switch(now, self._switch_clock(now))
+                self._arm_switch()
+            return
+        if kind == _TO_SWITCH:
+            batch = [(port, frame)]
+            while self._heap and self._heap[0][0] == due and self._heap[0][2] == _TO_SWITCH:
+                batch.append(heapq.heappop(self._heap)[3:])
+            self.in_flight -= len(batch)
+            self._to_switch(now, batch)
+            return
         if kind != _TIMER:
             self.in_flight -= 1
             self._deliver(now, kind, port, frame)
@@ -106,7 +137,7 @@ class Traffic:
         for f in frames:
             if self.capture is not None:
                 self.capture(now, f)
-            for extra, g in self.link.transmit(f):
+            for extra, g in self._link(kind, port).transmit(f):
                 at = now + self.latency + extra
                 if at <= now:
                     self._deliver(now, kind, port, g)
@@ -114,6 +145,10 @@ class Traffic:
                     self._seq += 1
                     self.in_flight += 1
                     heapq.heappush(self._heap, (at, self._seq, kind, port, g))
+
+    def _link(self, kind: int, port) -> LossyLink:
+        """The link a frame going ``kind`` to ``port`` crosses."""
+        return self.link
 
     def _arm(self, port: int, ep: Endpoint) -> None:
         d = ep.deadline
@@ -123,10 +158,25 @@ class Traffic:
                 self._seq += 1
                 heapq.heappush(self._heap, (d, self._seq, _TIMER, port, None))
 
+    def _arm_switch(self) -> None:
+        d = self.switch.deadline
+        if d is not None and d != self._switch_due:
+            self._switch_due = d
+            self._seq += 1
+            heapq.heappush(self._heap, (d, self._seq, _SWITCH_TIMER, -1, None))
+
+    def _to_switch(self, now: float, batch: list[tuple[int, bytes]]) -> None:
+        """Hand the switch ``batch``, frames due at ``now``; a switch with a clock sees it first."""
+        self.to_switch += len(batch)
+        if self._switch_clock is not None:
+            self.from_switch(now, self._switch_clock(now))
+        self.from_switch(now, self.switch.receive_batch(batch))
+        if self._switch_clock is not None:
+            self._arm_switch()
+
     def _deliver(self, now: float, kind: int, port: int, frame: bytes) -> None:
         if kind == _TO_SWITCH:
-            self.to_switch += 1
-            self.from_switch(now, self.switch.receive(port, frame))
+            self._to_switch(now, [(port, frame)])
             return
         ep = self.endpoints.get(port)
         if ep is not None:
@@ -190,19 +240,110 @@ class MemoryNetwork:
         ``progress(now)`` is called every few thousand events.
         """
         traffic = Traffic(self.switch, endpoints, self.link, latency=self.latency, capture=self.capture)
-        wall = time.perf_counter()
-        now = 0.0
-        traffic.start(now)
-        events = 0
-        while traffic.pending:
-            now = traffic.next_time
-            if now == math.inf:
-                raise RuntimeError("the network is idle but not every endpoint is done")
-            if now > max_time:
-                raise RuntimeError(f"virtual time passed {max_time} s before every endpoint was done")
-            events += 1
-            if progress is not None and not events & 0xFFF:
-                progress(now)
-            traffic.pop()
-            traffic.from_switch(now, self.switch.poll())
-        return RunStats(traffic.to_switch, traffic.to_hosts, now, time.perf_counter() - wall, dict(self.link.stats))
+        return _drive(traffic, progress, max_time, lambda now: traffic.from_switch(now, self.switch.poll()),
+                      self.link.stats)
+
+
+def _drive(traffic: Traffic, progress: Callable[[float], None] | None, max_time: float,
+           poll: Callable[[float], None] | None, link_stats: Mapping) -> RunStats:
+    """Run ``traffic`` in virtual time until every endpoint is done (see :meth:`MemoryNetwork.run`)."""
+    wall = time.perf_counter()
+    now = 0.0
+    traffic.start(now)
+    events = 0
+    while traffic.pending:
+        now = traffic.next_time
+        if now == math.inf:
+            raise RuntimeError("the network is idle but not every endpoint is done")
+        if now > max_time:
+            raise RuntimeError(f"virtual time passed {max_time} s before every endpoint was done")
+        events += 1
+        if progress is not None and not events & 0xFFF:
+            progress(now)
+        traffic.pop()
+        if poll is not None:
+            poll(now)
+    return RunStats(traffic.to_switch, traffic.to_hosts, now, time.perf_counter() - wall, dict(link_stats))
+
+
+class TreeTraffic(Traffic):
+    """The events of one run on a tree: ``endpoints`` keyed by rank, ``switches`` in tree order.
+
+    A frame going to a switch is addressed ``(switch, port)`` (an endpoint's
+    frames go to its leaf switch); each hop of the tree has its own link in
+    ``links``, keyed by the (switch, port) of its upper end.
+    """
+
+    def __init__(self, tree: Tree, switches: Sequence[DataPlane], endpoints: Mapping[int, Endpoint],
+                 links: Mapping[tuple[int, int], LossyLink], *, latency: float,
+                 capture: Callable[[float, bytes], None] | None = None):
+        super().__init__(None, endpoints, None, latency=latency, capture=capture)
+        self.tree, self.switches, self.links = tree, switches, links
+
+    def _link(self, kind: int, port) -> LossyLink:
+        if kind != _TO_SWITCH:
+            return self.links[self.tree.leaf_of(port)]
+        if isinstance(port, int):
+            return self.links[self.tree.leaf_of(port)]
+        s, p = port
+        if p == self.tree.switches[s].uplink_port:
+            return self.links[(self.tree.switches[s].parent, self.tree.switches[s].position)]
+        return self.links[port]
+
+    def _to_switch(self, now: float, batch: list) -> None:
+        """Each frame to the switch it is addressed to, one at a time: the switches of a tree differ."""
+        self.to_switch += len(batch)
+        for port, frame in batch:
+            s, p = self.tree.leaf_of(port) if isinstance(port, int) else port
+            for q, g in self.switches[s].receive(p, frame):
+                node, far = self.tree.peer(s, q)
+                if node.switch:
+                    self._put(now, _TO_SWITCH, (node.index, far), [g])
+                else:
+                    self._put(now, _TO_HOST, node.index, [g])
+
+
+class TreeNetwork:
+    """Model switches of a tree and its ranks in one process, in virtual time; faults on every hop.
+
+    Parameters
+    ----------
+    tree:
+        The :class:`~inagg.models.tree.Tree`.
+    switches:
+        One :class:`~inagg.models.backend.DataPlane` per switch of the tree,
+        in tree order, each answering in ``receive`` (the model switch).
+    latency, faults, seed, capture:
+        As for :class:`MemoryNetwork`; each hop's link draws its faults from
+        a random source of its own, seeded from ``seed`` and the hop.
+        ``faults`` may also map a hop, the (switch, port) of its upper end,
+        to that hop's faults (a hop not named has none).
+    """
+
+    def __init__(self, tree: Tree, switches: Sequence[DataPlane], *, latency: float = 1e-6,
+                 faults: Faults | Mapping[tuple[int, int], Faults] | None = None, seed: int = 0,
+                 capture: Callable[[float, bytes], None] | None = None):
+        if len(switches) != len(tree.switches):
+            raise ValueError(f"the tree has {len(tree.switches)} switches, not {len(switches)}")
+        if not isinstance(latency, (int, float)) or not latency > 0:
+            raise ValueError(f"latency must be a positive number, not {latency!r}")
+        self.tree, self.switches, self.latency, self.capture = tree, list(switches), latency, capture
+        hops = [(s.index, p) for s in tree.switches for p in range(len(s.children))]
+        per_hop = faults if isinstance(faults, Mapping) else dict.fromkeys(hops, faults)
+        if unknown := set(per_hop) - set(hops):
+            raise ValueError(f"faults name hops the tree does not have: {sorted(unknown)}")
+        self.links = {hop: LossyLink(per_hop.get(hop), [seed, *hop]) for hop in hops}
+
+    @property
+    def link_stats(self) -> Tally:
+        """What the faults did, summed over every hop."""
+        return sum((link.stats for link in self.links.values()), Tally())
+
+    def run(self, endpoints: Mapping[int, Endpoint], *, progress: Callable[[float], None] | None = None,
+            max_time: float = 3600.0) -> RunStats:
+        """Start every endpoint (keyed by rank) and run until all are done (as :meth:`MemoryNetwork.run`)."""
+        traffic = TreeTraffic(self.tree, self.switches, endpoints, self.links, latency=self.latency,
+                              capture=self.capture)
+        stats = _drive(traffic, progress, max_time, None, {})
+        stats.link = dict(self.link_stats)
+        return stats

@@ -80,3 +80,45 @@ def test_register_target_refuses_a_job_the_geometry_cannot_hold_before_writing()
     with pytest.raises(ValueError, match="job 1 has 3 workers, the switch at most 2"):
         Controller(RegisterTarget(lambda a, v: log.append((a, v)), RegMap(jobs=2, workers=2), p.switch), p).configure()
     assert log == []
+
+
+def test_plan_tree_configures_every_switch_from_one_description():
+    from inagg.host.controller import TreeController, plan_tree
+    from inagg.models.job import Collective
+    from inagg.models.protocol import switch_qpn
+
+    p = plan_tree("2x4", window=4, collective="broadcast", root=5)
+    root, a, b = (q.jobs[0] for q in p.plans)
+    assert p.collective is Collective.BROADCAST and [q.switch.ports for q in p.plans] == [2, 5, 5]
+    assert root.parent is None and root.subswitches == {0, 1} and (root.root, a.root, b.root) == (1, None, 1)
+    for i, child in enumerate((a, b)):
+        up, me = child.parent, root.workers[i]
+        assert (up.port, up.mac, up.ip) == (4, p.plans[0].switch.mac, p.plans[0].switch.ip)
+        assert (up.qpn, up.rkey) == (switch_qpn(root.job, i), root.rkey)
+        assert (up.result_qpn, up.result_rkey, up.result_va) == (me.qpn, me.rkey, me.result_va)
+        assert (me.mac, me.ip) == (p.plans[i + 1].switch.mac, p.plans[i + 1].switch.ip)
+    assert p.rank(5) == (2, 1) and b.workers[1].ip == p.tree.rank_ip(5)
+    switches = [ModelSwitch(q.switch) for q in p.plans]
+    with TreeController(switches, p):
+        assert all(list(s.jobs) == [1] for s in switches)
+    assert all(not s.jobs for s in switches)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(window=3), "window must be a power of two >= 1, not 3"),
+    (dict(job=1024), r"job must be an integer in 0..1023, not 1024"),
+    (dict(collective="gather"), "'gather' is not a valid Collective"),
+    (dict(collective="reduce", root=8), r"root must be a rank in 0..7, not 8"),
+])
+def test_plan_tree_is_validated(kw, match):
+    from inagg.host.controller import plan_tree
+
+    with pytest.raises(ValueError, match=match):
+        plan_tree("2x4", **kw)
+
+
+def test_tree_controller_needs_one_target_per_switch():
+    from inagg.host.controller import TreeController, plan_tree
+
+    with pytest.raises(ValueError, match="the tree has 3 switches, not 1"):
+        TreeController([ModelSwitch()], plan_tree("2x2"))

@@ -1,9 +1,12 @@
 """``inagg demo``: options, summary, JSON, pcap, and a failing bound makes it exit 1."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +29,7 @@ def test_demo_json_summary(capsys):
     assert rc == 0 and s["ok"] and s["workers"] == 3 and s["jobs"] == 2
     assert s["packets"]["contributions_sent"] == 6 * (64 + 2) and s["packets"]["retransmissions"] == 0
     assert 0 < s["max_error"] <= s["bound_at_max_error"]
+    assert s["switch"] == "fast" and s["switch_frames_per_s"] == s["packets"]["frames_to_switch"] / s["wall_time_s"]
 
 
 def test_demo_under_faults_stays_within_bound(capsys):
@@ -39,7 +43,7 @@ def test_demo_under_faults_stays_within_bound(capsys):
 
 def test_demo_table(capsys):
     rc, out = run_cli(capsys, "--size", "4KiB", "--workers", "2")
-    assert rc == 0 and "PASS" in out.out and "max error" in out.out
+    assert rc == 0 and "PASS" in out.out and "max error" in out.out and "frames/s into the switch" in out.out
 
 
 def test_demo_fails_when_the_bound_is_missed(capsys, monkeypatch):
@@ -58,6 +62,28 @@ def test_demo_pcap_frames_check(tmp_path, capsys):
     opcodes = {wire.parse(f).opcode for f in frames}
     assert opcodes == {Opcode.UC_RDMA_WRITE_ONLY, Opcode.UC_RDMA_WRITE_ONLY_IMM}
     assert all(icrc.check(f) for f in frames)
+
+
+def test_demo_json_is_all_of_stdout():
+    exe = Path(sys.executable).with_name("inagg")
+    out = subprocess.run([str(exe), "demo", "--size", "4KiB", "--workers", "2", "--json"],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["ok"]
+
+
+def test_demo_sends_what_a_build_prints_to_stderr(capfd, monkeypatch):
+    # What the RTL backend's first run does: a child process (Verilator's build) and Python code print on fd 1.
+    def noisy_run(cfg, progress):
+        subprocess.run([sys.executable, "-c", "print('verilator build log')"], check=True)
+        print("progress line")
+        os.write(1, b"raw fd write\n")
+        return {"ok": True}
+
+    monkeypatch.setattr(demo_run, "run_demo", noisy_run)
+    assert cli.main(["demo", "--size", "4KiB", "--json"]) == 0
+    out = capfd.readouterr()
+    assert json.loads(out.out) == {"ok": True}
+    assert all(s in out.err for s in ("verilator build log", "progress line", "raw fd write"))
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -102,3 +128,55 @@ def test_demo_pcap_decodes_as_roce_in_tshark(tmp_path, capsys):
         assert int(qpn, 16) == int.from_bytes(frame[47:50], "big")
         assert int(dmalen) == 1024
         assert int(crc, 16) == int.from_bytes(frame[-4:], "big") and icrc.check(frame)
+
+
+def test_demo_on_a_tree_under_faults(capsys):
+    rc, out = run_cli(capsys, "--tree", "2x2", "--size", "16KiB", "--loss", "0.05", "--dup", "0.05", "--reorder",
+                      "0.05", "--corrupt", "0.02", "--seed", "3", "--json")
+    s = json.loads(out.out)
+    assert rc == 0 and s["ok"] and s["workers"] == 4 and s["tree"]["switches"] == 3
+    tree = s["tree"]["counters"]
+    assert tree["UP_PARTIALS"] == tree["RX_PARENT"] == 2 * (16 + 2) and tree["UP_RESENDS"] > 0
+    assert s["drops"]["link"]["lost"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tree", "2x4", "--workers", "4"], "tree 2x4 has 8 ranks, not 4 workers"),
+    (["--tree", "2x4", "--jobs", "2"], "--tree and --collective run one job on model switches over the memory "
+                                       "network"),
+    (["--tree", "2x0"], r"tree spec '2x0': a switch has 1..64 children, not 0"),
+])
+def test_demo_refuses_bad_trees(capsys, argv, message):
+    rc, out = run_cli(capsys, *argv)
+    assert rc == 2 and re.search(message, out.err)
+
+
+@pytest.mark.parametrize("collective", ["reduce", "broadcast", "barrier", "reduce-scatter", "allgather"])
+@pytest.mark.parametrize("tree", [[], ["--tree", "2x2"]], ids=["switch", "tree"])
+def test_demo_collectives_are_exact_under_faults(capsys, collective, tree):
+    rc, out = run_cli(capsys, *tree, "--collective", collective, "--root", "2", "--size", "8KiB", "--loss", "0.05",
+                      "--dup", "0.05", "--reorder", "0.05", "--seed", "4", "--json")
+    s = json.loads(out.out)
+    assert rc == 0 and s["ok"] and s["exact"] and s["collective"] == collective
+    assert s["drops"]["link"].get("lost", 0) > 0 or collective == "barrier"  # a barrier sends one chunk per rank
+
+
+def test_demo_collective_table_and_bad_root(capsys):
+    rc, out = run_cli(capsys, "--collective", "broadcast", "--size", "4KiB", "--workers", "2")
+    assert rc == 0 and "broadcast: every rank's result bit for bit as numpy's: PASS" in out.out
+    rc, out = run_cli(capsys, "--collective", "reduce", "--root", "2", "--workers", "2")
+    assert rc == 2 and "root must be a rank in 0..1, not 2" in out.err
+
+
+def test_demo_refuses_a_tree_in_an_rc_mode(capsys):
+    rc, out = run_cli(capsys, "--tree", "2x2", "--mode", "III", "--size", "4KiB")
+    assert rc == 2 and "--tree and --collective run in mode uc; mode III runs AllReduce on one switch" in out.err
+
+
+def test_demo_collective_fails_when_a_rank_differs_from_numpy(capsys, monkeypatch):
+    from inagg.host import collectives
+
+    real = collectives.reference
+    monkeypatch.setattr(collectives, "reference", lambda *a, **kw: [x + 1 for x in real(*a, **kw)])
+    rc, out = run_cli(capsys, "--collective", "allgather", "--size", "4KiB", "--workers", "2")
+    assert rc == 1 and "FAIL" in out.out

@@ -9,6 +9,7 @@ from inagg.host.controller import Controller, plan
 from inagg.host.link import Faults
 from inagg.host.memnet import MemoryNetwork
 from inagg.host.worker import AllReduce, Timing, Worker
+from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
 
 
@@ -64,3 +65,38 @@ def test_virtual_time_is_bounded():
 def test_latency_is_validated():
     with pytest.raises(ValueError, match="latency must be a positive number, not 0"):
         network(plan([1]), latency=0)
+
+
+class Batches(ModelSwitch):
+    """The model switch, recording how many frames each receive_batch brought."""
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.sizes = []
+
+    def receive_batch(self, frames):
+        frames = list(frames)
+        self.sizes.append(len(frames))
+        return super().receive_batch(frames)
+
+
+def test_frames_due_together_reach_the_switch_in_one_batch_and_the_fast_switch_runs_alike():
+    from inagg.models.fastswitch import FastSwitch
+
+    p = plan([3], window=8, chunk_bytes=256)
+    data = [np.arange(3000, dtype=np.float32) * (r + 1) for r in range(3)]
+    faults = Faults(loss=0.05, dup=0.05, reorder=0.1, corrupt=0.02)
+    links, switches = [], []
+    for cls in (Batches, FastSwitch):
+        sw = cls(p.switch)
+        Controller(sw, p).configure()
+        frames = []
+        timing = Timing(timeout=1e-4, max_timeout=1e-3, tries=60)
+        ops = {w.port: AllReduce(Worker(p.switch, p.jobs[0], r, timing=timing), data[r])
+               for r, w in enumerate(p.jobs[0].workers)}
+        MemoryNetwork(sw, faults=faults, seed=5, capture=lambda t, f: frames.append((t, f))).run(ops)
+        assert all(np.array_equal(op.result(), np.sum(data, axis=0)) for op in ops.values())
+        links.append(frames)
+        switches.append(sw)
+    assert max(switches[0].sizes) >= 8 and sum(switches[0].sizes) == switches[0].counters[Counter.RX_FRAMES]
+    assert links[0] == links[1] and switches[0].counters == switches[1].counters
