@@ -1,6 +1,6 @@
 """Scale-out figures: DDP through inagg against gloo, and the switch service's frame rate.
 
-Writes docs/results/scaleout.md. Run: ``.venv/bin/python bench/scaleout.py [--only ddp,service,rtl]``
+Writes docs/results/scaleout.md. Run: ``.venv/bin/python bench/scaleout.py [--only ddp,torch,service,rtl]``
 (``ddp`` needs the ``torch`` extra; ``rtl`` the simulation tools of the ``dev`` extra). With ``--only``,
 the other sections of the file stay as they were.
 
@@ -8,11 +8,15 @@ the other sections of the file stay as they were.
    processes: median step time and bytes each rank sends per step, inagg
    (contribution frames, headers included) against gloo (what the process
    writes to its sockets; ring all-reduce moves 2(N-1)/N of the gradient).
-2. ``inagg switch serve`` with 4, 16 and 64 workers of one job spread over
+2. ``examples/step_time.py`` under torchrun with 2 and 4 CPU processes, for
+   a model of about 0.25 M and one of about 25 M parameters: the median DDP
+   step time through the ``"inagg"`` process group, through gloo with
+   inagg's comm hook, and on gloo alone, in one run.
+3. ``inagg switch serve`` with 4, 16 and 64 workers of one job spread over
    4 worker processes (threads within), each worker all-reducing the same
    number of float32 elements: contribution frames in and result frames out
    per second of the service.
-3. The same with ``--backend rtl``: 4 workers on the Verilated RTL switch
+4. The same with ``--backend rtl``: 4 workers on the Verilated RTL switch
    (4 ports) at 64- and 512-bit beats.
 """
 
@@ -39,7 +43,11 @@ TIMEOUT = 0.2      # first retransmission timeout of the workers, seconds
 RTL_TIMEOUT = 1.0  # the simulated switch drains 128 frames in flight in a few hundred milliseconds
 RTL_WIDTHS = (64, 512)
 RTL_WORKERS = 4
-SECTIONS = ("ddp", "service", "rtl")
+SECTIONS = ("ddp", "torch", "service", "rtl")
+# (ranks, model width, timed steps): about 0.25 M and 25 M parameters. A 25 M step sends 100 times the
+# frames through the Python switch: timed once, at 2 ranks only.
+TORCH_RUNS = ((2, 500, 3), (4, 500, 3), (2, 5000, 1))
+TORCH_WAYS = ("backend", "hook", "gloo")
 
 WORKERS = r"""
 import json, os, sys, threading, time
@@ -69,8 +77,13 @@ print(json.dumps({"ok": all(ok.values()), "resent": sum(g.worker.stats["resent"]
 
 
 def ddp(nproc: int) -> dict:
+    return _torchrun(nproc, "ddp_train.py", "--backend", "both", "--steps", str(STEPS), "--json")
+
+
+def _torchrun(nproc: int, example: str, *args: str) -> dict:
+    """The JSON line of ``examples/EXAMPLE ARGS`` under torchrun with ``nproc`` CPU processes."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
-           str(ROOT / "examples" / "ddp_train.py"), "--backend", "both", "--steps", str(STEPS), "--json"]
+           str(ROOT / "examples" / example), *args]
     # A session of its own, so that a run past its time is killed with every rank it started.
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                          start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -166,6 +179,41 @@ def _ddp_section() -> list[str]:
     ]
 
 
+def _torch_section() -> list[str]:
+    lines = [
+        "## PyTorch step time: the inagg process group, the comm hook, gloo (`examples/step_time.py`)",
+        "",
+        f"Measured at commit {_commit()}. Median DDP step (forward, backward with the all-reduce, SGD step) of",
+        "`Linear(W, W)`, tanh, `Linear(W, 1)` in float32, batch 16, after one step of warm-up; each way a",
+        "torchrun run of its own, the switch embedded in rank 0.",
+        "",
+        "| ranks | parameters | timed steps | inagg process group | gloo + inagg comm hook | gloo "
+        "| process group / gloo |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, width, steps in TORCH_RUNS:
+        r = {way: _torchrun(n, "step_time.py", "--way", way, "--width", str(width), "--steps", str(steps))
+             for way in TORCH_WAYS}
+        t = {way: r[way]["median_s"] for way in TORCH_WAYS}
+        lines.append(f"| {n} | {r['gloo']['parameters']:,} | {steps} | {t['backend'] * 1e3:,.0f} ms | "
+                     f"{t['hook'] * 1e3:,.0f} ms | {t['gloo'] * 1e3:,.0f} ms | {t['backend'] / t['gloo']:.0f} |")
+    return lines + [
+        "",
+        "Both inagg ways run the numpy model switch in a thread of rank 0 and build, check and parse every",
+        "frame in Python on the two shared cores; gloo adds in C++. The process group and the hook send the",
+        "same frames; the process group also syncs the model and runs the barriers through the switch.",
+        "25 M parameters sends 100 times the frames of 0.25 M per step: one timed step, 2 ranks only.",
+        "",
+    ]
+
+
+def _commit() -> str:
+    """The measured commit, ``-dirty`` when the work tree differs from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode
+    return f"`{head.stdout.strip()}{'-dirty' if dirty else ''}`"
+
+
 def _rate_rows(rates: list[dict]) -> list[str]:
     lines = ["| workers | processes | wall time | contributions in | results out | retransmissions |",
              "|---:|---:|---:|---:|---:|---:|"]
@@ -213,7 +261,8 @@ def _rtl_section() -> list[str]:
 
 def _sections(text: str) -> dict[str, str]:
     """The ``## `` sections of a results file by key, each with its heading."""
-    keys = {"## DDP": "ddp", "## Switch service frame rate on the RTL": "rtl", "## Switch service frame rate": "service"}
+    keys = {"## DDP": "ddp", "## PyTorch step time": "torch", "## Switch service frame rate on the RTL": "rtl",
+            "## Switch service frame rate": "service"}
     out = {}
     for part in re.split(r"(?m)^(?=## )", text)[1:]:
         out[next(k for h, k in keys.items() if part.startswith(h))] = part
@@ -233,19 +282,20 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         versions = f"numpy {numpy.__version__}, torch {torch.__version__}"
     except ImportError:
-        if "ddp" in args.only:
+        if {"ddp", "torch"} & set(args.only):
             raise
         versions = f"numpy {numpy.__version__}"
     kept = _sections(OUT.read_text()) if OUT.exists() else {}
     load0 = os.getloadavg()[0]
-    build = {"ddp": _ddp_section, "service": _service_section, "rtl": _rtl_section}
+    build = {"ddp": _ddp_section, "torch": _torch_section, "service": _service_section, "rtl": _rtl_section}
     fresh = {k: "\n".join(build[k]()) + "\n" for k in SECTIONS if k in args.only}
     load1 = os.getloadavg()[0]
     command = "bench/scaleout.py" + ("" if len(args.only) == len(SECTIONS) else f" --only {','.join(args.only)}")
     lines = [
         "# Scale-out: DDP through inagg, and the switch service",
         "",
-        f"Measured with `.venv/bin/python {command}` on {platform.machine()}, {os.cpu_count()} cores shared "
+        f"Measured with `.venv/bin/python {command}` at commit {_commit()} on {platform.machine()}, "
+        f"{os.cpu_count()} cores shared "
         f"by every process, Python {platform.python_version()}, {versions}, "
         f"loopback only; 1-minute load average {load0:.1f} at the start and {load1:.1f} at the end (other",
         "work shares the machine: rates vary from run to run by a factor of two or more)."

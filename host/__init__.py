@@ -13,7 +13,8 @@ The names below load on first use, so that ``inagg --help`` (which imports
 import importlib
 
 _EXPORTS = {
-    "allreduce": "api", "Group": "api", "Port": "api", "MemoryFabric": "api",
+    "allreduce": "api", "Group": "api", "Port": "api", "MemoryFabric": "api", "reduce": "api", "broadcast": "api",
+    "barrier": "api", "reduce_scatter": "api", "allgather": "api", "Collective": "api",
     "Timing": "worker", "ProtocolError": "worker", "ChunkTimeoutError": "worker", "LengthMismatchError": "worker",
 }
 

@@ -3,8 +3,8 @@
 :class:`SwitchService` runs one switch for many clients, in one thread and
 one ``selectors`` loop:
 
-* **data**: one UDP socket (the VXLAN endpoint, port 4789 by default) for
-  every switch port. A switch port is bound to the worker's UDP endpoint
+* **data**: one UDP socket (the VXLAN endpoint, a free UDP port by default:
+  tickets carry it) for every switch port. A switch port is bound to the worker's UDP endpoint
   (its VTEP) when the worker attaches; a datagram from an endpoint that is
   bound to no port is dropped and counted. Frames cross the same
   :class:`~inagg.host.link.LossyLink` as on every other transport, on the
@@ -26,8 +26,8 @@ Jobs get disjoint ports and slot regions and random R_Keys; data frames of
 one job carrying another job's QPN or R_Key are dropped and counted by the
 switch itself (``DROP_UNKNOWN_QPN``, ``DROP_BAD_RKEY``).
 
-The switch is any :class:`~inagg.models.backend.SwitchBackend`: the model
-switch by default, or a registered backend (``inagg switch serve --backend
+The switch is any :class:`~inagg.models.backend.SwitchBackend`: the fast
+software switch by default (:data:`~inagg.models.backend.DEFAULT_BACKEND`), or a registered backend (``inagg switch serve --backend
 rtl``: the Verilated RTL switch, which sends its results later than the
 frames that cause them, through ``fileno`` / ``poll``).
 
@@ -53,20 +53,20 @@ from collections import Counter as Tally
 from dataclasses import dataclass, field
 
 from inagg import __version__
-from inagg.models.backend import SwitchBackend, SwitchBackendError
-from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec, WorkerSpec
+from inagg.models.backend import DEFAULT_BACKEND, SwitchBackend, SwitchBackendError, load_backend
+from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
 from inagg.models.protocol import MAX_JOBS, MAX_WORKERS
 
 from inagg.host.api import Group
 from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
 from inagg.host.link import Faults, HeldFrames, LossyLink
-from inagg.host.vxlan import VXLAN_PORT, Capture, VxlanDrop, VxlanPort, check_vni, decap, encap
-from inagg.host.worker import Timing
+from inagg.host.vxlan import Capture, VxlanDrop, VxlanPort, check_vni, decap, encap
+from inagg.host.worker import ProtocolError, Timing
 
 __all__ = [
     "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES", "SERVICE_TIMING",
     "ServiceError", "SwitchUnavailableError", "SwitchBackendError", "Ticket", "Limits", "SwitchService", "SwitchClient",
-    "parse_address", "join", "group_from_env",
+    "parse_address", "join", "group_from_env", "SwitchGoneError", "PeerFailedError", "WatchedPort",
 ]
 
 log = logging.getLogger("inagg.switch")
@@ -150,12 +150,18 @@ def _switch_from(d: dict) -> SwitchSpec:
 
 
 def _job_dict(j: JobSpec) -> dict:
-    return dataclasses.asdict(j)
+    d = dataclasses.asdict(j)
+    d.update(mode=j.mode.value, collective=j.collective.value, subswitches=sorted(j.subswitches))
+    return d
 
 
 def _job_from(d: dict) -> JobSpec:
     d = dict(d)
     d["workers"] = tuple(WorkerSpec(**w) for w in d["workers"])
+    d["mode"] = Mode(d.get("mode", Mode.UC.value))
+    d["collective"] = Collective(d.get("collective", Collective.ALLREDUCE.value))
+    d["subswitches"] = frozenset(d.get("subswitches", ()))
+    d["parent"] = None if d.get("parent") is None else Uplink(**d["parent"])
     return JobSpec(**d)
 
 
@@ -210,6 +216,7 @@ class _Conn:
         self.inbuf = bytearray()
         self.outbuf = bytearray()
         self.jobs: set[int] = set()
+        self.watched: set[tuple[int, int]] = set()  # (job, rank) this connection attached with watch
         self.closing = False  # close once the answers are out
         self.closed = False
         self.heard = time.monotonic()  # the last bytes received
@@ -264,7 +271,9 @@ class SwitchService:
     control:
         ``(host, port)`` the control endpoint listens on (port 0: a free one).
     vxlan:
-        ``(host, port)`` of the VXLAN endpoint, UDP 4789 by default.
+        ``(host, port)`` of the VXLAN endpoint; port 0 (the default) takes
+        a free one, which every ticket carries (4789, the IANA port, clashes
+        with a kernel VXLAN device or a second service on the host).
     vni:
         The fabric's VXLAN network identifier.
     faults, seed:
@@ -273,8 +282,8 @@ class SwitchService:
         Called as ``capture(src, dst, datagram)`` for every datagram received
         and sent (e.g. :class:`~inagg.host.vxlan.PcapWriter`).
     switch:
-        The :class:`~inagg.models.backend.SwitchBackend`; a
-        :class:`~inagg.models.switch.ModelSwitch` of ``spec`` when None. The
+        The :class:`~inagg.models.backend.SwitchBackend`; the
+        :data:`~inagg.models.backend.DEFAULT_BACKEND` opened for ``spec`` when None. The
         service waits on its ``fileno()`` where it has one and then takes
         its results from ``poll()``; no later job gets a region of its
         ``retired_slots``; the ``counters`` answer includes its ``drops``;
@@ -295,7 +304,7 @@ class SwitchService:
     """
 
     def __init__(self, spec: SwitchSpec, *, control: tuple[str, int] = ("127.0.0.1", 0),
-                 vxlan: tuple[str, int] = ("127.0.0.1", VXLAN_PORT), vni: int = 1, faults: Faults | None = None,
+                 vxlan: tuple[str, int] = ("127.0.0.1", 0), vni: int = 1, faults: Faults | None = None,
                  seed: int = 0, capture: Capture | None = None, switch=None, limits: Limits | None = None):
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
@@ -309,9 +318,7 @@ class SwitchService:
             raise TypeError(f"limits must be Limits, not {type(limits).__name__}")
         self.limits = limits
         if switch is None:
-            from inagg.models.switch import ModelSwitch
-
-            switch = ModelSwitch(spec)
+            switch = load_backend(DEFAULT_BACKEND).open(spec)
         elif not isinstance(switch, SwitchBackend):
             raise TypeError(f"switch must be a SwitchBackend, not {type(switch).__name__}")
         self.spec, self.switch, self.capture = spec, switch, capture
@@ -430,6 +437,7 @@ class SwitchService:
 
     def _teardown(self) -> None:
         try:
+            self._notify(None, "service_stopping", "the inagg switch service is stopping")
             for job in sorted(self._jobs):
                 self._remove(job, "the service is shutting down")
             for conn in list(self._conns.values()):
@@ -451,6 +459,7 @@ class SwitchService:
         except SwitchBackendError as e:
             self.failure = str(e)
             log.error("the switch failed: %s; every request is refused from now on", e)
+            self._notify(None, "switch_failed", f"the switch failed: {e}")
             if self._polled:
                 self._sel.unregister(self._switch_fd)
             return None
@@ -593,7 +602,8 @@ class SwitchService:
 
     def _close_idle(self, now: float) -> None:
         """Close connections that own no job and sent nothing for ``idle_timeout`` seconds."""
-        for conn in [c for c in self._conns.values() if not c.jobs and now - c.heard > self.limits.idle_timeout]:
+        for conn in [c for c in self._conns.values()
+                     if not c.jobs and not c.watched and now - c.heard > self.limits.idle_timeout]:
             self.stats["idle_closed"] += 1
             log.info("control %s: closed, idle for %g s", conn.name, self.limits.idle_timeout)
             self._close_conn(conn)
@@ -635,6 +645,9 @@ class SwitchService:
             del self._conns_of[conn.source]
         for job in sorted(conn.jobs):
             self._remove(job, f"its owner's control connection {conn.name} closed")
+        for job, rank in sorted(conn.watched):
+            self._notify(job, "rank_left", f"rank {rank} of job {job} is gone: its control connection {conn.name} "
+                                           "closed without leaving the job")
         self._sel.unregister(conn.sock)
         conn.sock.close()
         log.debug("control %s: closed", conn.name)
@@ -748,6 +761,11 @@ class SwitchService:
             del self._port_of[old]
         self._endpoint_of[switch_port] = endpoint
         self._port_of[endpoint] = switch_port
+        # Attaching again without the watch, from the watching connection, is how a rank leaves quietly.
+        for c in self._conns.values():
+            c.watched.discard((j.spec.job, rank))
+        if req.get("watch") is True:
+            conn.watched.add((j.spec.job, rank))
         log.info("job %d rank %d attached from %s:%d (switch port %d)", j.spec.job, rank, *endpoint, switch_port)
         return {"port": switch_port}
 
@@ -764,7 +782,16 @@ class SwitchService:
     _OPS = {"hello": _op_hello, "create_job": _op_create_job, "attach": _op_attach, "counters": _op_counters,
             "remove_job": _op_remove_job}
 
+    def _notify(self, job: int | None, event: str, reason: str) -> None:
+        """Tell the connections watching ranks of ``job`` (of every job when None) what ended them."""
+        for conn in list(self._conns.values()):
+            jobs = sorted({j for j, _ in conn.watched if job is None or j == job})
+            for j in jobs:
+                conn.watched = {(k, r) for k, r in conn.watched if k != j}
+                self._reply(conn, {"event": event, "job": j, "reason": reason})
+
     def _remove(self, job: int, why: str) -> None:
+        self._notify(job, "job_removed", f"job {job} was torn down: {why}")
         j = self._jobs.pop(job)
         j.owner.jobs.discard(job)
         for w in j.spec.workers:
@@ -807,27 +834,46 @@ class SwitchClient:
         self._buf = bytearray()
 
     def request(self, op: str, **fields) -> dict:
-        """Send one request; return the answer, or raise :class:`ServiceError` with the service's refusal."""
+        """Send one request; return the answer, or raise :class:`ServiceError` with the service's refusal.
+
+        Events the service pushes to a watching connection (:func:`join`) are skipped.
+        """
         try:
+            self._sock.settimeout(self.timeout)
             self._sock.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
             deadline = time.monotonic() + self.timeout
-            while (nl := self._buf.find(b"\n")) < 0:
-                left = deadline - time.monotonic()
-                if left <= 0 or len(self._buf) > MAX_REQUEST_BYTES:
+            while (answer := self._line(deadline - time.monotonic())) is None or "event" in answer:
+                if time.monotonic() >= deadline or len(self._buf) > MAX_REQUEST_BYTES:
                     raise TimeoutError(f"no answer to {op!r} within {self.timeout} s")
-                self._sock.settimeout(left)
-                data = self._sock.recv(MAX_REQUEST_BYTES)
-                if not data:
-                    raise ConnectionResetError("the service closed the connection")
-                self._buf += data
         except OSError as e:
             raise SwitchUnavailableError(f"inagg switch service at {self.address[0]}:{self.address[1]}: "
                                          f"{op} failed: {e}") from None
-        answer = json.loads(self._buf[:nl])
-        del self._buf[:nl + 1]
         if not answer.get("ok"):
             raise ServiceError(f"inagg switch service refused {op}: {answer.get('error')}")
         return answer
+
+    def _line(self, timeout: float) -> dict | None:
+        """The next line from the service, waiting at most ``timeout`` s for it; None when none came in time.
+
+        Raises ``ConnectionResetError`` when the service closed the connection.
+        """
+        if (nl := self._buf.find(b"\n")) < 0:
+            self._sock.settimeout(max(timeout, 0.0))
+            try:
+                data = self._sock.recv(MAX_REQUEST_BYTES)
+            except (TimeoutError, BlockingIOError):
+                return None
+            if not data:
+                raise ConnectionResetError("the service closed the connection")
+            self._buf += data
+            if (nl := self._buf.find(b"\n")) < 0:
+                return None
+        line = json.loads(self._buf[:nl])
+        del self._buf[:nl + 1]
+        return line
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
 
     def hello(self) -> dict:
         """The service's description: version, VXLAN endpoint, VNI, switch, free ports."""
@@ -842,10 +888,14 @@ class SwitchClient:
                 d[key][0] = self.address[0]
         return Ticket.from_json(json.dumps(d))
 
-    def attach(self, ticket: Ticket, rank: int, endpoint: tuple[str, int]) -> int:
-        """Bind rank ``rank``'s switch port to its VXLAN ``endpoint``; returns the switch port."""
-        return self.request("attach", job=ticket.job.job, token=ticket.token, rank=rank,
-                            endpoint=list(endpoint))["port"]
+    def attach(self, ticket: Ticket, rank: int, endpoint: tuple[str, int], *, watch: bool = False) -> int:
+        """Bind rank ``rank``'s switch port to its VXLAN ``endpoint``; returns the switch port.
+
+        ``watch``: the service tells this connection when the rank's job ends without it (:class:`WatchedPort`).
+        """
+        extra = {"watch": True} if watch else {}
+        return self.request("attach", job=ticket.job.job, token=ticket.token, rank=rank, endpoint=list(endpoint),
+                            **extra)["port"]
 
     def counters(self, job: int, token: str) -> dict:
         """The switch's counters (by :class:`~inagg.models.protocol.Counter` name) and the service's."""
@@ -864,23 +914,117 @@ class SwitchClient:
         self.close()
 
 
-def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple[str, int] | None = None) -> Group:
+def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple[str, int] | None = None,
+         watch: bool = False) -> Group:
     """The :class:`~inagg.host.api.Group` of rank ``rank`` of ``ticket``'s job, over VXLAN.
 
     Opens the rank's UDP endpoint and attaches it to the rank's switch
     port; ``timing`` is :data:`SERVICE_TIMING` when None.
-    ``group.port.close()`` releases the socket.
+    ``group.port.close()`` releases the socket. With ``watch`` the group's
+    port is a :class:`WatchedPort`: the rank learns at once, as a typed error,
+    when the service stops or another rank of the job goes away.
     """
     if not isinstance(rank, int) or not 0 <= rank < len(ticket.job.workers):
         raise ValueError(f"rank must be an integer in 0..{len(ticket.job.workers) - 1}, not {rank!r}")
     port = VxlanPort(ticket.vxlan, ticket.vni, bind=bind)
+    client = None
     try:
-        with SwitchClient(ticket.control) as client:
-            client.attach(ticket, rank, port.address)
+        client = SwitchClient(ticket.control)
+        client.attach(ticket, rank, port.address, watch=watch)
+        if watch:
+            port = WatchedPort(port, client, ticket, rank)
+        else:
+            client.close()
         return Group(ticket.switch, ticket.job, rank, port, timing=timing or SERVICE_TIMING)
     except BaseException:
         port.close()
+        if client is not None:
+            client.close()
         raise
+
+
+class SwitchGoneError(ProtocolError, ConnectionError):
+    """The switch service stopped, died or lost its switch while a rank was attached to it."""
+
+
+class PeerFailedError(ProtocolError):
+    """Another rank of the job went away (its process ended, or it gave up after an error of its own)."""
+
+
+class WatchedPort:
+    """A rank's VXLAN port together with the control connection that watches its job (``join(..., watch=True)``).
+
+    :meth:`recv` waits on both: frames come first; then an event of the
+    service raises :class:`SwitchGoneError` (the service stops, or its switch
+    failed) or :class:`PeerFailedError` (another rank's connection closed
+    without leaving, or the job's owner went away), and the end of the
+    connection (the service's process died) raises :class:`SwitchGoneError`.
+    Every later :meth:`recv` raises the same error. :meth:`close` leaves the
+    job quietly; :meth:`abort` closes without leaving, so that the service
+    tells the other ranks.
+    """
+
+    _EVENTS = {"service_stopping": SwitchGoneError, "switch_failed": SwitchGoneError,
+               "job_removed": PeerFailedError, "rank_left": PeerFailedError}
+
+    def __init__(self, port: VxlanPort, client: SwitchClient, ticket: Ticket, rank: int):
+        self.port, self.client, self.ticket, self.rank = port, client, ticket, rank
+        self.failure: ProtocolError | None = None
+        self._closed = False
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(port.fileno(), selectors.EVENT_READ, "data")
+        self._sel.register(client.fileno(), selectors.EVENT_READ, "control")
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.port.address
+
+    @property
+    def stats(self) -> Tally:
+        return self.port.stats
+
+    def send(self, frame: bytes) -> None:
+        self.port.send(frame)
+
+    def recv(self, timeout: float) -> bytes | None:
+        end = time.monotonic() + timeout
+        while self.failure is None:
+            ready = {key.data for key, _ in self._sel.select(max(0.0, end - time.monotonic()))}
+            if "data" in ready and (frame := self.port.recv(0.0)) is not None:
+                return frame
+            if "control" in ready:
+                self._read_event()
+            elif time.monotonic() >= end:
+                return None
+        raise self.failure
+
+    def _read_event(self) -> None:
+        where = "%s:%d" % self.ticket.control
+        try:
+            event = self.client._line(0.0)
+        except (OSError, ValueError) as e:
+            self.failure = SwitchGoneError(f"rank {self.rank} of job {self.ticket.job.job}: the inagg switch service "
+                                           f"at {where} is gone ({e}): it stopped or died")
+            return
+        if event is not None and event.get("event") in self._EVENTS:
+            self.failure = self._EVENTS[event["event"]](f"rank {self.rank} of job {self.ticket.job.job}: "
+                                                        f"{event.get('reason')} (service at {where})")
+
+    def abort(self) -> None:
+        """Close without leaving the job: the service tells the other ranks that this one is gone."""
+        self._closed = True
+        self._sel.close()
+        self.client.close()
+        self.port.close()
+
+    def close(self) -> None:
+        """Leave the job (the other ranks are not told) and close both sockets; after :meth:`abort`, nothing."""
+        if self.failure is None and not self._closed:
+            try:
+                self.client.attach(self.ticket, self.rank, self.port.address)  # attached again, unwatched
+            except ServiceError:  # the service is gone already: nobody is left to tell
+                pass
+        self.abort()
 
 
 def group_from_env(*, timing: Timing | None = None) -> Group:

@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     import dataclasses
 
     from inagg.host.service import Limits
-    from inagg.models.backend import backend_names
+    from inagg.models.backend import DEFAULT_BACKEND, backend_names
 
     p = subparsers.add_parser("switch", help="run a switch for workers in other processes and machines",
                               description="Run an inagg switch as a service.")
@@ -76,11 +76,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--listen", type=_address, required=True, metavar="HOST:PORT",
                    help="control endpoint (port 0: any free port; the log says which)")
     s.add_argument("--vxlan", type=_address, metavar="HOST:PORT",
-                   help="VXLAN endpoint (default: the --listen host, UDP port 4789)")
+                   help="VXLAN endpoint; port 0 takes any free one, which the log and every job ticket "
+                        "carry (default: the --listen host, port 0; HOST:4789, the IANA port, lets tshark "
+                        "decode captures without options but clashes with a kernel VXLAN device or a second "
+                        "service)")
     s.add_argument("--vni", type=_int_in(0, (1 << 24) - 1), default=1, help="VXLAN network identifier (default 1)")
-    s.add_argument("--backend", choices=backend_names(), default="model",
-                   help="the switch implementation: the numpy model (default), or the Verilated RTL in a simulator "
-                        "child process (the first run of a geometry builds it: minutes)")
+    s.add_argument("--backend", choices=backend_names(), default=DEFAULT_BACKEND,
+                   help=f"the switch implementation: {DEFAULT_BACKEND} (default: the compiled software switch), "
+                        "model (the reference numpy model), or rtl (the Verilated RTL in a simulator child process; "
+                        "the first run of a geometry builds it: minutes)")
     s.add_argument("--ports", type=_int_in(1, 253),
                    help=f"switch ports: workers at once (default {_DEFAULTS['model'][0]}, "
                         f"{_DEFAULTS['rtl'][0]} with --backend rtl)")
@@ -143,13 +147,13 @@ def _serve(args: argparse.Namespace, spec, faults, logger) -> int:
     import dataclasses
 
     from inagg.host.service import Limits, SwitchService
-    from inagg.host.vxlan import VXLAN_PORT, PcapWriter
+    from inagg.host.vxlan import PcapWriter
 
     switch = _open_switch(args, spec, logger)
     if switch is None:
         return 1
     try:
-        service = SwitchService(spec, control=args.listen, vxlan=args.vxlan or (args.listen[0], VXLAN_PORT),
+        service = SwitchService(spec, control=args.listen, vxlan=args.vxlan or (args.listen[0], 0),
                                 vni=args.vni, faults=faults, seed=args.seed, switch=switch,
                                 limits=Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)}))
     except OSError as e:

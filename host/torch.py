@@ -51,7 +51,7 @@ from inagg.host.api import Group, allreduce
 from inagg.host.service import ENV_SWITCH, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket, join
 from inagg.host.worker import Timing
 
-__all__ = ["DistGroup", "InaggFallbackWarning", "group_from_process_group", "allreduce_hook"]
+__all__ = ["DistGroup", "InaggFallbackWarning", "group_from_process_group", "setup", "allreduce_hook"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # Every call takes fresh store keys; all ranks call in the same order, as for any collective.
@@ -141,7 +141,26 @@ def group_from_process_group(process_group=None, *, switch: str | None = None, w
         from torch.distributed.distributed_c10d import _get_process_group_store
 
         store = _get_process_group_store(pg)
-    store = dist.PrefixStore(f"inagg/{next(_calls)}", store)
+    try:
+        group, owner, service = setup(dist.PrefixStore(f"inagg/{next(_calls)}", store), rank, size, switch=switch,
+                                      window=window, timing=timing)
+    except SwitchUnavailableError as e:
+        return _failed(pg, str(e), fallback)
+    return DistGroup(pg, group, owner=owner, service=service)
+
+
+def setup(store, rank: int, size: int, *, switch: str | None = None, window: int = 16, timing: Timing | None = None,
+          watch: bool = False) -> tuple[Group, SwitchClient | None, SwitchService | None]:
+    """Rank ``rank`` of ``size`` joins one inagg job, agreed through the torch ``store``; every rank calls it.
+
+    Rank 0 reaches the switch (``switch``, see the module docstring) and
+    creates the job; the ticket reaches the other ranks through ``store``;
+    every rank joins (``watch``: see :func:`~inagg.host.service.join`) and
+    waits until all have. Returns this rank's group, and on rank 0 the
+    control connection that owns the job and the embedded service (None
+    elsewhere). Raises :class:`~inagg.host.service.SwitchUnavailableError`
+    on every rank, with the first failing rank's reason, when any rank fails.
+    """
     owner = service = None
     if rank == 0:
         try:
@@ -151,14 +170,14 @@ def group_from_process_group(process_group=None, *, switch: str | None = None, w
         except (ServiceError, OSError) as e:
             _release(None, owner, service)
             store.set("ticket", "error:" + str(e))
-            return _failed(pg, str(e), fallback)
+            raise SwitchUnavailableError(str(e)) from None
     else:
         text = store.get("ticket").decode()
         if text.startswith("error:"):
-            return _failed(pg, f"rank 0 could not set up the inagg job: {text[6:]}", fallback)
+            raise SwitchUnavailableError(f"rank 0 could not set up the inagg job: {text[6:]}")
         ticket = Ticket.from_json(text)
     try:
-        group, status = join(ticket, rank, timing=timing), "ok"
+        group, status = join(ticket, rank, timing=timing, watch=watch), "ok"
     except (ServiceError, OSError) as e:
         group, status = None, f"rank {rank} could not attach to the inagg job: {e}"
     # Results to a rank that has not attached yet would be dropped: start when all have. Every rank
@@ -169,8 +188,8 @@ def group_from_process_group(process_group=None, *, switch: str | None = None, w
     failed = next((v for v in (store.get(k).decode() for k in keys) if v != "ok"), None)
     if failed is not None:
         _release(group, owner, service)
-        return _failed(pg, failed, fallback)
-    return DistGroup(pg, group, owner=owner, service=service)
+        raise SwitchUnavailableError(failed)
+    return group, owner, service
 
 
 def _release(group: Group | None, owner: SwitchClient | None, service: SwitchService | None) -> None:
@@ -184,7 +203,7 @@ def _release(group: Group | None, owner: SwitchClient | None, service: SwitchSer
 
 def _failed(pg, reason: str, fallback: bool) -> DistGroup:
     if not fallback:
-        raise SwitchUnavailableError(reason)
+        raise SwitchUnavailableError(reason) from None
     warnings.warn(f"inagg: {reason}; gradients are all-reduced by the process group instead",
                   InaggFallbackWarning, stacklevel=3)
     return DistGroup(pg, None, fallback_reason=reason)

@@ -4,17 +4,19 @@ A worker in another process, or on another machine, reaches the switch with
 an ordinary UDP socket, without root: :class:`VxlanPort` is a
 :class:`~inagg.host.api.Port` that sends each RoCEv2 frame as::
 
-    UDP(dport 4789) | VXLAN(8: flags 0x08, VNI) | Ethernet | IPv4 | UDP(4791) | BTH | ...
+    UDP(dport: the switch's) | VXLAN(8: flags 0x08, VNI) | Ethernet | IPv4 | UDP(4791) | BTH | ...
 
 and unwraps what comes back. The switch side is :mod:`inagg.host.service`.
 The VNI names one fabric (one switch): a datagram with another VNI, or
 without the I flag, is not for this fabric and is dropped and counted, as
 are datagrams too short to hold a header.
 
-The switch listens on UDP 4789, the IANA port of VXLAN; a worker is a VTEP
-on a port of its own (several share a host), so every datagram has 4789 on
-one side and Wireshark or tshark decode VXLAN and then the inner RoCEv2
-frame with no options. :func:`outer_frame` and :class:`PcapWriter` record
+The switch listens on the UDP port it is given (:data:`VXLAN_PORT`, 4789,
+the IANA port of VXLAN, or a free one: the service's default, since 4789
+clashes with a kernel VXLAN device or a second service); a worker is a VTEP
+on a port of its own (several share a host). With the switch on 4789
+Wireshark or tshark decode VXLAN and then the inner RoCEv2 frame with no
+options; on another port, ``tshark -d udp.port==PORT,vxlan``. :func:`outer_frame` and :class:`PcapWriter` record
 datagrams as full Ethernet/IPv4/UDP frames so that a capture shows both
 layers.
 

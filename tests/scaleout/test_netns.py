@@ -55,7 +55,8 @@ def test_workers_in_another_namespace_reach_the_switch_on_4789():
                 ns.addr("add", index=i, address=addr, prefixlen=24)
                 ns.link("set", index=i, state="up")
         serve = subprocess.Popen(["ip", "netns", "exec", sw, sys.executable, "-m", "inagg.cli", "switch", "serve",
-                                  "--listen", "192.168.77.1:7000", "--ports", "2", "--slots", "64"],
+                                  "--listen", "192.168.77.1:7000", "--vxlan", "192.168.77.1:4789", "--ports", "2",
+                                  "--slots", "64"],
                                  stderr=subprocess.PIPE, text=True)
         line = serve.stderr.readline()
         assert re.search(r"listening: control 192\.168\.77\.1:7000, vxlan 192\.168\.77\.1:4789", line), line

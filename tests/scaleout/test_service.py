@@ -207,3 +207,19 @@ def test_serve_reports_a_port_in_use(capsys):
         host, port = s.getsockname()
         assert main(["switch", "serve", "--listen", f"{host}:{port}", "--vxlan", "127.0.0.1:0"]) == 1
     assert "inagg switch serve: error: cannot listen: [Errno 98] Address already in use" in capsys.readouterr().err
+
+
+def test_a_ticket_carries_every_job_field_through_json():
+    """Mode, collective, root, subswitches and the uplink survive the ticket's JSON (a tree's switch job)."""
+    import dataclasses
+
+    from inagg.host.controller import plan_tree
+    from inagg.host.service import _job_dict, _job_from
+    from inagg.models.job import Mode
+
+    tp = plan_tree("2x2", collective="reduce", root=1)
+    for job in (j for p in tp.plans for j in p.jobs):
+        assert _job_from(json.loads(json.dumps(_job_dict(job)))) == job
+    uc = plan_tree("2", collective="allreduce").plans[0].jobs[0]
+    rc = dataclasses.replace(uc, mode=Mode.AUGMENTED)
+    assert _job_from(json.loads(json.dumps(_job_dict(rc)))) == rc

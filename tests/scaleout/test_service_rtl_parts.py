@@ -170,7 +170,7 @@ def test_the_rtl_switch_checks_its_parameters_before_it_builds():
     (["--jobs", "4"], "inagg switch serve: error: --width and --jobs are options of --backend rtl"),
     (["--backend", "rtl", "--width", "128"], "argument --width: invalid choice: 128 (choose from 64, 256, 512)"),
     (["--backend", "rtl", "--jobs", "1"], "argument --jobs: expected an integer in 2..64, not '1'"),
-    (["--backend", "fpga"], "argument --backend: invalid choice: 'fpga' (choose from 'model', 'rtl')"),
+    (["--backend", "fpga"], "argument --backend: invalid choice: 'fpga' (choose from 'fast', 'model', 'rtl')"),
 ])
 def test_serve_refuses_rtl_options_it_cannot_use(capsys, argv, error):
     from inagg.cli import main

@@ -2,15 +2,11 @@
 
 import copy
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'inagg[torch]' (CI installs it)")
@@ -24,10 +20,6 @@ from inagg.host.service import (  # noqa: E402
 from inagg.host.torch import InaggFallbackWarning, allreduce_hook, group_from_process_group  # noqa: E402
 from inagg.host.worker import Timing  # noqa: E402
 from inagg.models.job import SwitchSpec  # noqa: E402
-from inagg.models.switch import ModelSwitch  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -127,19 +119,9 @@ def test_hook_averages_buckets_and_keeps_their_dtype(world):
         state.close()
 
 
-class PromotingSwitch(ModelSwitch):
-    """Emits every result as FP32, as the switch does when a lane of the chunk overflowed."""
-
-    def _lanes_out(self, lanes):
-        payload, fp32, saturated = super()._lanes_out(lanes)
-        if not fp32:
-            payload, fp32 = np.frombuffer(payload, ">i4").astype(np.float32).astype(">f4").tobytes(), True
-        return payload, fp32, saturated
-
-
-def test_hook_handles_fp32_promoted_results(world):
+def test_hook_handles_fp32_promoted_results(world, promoting_switch):
     spec = SwitchSpec(ports=1, slots=64)
-    with SwitchService(spec, vxlan=("127.0.0.1", 0), switch=PromotingSwitch(spec)) as service:
+    with SwitchService(spec, vxlan=("127.0.0.1", 0), switch=promoting_switch(spec)) as service:
         state = group_from_process_group(switch="%s:%d" % service.control_address, window=4)
         torch.manual_seed(2)
         model = nn.Linear(50, 3)
@@ -170,19 +152,9 @@ def test_a_switch_lost_mid_run_fails_backward_naming_the_bucket(world):
     state.close()
 
 
-def _torchrun(nproc: int, *args: str, env=None) -> dict:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
-           str(ROOT / "examples" / "ddp_train.py"), "--json", *args]
-    # A session of its own, so that a run past its time is killed with every rank it started.
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                         start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-    try:
-        out, err = p.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        pytest.fail(f"torchrun did not finish within 180 s:\n{out}{err}")
-    assert p.returncode == 0, out + err
+def _torchrun(torchrun, nproc: int, *args: str, env=None) -> dict:
+    rc, out, err = torchrun("examples/ddp_train.py", nproc, "--json", *args, env=env)
+    assert rc == 0, out + err
     return json.loads(next(line for line in out.splitlines() if line.startswith("{")))
 
 
@@ -195,19 +167,19 @@ def _check(summary: dict, world_size: int) -> None:
 
 
 @pytest.mark.slow
-def test_torchrun_two_ranks_float32_matches_gloo():
-    _check(_torchrun(2, "--backend", "both", "--steps", "4"), 2)
+def test_torchrun_two_ranks_float32_matches_gloo(torchrun):
+    _check(_torchrun(torchrun, 2, "--backend", "both", "--steps", "4"), 2)
 
 
 @pytest.mark.slow
-def test_torchrun_four_ranks_bfloat16_through_a_served_switch_matches_gloo():
+def test_torchrun_four_ranks_bfloat16_through_a_served_switch_matches_gloo(torchrun):
     serve = subprocess.Popen([sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen", "127.0.0.1:0",
                               "--vxlan", "127.0.0.1:0", "--ports", "4", "--slots", "64"],
                              stderr=subprocess.PIPE, text=True)
     try:
         line = serve.stderr.readline()
         addr = line.split("listening: control ")[1].split(",")[0]
-        _check(_torchrun(4, "--backend", "both", "--steps", "3", "--dtype", "bfloat16", "--window", "16",
+        _check(_torchrun(torchrun, 4, "--backend", "both", "--steps", "3", "--dtype", "bfloat16", "--window", "16",
                          env={ENV_SWITCH: addr}), 4)
     finally:
         serve.terminate()
