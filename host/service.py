@@ -78,6 +78,7 @@ ENV_RANK = "INAGG_RANK"       # this worker's rank in the ticket's job
 MAX_SERVICE_PORTS = 253
 MAX_REQUEST_BYTES = 1 << 16
 _WORKER_QPN = 0x01_0000
+_SESSION_CHARS = 64
 # The worker's default timer suits one process. A service shared by many workers takes milliseconds
 # to drain all their windows, and a timer shorter than that resends frames that were only queued,
 # which queues more: start at 0.1 s (loopback and a LAN hardly lose a frame).
@@ -205,9 +206,21 @@ class _Refused(Exception):
 
 @dataclass
 class _Job:
+    """A job of the service: ``number`` names it in requests and tickets, ``spec`` is its current incarnation.
+
+    An incarnation is one run of the job's ranks. Every incarnation is a
+    switch job of its own (its own job number, so its own QPNs, R_Key and
+    wiped slots): a frame or a slot of an earlier run can never meet a later
+    run's chunks. ``sessions`` holds, by rank, the :class:`SwitchClient`
+    session that attached the rank in this incarnation.
+    """
+
+    number: int
     spec: JobSpec
     token: str
     owner: "_Conn"
+    incarnation: int = 1
+    sessions: dict[int, str] = field(default_factory=dict)
 
 
 class _Conn:
@@ -257,6 +270,13 @@ def _int(req: dict, name: str, lo: int, hi: int, default: int | None = None) -> 
     x = req.get(name, default)
     if not isinstance(x, int) or isinstance(x, bool) or not lo <= x <= hi:
         raise _Refused(f"{name} must be an integer in {lo}..{hi}, not {x!r}")
+    return x
+
+
+def _session(req: dict) -> str:
+    x = req.get("session")
+    if not isinstance(x, str) or not 1 <= len(x) <= _SESSION_CHARS or not x.isalnum():
+        raise _Refused(f"session must be 1..{_SESSION_CHARS} letters and digits, not {x!r}")
     return x
 
 
@@ -722,9 +742,7 @@ class SwitchService:
             raise _Refused(f"no free region of {region} slots (window {window}) in the switch's "
                            f"{self.spec.slots} slots" + (f" ({retired} of them retired by removed jobs until the "
                                                          "switch restarts)" if retired else ""))
-        number = next((k for k in range(1, MAX_JOBS) if k not in self._jobs), None)
-        if number is None:
-            raise _Refused(f"all {MAX_JOBS - 1} job numbers are in use")
+        number = self._free_number()
         workers = tuple(WorkerSpec(port=p, mac=worker_mac(p), ip=worker_ip(p), qpn=_WORKER_QPN + p,
                                    rkey=secrets.randbits(32), result_va=RESULT_VA) for p in free[:n])
         spec = JobSpec(job=number, rkey=secrets.randbits(32), slot_base=base, slots=region, workers=workers)
@@ -733,15 +751,24 @@ class SwitchService:
         except ValueError as e:
             raise _Refused(f"the switch refused job {number}: {e}") from None
         token = secrets.token_hex(16)
-        self._jobs[number] = _Job(spec, token, conn)
+        self._jobs[number] = _Job(number, spec, token, conn)
         conn.jobs.add(number)
         log.info("job %d created by %s: %d workers on ports %s, slots %d..%d", number, conn.name, n,
                  ",".join(str(w.port) for w in workers), base, base + region - 1)
         ticket = Ticket(self.spec, spec, token, self.vxlan_address, self.vni, self.control_address)
         return {"ticket": json.loads(ticket.to_json())}
 
-    def _free_region(self, size: int) -> int | None:
-        taken = [(j.spec.slot_base, j.spec.slot_base + j.spec.slots) for j in self._jobs.values()]
+    def _free_number(self) -> int:
+        """A job number that neither names a job nor is the switch job of one's incarnation."""
+        used = set(self._jobs) | {j.spec.job for j in self._jobs.values()}
+        number = next((k for k in range(1, MAX_JOBS) if k not in used), None)
+        if number is None:
+            raise _Refused(f"all {MAX_JOBS - 1} job numbers are in use")
+        return number
+
+    def _free_region(self, size: int, besides: _Job | None = None) -> int | None:
+        """The base of a free region of ``size`` slots, the region of job ``besides`` counted as free."""
+        taken = [(j.spec.slot_base, j.spec.slot_base + j.spec.slots) for j in self._jobs.values() if j is not besides]
         taken += [(base, base + n) for base, n in self.switch.retired_slots]
         for base in range(0, self.spec.slots - size + 1, size):
             if all(base + size <= lo or hi <= base for lo, hi in taken):
@@ -752,10 +779,14 @@ class SwitchService:
         j = self._authorized(conn, req)
         rank = _int(req, "rank", 0, len(j.spec.workers) - 1)
         endpoint = _endpoint(req.get("endpoint"))
+        session = _session(req)
         switch_port = j.spec.workers[rank].port
         other = self._port_of.get(endpoint)
         if other is not None and other != switch_port:
             raise _Refused(f"endpoint {endpoint[0]}:{endpoint[1]} is attached to switch port {other} already")
+        if j.sessions.setdefault(rank, session) != session:
+            self._reincarnate(j, rank)
+            j.sessions[rank] = session
         old = self._endpoint_of.pop(switch_port, None)
         if old is not None:
             del self._port_of[old]
@@ -763,11 +794,43 @@ class SwitchService:
         self._port_of[endpoint] = switch_port
         # Attaching again without the watch, from the watching connection, is how a rank leaves quietly.
         for c in self._conns.values():
-            c.watched.discard((j.spec.job, rank))
+            c.watched.discard((j.number, rank))
         if req.get("watch") is True:
-            conn.watched.add((j.spec.job, rank))
-        log.info("job %d rank %d attached from %s:%d (switch port %d)", j.spec.job, rank, *endpoint, switch_port)
-        return {"port": switch_port}
+            conn.watched.add((j.number, rank))
+        log.info("job %d rank %d attached from %s:%d (switch port %d, incarnation %d)", j.number, rank, *endpoint,
+                 switch_port, j.incarnation)
+        return {"port": switch_port, "incarnation": j.incarnation, "job": _job_dict(j.spec)}
+
+    def _reincarnate(self, j: _Job, rank: int) -> None:
+        """Start job ``j``'s next incarnation: rank ``rank`` joined again from another session (a new run).
+
+        The old switch job goes (its slots are wiped, or retired by a switch
+        that cannot wipe them) and a new one takes its ports under a fresh job
+        number and R_Keys, so neither the old run's slots nor its frames in
+        flight can reach the new run. The old run's endpoints are unbound and
+        its watching ranks told.
+        """
+        old = j.spec
+        self._notify(j.number, "job_removed", f"rank {rank} of job {j.number} joined again from a new run: "
+                                              f"incarnation {j.incarnation + 1} replaces this one")
+        for w in old.workers:
+            ep = self._endpoint_of.pop(w.port, None)
+            if ep is not None:
+                del self._port_of[ep]
+        self._switch_call(lambda: self.switch.remove_job(old.job))
+        base = self._free_region(old.slots, besides=j)
+        if base is None:
+            self._remove(j.number, "no free slot region for its next incarnation", on_switch=False)
+            raise _Refused(f"job {j.number} cannot start a new incarnation: no free region of {old.slots} slots "
+                           "(the switch retired its old one); create a new job")
+        workers = tuple(dataclasses.replace(w, rkey=secrets.randbits(32)) for w in old.workers)
+        j.spec = dataclasses.replace(old, job=self._free_number(), rkey=secrets.randbits(32), slot_base=base,
+                                     workers=workers)
+        self.switch.add_job(j.spec)
+        j.incarnation += 1
+        j.sessions = {}
+        log.info("job %d: incarnation %d on switch job %d (slots %d..%d), after rank %d joined again", j.number,
+                 j.incarnation, j.spec.job, base, base + old.slots - 1, rank)
 
     def _op_counters(self, conn: _Conn, req: dict) -> dict:
         self._authorized(conn, req)
@@ -776,7 +839,7 @@ class SwitchService:
 
     def _op_remove_job(self, conn: _Conn, req: dict) -> dict:
         j = self._authorized(conn, req)
-        self._remove(j.spec.job, f"removed by {conn.name}")
+        self._remove(j.number, f"removed by {conn.name}")
         return {}
 
     _OPS = {"hello": _op_hello, "create_job": _op_create_job, "attach": _op_attach, "counters": _op_counters,
@@ -790,7 +853,7 @@ class SwitchService:
                 conn.watched = {(k, r) for k, r in conn.watched if k != j}
                 self._reply(conn, {"event": event, "job": j, "reason": reason})
 
-    def _remove(self, job: int, why: str) -> None:
+    def _remove(self, job: int, why: str, on_switch: bool = True) -> None:
         self._notify(job, "job_removed", f"job {job} was torn down: {why}")
         j = self._jobs.pop(job)
         j.owner.jobs.discard(job)
@@ -798,7 +861,8 @@ class SwitchService:
             ep = self._endpoint_of.pop(w.port, None)
             if ep is not None:
                 del self._port_of[ep]
-        self._switch_call(lambda: self.switch.remove_job(job))
+        if on_switch:  # else the switch job went already, between two incarnations
+            self._switch_call(lambda: self.switch.remove_job(j.spec.job))
         log.info("job %d torn down: %s", job, why)
         if (j.spec.slot_base, j.spec.slots) in self.switch.retired_slots:
             log.info("slots %d..%d retired until the switch restarts: it cannot clear a removed job's state",
@@ -832,6 +896,8 @@ class SwitchClient:
         # A job lives as long as this connection, which may idle for a whole training run.
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self._buf = bytearray()
+        # Names this client's attaches: a rank attached again by another client is a new run (an incarnation).
+        self.session = secrets.token_hex(16)
 
     def request(self, op: str, **fields) -> dict:
         """Send one request; return the answer, or raise :class:`ServiceError` with the service's refusal.
@@ -888,14 +954,22 @@ class SwitchClient:
                 d[key][0] = self.address[0]
         return Ticket.from_json(json.dumps(d))
 
-    def attach(self, ticket: Ticket, rank: int, endpoint: tuple[str, int], *, watch: bool = False) -> int:
-        """Bind rank ``rank``'s switch port to its VXLAN ``endpoint``; returns the switch port.
+    def attach(self, ticket: Ticket, rank: int, endpoint: tuple[str, int], *, watch: bool = False) -> JobSpec:
+        """Bind rank ``rank``'s switch port to its VXLAN ``endpoint``; returns the job's current incarnation.
 
+        The first attach of a rank by another client than the one that
+        attached it before starts the job's next incarnation (a restarted
+        run): a switch job with fresh QPNs and slots, which the returned
+        :class:`~inagg.models.job.JobSpec` describes and the rank must use.
         ``watch``: the service tells this connection when the rank's job ends without it (:class:`WatchedPort`).
         """
         extra = {"watch": True} if watch else {}
-        return self.request("attach", job=ticket.job.job, token=ticket.token, rank=rank, endpoint=list(endpoint),
-                            **extra)["port"]
+        answer = self.request("attach", job=ticket.job.job, token=ticket.token, rank=rank, endpoint=list(endpoint),
+                              session=self.session, **extra)
+        try:
+            return _job_from(answer["job"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ServiceError(f"inagg switch service answered attach with no job incarnation: {e}") from None
 
     def counters(self, job: int, token: str) -> dict:
         """The switch's counters (by :class:`~inagg.models.protocol.Counter` name) and the service's."""
@@ -930,12 +1004,12 @@ def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple
     client = None
     try:
         client = SwitchClient(ticket.control)
-        client.attach(ticket, rank, port.address, watch=watch)
+        job = client.attach(ticket, rank, port.address, watch=watch)
         if watch:
             port = WatchedPort(port, client, ticket, rank)
         else:
             client.close()
-        return Group(ticket.switch, ticket.job, rank, port, timing=timing or SERVICE_TIMING)
+        return Group(ticket.switch, job, rank, port, timing=timing or SERVICE_TIMING)
     except BaseException:
         port.close()
         if client is not None:

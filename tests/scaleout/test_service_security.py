@@ -1,0 +1,61 @@
+"""Issue 21's attacks on the switch service, one test each: incarnations, endpoint binding, the reflector."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from inagg.host import allreduce
+from inagg.host.service import PeerFailedError, SwitchClient, SwitchService, join
+from inagg.host.worker import Timing
+from inagg.models.job import SwitchSpec
+
+SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)  # 64 lanes a chunk
+# Short enough that a stall fails the test in seconds, long enough for loopback.
+QUICK = Timing(timeout=0.05, max_timeout=0.2, tries=8)
+
+
+def _run(ticket, data):
+    """One run of a training script: every rank joins ``ticket`` afresh, all-reduces its array, leaves."""
+    groups = [join(ticket, r, timing=QUICK) for r in range(len(data))]
+    out = [None] * len(data)
+
+    def rank(r):
+        try:
+            out[r] = allreduce(data[r], groups[r])
+        except Exception as e:  # inspected below
+            out[r] = e
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(data))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for g in groups:
+        g.port.close()
+    return out
+
+
+def test_a_restarted_run_never_gets_the_old_runs_sums():
+    """Row 1: joining again with the same ticket starts a new incarnation, on fresh slots, short run or long."""
+    rng = np.random.default_rng(1)
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        ticket = owner.create_job(2, window=4)  # R = 8 slots
+        for lanes in (3 * 64, 3 * 64, 20 * 64):  # the same chunks again, then more than R chunks
+            data = [rng.integers(-99, 99, lanes).astype(np.float32) for _ in range(2)]
+            for got in _run(ticket, data):
+                assert isinstance(got, np.ndarray), got
+                np.testing.assert_array_equal(got, data[0] + data[1])
+
+
+def test_a_new_incarnation_tells_the_old_runs_watching_ranks_and_keeps_moves_in_one():
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        ticket = owner.create_job(2, window=4)
+        old = join(ticket, 0, timing=QUICK, watch=True)
+        assert old.port.client.attach(ticket, 0, ("127.0.0.1", 5000), watch=True) == ticket.job  # a move
+        new = join(ticket, 0, timing=QUICK)  # another client: a new run
+        assert new.job.job != ticket.job.job and new.job.rkey != ticket.job.rkey
+        assert [w.port for w in new.job.workers] == [w.port for w in ticket.job.workers]
+        with pytest.raises(PeerFailedError, match=rf"rank 0 of job {ticket.job.job} joined again from a new run: "
+                                                  "incarnation 2 replaces this one"):
+            old.port.recv(1.0)
+        old.port.close()
+        new.port.close()
