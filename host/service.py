@@ -55,7 +55,8 @@ from dataclasses import dataclass, field
 from inagg import __version__
 from inagg.models.backend import DEFAULT_BACKEND, SwitchBackend, SwitchBackendError, load_backend
 from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
-from inagg.models.protocol import MAX_JOBS, MAX_WORKERS
+from inagg.models.frame import CONTRIBUTION
+from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, switch_qpn
 
 from inagg.host.api import Group
 from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
@@ -79,6 +80,8 @@ MAX_SERVICE_PORTS = 253
 MAX_REQUEST_BYTES = 1 << 16
 _WORKER_QPN = 0x01_0000
 _SESSION_CHARS = 64
+# Where a frame names the switch QPN, i.e. the (job, worker) it contributes as.
+_QPN_AT = slice(CONTRIBUTION.span("bth.dqpn")[0], sum(CONTRIBUTION.span("bth.dqpn")))
 # The worker's default timer suits one process. A service shared by many workers takes milliseconds
 # to drain all their windows, and a timer shorter than that resends frames that were only queued,
 # which queues more: start at 0.1 s (loopback and a LAN hardly lose a frame).
@@ -351,6 +354,7 @@ class SwitchService:
         self._jobs: dict[int, _Job] = {}
         self._endpoint_of: dict[int, tuple[str, int]] = {}  # switch port -> worker VTEP
         self._port_of: dict[tuple[str, int], int] = {}
+        self._qpn_at: dict[int, bytes] = {}  # switch port -> the switch QPN its bound rank's frames must name
         self._held = HeldFrames()
         self._conns: dict[int, _Conn] = {}
         self._conns_of: Tally = Tally()  # source address -> connections open
@@ -522,6 +526,10 @@ class SwitchService:
             port = self._port_of.get(src)
             if port is None:
                 self.stats["unbound_source"] += 1
+                continue
+            if inner[_QPN_AT] != self._qpn_at[port]:
+                # Another rank's or another job's QPN: whatever R_Key it carries, not this endpoint's to use.
+                self.stats["foreign_qpn"] += 1
                 continue
             self._cross(0, port, inner)
 
@@ -787,11 +795,10 @@ class SwitchService:
         if j.sessions.setdefault(rank, session) != session:
             self._reincarnate(j, rank)
             j.sessions[rank] = session
-        old = self._endpoint_of.pop(switch_port, None)
-        if old is not None:
-            del self._port_of[old]
+        self._unbind(switch_port)
         self._endpoint_of[switch_port] = endpoint
         self._port_of[endpoint] = switch_port
+        self._qpn_at[switch_port] = switch_qpn(j.spec.job, rank).to_bytes(3, "big")
         # Attaching again without the watch, from the watching connection, is how a rank leaves quietly.
         for c in self._conns.values():
             c.watched.discard((j.number, rank))
@@ -800,6 +807,13 @@ class SwitchService:
         log.info("job %d rank %d attached from %s:%d (switch port %d, incarnation %d)", j.number, rank, *endpoint,
                  switch_port, j.incarnation)
         return {"port": switch_port, "incarnation": j.incarnation, "job": _job_dict(j.spec)}
+
+    def _unbind(self, port: int) -> None:
+        """Forget the endpoint bound to switch ``port``, if any."""
+        ep = self._endpoint_of.pop(port, None)
+        if ep is not None:
+            del self._port_of[ep]
+            del self._qpn_at[port]
 
     def _reincarnate(self, j: _Job, rank: int) -> None:
         """Start job ``j``'s next incarnation: rank ``rank`` joined again from another session (a new run).
@@ -814,9 +828,7 @@ class SwitchService:
         self._notify(j.number, "job_removed", f"rank {rank} of job {j.number} joined again from a new run: "
                                               f"incarnation {j.incarnation + 1} replaces this one")
         for w in old.workers:
-            ep = self._endpoint_of.pop(w.port, None)
-            if ep is not None:
-                del self._port_of[ep]
+            self._unbind(w.port)
         self._switch_call(lambda: self.switch.remove_job(old.job))
         base = self._free_region(old.slots, besides=j)
         if base is None:
@@ -858,9 +870,7 @@ class SwitchService:
         j = self._jobs.pop(job)
         j.owner.jobs.discard(job)
         for w in j.spec.workers:
-            ep = self._endpoint_of.pop(w.port, None)
-            if ep is not None:
-                del self._port_of[ep]
+            self._unbind(w.port)
         if on_switch:  # else the switch job went already, between two incarnations
             self._switch_call(lambda: self.switch.remove_job(j.spec.job))
         log.info("job %d torn down: %s", job, why)

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 from inagg.host import allreduce
+from inagg.host.roce import contribution
 from inagg.host.service import PeerFailedError, SwitchClient, SwitchService, join
 from inagg.host.worker import Timing
 from inagg.models.job import SwitchSpec
 
 SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)  # 64 lanes a chunk
 # Short enough that a stall fails the test in seconds, long enough for loopback.
-QUICK = Timing(timeout=0.05, max_timeout=0.2, tries=8)
+QUICK = Timing(timeout=0.05, max_timeout=0.5, tries=12)
 
 
 def _run(ticket, data):
@@ -59,3 +60,32 @@ def test_a_new_incarnation_tells_the_old_runs_watching_ranks_and_keeps_moves_in_
             old.port.recv(1.0)
         old.port.close()
         new.port.close()
+
+
+def _allreduce_all(groups, data):
+    out = [None] * len(groups)
+    threads = [threading.Thread(target=lambda r: out.__setitem__(r, allreduce(data[r], groups[r])), args=(r,))
+               for r in range(len(groups))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return out
+
+
+def test_a_worker_contributes_only_as_the_rank_its_endpoint_attached_as():
+    """Row 6: another rank's QPN from a rank's own endpoint, and another job's QPN with its leaked R_Key, are
+    dropped by the service (``foreign_qpn``) before the switch sees them; the victim's sums stay exact."""
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        a = owner.create_job(2, window=4)
+        b = owner.create_job(1, window=4)
+        ga = [join(a, r, timing=QUICK) for r in range(2)]
+        gb = join(b, 0, timing=QUICK)
+        evil = np.full(SPEC.lanes, 1000, ">i4").tobytes()
+        for chunk in range(4):
+            ga[1].port.send(bytes(contribution(a.switch, ga[0].job, 0, chunk, evil)))  # as rank 0 of its own job
+            gb.port.send(bytes(contribution(a.switch, ga[0].job, 1, chunk, evil)))     # as job A's rank 1
+        data = [np.full(4 * SPEC.lanes, 1, np.float32), np.full(4 * SPEC.lanes, 2, np.float32)]
+        for got in _allreduce_all(ga, data):
+            np.testing.assert_array_equal(got, np.full(4 * SPEC.lanes, 3, np.float32))
+        assert service.stats["foreign_qpn"] == 8
+        for g in ga + [gb]:
+            g.port.close()
