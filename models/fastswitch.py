@@ -64,10 +64,10 @@ __all__ = ["FastSwitch", "BACKEND"]
 _FIELDS = (
     "ethernet.ether_type", "ipv4.version", "ipv4.ihl", "ipv4.flag_mf", "ipv4.frag_offset", "ipv4.protocol",
     "ipv4.total_len", "udp.dport", "udp.len", "bth.opcode", "bth.pad", "bth.tver", "bth.pkey", "bth.dqpn",
-    "reth.va", "reth.rkey", "reth.dma_len",
+    "reth.va", "reth.rkey", "reth.dma_len", "ipv4.flag_rsvd",
 )
 (F_ETYPE, F_VERSION, F_IHL, F_MF, F_FRAG, F_PROTO, F_TOTAL, F_DPORT, F_UDPLEN, F_OPCODE, F_PAD, F_TVER, F_PKEY,
- F_DQPN, F_VA, F_RKEY, F_DMALEN) = range(len(_FIELDS))
+ F_DQPN, F_VA, F_RKEY, F_DMALEN, F_RSVD) = range(len(_FIELDS))
 _F = np.array([CONTRIBUTION.bit_span(p) for p in _FIELDS], np.int64)
 _RESULT_FIELDS = ("bth.psn", "reth.va", "immdt.imm")
 R_PSN, R_VA, R_IMM = range(len(_RESULT_FIELDS))
@@ -244,7 +244,7 @@ def _check(buf, base, n, k, f, ops, t, masked, jobs):
     if n < k[_K.ETH_LEN] + k[_K.IP_LEN]:
         return Counter.DROP_BAD_LENGTH, 0, 0, 0
     if (_get(buf, base, f, F_VERSION) != k[_K.VERSION] or _get(buf, base, f, F_IHL) != k[_K.IHL]
-            or _get(buf, base, f, F_MF) or _get(buf, base, f, F_FRAG)
+            or _get(buf, base, f, F_RSVD) or _get(buf, base, f, F_MF) or _get(buf, base, f, F_FRAG)
             or not _ip_checksum_ok(buf, base + k[_K.ETH_LEN], k[_K.IP_LEN])):
         return Counter.DROP_BAD_HEADER, 0, 0, 0
     if _get(buf, base, f, F_PROTO) != k[_K.PROTO]:
