@@ -1015,16 +1015,40 @@ def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple
     try:
         client = SwitchClient(ticket.control)
         job = client.attach(ticket, rank, port.address, watch=watch)
+        joined = client.counters(ticket.job.job, ticket.token)["switch"]
         if watch:
             port = WatchedPort(port, client, ticket, rank)
         else:
             client.close()
-        return Group(ticket.switch, job, rank, port, timing=timing or SERVICE_TIMING)
+        group = Group(ticket.switch, job, rank, port, timing=timing or SERVICE_TIMING)
+        group.diagnose = lambda e: _slot_drops(ticket, joined)
+        return group
     except BaseException:
         port.close()
         if client is not None:
             client.close()
         raise
+
+
+# The drops that time a chunk out while the switch and every rank are there: the ranks disagree on chunks.
+_SLOT_DROPS = {"DROP_STALE": "older than the chunk its slot holds", "DROP_WINDOW": "too far ahead of its slot's chunk"}
+
+
+def _slot_drops(ticket: Ticket, joined: dict[str, int]) -> str | None:
+    """Why a rank of ``ticket``'s job timed out, when the switch's slot-rule drops grew since ``joined``; else None.
+
+    The counters are the switch's, of every job: the cause is a likely one, which the message says.
+    """
+    try:
+        with SwitchClient(ticket.control, timeout=2.0) as c:
+            now = c.counters(ticket.job.job, ticket.token)["switch"]
+    except (ServiceError, OSError, ValueError):  # the service is gone, or answers nonsense: no better cause
+        return None
+    grew = [(name, n) for name in _SLOT_DROPS if (n := now.get(name, 0) - joined.get(name, 0)) > 0]
+    if not grew:
+        return None
+    return ("the switch dropped " + ", ".join(f"{n} contributions as {name} ({_SLOT_DROPS[name]})" for name, n in grew)
+            + " since this rank joined, counted over every job: do the ranks agree on the chunk sequence?")
 
 
 class SwitchGoneError(ProtocolError, ConnectionError):

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from inagg.host import allreduce
+from inagg.host.api import Group
 from inagg.host.roce import contribution
 from inagg.host.service import PeerFailedError, SwitchClient, SwitchService, join
-from inagg.host.worker import Timing
+from inagg.host.worker import ChunkTimeoutError, Timing
 from inagg.models.job import SwitchSpec
 
 SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)  # 64 lanes a chunk
@@ -88,4 +89,22 @@ def test_a_worker_contributes_only_as_the_rank_its_endpoint_attached_as():
             np.testing.assert_array_equal(got, np.full(4 * SPEC.lanes, 3, np.float32))
         assert service.stats["foreign_qpn"] == 8
         for g in ga + [gb]:
+            g.port.close()
+
+
+def test_a_timeout_from_slot_rule_drops_names_them():
+    """Row 9: a rank that starts again at chunk 0 within the same run (no new incarnation) meets slots that moved
+    on; its ChunkTimeoutError names DROP_STALE, read from the switch's counters, not an unreachable switch."""
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        ticket = owner.create_job(2, window=4)  # R = 8 slots
+        groups = [join(ticket, r, timing=QUICK) for r in range(2)]
+        data = [np.ones(20 * SPEC.lanes, np.float32)] * 2
+        _allreduce_all(groups, data)
+        again = Group(ticket.switch, groups[1].job, 1, groups[1].port, timing=Timing(0.02, max_timeout=0.02, tries=3))
+        again.diagnose = groups[1].diagnose
+        with pytest.raises(ChunkTimeoutError, match=r"job \d+ worker 1: no result for chunk 0 after 3 tries \(the "
+                           r"switch dropped \d+ contributions as DROP_STALE \(older than the chunk its slot holds\) "
+                           r"since this rank joined, counted over every job: do the ranks agree on the chunk sequence"):
+            allreduce(np.ones(SPEC.lanes, np.float32), again)
+        for g in groups:
             g.port.close()
