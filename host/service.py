@@ -50,6 +50,7 @@ import socket
 import threading
 import time
 from collections import Counter as Tally
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inagg import __version__
@@ -80,6 +81,11 @@ MAX_SERVICE_PORTS = 253
 MAX_REQUEST_BYTES = 1 << 16
 _WORKER_QPN = 0x01_0000
 _SESSION_CHARS = 64
+# The probe that asks an endpoint to prove it receives: an Ethernet frame of the IEEE 802 local experimental
+# EtherType 1, which no switch port takes for RoCE, carrying a marker and a nonce.
+_PROBE_TYPE = 0x88B5
+_PROBE_MARK = b"inagg probe "
+_NONCE_BYTES = 16
 # Where a frame names the switch QPN, i.e. the (job, worker) it contributes as.
 _QPN_AT = slice(CONTRIBUTION.span("bth.dqpn")[0], sum(CONTRIBUTION.span("bth.dqpn")))
 # The worker's default timer suits one process. A service shared by many workers takes milliseconds
@@ -88,6 +94,8 @@ _QPN_AT = slice(CONTRIBUTION.span("bth.dqpn")[0], sum(CONTRIBUTION.span("bth.dqp
 SERVICE_TIMING = Timing(timeout=0.1, max_timeout=1.0, tries=12)
 # Datagrams read per wake-up before the loop looks at control and timers again.
 _BURST = 256
+# Probes an attach waits for (each within a share of the client's timeout) before it gives up.
+_PROBE_TRIES = 3
 _SOCKET_BUFFER = 8 << 20
 
 
@@ -355,6 +363,7 @@ class SwitchService:
         self._endpoint_of: dict[int, tuple[str, int]] = {}  # switch port -> worker VTEP
         self._port_of: dict[tuple[str, int], int] = {}
         self._qpn_at: dict[int, bytes] = {}  # switch port -> the switch QPN its bound rank's frames must name
+        self._probes: dict[tuple[int, int], tuple[tuple[str, int], str, str]] = {}  # (job, rank) -> endpoint, session, nonce
         self._held = HeldFrames()
         self._conns: dict[int, _Conn] = {}
         self._conns_of: Tally = Tally()  # source address -> connections open
@@ -792,6 +801,16 @@ class SwitchService:
         other = self._port_of.get(endpoint)
         if other is not None and other != switch_port:
             raise _Refused(f"endpoint {endpoint[0]}:{endpoint[1]} is attached to switch port {other} already")
+        if not (self._endpoint_of.get(switch_port) == endpoint and j.sessions.get(rank) == session):
+            proof = req.get("proof")
+            if proof is None:
+                return self._probe(j, rank, endpoint, session)
+            pending = self._probes.pop((j.number, rank), None)
+            if pending is None or pending[:2] != (endpoint, session) or not isinstance(proof, str) \
+                    or not hmac.compare_digest(proof.encode(), pending[2].encode()):
+                self.stats["proofs_refused"] += 1
+                raise _Refused(f"endpoint {endpoint[0]}:{endpoint[1]} did not prove it receives: the proof is not the "
+                               "nonce last sent there for this rank; attach again for a new one")
         if j.sessions.setdefault(rank, session) != session:
             self._reincarnate(j, rank)
             j.sessions[rank] = session
@@ -807,6 +826,25 @@ class SwitchService:
         log.info("job %d rank %d attached from %s:%d (switch port %d, incarnation %d)", j.number, rank, *endpoint,
                  switch_port, j.incarnation)
         return {"port": switch_port, "incarnation": j.incarnation, "job": _job_dict(j.spec)}
+
+    def _probe(self, j: _Job, rank: int, endpoint: tuple[str, int], session: str) -> dict:
+        """Send ``endpoint`` a nonce that the attach must echo: only who receives there can bind it (no reflector).
+
+        One probe of a few dozen bytes per request, to an address the request
+        named: no amplification, and the request rate bounds the probes.
+        """
+        nonce = secrets.token_hex(_NONCE_BYTES)
+        self._probes[(j.number, rank)] = (endpoint, session, nonce)
+        frame = bytes(12) + _PROBE_TYPE.to_bytes(2, "big") + _PROBE_MARK + nonce.encode()
+        datagram = encap(frame, self.vni)
+        try:
+            self._udp.sendto(datagram, endpoint)
+        except OSError as e:
+            raise _Refused(f"cannot send the proof of receipt to {endpoint[0]}:{endpoint[1]}: {e}") from None
+        self.stats["probes_sent"] += 1
+        if self.capture is not None:
+            self.capture(self.vxlan_address, endpoint, datagram)
+        return {"prove": "echo the nonce sent to the endpoint as the attach's proof"}
 
     def _unbind(self, port: int) -> None:
         """Forget the endpoint bound to switch ``port``, if any."""
@@ -964,8 +1002,14 @@ class SwitchClient:
                 d[key][0] = self.address[0]
         return Ticket.from_json(json.dumps(d))
 
-    def attach(self, ticket: Ticket, rank: int, endpoint: tuple[str, int], *, watch: bool = False) -> JobSpec:
+    def attach(self, ticket: Ticket, rank: int, endpoint: tuple[str, int], *, watch: bool = False,
+               receive: Callable[[float], bytes | None] | None = None) -> JobSpec:
         """Bind rank ``rank``'s switch port to its VXLAN ``endpoint``; returns the job's current incarnation.
+
+        An endpoint proves it receives before it is bound: the service sends it
+        a nonce, which ``receive`` (the endpoint's ``VxlanPort.recv``) reads and
+        the attach echoes. Only an endpoint this client attached before for the
+        rank needs no ``receive``.
 
         The first attach of a rank by another client than the one that
         attached it before starts the job's next incarnation (a restarted
@@ -973,9 +1017,19 @@ class SwitchClient:
         :class:`~inagg.models.job.JobSpec` describes and the rank must use.
         ``watch``: the service tells this connection when the rank's job ends without it (:class:`WatchedPort`).
         """
-        extra = {"watch": True} if watch else {}
-        answer = self.request("attach", job=ticket.job.job, token=ticket.token, rank=rank, endpoint=list(endpoint),
-                              session=self.session, **extra)
+        fields = dict(job=ticket.job.job, token=ticket.token, rank=rank, endpoint=list(endpoint), session=self.session,
+                      **({"watch": True} if watch else {}))
+        answer, probes = self.request("attach", **fields), 0
+        while "prove" in answer:
+            if receive is None:
+                raise ServiceError(f"inagg switch service asks endpoint {endpoint[0]}:{endpoint[1]} to prove it "
+                                   "receives: attach it with receive= (join does)")
+            probes += 1
+            nonce = _await_probe(receive, self.timeout / _PROBE_TRIES)
+            if nonce is None and probes == _PROBE_TRIES:
+                raise ServiceError(f"inagg switch service: endpoint {endpoint[0]}:{endpoint[1]} got none of "
+                                   f"{_PROBE_TRIES} proofs of receipt the service sent it within {self.timeout} s")
+            answer = self.request("attach", **fields, **({} if nonce is None else {"proof": nonce}))
         try:
             return _job_from(answer["job"])
         except (ValueError, KeyError, TypeError) as e:
@@ -998,6 +1052,16 @@ class SwitchClient:
         self.close()
 
 
+def _await_probe(receive: Callable[[float], bytes | None], timeout: float) -> str | None:
+    """The nonce of the first probe ``receive`` gives within ``timeout`` s (other frames skipped), or None."""
+    end = time.monotonic() + timeout
+    while (left := end - time.monotonic()) > 0:
+        frame = receive(left)
+        if frame is not None and frame[12:14] == _PROBE_TYPE.to_bytes(2, "big") and frame[14:].startswith(_PROBE_MARK):
+            return frame[14 + len(_PROBE_MARK):].decode("ascii", "replace")
+    return None
+
+
 def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple[str, int] | None = None,
          watch: bool = False) -> Group:
     """The :class:`~inagg.host.api.Group` of rank ``rank`` of ``ticket``'s job, over VXLAN.
@@ -1014,7 +1078,7 @@ def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple
     client = None
     try:
         client = SwitchClient(ticket.control)
-        job = client.attach(ticket, rank, port.address, watch=watch)
+        job = client.attach(ticket, rank, port.address, watch=watch, receive=port.recv)
         joined = client.counters(ticket.job.job, ticket.token)["switch"]
         if watch:
             port = WatchedPort(port, client, ticket, rank)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from inagg.host import allreduce
 from inagg.host.roce import contribution
 from inagg.host.service import Limits, SwitchClient, SwitchService, join
-from inagg.host.vxlan import encap
+from inagg.host.vxlan import decap, encap
 from inagg.models.job import SwitchSpec
 
 SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)
@@ -113,7 +113,7 @@ def test_random_datagrams_never_stop_the_service_nor_touch_another_job():
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
         attacker.bind(("127.0.0.1", 0))
         mine = c.create_job(1, window=4)
-        c.attach(mine, 0, attacker.getsockname())
+        c.attach(mine, 0, attacker.getsockname(), receive=lambda t: attacker.settimeout(t) or decap(attacker.recv(99), 1))
         victim = c.create_job(1, window=4)
         sent = []
 

@@ -1,6 +1,9 @@
 """Issue 21's attacks on the switch service, one test each: incarnations, endpoint binding, the reflector."""
 
+import contextlib
+import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -8,8 +11,9 @@ import pytest
 from inagg.host import allreduce
 from inagg.host.api import Group
 from inagg.host.roce import contribution
-from inagg.host.service import PeerFailedError, SwitchClient, SwitchService, join
+from inagg.host.service import PeerFailedError, ServiceError, SwitchClient, SwitchService, join
 from inagg.host.worker import ChunkTimeoutError, Timing
+from inagg.host.vxlan import VxlanPort
 from inagg.models.job import SwitchSpec
 
 SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)  # 64 lanes a chunk
@@ -52,7 +56,8 @@ def test_a_new_incarnation_tells_the_old_runs_watching_ranks_and_keeps_moves_in_
     with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
         ticket = owner.create_job(2, window=4)
         old = join(ticket, 0, timing=QUICK, watch=True)
-        assert old.port.client.attach(ticket, 0, ("127.0.0.1", 5000), watch=True) == ticket.job  # a move
+        with VxlanPort(service.vxlan_address, 1) as moved:
+            assert old.port.client.attach(ticket, 0, moved.address, watch=True, receive=moved.recv) == ticket.job
         new = join(ticket, 0, timing=QUICK)  # another client: a new run
         assert new.job.job != ticket.job.job and new.job.rkey != ticket.job.rkey
         assert [w.port for w in new.job.workers] == [w.port for w in ticket.job.workers]
@@ -108,3 +113,25 @@ def test_a_timeout_from_slot_rule_drops_names_them():
             allreduce(np.ones(SPEC.lanes, np.float32), again)
         for g in groups:
             g.port.close()
+
+
+def test_an_endpoint_is_bound_only_after_it_proved_it_receives():
+    """Row 8: attaching a rank to a third party's address fails: the third party gets a few probes (no
+    amplification), never a result; a wrong proof is refused and counted."""
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address, timeout=0.6) as c, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as victim:
+        victim.bind(("127.0.0.1", 0))
+        t = c.create_job(1, window=4)
+        with pytest.raises(ServiceError, match=r"endpoint 127.0.0.1:\d+ got none of 3 proofs of receipt"):
+            c.attach(t, 0, victim.getsockname(), receive=lambda timeout: time.sleep(timeout))
+        with pytest.raises(ServiceError, match="did not prove it receives"):
+            c.request("attach", job=t.job.job, token=t.token, rank=0, endpoint=list(victim.getsockname()),
+                      session=c.session, proof="0" * 32)
+        victim.settimeout(0.2)
+        probes = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                probes.append(victim.recv(2048))
+        assert len(probes) == 3 and all(len(p) < 80 for p in probes)
+        assert service.stats["probes_sent"] == 3 and service.stats["proofs_refused"] == 1
+        assert service.vxlan_address not in service._port_of and not service._endpoint_of
