@@ -15,7 +15,11 @@ one ``selectors`` loop:
   creates a job and receives its :class:`Ticket`: the switch and job
   descriptions, the VXLAN address and VNI, and the job's **token**. Every
   later request on that job (attach a worker, read counters, remove the job)
-  must carry the token; a wrong token is refused, logged and counted. A job
+  is signed with the token (HMAC over the request, the connection's nonce
+  and a rising sequence number: the token is never sent, a request cannot
+  be replayed) and so is its answer; a wrong signature is refused, logged
+  and counted. With an admin token ``create_job`` is signed with it. An
+  endpoint is bound only after it echoed a nonce sent to it. A job
   lives as long as the control connection that created it, so a training
   run that dies does not leak switch ports or slots.
   What one client may cost is bounded (:class:`Limits`: request size,
@@ -68,7 +72,7 @@ from inagg.host.worker import ProtocolError, Timing
 __all__ = [
     "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES", "SERVICE_TIMING",
     "ServiceError", "SwitchUnavailableError", "SwitchBackendError", "Ticket", "Limits", "SwitchService", "SwitchClient",
-    "parse_address", "join", "group_from_env", "SwitchGoneError", "PeerFailedError", "WatchedPort",
+    "parse_address", "join", "group_from_env", "SwitchGoneError", "PeerFailedError", "WatchedPort", "ENV_ADMIN_TOKEN",
 ]
 
 log = logging.getLogger("inagg.switch")
@@ -76,6 +80,7 @@ log = logging.getLogger("inagg.switch")
 ENV_SWITCH = "INAGG_SWITCH"   # HOST:PORT of the control endpoint
 ENV_TICKET = "INAGG_TICKET"   # a ticket's JSON, or @FILE holding it
 ENV_RANK = "INAGG_RANK"       # this worker's rank in the ticket's job
+ENV_ADMIN_TOKEN = "INAGG_ADMIN_TOKEN"  # the service's admin token, which create_job is signed with
 # Worker addresses are 10.0.0.(port+1) in the switch's /24, the switch is .254.
 MAX_SERVICE_PORTS = 253
 MAX_REQUEST_BYTES = 1 << 16
@@ -245,6 +250,21 @@ class _Conn:
         self.closed = False
         self.heard = time.monotonic()  # the last bytes received
         self.allowance, self.refilled = burst, self.heard  # the request rate's token bucket
+        # Signed requests: bound to this nonce (no replay on another connection), their seq rising (none here).
+        self.nonce, self.seq = secrets.token_hex(16), 0
+        self.signed: tuple[str, int] | None = None  # (key, seq) of the request being answered, once verified
+
+
+def _mac(key: str, nonce: str, direction: str, body: dict) -> str:
+    """HMAC-SHA256 of a control message ``body`` (its ``mac`` left out) under ``key``, bound to the connection's
+    ``nonce`` and to its direction (``request`` or ``answer``), over the message's canonical JSON."""
+    text = json.dumps({k: v for k, v in body.items() if k != "mac"}, sort_keys=True, separators=(",", ":"))
+    return hmac.new(key.encode(), f"{nonce}\n{direction}\n{text}".encode(), "sha256").hexdigest()
+
+
+def _job_key(admin_token: str, salt: str) -> str:
+    """The key of a job created under an admin token: derived on both sides, it never crosses the wire."""
+    return hmac.new(admin_token.encode(), f"inagg job key\n{salt}".encode(), "sha256").hexdigest()[:32]
 
 
 def _depth(value: object) -> int:
@@ -327,6 +347,11 @@ class SwitchService:
         What one control client may cost (:class:`Limits`; its defaults
         when None). No request, however malformed, stops the service: it
         gets an error answer and a count in ``stats``.
+    admin_token:
+        When given (at least 16 characters), ``create_job`` must be signed
+        with it (:class:`SwitchClient`'s ``admin_token``), and each job's
+        token is derived from it and a salt, so it never crosses the wire;
+        when None, anyone may create jobs within the quotas of ``limits``.
 
     :meth:`serve` runs the loop in the calling thread until :meth:`shutdown`
     (callable from any thread or a signal handler); :meth:`start` runs it
@@ -336,7 +361,8 @@ class SwitchService:
 
     def __init__(self, spec: SwitchSpec, *, control: tuple[str, int] = ("127.0.0.1", 0),
                  vxlan: tuple[str, int] = ("127.0.0.1", 0), vni: int = 1, faults: Faults | None = None,
-                 seed: int = 0, capture: Capture | None = None, switch=None, limits: Limits | None = None):
+                 seed: int = 0, capture: Capture | None = None, switch=None, limits: Limits | None = None,
+                 admin_token: str | None = None):
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
         if spec.ports > MAX_SERVICE_PORTS:
@@ -348,6 +374,9 @@ class SwitchService:
         elif not isinstance(limits, Limits):
             raise TypeError(f"limits must be Limits, not {type(limits).__name__}")
         self.limits = limits
+        if admin_token is not None and (not isinstance(admin_token, str) or len(admin_token) < 16):
+            raise ValueError("admin_token must be a string of at least 16 characters")
+        self.admin_token = admin_token
         if switch is None:
             switch = load_backend(DEFAULT_BACKEND).open(spec)
         elif not isinstance(switch, SwitchBackend):
@@ -690,6 +719,15 @@ class SwitchService:
         log.debug("control %s: closed", conn.name)
 
     def _request(self, conn: _Conn, line: bytes) -> dict:
+        """The answer to one request line; signed with the request's key when the request was."""
+        conn.signed = None
+        answer = self._answer(conn, line)
+        if conn.signed is not None:
+            key, answer["seq"] = conn.signed
+            answer["mac"] = _mac(key, conn.nonce, "answer", answer)
+        return answer
+
+    def _answer(self, conn: _Conn, line: bytes) -> dict:
         too_deep = f"a request nests at most {self.limits.request_depth} levels deep"
         try:
             req = json.loads(line)
@@ -718,24 +756,41 @@ class SwitchService:
         return {"ok": False, "error": f"the switch failed: {self.failure}"}
 
     def _authorized(self, conn: _Conn, req: dict) -> _Job:
-        """The job a request names, after checking its token."""
+        """The job a request names, after checking that the job's key signed it."""
         job = _int(req, "job", 0, MAX_JOBS - 1)
         j = self._jobs.get(job)
-        token = req.get("token")
         if j is None:
             raise _Refused(f"job {job} is not configured")
-        if not isinstance(token, str) or not hmac.compare_digest(token.encode(), j.token.encode()):
-            self.stats["refused_requests"] += 1
-            log.warning("control %s: refused %s on job %d: wrong token", conn.name, req["op"], job)
-            raise _Refused(f"job {job}: wrong token")
+        self._verify(conn, req, j.token, f"job {job}")
         return j
+
+    def _verify(self, conn: _Conn, req: dict, key: str, what: str) -> None:
+        """Check that ``key`` signed ``req`` on this connection, after every earlier request of it (no replay)."""
+        seq, mac = req.get("seq"), req.get("mac")
+        why = None
+        if not isinstance(mac, str) or not isinstance(seq, int) or isinstance(seq, bool):
+            why = "the request is not signed (seq and mac, docs/scaleout.md)"
+        elif not hmac.compare_digest(mac.encode(), _mac(key, conn.nonce, "request", req).encode()):
+            why = "wrong signature"
+        elif not conn.seq < seq < 1 << 53:
+            why = f"seq {seq} is not above the connection's last, {conn.seq} (a replay?)"
+        if why is not None:
+            self.stats["refused_requests"] += 1
+            log.warning("control %s: refused %s on %s: %s", conn.name, req["op"], what, why)
+            raise _Refused(f"{what}: {why}")
+        conn.seq, conn.signed = seq, (key, seq)
 
     def _op_hello(self, conn: _Conn, req: dict) -> dict:
         free = self.spec.ports - sum(len(j.spec.workers) for j in self._jobs.values())
         return {"service": "inagg switch", "version": __version__, "vxlan": list(self.vxlan_address),
-                "vni": self.vni, "switch": _switch_dict(self.spec), "jobs": len(self._jobs), "free_ports": free}
+                "vni": self.vni, "switch": _switch_dict(self.spec), "jobs": len(self._jobs), "free_ports": free,
+                "nonce": conn.nonce, "admin": self.admin_token is not None}
 
     def _op_create_job(self, conn: _Conn, req: dict) -> dict:
+        if self.admin_token is not None:
+            self._verify(conn, req, self.admin_token, "create_job")
+        elif "mac" in req:
+            raise _Refused("this service takes no admin token: send create_job unsigned")
         n = _int(req, "workers", 1, MAX_WORKERS)
         window = _int(req, "window", 1, self.spec.slots // 2, default=32)
         if window & (window - 1):
@@ -767,13 +822,18 @@ class SwitchService:
             self.switch.add_job(spec)
         except ValueError as e:
             raise _Refused(f"the switch refused job {number}: {e}") from None
-        token = secrets.token_hex(16)
+        salt = secrets.token_hex(16)
+        token = secrets.token_hex(16) if self.admin_token is None else _job_key(self.admin_token, salt)
         self._jobs[number] = _Job(number, spec, token, conn)
         conn.jobs.add(number)
         log.info("job %d created by %s: %d workers on ports %s, slots %d..%d", number, conn.name, n,
                  ",".join(str(w.port) for w in workers), base, base + region - 1)
-        ticket = Ticket(self.spec, spec, token, self.vxlan_address, self.vni, self.control_address)
-        return {"ticket": json.loads(ticket.to_json())}
+        ticket = json.loads(Ticket(self.spec, spec, token, self.vxlan_address, self.vni,
+                                   self.control_address).to_json())
+        if self.admin_token is not None:  # the creator derives the key: it never crosses the wire
+            ticket["token"] = None
+            return {"ticket": ticket, "salt": salt}
+        return {"ticket": ticket}
 
     def _free_number(self) -> int:
         """A job number that neither names a job nor is the switch job of one's incarnation."""
@@ -927,9 +987,17 @@ class SwitchClient:
     ``INAGG_SWITCH``. Every request waits at most ``timeout`` seconds for
     its answer. A job created through this client lives until
     :meth:`remove_job` or until the client is closed.
+
+    Requests on a job are signed with its ticket's token (HMAC-SHA256 over
+    the request, this connection's nonce and a rising sequence number; the
+    token itself is never sent) and their answers checked the same way.
+    ``admin_token`` (default: ``INAGG_ADMIN_TOKEN``) signs ``create_job`` for
+    a service that requires it; the new job's token is then derived on both
+    sides and never crosses the wire.
     """
 
-    def __init__(self, address: str | tuple[str, int] | None = None, *, timeout: float = 10.0):
+    def __init__(self, address: str | tuple[str, int] | None = None, *, timeout: float = 10.0,
+                 admin_token: str | None = None):
         if address is None:
             address = os.environ.get(ENV_SWITCH)
             if not address:
@@ -946,15 +1014,27 @@ class SwitchClient:
         self._buf = bytearray()
         # Names this client's attaches: a rank attached again by another client is a new run (an incarnation).
         self.session = secrets.token_hex(16)
+        self.admin_token = (admin_token if admin_token is not None else os.environ.get(ENV_ADMIN_TOKEN)) or None
+        self._nonce: str | None = None  # the connection's, from hello: what signatures are bound to
+        self._seq = 0
 
-    def request(self, op: str, **fields) -> dict:
+    def request(self, op: str, *, key: str | None = None, **fields) -> dict:
         """Send one request; return the answer, or raise :class:`ServiceError` with the service's refusal.
 
-        Events the service pushes to a watching connection (:func:`join`) are skipped.
+        With ``key`` the request is signed with it and a successful answer
+        must carry the service's signature under it. Events the service
+        pushes to a watching connection (:func:`join`) are skipped.
         """
+        body = {"op": op, **fields}
+        if key is not None:
+            if self._nonce is None:
+                self._nonce = str(self.request("hello").get("nonce"))
+            self._seq += 1
+            body["seq"] = self._seq
+            body["mac"] = _mac(key, self._nonce, "request", body)
         try:
             self._sock.settimeout(self.timeout)
-            self._sock.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
+            self._sock.sendall(json.dumps(body).encode() + b"\n")
             deadline = time.monotonic() + self.timeout
             while (answer := self._line(deadline - time.monotonic())) is None or "event" in answer:
                 if time.monotonic() >= deadline or len(self._buf) > MAX_REQUEST_BYTES:
@@ -964,6 +1044,11 @@ class SwitchClient:
                                          f"{op} failed: {e}") from None
         if not answer.get("ok"):
             raise ServiceError(f"inagg switch service refused {op}: {answer.get('error')}")
+        if key is not None and not (answer.get("seq") == self._seq and isinstance(answer.get("mac"), str) and
+                                    hmac.compare_digest(answer["mac"].encode(),
+                                                        _mac(key, self._nonce, "answer", answer).encode())):
+            raise ServiceError(f"inagg switch service at {self.address[0]}:{self.address[1]}: the answer to {op} "
+                               "is not signed with the request's key: not the service, or altered on the way")
         return answer
 
     def _line(self, timeout: float) -> dict | None:
@@ -995,7 +1080,13 @@ class SwitchClient:
 
     def create_job(self, workers: int, *, window: int = 32) -> Ticket:
         """A new job of ``workers`` ranks, each with ``window`` chunks outstanding."""
-        d = self.request("create_job", workers=workers, window=window)["ticket"]
+        answer = self.request("create_job", key=self.admin_token, workers=workers, window=window)
+        d = answer["ticket"]
+        if d.get("token") is None:  # created under the admin token: the job's key is derived from it
+            if self.admin_token is None or not isinstance(answer.get("salt"), str):
+                raise ServiceError("inagg switch service created a job without its token, and no admin token "
+                                   "here derives it")
+            d["token"] = _job_key(self.admin_token, answer["salt"])
         # A service bound to the wildcard address is reached where this client reached it.
         for key in ("vxlan", "control"):
             if d[key][0] in ("0.0.0.0", ""):
@@ -1017,7 +1108,7 @@ class SwitchClient:
         :class:`~inagg.models.job.JobSpec` describes and the rank must use.
         ``watch``: the service tells this connection when the rank's job ends without it (:class:`WatchedPort`).
         """
-        fields = dict(job=ticket.job.job, token=ticket.token, rank=rank, endpoint=list(endpoint), session=self.session,
+        fields = dict(key=ticket.token, job=ticket.job.job, rank=rank, endpoint=list(endpoint), session=self.session,
                       **({"watch": True} if watch else {}))
         answer, probes = self.request("attach", **fields), 0
         while "prove" in answer:
@@ -1037,10 +1128,10 @@ class SwitchClient:
 
     def counters(self, job: int, token: str) -> dict:
         """The switch's counters (by :class:`~inagg.models.protocol.Counter` name) and the service's."""
-        return self.request("counters", job=job, token=token)
+        return self.request("counters", key=token, job=job)
 
     def remove_job(self, job: int, token: str) -> None:
-        self.request("remove_job", job=job, token=token)
+        self.request("remove_job", key=token, job=job)
 
     def close(self) -> None:
         self._sock.close()

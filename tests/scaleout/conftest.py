@@ -55,10 +55,10 @@ victim = int(os.environ["VICTIM_JOB"])
 client = SwitchClient()
 mine = client.create_job(1, window=4)
 out = {"own_job": mine.job.job, "refused": []}
-for op, fields in [("remove_job", {"token": mine.token}), ("counters", {"token": "0" * 32}),
-                   ("attach", {"token": mine.token, "rank": 0, "endpoint": ["127.0.0.1", 9]})]:
+for op, key, fields in [("remove_job", mine.token, {}), ("counters", "0" * 32, {}),
+                        ("attach", mine.token, {"rank": 0, "endpoint": ["127.0.0.1", 9], "session": client.session})]:
     try:
-        client.request(op, job=victim, **fields)
+        client.request(op, key=key, job=victim, **fields)
     except ServiceError as e:
         out["refused"].append(str(e))
 g = join(mine, 0)
@@ -140,7 +140,7 @@ def two_clients(tmp_path):
                                          "COUNT_WAIT": str(count_wait)})
             seen = _readline(intruder, answer_wait)
             assert intruder.wait(30) == 0
-            assert seen["refused"] == [f"inagg switch service refused {op}: job {a}: wrong token" for op in OPS]
+            assert seen["refused"] == [f"inagg switch service refused {op}: job {a}: wrong signature" for op in OPS]
             # The service drops and counts the frames that name another QPN than the endpoint's: job A's, and a
             # worker job A lacks; the switch never sees them.
             assert seen["foreign_qpn"] == 2 and seen["delta"] == {}
@@ -159,7 +159,7 @@ def two_clients(tmp_path):
         text = open(log.name).read()
         assert rc == 0, text
         for op in OPS:
-            assert re.search(rf"WARNING control 127\.0\.0\.1:\d+: refused {op} on job {a}: wrong token", text)
+            assert re.search(rf"WARNING control 127\.0\.0\.1:\d+: refused {op} on job {a}: wrong signature", text)
         assert re.search(rf"job {a} torn down: its owner's control connection 127\.0\.0\.1:\d+ closed", text)
         assert re.search(rf"job {seen['own_job']} torn down: its owner's control connection", text)
         return ServiceRun(a, seen, text)

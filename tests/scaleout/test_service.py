@@ -189,6 +189,10 @@ def test_service_parameters_are_validated():
     (["--listen", "127.0.0.1:0", "--idle-timeout", "0"], "argument --idle-timeout: expected a positive float, not '0'"),
     (["--listen", "127.0.0.1:0", "--jobs-per-source", "2.5"],
      "argument --jobs-per-source: expected a positive int, not '2.5'"),
+    (["--listen", "127.0.0.1:0", "--admin-token-file", "/nonexistent/token"],
+     "cannot read the admin token: [Errno 2] No such file or directory: '/nonexistent/token'"),
+    (["--listen", "127.0.0.1:0", "--admin-token-file", "/dev/null"],
+     "the admin token on the first line of /dev/null must have at least 16 characters"),
 ])
 def test_serve_refuses_bad_arguments(capsys, argv, error):
     from inagg.cli import main

@@ -1,6 +1,7 @@
 """Issue 21's attacks on the switch service, one test each: incarnations, endpoint binding, the reflector."""
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -125,7 +126,7 @@ def test_an_endpoint_is_bound_only_after_it_proved_it_receives():
         with pytest.raises(ServiceError, match=r"endpoint 127.0.0.1:\d+ got none of 3 proofs of receipt"):
             c.attach(t, 0, victim.getsockname(), receive=lambda timeout: time.sleep(timeout))
         with pytest.raises(ServiceError, match="did not prove it receives"):
-            c.request("attach", job=t.job.job, token=t.token, rank=0, endpoint=list(victim.getsockname()),
+            c.request("attach", key=t.token, job=t.job.job, rank=0, endpoint=list(victim.getsockname()),
                       session=c.session, proof="0" * 32)
         victim.settimeout(0.2)
         probes = []
@@ -135,3 +136,66 @@ def test_an_endpoint_is_bound_only_after_it_proved_it_receives():
         assert len(probes) == 3 and all(len(p) < 80 for p in probes)
         assert service.stats["probes_sent"] == 3 and service.stats["proofs_refused"] == 1
         assert service.vxlan_address not in service._port_of and not service._endpoint_of
+
+
+ADMIN = "an admin token of the operator's"
+
+
+def test_create_job_needs_the_admin_token_and_the_job_key_never_crosses_the_wire():
+    seen = []
+    with SwitchService(SPEC, admin_token=ADMIN) as service:
+        with SwitchClient(service.control_address, admin_token="") as anonymous, \
+                pytest.raises(ServiceError, match=r"refused create_job: create_job: the request is not signed"):
+            anonymous.create_job(1, window=4)
+        with SwitchClient(service.control_address, admin_token="not the admin's token") as wrong, \
+                pytest.raises(ServiceError, match=r"refused create_job: create_job: wrong signature"):
+            wrong.create_job(1, window=4)
+        with SwitchClient(service.control_address, admin_token=ADMIN) as admin:
+            admin._sock = _Tap(admin._sock, seen)
+            t = admin.create_job(1, window=4)
+            assert admin.counters(t.job.job, t.token)["ok"]
+        assert service.stats["refused_requests"] == 2
+    assert t.token not in b"".join(seen).decode() and ADMIN not in b"".join(seen).decode()
+
+
+class _Tap:
+    """A socket that records every byte both ways."""
+
+    def __init__(self, sock, seen):
+        self._sock, self._seen = sock, seen
+
+    def sendall(self, data):
+        self._seen.append(bytes(data))
+        return self._sock.sendall(data)
+
+    def recv(self, n):
+        data = self._sock.recv(n)
+        self._seen.append(data)
+        return data
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+def test_signed_requests_cannot_be_replayed_or_altered():
+    """Row 7: a job request is signed with the job's key over the connection's nonce and a rising seq; a copy
+    sent again, or on another connection, or with a field changed, is refused."""
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        t = owner.create_job(1, window=4)
+        sent = []
+        owner._sock = _Tap(owner._sock, sent)
+        owner.counters(t.job.job, t.token)
+        signed = next(json.loads(x) for x in sent if b'"op": "counters"' in x)
+        assert "token" not in signed and t.token not in json.dumps(signed)
+
+        def raw(sock_owner, body):
+            sock_owner._sock.sendall(json.dumps(body).encode() + b"\n")
+            return sock_owner._line(5.0)
+
+        assert raw(owner, signed)["error"].endswith("is not above the connection's last, 1 (a replay?)")
+        with SwitchClient(service.control_address) as other:
+            other.hello()
+            assert raw(other, signed)["error"] == f"job {t.job.job}: wrong signature"  # another connection's nonce
+        assert raw(owner, {**signed, "seq": 2})["error"] == f"job {t.job.job}: wrong signature"  # altered
+        assert raw(owner, {**signed, "op": "remove_job"})["error"] == f"job {t.job.job}: wrong signature"
+        assert owner.hello()["jobs"] == 1
