@@ -967,8 +967,9 @@ class SwitchService:
         self._notify(job, "job_removed", f"job {job} was torn down: {why}")
         j = self._jobs.pop(job)
         j.owner.jobs.discard(job)
-        for w in j.spec.workers:
+        for rank, w in enumerate(j.spec.workers):
             self._unbind(w.port)
+            self._probes.pop((job, rank), None)
         if on_switch:  # else the switch job went already, between two incarnations
             self._switch_call(lambda: self.switch.remove_job(j.spec.job))
         log.info("job %d torn down: %s", job, why)
