@@ -922,7 +922,7 @@ class SwitchService:
         flight can reach the new run. The old run's endpoints are unbound and
         its watching ranks told.
         """
-        old = j.spec
+        old, number = j.spec, self._free_number()  # before anything is torn down: it may refuse
         self._notify(j.number, "job_removed", f"rank {rank} of job {j.number} joined again from a new run: "
                                               f"incarnation {j.incarnation + 1} replaces this one")
         for w in old.workers:
@@ -934,8 +934,7 @@ class SwitchService:
             raise _Refused(f"job {j.number} cannot start a new incarnation: no free region of {old.slots} slots "
                            "(the switch retired its old one); create a new job")
         workers = tuple(dataclasses.replace(w, rkey=secrets.randbits(32)) for w in old.workers)
-        j.spec = dataclasses.replace(old, job=self._free_number(), rkey=secrets.randbits(32), slot_base=base,
-                                     workers=workers)
+        j.spec = dataclasses.replace(old, job=number, rkey=secrets.randbits(32), slot_base=base, workers=workers)
         self.switch.add_job(j.spec)
         j.incarnation += 1
         j.sessions = {}
