@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from inagg.host import allreduce
+from inagg.host.roce import contribution
 from inagg.host.service import ServiceError, SwitchClient, SwitchService, join
 from inagg.host.worker import Timing
 from inagg.models.job import SwitchSpec
@@ -69,7 +70,9 @@ def test_reused_regions_oversize_frames_and_a_crashed_simulator():
             assert (second.job.job, second.job.slot_base) == (first.job.job, 0)
             g2 = join(second, 0, timing=timing)
             assert np.array_equal(allreduce(2 * x, g2), 2 * x)
-            g2.port.send(bytes(rtl.geometry.frame_bytes + 1))
+            # Longer than the RTL takes, with the rank's own QPN so that the service hands it on.
+            f = bytes(contribution(second.switch, g2.job, 0, 0, bytes(CHUNK)))
+            g2.port.send(f + bytes(rtl.geometry.frame_bytes + 1 - len(f)))
             deadline = time.monotonic() + 10
             while (c := client.counters(second.job.job, second.token))["backend"] != {"oversize": 1}:
                 assert time.monotonic() < deadline, c
@@ -88,7 +91,7 @@ def test_reused_regions_oversize_frames_and_a_crashed_simulator():
                 time.sleep(0.05)
             with pytest.raises(ServiceError, match=f"^inagg switch service refused create_job: {reason}$"):
                 client.create_job(1)
-            g2.port.send(bytes(100))
+            g2.port.send(f)
             deadline = time.monotonic() + 10
             while service.stats["switch_failed"] < 1:  # dropped and counted
                 assert time.monotonic() < deadline
