@@ -21,7 +21,7 @@ from inagg.models.job import Collective, JobSpec, SwitchSpec
 
 from inagg.host.collectives import AllGather, Barrier, Broadcast, Reduce, ReduceScatter, collective_worker
 from inagg.host.link import Faults, HeldFrames, LossyLink
-from inagg.host.worker import AllReduce, Timing
+from inagg.host.worker import AllReduce, ChunkTimeoutError, Timing
 
 __all__ = ["Port", "Group", "allreduce", "reduce", "broadcast", "barrier", "reduce_scatter", "allgather", "run",
            "MemoryFabric", "Collective"]
@@ -59,6 +59,8 @@ class Group:
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, port: Port, *, timing: Timing | None = None,
                  first_chunk: int = 0, accept_zero_icrc: bool = False, tree_rank: int | None = None):
         self.switch, self.job, self.rank, self.port = switch, job, rank, port
+        # Called with a ChunkTimeoutError, returns its cause when it can tell one (join() over a service does).
+        self.diagnose: Callable[[ChunkTimeoutError], str | None] | None = None
         self.index = rank if tree_rank is None else tree_rank
         self.worker = collective_worker(switch, job, rank, timing=timing, first_chunk=first_chunk,
                                         accept_zero_icrc=accept_zero_icrc)
@@ -129,6 +131,8 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
     """Drive the sans-IO operation ``op`` (``start``, ``receive``, ``on_timer``, ``deadline``, ``done``) to its end.
 
     ``op`` works on ``group.worker``; its frames go through ``group.port``. Returns ``op``.
+    A :class:`~inagg.host.worker.ChunkTimeoutError` carries the cause
+    ``group.diagnose`` finds, when the group has one.
     """
     port = group.port
     for f in op.start(clock()):
@@ -139,7 +143,12 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
         now = clock()
         out = op.receive(now, frame) if frame is not None else []
         if not op.done and (d := op.deadline) is not None and d <= now:
-            out += op.on_timer(now)
+            try:
+                out += op.on_timer(now)
+            except ChunkTimeoutError as e:
+                if group.diagnose is None or (cause := group.diagnose(e)) is None:
+                    raise
+                raise ChunkTimeoutError(e.job, e.rank, e.chunk, e.tries, cause) from None
         for f in out:
             port.send(f)
     return op

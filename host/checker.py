@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inagg.models import arith, rc
+from inagg.models import arith, rc, wire
 from inagg.models.frame import CONTRIBUTION, layout
 from inagg.models.job import Mode
 from inagg.models.modes import AugmentedJob
@@ -72,7 +72,11 @@ class Scope:
     losses or duplications per run. With ``promote`` one lane overflows
     INT32 so the results go out as FP32 (2 workers: the promoted sum does
     not depend on arrival order). ``mode`` is the job's
-    :class:`~inagg.models.job.Mode`: UC, TRANSLATED or AUGMENTED.
+    :class:`~inagg.models.job.Mode`: UC, TRANSLATED or AUGMENTED. With
+    ``stray`` (UC only) a contribution of worker 0 for chunk ``2**31``, no
+    chunk of this run, is in flight from the start, as a stray or hostile
+    frame would be: it may take the slot of chunk 0 at any point, and the
+    run must still end exact (``docs/protocol.md`` section 3, "Liveness").
     """
 
     workers: int = 2
@@ -81,6 +85,7 @@ class Scope:
     faults: int = 1
     promote: bool = False
     mode: Mode = Mode.UC
+    stray: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, int) or not 1 <= self.workers <= 4:
@@ -93,6 +98,8 @@ class Scope:
             raise ValueError("promote needs exactly 2 workers (the FP32 sum of more depends on arrival order)")
         if self.mode is not Mode.UC and self.mode not in RC_MODES:
             raise ValueError(f"mode must be UC, TRANSLATED or AUGMENTED, not {self.mode!r}")
+        if self.stray and self.mode is not Mode.UC:
+            raise ValueError("stray needs the UC mode (Modes II and III check the PSN of every contribution)")
 
 
 @dataclass(frozen=True)
@@ -120,8 +127,8 @@ class _State:
 
     def key(self) -> tuple:
         self.switch.now = self.clock  # the switch's timers enter the key relative to the clock, as the workers'
-        sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes(), s.lanes.promoted.tobytes())
-                   for s in self.switch.fast)
+        sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.first, s.lanes.words.tobytes(),
+                    s.lanes.promoted.tobytes()) for s in self.switch.fast)
         modes = tuple(m.state() for m in self.switch.modes.values())
         uc = not modes
         flight = tuple(sorted((d, p, f[:_PSN.start] + f[_PSN.stop:-4] if d == _TO_HOST and uc else f)
@@ -130,10 +137,18 @@ class _State:
                 self.fault_this_round)
 
 
+def _stray(frame: bytes, chunk_bytes: int) -> bytes:
+    """Contribution ``frame`` (of chunk 0) as the contribution of chunk ``2**31``: far from every chunk of the run."""
+    r = wire.parse(frame)
+    return wire.build(eth_dst=r.eth_dst, eth_src=r.eth_src, ip_src=r.ip_src, ip_dst=r.ip_dst, udp_sport=r.udp_sport,
+                      opcode=r.opcode, dest_qpn=r.dest_qpn, psn=r.psn, va=(1 << 31) * chunk_bytes, rkey=r.rkey,
+                      payload=r.payload)
+
+
 def _fork_switch(sw: ModelSwitch) -> ModelSwitch:
     """A copy of a model switch without exception path: its slots, result PSNs and counters are its state."""
     t = copy.copy(sw)
-    t.fast = [Slot(s.lanes.copy(), s.state, s.job, s.chunk, s.bitmap, s.count) for s in sw.fast]
+    t.fast = [Slot(s.lanes.copy(), s.state, s.job, s.chunk, s.bitmap, s.count, s.first) for s in sw.fast]
     t.jobs = {k: dataclasses.replace(j, result_psn=list(j.result_psn)) for k, j in sw.jobs.items()}
     t.counters = dict(sw.counters)
     t.modes = {k: m.fork(t) for k, m in sw.modes.items()}
@@ -173,6 +188,8 @@ def check(scope: Scope = Scope(), *, timing: Timing | None = None, max_states: i
     init.workers = [kind(p.switch, job, r, timing=timing) for r in range(scope.workers)]
     init.flight = tuple(sorted((_TO_SWITCH, r, f) for r, w in enumerate(init.workers)
                                for f in w.submit(0.0, data[r])))
+    if scope.stray:
+        init.flight = tuple(sorted(init.flight + ((_TO_SWITCH, 0, _stray(init.flight[0][2], p.switch.chunk_bytes)),)))
     init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
     counts = _explore(init, lambda s, trace: _successors(s, scope, trace), expect, max_states,
                       invariant=_check_results_held)

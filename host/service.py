@@ -15,7 +15,11 @@ one ``selectors`` loop:
   creates a job and receives its :class:`Ticket`: the switch and job
   descriptions, the VXLAN address and VNI, and the job's **token**. Every
   later request on that job (attach a worker, read counters, remove the job)
-  must carry the token; a wrong token is refused, logged and counted. A job
+  is signed with the token (HMAC over the request, the connection's nonce
+  and a rising sequence number: the token is never sent, a request cannot
+  be replayed) and so is its answer; a wrong signature is refused, logged
+  and counted. With an admin token ``create_job`` is signed with it. An
+  endpoint is bound only after it echoed a nonce sent to it. A job
   lives as long as the control connection that created it, so a training
   run that dies does not leak switch ports or slots.
   What one client may cost is bounded (:class:`Limits`: request size,
@@ -50,12 +54,14 @@ import socket
 import threading
 import time
 from collections import Counter as Tally
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inagg import __version__
 from inagg.models.backend import DEFAULT_BACKEND, SwitchBackend, SwitchBackendError, load_backend
 from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
-from inagg.models.protocol import MAX_JOBS, MAX_WORKERS
+from inagg.models.frame import CONTRIBUTION
+from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, switch_qpn
 
 from inagg.host.api import Group
 from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
@@ -66,7 +72,7 @@ from inagg.host.worker import ProtocolError, Timing
 __all__ = [
     "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES", "SERVICE_TIMING",
     "ServiceError", "SwitchUnavailableError", "SwitchBackendError", "Ticket", "Limits", "SwitchService", "SwitchClient",
-    "parse_address", "join", "group_from_env", "SwitchGoneError", "PeerFailedError", "WatchedPort",
+    "parse_address", "join", "group_from_env", "SwitchGoneError", "PeerFailedError", "WatchedPort", "ENV_ADMIN_TOKEN",
 ]
 
 log = logging.getLogger("inagg.switch")
@@ -74,16 +80,27 @@ log = logging.getLogger("inagg.switch")
 ENV_SWITCH = "INAGG_SWITCH"   # HOST:PORT of the control endpoint
 ENV_TICKET = "INAGG_TICKET"   # a ticket's JSON, or @FILE holding it
 ENV_RANK = "INAGG_RANK"       # this worker's rank in the ticket's job
+ENV_ADMIN_TOKEN = "INAGG_ADMIN_TOKEN"  # the service's admin token, which create_job is signed with
 # Worker addresses are 10.0.0.(port+1) in the switch's /24, the switch is .254.
 MAX_SERVICE_PORTS = 253
 MAX_REQUEST_BYTES = 1 << 16
 _WORKER_QPN = 0x01_0000
+_SESSION_CHARS = 64
+# The probe that asks an endpoint to prove it receives: an Ethernet frame of the IEEE 802 local experimental
+# EtherType 1, which no switch port takes for RoCE, carrying a marker and a nonce.
+_PROBE_TYPE = 0x88B5
+_PROBE_MARK = b"inagg probe "
+_NONCE_BYTES = 16
+# Where a frame names the switch QPN, i.e. the (job, worker) it contributes as.
+_QPN_AT = slice(CONTRIBUTION.span("bth.dqpn")[0], sum(CONTRIBUTION.span("bth.dqpn")))
 # The worker's default timer suits one process. A service shared by many workers takes milliseconds
 # to drain all their windows, and a timer shorter than that resends frames that were only queued,
 # which queues more: start at 0.1 s (loopback and a LAN hardly lose a frame).
 SERVICE_TIMING = Timing(timeout=0.1, max_timeout=1.0, tries=12)
 # Datagrams read per wake-up before the loop looks at control and timers again.
 _BURST = 256
+# Probes an attach waits for (each within a share of the client's timeout) before it gives up.
+_PROBE_TRIES = 3
 _SOCKET_BUFFER = 8 << 20
 
 
@@ -205,9 +222,21 @@ class _Refused(Exception):
 
 @dataclass
 class _Job:
+    """A job of the service: ``number`` names it in requests and tickets, ``spec`` is its current incarnation.
+
+    An incarnation is one run of the job's ranks. Every incarnation is a
+    switch job of its own (its own job number, so its own QPNs, R_Key and
+    wiped slots): a frame or a slot of an earlier run can never meet a later
+    run's chunks. ``sessions`` holds, by rank, the :class:`SwitchClient`
+    session that attached the rank in this incarnation.
+    """
+
+    number: int
     spec: JobSpec
     token: str
     owner: "_Conn"
+    incarnation: int = 1
+    sessions: dict[int, str] = field(default_factory=dict)
 
 
 class _Conn:
@@ -221,6 +250,21 @@ class _Conn:
         self.closed = False
         self.heard = time.monotonic()  # the last bytes received
         self.allowance, self.refilled = burst, self.heard  # the request rate's token bucket
+        # Signed requests: bound to this nonce (no replay on another connection), their seq rising (none here).
+        self.nonce, self.seq = secrets.token_hex(16), 0
+        self.signed: tuple[str, int] | None = None  # (key, seq) of the request being answered, once verified
+
+
+def _mac(key: str, nonce: str, direction: str, body: dict) -> str:
+    """HMAC-SHA256 of a control message ``body`` (its ``mac`` left out) under ``key``, bound to the connection's
+    ``nonce`` and to its direction (``request`` or ``answer``), over the message's canonical JSON."""
+    text = json.dumps({k: v for k, v in body.items() if k != "mac"}, sort_keys=True, separators=(",", ":"))
+    return hmac.new(key.encode(), f"{nonce}\n{direction}\n{text}".encode(), "sha256").hexdigest()
+
+
+def _job_key(admin_token: str, salt: str) -> str:
+    """The key of a job created under an admin token: derived on both sides, it never crosses the wire."""
+    return hmac.new(admin_token.encode(), f"inagg job key\n{salt}".encode(), "sha256").hexdigest()[:32]
 
 
 def _depth(value: object) -> int:
@@ -260,6 +304,13 @@ def _int(req: dict, name: str, lo: int, hi: int, default: int | None = None) -> 
     return x
 
 
+def _session(req: dict) -> str:
+    x = req.get("session")
+    if not isinstance(x, str) or not 1 <= len(x) <= _SESSION_CHARS or not x.isalnum():
+        raise _Refused(f"session must be 1..{_SESSION_CHARS} letters and digits, not {x!r}")
+    return x
+
+
 class SwitchService:
     """A switch serving many clients over VXLAN, with a token-checked control endpoint.
 
@@ -296,6 +347,11 @@ class SwitchService:
         What one control client may cost (:class:`Limits`; its defaults
         when None). No request, however malformed, stops the service: it
         gets an error answer and a count in ``stats``.
+    admin_token:
+        When given (at least 16 characters), ``create_job`` must be signed
+        with it (:class:`SwitchClient`'s ``admin_token``), and each job's
+        token is derived from it and a salt, so it never crosses the wire;
+        when None, anyone may create jobs within the quotas of ``limits``.
 
     :meth:`serve` runs the loop in the calling thread until :meth:`shutdown`
     (callable from any thread or a signal handler); :meth:`start` runs it
@@ -305,7 +361,8 @@ class SwitchService:
 
     def __init__(self, spec: SwitchSpec, *, control: tuple[str, int] = ("127.0.0.1", 0),
                  vxlan: tuple[str, int] = ("127.0.0.1", 0), vni: int = 1, faults: Faults | None = None,
-                 seed: int = 0, capture: Capture | None = None, switch=None, limits: Limits | None = None):
+                 seed: int = 0, capture: Capture | None = None, switch=None, limits: Limits | None = None,
+                 admin_token: str | None = None):
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
         if spec.ports > MAX_SERVICE_PORTS:
@@ -317,6 +374,9 @@ class SwitchService:
         elif not isinstance(limits, Limits):
             raise TypeError(f"limits must be Limits, not {type(limits).__name__}")
         self.limits = limits
+        if admin_token is not None and (not isinstance(admin_token, str) or len(admin_token) < 16):
+            raise ValueError("admin_token must be a string of at least 16 characters")
+        self.admin_token = admin_token
         if switch is None:
             switch = load_backend(DEFAULT_BACKEND).open(spec)
         elif not isinstance(switch, SwitchBackend):
@@ -331,6 +391,8 @@ class SwitchService:
         self._jobs: dict[int, _Job] = {}
         self._endpoint_of: dict[int, tuple[str, int]] = {}  # switch port -> worker VTEP
         self._port_of: dict[tuple[str, int], int] = {}
+        self._qpn_at: dict[int, bytes] = {}  # switch port -> the switch QPN its bound rank's frames must name
+        self._probes: dict[tuple[int, int], tuple[tuple[str, int], str, str]] = {}  # (job, rank) -> endpoint, session, nonce
         self._held = HeldFrames()
         self._conns: dict[int, _Conn] = {}
         self._conns_of: Tally = Tally()  # source address -> connections open
@@ -503,6 +565,10 @@ class SwitchService:
             if port is None:
                 self.stats["unbound_source"] += 1
                 continue
+            if inner[_QPN_AT] != self._qpn_at[port]:
+                # Another rank's or another job's QPN: whatever R_Key it carries, not this endpoint's to use.
+                self.stats["foreign_qpn"] += 1
+                continue
             self._cross(0, port, inner)
 
     def _cross(self, direction: int, port: int, frame: bytes) -> None:
@@ -653,6 +719,15 @@ class SwitchService:
         log.debug("control %s: closed", conn.name)
 
     def _request(self, conn: _Conn, line: bytes) -> dict:
+        """The answer to one request line; signed with the request's key when the request was."""
+        conn.signed = None
+        answer = self._answer(conn, line)
+        if conn.signed is not None:
+            key, answer["seq"] = conn.signed
+            answer["mac"] = _mac(key, conn.nonce, "answer", answer)
+        return answer
+
+    def _answer(self, conn: _Conn, line: bytes) -> dict:
         too_deep = f"a request nests at most {self.limits.request_depth} levels deep"
         try:
             req = json.loads(line)
@@ -681,24 +756,41 @@ class SwitchService:
         return {"ok": False, "error": f"the switch failed: {self.failure}"}
 
     def _authorized(self, conn: _Conn, req: dict) -> _Job:
-        """The job a request names, after checking its token."""
+        """The job a request names, after checking that the job's key signed it."""
         job = _int(req, "job", 0, MAX_JOBS - 1)
         j = self._jobs.get(job)
-        token = req.get("token")
         if j is None:
             raise _Refused(f"job {job} is not configured")
-        if not isinstance(token, str) or not hmac.compare_digest(token.encode(), j.token.encode()):
-            self.stats["refused_requests"] += 1
-            log.warning("control %s: refused %s on job %d: wrong token", conn.name, req["op"], job)
-            raise _Refused(f"job {job}: wrong token")
+        self._verify(conn, req, j.token, f"job {job}")
         return j
+
+    def _verify(self, conn: _Conn, req: dict, key: str, what: str) -> None:
+        """Check that ``key`` signed ``req`` on this connection, after every earlier request of it (no replay)."""
+        seq, mac = req.get("seq"), req.get("mac")
+        why = None
+        if not isinstance(mac, str) or not isinstance(seq, int) or isinstance(seq, bool):
+            why = "the request is not signed (seq and mac, docs/scaleout.md)"
+        elif not hmac.compare_digest(mac.encode(), _mac(key, conn.nonce, "request", req).encode()):
+            why = "wrong signature"
+        elif not conn.seq < seq < 1 << 53:
+            why = f"seq {seq} is not above the connection's last, {conn.seq} (a replay?)"
+        if why is not None:
+            self.stats["refused_requests"] += 1
+            log.warning("control %s: refused %s on %s: %s", conn.name, req["op"], what, why)
+            raise _Refused(f"{what}: {why}")
+        conn.seq, conn.signed = seq, (key, seq)
 
     def _op_hello(self, conn: _Conn, req: dict) -> dict:
         free = self.spec.ports - sum(len(j.spec.workers) for j in self._jobs.values())
         return {"service": "inagg switch", "version": __version__, "vxlan": list(self.vxlan_address),
-                "vni": self.vni, "switch": _switch_dict(self.spec), "jobs": len(self._jobs), "free_ports": free}
+                "vni": self.vni, "switch": _switch_dict(self.spec), "jobs": len(self._jobs), "free_ports": free,
+                "nonce": conn.nonce, "admin": self.admin_token is not None}
 
     def _op_create_job(self, conn: _Conn, req: dict) -> dict:
+        if self.admin_token is not None:
+            self._verify(conn, req, self.admin_token, "create_job")
+        elif "mac" in req:
+            raise _Refused("this service takes no admin token: send create_job unsigned")
         n = _int(req, "workers", 1, MAX_WORKERS)
         window = _int(req, "window", 1, self.spec.slots // 2, default=32)
         if window & (window - 1):
@@ -722,9 +814,7 @@ class SwitchService:
             raise _Refused(f"no free region of {region} slots (window {window}) in the switch's "
                            f"{self.spec.slots} slots" + (f" ({retired} of them retired by removed jobs until the "
                                                          "switch restarts)" if retired else ""))
-        number = next((k for k in range(1, MAX_JOBS) if k not in self._jobs), None)
-        if number is None:
-            raise _Refused(f"all {MAX_JOBS - 1} job numbers are in use")
+        number = self._free_number()
         workers = tuple(WorkerSpec(port=p, mac=worker_mac(p), ip=worker_ip(p), qpn=_WORKER_QPN + p,
                                    rkey=secrets.randbits(32), result_va=RESULT_VA) for p in free[:n])
         spec = JobSpec(job=number, rkey=secrets.randbits(32), slot_base=base, slots=region, workers=workers)
@@ -732,16 +822,30 @@ class SwitchService:
             self.switch.add_job(spec)
         except ValueError as e:
             raise _Refused(f"the switch refused job {number}: {e}") from None
-        token = secrets.token_hex(16)
-        self._jobs[number] = _Job(spec, token, conn)
+        salt = secrets.token_hex(16)
+        token = secrets.token_hex(16) if self.admin_token is None else _job_key(self.admin_token, salt)
+        self._jobs[number] = _Job(number, spec, token, conn)
         conn.jobs.add(number)
         log.info("job %d created by %s: %d workers on ports %s, slots %d..%d", number, conn.name, n,
                  ",".join(str(w.port) for w in workers), base, base + region - 1)
-        ticket = Ticket(self.spec, spec, token, self.vxlan_address, self.vni, self.control_address)
-        return {"ticket": json.loads(ticket.to_json())}
+        ticket = json.loads(Ticket(self.spec, spec, token, self.vxlan_address, self.vni,
+                                   self.control_address).to_json())
+        if self.admin_token is not None:  # the creator derives the key: it never crosses the wire
+            ticket["token"] = None
+            return {"ticket": ticket, "salt": salt}
+        return {"ticket": ticket}
 
-    def _free_region(self, size: int) -> int | None:
-        taken = [(j.spec.slot_base, j.spec.slot_base + j.spec.slots) for j in self._jobs.values()]
+    def _free_number(self) -> int:
+        """A job number that neither names a job nor is the switch job of one's incarnation."""
+        used = set(self._jobs) | {j.spec.job for j in self._jobs.values()}
+        number = next((k for k in range(1, MAX_JOBS) if k not in used), None)
+        if number is None:
+            raise _Refused(f"all {MAX_JOBS - 1} job numbers are in use")
+        return number
+
+    def _free_region(self, size: int, besides: _Job | None = None) -> int | None:
+        """The base of a free region of ``size`` slots, the region of job ``besides`` counted as free."""
+        taken = [(j.spec.slot_base, j.spec.slot_base + j.spec.slots) for j in self._jobs.values() if j is not besides]
         taken += [(base, base + n) for base, n in self.switch.retired_slots]
         for base in range(0, self.spec.slots - size + 1, size):
             if all(base + size <= lo or hi <= base for lo, hi in taken):
@@ -752,22 +856,90 @@ class SwitchService:
         j = self._authorized(conn, req)
         rank = _int(req, "rank", 0, len(j.spec.workers) - 1)
         endpoint = _endpoint(req.get("endpoint"))
+        session = _session(req)
         switch_port = j.spec.workers[rank].port
         other = self._port_of.get(endpoint)
         if other is not None and other != switch_port:
             raise _Refused(f"endpoint {endpoint[0]}:{endpoint[1]} is attached to switch port {other} already")
-        old = self._endpoint_of.pop(switch_port, None)
-        if old is not None:
-            del self._port_of[old]
+        if not (self._endpoint_of.get(switch_port) == endpoint and j.sessions.get(rank) == session):
+            proof = req.get("proof")
+            if proof is None:
+                return self._probe(j, rank, endpoint, session)
+            pending = self._probes.pop((j.number, rank), None)
+            if pending is None or pending[:2] != (endpoint, session) or not isinstance(proof, str) \
+                    or not hmac.compare_digest(proof.encode(), pending[2].encode()):
+                self.stats["proofs_refused"] += 1
+                raise _Refused(f"endpoint {endpoint[0]}:{endpoint[1]} did not prove it receives: the proof is not the "
+                               "nonce last sent there for this rank; attach again for a new one")
+        if j.sessions.setdefault(rank, session) != session:
+            self._reincarnate(j, rank)
+            j.sessions[rank] = session
+        self._unbind(switch_port)
         self._endpoint_of[switch_port] = endpoint
         self._port_of[endpoint] = switch_port
+        self._qpn_at[switch_port] = switch_qpn(j.spec.job, rank).to_bytes(3, "big")
         # Attaching again without the watch, from the watching connection, is how a rank leaves quietly.
         for c in self._conns.values():
-            c.watched.discard((j.spec.job, rank))
+            c.watched.discard((j.number, rank))
         if req.get("watch") is True:
-            conn.watched.add((j.spec.job, rank))
-        log.info("job %d rank %d attached from %s:%d (switch port %d)", j.spec.job, rank, *endpoint, switch_port)
-        return {"port": switch_port}
+            conn.watched.add((j.number, rank))
+        log.info("job %d rank %d attached from %s:%d (switch port %d, incarnation %d)", j.number, rank, *endpoint,
+                 switch_port, j.incarnation)
+        return {"port": switch_port, "incarnation": j.incarnation, "job": _job_dict(j.spec)}
+
+    def _probe(self, j: _Job, rank: int, endpoint: tuple[str, int], session: str) -> dict:
+        """Send ``endpoint`` a nonce that the attach must echo: only who receives there can bind it (no reflector).
+
+        One probe of a few dozen bytes per request, to an address the request
+        named: no amplification, and the request rate bounds the probes.
+        """
+        nonce = secrets.token_hex(_NONCE_BYTES)
+        self._probes[(j.number, rank)] = (endpoint, session, nonce)
+        frame = bytes(12) + _PROBE_TYPE.to_bytes(2, "big") + _PROBE_MARK + nonce.encode()
+        datagram = encap(frame, self.vni)
+        try:
+            self._udp.sendto(datagram, endpoint)
+        except OSError as e:
+            raise _Refused(f"cannot send the proof of receipt to {endpoint[0]}:{endpoint[1]}: {e}") from None
+        self.stats["probes_sent"] += 1
+        if self.capture is not None:
+            self.capture(self.vxlan_address, endpoint, datagram)
+        return {"prove": "echo the nonce sent to the endpoint as the attach's proof"}
+
+    def _unbind(self, port: int) -> None:
+        """Forget the endpoint bound to switch ``port``, if any."""
+        ep = self._endpoint_of.pop(port, None)
+        if ep is not None:
+            del self._port_of[ep]
+            del self._qpn_at[port]
+
+    def _reincarnate(self, j: _Job, rank: int) -> None:
+        """Start job ``j``'s next incarnation: rank ``rank`` joined again from another session (a new run).
+
+        The old switch job goes (its slots are wiped, or retired by a switch
+        that cannot wipe them) and a new one takes its ports under a fresh job
+        number and R_Keys, so neither the old run's slots nor its frames in
+        flight can reach the new run. The old run's endpoints are unbound and
+        its watching ranks told.
+        """
+        old, number = j.spec, self._free_number()  # before anything is torn down: it may refuse
+        self._notify(j.number, "job_removed", f"rank {rank} of job {j.number} joined again from a new run: "
+                                              f"incarnation {j.incarnation + 1} replaces this one")
+        for w in old.workers:
+            self._unbind(w.port)
+        self._switch_call(lambda: self.switch.remove_job(old.job))
+        base = self._free_region(old.slots, besides=j)
+        if base is None:
+            self._remove(j.number, "no free slot region for its next incarnation", on_switch=False)
+            raise _Refused(f"job {j.number} cannot start a new incarnation: no free region of {old.slots} slots "
+                           "(the switch retired its old one); create a new job")
+        workers = tuple(dataclasses.replace(w, rkey=secrets.randbits(32)) for w in old.workers)
+        j.spec = dataclasses.replace(old, job=number, rkey=secrets.randbits(32), slot_base=base, workers=workers)
+        self.switch.add_job(j.spec)
+        j.incarnation += 1
+        j.sessions = {}
+        log.info("job %d: incarnation %d on switch job %d (slots %d..%d), after rank %d joined again", j.number,
+                 j.incarnation, j.spec.job, base, base + old.slots - 1, rank)
 
     def _op_counters(self, conn: _Conn, req: dict) -> dict:
         self._authorized(conn, req)
@@ -776,7 +948,7 @@ class SwitchService:
 
     def _op_remove_job(self, conn: _Conn, req: dict) -> dict:
         j = self._authorized(conn, req)
-        self._remove(j.spec.job, f"removed by {conn.name}")
+        self._remove(j.number, f"removed by {conn.name}")
         return {}
 
     _OPS = {"hello": _op_hello, "create_job": _op_create_job, "attach": _op_attach, "counters": _op_counters,
@@ -790,15 +962,15 @@ class SwitchService:
                 conn.watched = {(k, r) for k, r in conn.watched if k != j}
                 self._reply(conn, {"event": event, "job": j, "reason": reason})
 
-    def _remove(self, job: int, why: str) -> None:
+    def _remove(self, job: int, why: str, on_switch: bool = True) -> None:
         self._notify(job, "job_removed", f"job {job} was torn down: {why}")
         j = self._jobs.pop(job)
         j.owner.jobs.discard(job)
-        for w in j.spec.workers:
-            ep = self._endpoint_of.pop(w.port, None)
-            if ep is not None:
-                del self._port_of[ep]
-        self._switch_call(lambda: self.switch.remove_job(job))
+        for rank, w in enumerate(j.spec.workers):
+            self._unbind(w.port)
+            self._probes.pop((job, rank), None)
+        if on_switch:  # else the switch job went already, between two incarnations
+            self._switch_call(lambda: self.switch.remove_job(j.spec.job))
         log.info("job %d torn down: %s", job, why)
         if (j.spec.slot_base, j.spec.slots) in self.switch.retired_slots:
             log.info("slots %d..%d retired until the switch restarts: it cannot clear a removed job's state",
@@ -815,9 +987,17 @@ class SwitchClient:
     ``INAGG_SWITCH``. Every request waits at most ``timeout`` seconds for
     its answer. A job created through this client lives until
     :meth:`remove_job` or until the client is closed.
+
+    Requests on a job are signed with its ticket's token (HMAC-SHA256 over
+    the request, this connection's nonce and a rising sequence number; the
+    token itself is never sent) and their answers checked the same way.
+    ``admin_token`` (default: ``INAGG_ADMIN_TOKEN``) signs ``create_job`` for
+    a service that requires it; the new job's token is then derived on both
+    sides and never crosses the wire.
     """
 
-    def __init__(self, address: str | tuple[str, int] | None = None, *, timeout: float = 10.0):
+    def __init__(self, address: str | tuple[str, int] | None = None, *, timeout: float = 10.0,
+                 admin_token: str | None = None):
         if address is None:
             address = os.environ.get(ENV_SWITCH)
             if not address:
@@ -832,15 +1012,29 @@ class SwitchClient:
         # A job lives as long as this connection, which may idle for a whole training run.
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self._buf = bytearray()
+        # Names this client's attaches: a rank attached again by another client is a new run (an incarnation).
+        self.session = secrets.token_hex(16)
+        self.admin_token = (admin_token if admin_token is not None else os.environ.get(ENV_ADMIN_TOKEN)) or None
+        self._nonce: str | None = None  # the connection's, from hello: what signatures are bound to
+        self._seq = 0
 
-    def request(self, op: str, **fields) -> dict:
+    def request(self, op: str, *, key: str | None = None, **fields) -> dict:
         """Send one request; return the answer, or raise :class:`ServiceError` with the service's refusal.
 
-        Events the service pushes to a watching connection (:func:`join`) are skipped.
+        With ``key`` the request is signed with it and a successful answer
+        must carry the service's signature under it. Events the service
+        pushes to a watching connection (:func:`join`) are skipped.
         """
+        body = {"op": op, **fields}
+        if key is not None:
+            if self._nonce is None:
+                self._nonce = str(self.request("hello").get("nonce"))
+            self._seq += 1
+            body["seq"] = self._seq
+            body["mac"] = _mac(key, self._nonce, "request", body)
         try:
             self._sock.settimeout(self.timeout)
-            self._sock.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
+            self._sock.sendall(json.dumps(body).encode() + b"\n")
             deadline = time.monotonic() + self.timeout
             while (answer := self._line(deadline - time.monotonic())) is None or "event" in answer:
                 if time.monotonic() >= deadline or len(self._buf) > MAX_REQUEST_BYTES:
@@ -850,6 +1044,11 @@ class SwitchClient:
                                          f"{op} failed: {e}") from None
         if not answer.get("ok"):
             raise ServiceError(f"inagg switch service refused {op}: {answer.get('error')}")
+        if key is not None and not (answer.get("seq") == self._seq and isinstance(answer.get("mac"), str) and
+                                    hmac.compare_digest(answer["mac"].encode(),
+                                                        _mac(key, self._nonce, "answer", answer).encode())):
+            raise ServiceError(f"inagg switch service at {self.address[0]}:{self.address[1]}: the answer to {op} "
+                               "is not signed with the request's key: not the service, or altered on the way")
         return answer
 
     def _line(self, timeout: float) -> dict | None:
@@ -881,28 +1080,58 @@ class SwitchClient:
 
     def create_job(self, workers: int, *, window: int = 32) -> Ticket:
         """A new job of ``workers`` ranks, each with ``window`` chunks outstanding."""
-        d = self.request("create_job", workers=workers, window=window)["ticket"]
+        answer = self.request("create_job", key=self.admin_token, workers=workers, window=window)
+        d = answer["ticket"]
+        if d.get("token") is None:  # created under the admin token: the job's key is derived from it
+            if self.admin_token is None or not isinstance(answer.get("salt"), str):
+                raise ServiceError("inagg switch service created a job without its token, and no admin token "
+                                   "here derives it")
+            d["token"] = _job_key(self.admin_token, answer["salt"])
         # A service bound to the wildcard address is reached where this client reached it.
         for key in ("vxlan", "control"):
             if d[key][0] in ("0.0.0.0", ""):
                 d[key][0] = self.address[0]
         return Ticket.from_json(json.dumps(d))
 
-    def attach(self, ticket: Ticket, rank: int, endpoint: tuple[str, int], *, watch: bool = False) -> int:
-        """Bind rank ``rank``'s switch port to its VXLAN ``endpoint``; returns the switch port.
+    def attach(self, ticket: Ticket, rank: int, endpoint: tuple[str, int], *, watch: bool = False,
+               receive: Callable[[float], bytes | None] | None = None) -> JobSpec:
+        """Bind rank ``rank``'s switch port to its VXLAN ``endpoint``; returns the job's current incarnation.
 
+        An endpoint proves it receives before it is bound: the service sends it
+        a nonce, which ``receive`` (the endpoint's ``VxlanPort.recv``) reads and
+        the attach echoes. Only an endpoint this client attached before for the
+        rank needs no ``receive``.
+
+        The first attach of a rank by another client than the one that
+        attached it before starts the job's next incarnation (a restarted
+        run): a switch job with fresh QPNs and slots, which the returned
+        :class:`~inagg.models.job.JobSpec` describes and the rank must use.
         ``watch``: the service tells this connection when the rank's job ends without it (:class:`WatchedPort`).
         """
-        extra = {"watch": True} if watch else {}
-        return self.request("attach", job=ticket.job.job, token=ticket.token, rank=rank, endpoint=list(endpoint),
-                            **extra)["port"]
+        fields = dict(key=ticket.token, job=ticket.job.job, rank=rank, endpoint=list(endpoint), session=self.session,
+                      **({"watch": True} if watch else {}))
+        answer, probes = self.request("attach", **fields), 0
+        while "prove" in answer:
+            if receive is None:
+                raise ServiceError(f"inagg switch service asks endpoint {endpoint[0]}:{endpoint[1]} to prove it "
+                                   "receives: attach it with receive= (join does)")
+            probes += 1
+            nonce = _await_probe(receive, self.timeout / _PROBE_TRIES)
+            if nonce is None and probes == _PROBE_TRIES:
+                raise ServiceError(f"inagg switch service: endpoint {endpoint[0]}:{endpoint[1]} got none of "
+                                   f"{_PROBE_TRIES} proofs of receipt the service sent it within {self.timeout} s")
+            answer = self.request("attach", **fields, **({} if nonce is None else {"proof": nonce}))
+        try:
+            return _job_from(answer["job"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ServiceError(f"inagg switch service answered attach with no job incarnation: {e}") from None
 
     def counters(self, job: int, token: str) -> dict:
         """The switch's counters (by :class:`~inagg.models.protocol.Counter` name) and the service's."""
-        return self.request("counters", job=job, token=token)
+        return self.request("counters", key=token, job=job)
 
     def remove_job(self, job: int, token: str) -> None:
-        self.request("remove_job", job=job, token=token)
+        self.request("remove_job", key=token, job=job)
 
     def close(self) -> None:
         self._sock.close()
@@ -912,6 +1141,16 @@ class SwitchClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _await_probe(receive: Callable[[float], bytes | None], timeout: float) -> str | None:
+    """The nonce of the first probe ``receive`` gives within ``timeout`` s (other frames skipped), or None."""
+    end = time.monotonic() + timeout
+    while (left := end - time.monotonic()) > 0:
+        frame = receive(left)
+        if frame is not None and frame[12:14] == _PROBE_TYPE.to_bytes(2, "big") and frame[14:].startswith(_PROBE_MARK):
+            return frame[14 + len(_PROBE_MARK):].decode("ascii", "replace")
+    return None
 
 
 def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple[str, int] | None = None,
@@ -930,17 +1169,41 @@ def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple
     client = None
     try:
         client = SwitchClient(ticket.control)
-        client.attach(ticket, rank, port.address, watch=watch)
+        job = client.attach(ticket, rank, port.address, watch=watch, receive=port.recv)
+        joined = client.counters(ticket.job.job, ticket.token)["switch"]
         if watch:
             port = WatchedPort(port, client, ticket, rank)
         else:
             client.close()
-        return Group(ticket.switch, ticket.job, rank, port, timing=timing or SERVICE_TIMING)
+        group = Group(ticket.switch, job, rank, port, timing=timing or SERVICE_TIMING)
+        group.diagnose = lambda e: _slot_drops(ticket, joined)
+        return group
     except BaseException:
         port.close()
         if client is not None:
             client.close()
         raise
+
+
+# The drops that time a chunk out while the switch and every rank are there: the ranks disagree on chunks.
+_SLOT_DROPS = {"DROP_STALE": "older than the chunk its slot holds", "DROP_WINDOW": "too far ahead of its slot's chunk"}
+
+
+def _slot_drops(ticket: Ticket, joined: dict[str, int]) -> str | None:
+    """Why a rank of ``ticket``'s job timed out, when the switch's slot-rule drops grew since ``joined``; else None.
+
+    The counters are the switch's, of every job: the cause is a likely one, which the message says.
+    """
+    try:
+        with SwitchClient(ticket.control, timeout=2.0) as c:
+            now = c.counters(ticket.job.job, ticket.token)["switch"]
+    except (ServiceError, OSError, ValueError):  # the service is gone, or answers nonsense: no better cause
+        return None
+    grew = [(name, n) for name in _SLOT_DROPS if (n := now.get(name, 0) - joined.get(name, 0)) > 0]
+    if not grew:
+        return None
+    return ("the switch dropped " + ", ".join(f"{n} contributions as {name} ({_SLOT_DROPS[name]})" for name, n in grew)
+            + " since this rank joined, counted over every job: do the ranks agree on the chunk sequence?")
 
 
 class SwitchGoneError(ProtocolError, ConnectionError):

@@ -101,6 +101,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         s.add_argument(f"--{fault}", type=_rate, default=0.0, help=f"{fault} rate of the link (default 0)")
     s.add_argument("--seed", type=int, default=0, help="seed of the link faults (default 0)")
     s.add_argument("--pcap", metavar="FILE", help="write every datagram in and out to FILE (pcap, Ethernet)")
+    s.add_argument("--admin-token-file", metavar="FILE",
+                   help="create_job must be signed with the token on FILE's first line (at least 16 characters; "
+                        "clients read it from INAGG_ADMIN_TOKEN); without it anyone may create jobs, within quotas")
     s.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="log level (default info); logs go to stderr")
     limits = s.add_argument_group("limits of each control client (a source is an IP address)")
@@ -108,6 +111,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         limits.add_argument(f"--{f.name.replace('_', '-')}", type=_positive(type(f.default)), default=f.default,
                             metavar="N", help=f"{f.metadata['help']} (default {f.default})")
     s.set_defaults(func=_cmd_serve)
+
+
+def _admin_token(path: str) -> str:
+    """The admin token on the first line of file ``path``; ``ValueError`` when it cannot be read or is too short."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except OSError as e:
+        raise ValueError(f"cannot read the admin token: {e}") from None
+    if len(token) < 16:
+        raise ValueError(f"the admin token on the first line of {path} must have at least 16 characters")
+    return token
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -126,6 +141,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         spec = SwitchSpec(ports=ports, slots=slots, chunk_bytes=args.chunk_bytes)
         faults = Faults(loss=args.loss, dup=args.dup, reorder=args.reorder, corrupt=args.corrupt)
+        args.admin_token = None if args.admin_token_file is None else _admin_token(args.admin_token_file)
     except ValueError as e:
         print(f"inagg switch serve: error: {e}", file=sys.stderr)
         return 2
@@ -155,7 +171,8 @@ def _serve(args: argparse.Namespace, spec, faults, logger) -> int:
     try:
         service = SwitchService(spec, control=args.listen, vxlan=args.vxlan or (args.listen[0], 0),
                                 vni=args.vni, faults=faults, seed=args.seed, switch=switch,
-                                limits=Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)}))
+                                limits=Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)}),
+                                admin_token=args.admin_token)
     except OSError as e:
         switch.close()
         print(f"inagg switch serve: error: cannot listen: {e}", file=sys.stderr)

@@ -50,12 +50,17 @@ class ProtocolError(Exception):
 
 
 class ChunkTimeoutError(ProtocolError, TimeoutError):
-    """A chunk got no result after the configured number of tries."""
+    """A chunk got no result after the configured number of tries.
 
-    def __init__(self, job: int, rank: int, chunk: int, tries: int):
-        self.job, self.rank, self.chunk, self.tries = job, rank, chunk, tries
+    ``cause`` says why when the caller found out (the switch's drop
+    counters, :attr:`~inagg.host.api.Group.diagnose`); without it the
+    message names the usual suspects.
+    """
+
+    def __init__(self, job: int, rank: int, chunk: int, tries: int, cause: str | None = None):
+        self.job, self.rank, self.chunk, self.tries, self.cause = job, rank, chunk, tries, cause
         super().__init__(f"job {job} worker {rank}: no result for chunk {chunk} after {tries} tries "
-                         "(switch unreachable, or another worker of the job is missing)")
+                         f"({cause or 'switch unreachable, or another worker of the job is missing'})")
 
 
 class LengthMismatchError(ProtocolError, ValueError):

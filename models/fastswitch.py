@@ -64,10 +64,10 @@ __all__ = ["FastSwitch", "BACKEND"]
 _FIELDS = (
     "ethernet.ether_type", "ipv4.version", "ipv4.ihl", "ipv4.flag_mf", "ipv4.frag_offset", "ipv4.protocol",
     "ipv4.total_len", "udp.dport", "udp.len", "bth.opcode", "bth.pad", "bth.tver", "bth.pkey", "bth.dqpn",
-    "reth.va", "reth.rkey", "reth.dma_len",
+    "reth.va", "reth.rkey", "reth.dma_len", "ipv4.flag_rsvd",
 )
 (F_ETYPE, F_VERSION, F_IHL, F_MF, F_FRAG, F_PROTO, F_TOTAL, F_DPORT, F_UDPLEN, F_OPCODE, F_PAD, F_TVER, F_PKEY,
- F_DQPN, F_VA, F_RKEY, F_DMALEN) = range(len(_FIELDS))
+ F_DQPN, F_VA, F_RKEY, F_DMALEN, F_RSVD) = range(len(_FIELDS))
 _F = np.array([CONTRIBUTION.bit_span(p) for p in _FIELDS], np.int64)
 _RESULT_FIELDS = ("bth.psn", "reth.va", "immdt.imm")
 R_PSN, R_VA, R_IMM = range(len(_RESULT_FIELDS))
@@ -113,7 +113,8 @@ class _K(enum.IntEnum):
 
 _NK = len(_K)
 # Slot metadata columns (int64), and the slot states of models/switch.py's SlotState.
-S_STATE, S_JOB, S_CHUNK, S_BITMAP, S_COUNT, S_PROM = range(6)  # S_PROM: a lane of the slot is promoted
+# S_PROM: a lane of the slot is promoted; S_FIRST: the slot has not completed since it was FREE (Slot.first).
+S_STATE, S_JOB, S_CHUNK, S_BITMAP, S_COUNT, S_PROM, S_FIRST = range(7)
 FREE, AGG, DONE = 0, 1, 2
 # Job table columns, one row per job number.
 J_ON, J_RKEY, J_BASE, J_SLOTS, J_WORKERS, J_FIRST = range(6)
@@ -243,7 +244,7 @@ def _check(buf, base, n, k, f, ops, t, masked, jobs):
     if n < k[_K.ETH_LEN] + k[_K.IP_LEN]:
         return Counter.DROP_BAD_LENGTH, 0, 0, 0
     if (_get(buf, base, f, F_VERSION) != k[_K.VERSION] or _get(buf, base, f, F_IHL) != k[_K.IHL]
-            or _get(buf, base, f, F_MF) or _get(buf, base, f, F_FRAG)
+            or _get(buf, base, f, F_RSVD) or _get(buf, base, f, F_MF) or _get(buf, base, f, F_FRAG)
             or not _ip_checksum_ok(buf, base + k[_K.ETH_LEN], k[_K.IP_LEN])):
         return Counter.DROP_BAD_HEADER, 0, 0, 0
     if _get(buf, base, f, F_PROTO) != k[_K.PROTO]:
@@ -455,15 +456,17 @@ def _run(buf, offs, lens, start, k, f, r, ops, t, x, masked, jobs, wk, tmpl, met
         # The slot's rules (ModelSwitch._contribute).
         if meta[s, S_STATE] == FREE:
             _start(meta, s, job, chunk)
+            meta[s, S_FIRST] = 1
         elif meta[s, S_CHUNK] != chunk:
-            ahead = (chunk - meta[s, S_CHUNK]) % _CHUNK_MOD
-            if ahead >= _HALF:
-                counters[Counter.DROP_STALE] += 1
-                continue
-            if ahead != jslots or meta[s, S_STATE] != DONE:
-                counters[Counter.DROP_WINDOW] += 1
-                continue
-            _start(meta, s, job, chunk)
+            if not meta[s, S_FIRST]:
+                ahead = (chunk - meta[s, S_CHUNK]) % _CHUNK_MOD
+                if ahead >= _HALF:
+                    counters[Counter.DROP_STALE] += 1
+                    continue
+                if ahead != jslots or meta[s, S_STATE] != DONE:
+                    counters[Counter.DROP_WINDOW] += 1
+                    continue
+            _start(meta, s, job, chunk)  # the next generation, or a first generation meets a stray (ModelSwitch)
         bit = np.int64(1) << worker
         nworkers, first = jobs[job, J_WORKERS], jobs[job, J_FIRST]
         if meta[s, S_BITMAP] & bit:
@@ -487,7 +490,7 @@ def _run(buf, offs, lens, start, k, f, r, ops, t, x, masked, jobs, wk, tmpl, met
         counters[Counter.RX_CONTRIB] += 1
         if meta[s, S_COUNT] < nworkers:
             continue
-        meta[s, S_STATE] = DONE
+        meta[s, S_STATE], meta[s, S_FIRST] = DONE, 0
         counters[Counter.COMPLETED] += 1
         fp32 = meta[s, S_PROM] != 0
         _lanes_out(words, prom, s, lanes, fp32, scratch_f, scratch_i, out[n_out], hdr)
@@ -524,7 +527,7 @@ class FastSwitch(SwitchBackend):
         exc = self.spec.exception
         capacity = exc.capacity if exc is not None else 0
         rows = self.spec.slots + capacity
-        self._meta = np.zeros((rows, 6), np.int64)
+        self._meta = np.zeros((rows, S_FIRST + 1), np.int64)
         self._words = np.zeros((rows, self.spec.lanes), np.int32)
         self._scratch_f = np.zeros(1, np.float32)
         self._off1, self._len1 = np.zeros(1, np.int64), np.zeros(1, np.int64)  # receive()'s one frame

@@ -49,7 +49,12 @@ class SlotState(enum.IntEnum):
 
 @dataclass
 class Slot:
-    """One chunk's aggregation state, as the slot memory holds it."""
+    """One chunk's aggregation state, as the slot memory holds it.
+
+    ``first``: the slot has not completed since it was FREE (its first
+    generation), when no two chunks of its job can both be due
+    (docs/protocol.md section 3, "Liveness").
+    """
 
     lanes: arith.LaneState
     state: SlotState = SlotState.FREE
@@ -57,13 +62,14 @@ class Slot:
     chunk: int = 0
     bitmap: int = 0
     count: int = 0
+    first: bool = False
 
     def start(self, job: int, chunk: int) -> None:
         self.state, self.job, self.chunk, self.bitmap, self.count = SlotState.AGG, job, chunk, 0, 0
 
     def clear(self) -> None:
         self.start(0, 0)
-        self.state = SlotState.FREE
+        self.state, self.first = SlotState.FREE, False
 
 
 @dataclass
@@ -96,10 +102,16 @@ class ModelSwitch(SwitchBackend):
     """The reference switch (see the module docstring), a :class:`~inagg.models.backend.SwitchBackend`.
 
     ``hop_timeout`` is Mode III's ACK timeout of a result on the hop.
+    ``first_generation=False`` keeps rule 3a of ``docs/protocol.md``
+    section 3 for slots in their first generation too, as the RTL and the
+    P4 programs still do ("Liveness"): the testbenches compare the RTL with
+    that model until the gateware has the rule.
     """
 
-    def __init__(self, spec: SwitchSpec | None = None, *, hop_timeout: float = modes.HOP_TIMEOUT):
+    def __init__(self, spec: SwitchSpec | None = None, *, hop_timeout: float = modes.HOP_TIMEOUT,
+                 first_generation: bool = True):
         self.spec = spec or SwitchSpec()
+        self.first_generation = first_generation
         # Jobs of EPIC's Modes II and III (models/modes.py), by job number, and the clock of Mode III's timers.
         self.modes: dict[int, modes.TranslatedJob] = {}
         self.hop_timeout = hop_timeout
@@ -227,13 +239,18 @@ class ModelSwitch(SwitchBackend):
             return self._count(slot)
         if slot.state == SlotState.FREE:
             slot.start(spec.job, chunk)
+            slot.first = True
         elif slot.chunk != chunk:
-            ahead = (chunk - slot.chunk) % CHUNK_MOD
-            if ahead >= _HALF:
-                return self._count(Counter.DROP_STALE)
-            if ahead != spec.slots or slot.state != SlotState.DONE:
-                return self._count(Counter.DROP_WINDOW)
-            slot.start(spec.job, chunk)  # every worker holds the old result: protocol.md "Slot reuse"
+            if not (slot.first and self.first_generation):
+                ahead = (chunk - slot.chunk) % CHUNK_MOD
+                if ahead >= _HALF:
+                    return self._count(Counter.DROP_STALE)
+                if ahead != spec.slots or slot.state != SlotState.DONE:
+                    return self._count(Counter.DROP_WINDOW)
+            # The next generation: every worker holds the old result (protocol.md "Slot reuse"). Or a first
+            # generation meets another chunk: one of the two is a stray, which must not hold the slot for good
+            # ("Liveness"); the workers' retransmissions bring the right one back.
+            slot.start(spec.job, chunk)
         bit = 1 << worker
         if slot.bitmap & bit:
             self.counters[Counter.DUP_CONTRIB] += 1
@@ -256,6 +273,7 @@ class ModelSwitch(SwitchBackend):
         self.counters[Counter.RX_CONTRIB] += 1
         if slot.count < len(spec.workers):
             return []
+        slot.first = False
         if spec.parent is not None:
             slot.state = SlotState.SENT
             return self._up(job, slot, TreeCounter.UP_PARTIALS)

@@ -35,10 +35,10 @@ __all__ = [
 # a field only once the frame's lengths cover it, so a frame shorter than a result's headers is
 # read zero-padded (_head).
 _read_head = RESULT.reader(
-    "ethernet.ether_type", "ipv4.version", "ipv4.ihl", "ipv4.flag_mf", "ipv4.frag_offset", "ipv4.protocol",
-    "ipv4.total_len", "udp.dport", "udp.len", "udp.sport", "bth.opcode", "bth.migreq", "bth.pad", "bth.tver",
+    "ethernet.ether_type", "ipv4.version", "ipv4.ihl", "ipv4.flag_rsvd", "ipv4.flag_mf", "ipv4.frag_offset",
+    "ipv4.protocol", "ipv4.total_len", "udp.dport", "udp.len", "udp.sport", "bth.opcode", "bth.migreq", "bth.pad", "bth.tver",
     "bth.pkey", "bth.dqpn", "bth.ackreq", "bth.psn", "reth.va", "reth.rkey", "reth.dma_len", "immdt.imm")
-_DATAGRAM = 9  # the fields of checks 1-8 come first
+_DATAGRAM = 10  # the fields of checks 1-8 come first
 # The fields wire.build names; every other field takes its fixed value.
 _BUILT = ("ethernet.dst", "ethernet.src", "ipv4.tos", "ipv4.total_len", "ipv4.identification", "ipv4.ttl",
           "ipv4.checksum", "ipv4.src", "ipv4.dst", "udp.sport", "udp.len", "bth.opcode", "bth.migreq", "bth.pkey",
@@ -190,12 +190,12 @@ def _datagram(f: bytes, head: tuple) -> int | Counter:
     n = len(f)
     if n < ETH_LEN:
         return Counter.DROP_BAD_LENGTH
-    ether_type, version, ihl, mf, frag, protocol, total, dport, udp_len = head[:_DATAGRAM]
+    ether_type, version, ihl, rsvd, mf, frag, protocol, total, dport, udp_len = head[:_DATAGRAM]
     if ether_type != ETH_TYPE_IPV4:
         return Counter.DROP_NON_ROCE
     if n < ETH_LEN + IPV4_LEN:
         return Counter.DROP_BAD_LENGTH
-    if version != _VERSION or ihl != _IHL or mf or frag or ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]) != 0:
+    if version != _VERSION or ihl != _IHL or rsvd or mf or frag or ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]) != 0:
         return Counter.DROP_BAD_HEADER
     if protocol != IP_PROTO_UDP:
         return Counter.DROP_NON_ROCE

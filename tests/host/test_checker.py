@@ -27,6 +27,19 @@ def test_early_resends_keep_every_run_exact():
     assert r.final_states >= 1 and r.states > 1551
 
 
+def test_a_stray_far_future_chunk_never_wedges_a_slot():
+    """Liveness: a contribution of chunk 2**31 delivered at any point of every run, even with a fault."""
+    r = check(Scope(workers=2, chunks=2, window=1, faults=1, stray=True))
+    assert r.final_states >= 1
+
+
+def test_a_switch_whose_slots_a_stray_wedges_is_found(monkeypatch):
+    """The rule before issue 21: a FREE slot took the stray for good (``DROP_STALE`` for the run's chunk)."""
+    monkeypatch.setattr(checker.Slot, "first", property(lambda self: False, lambda self, v: None))
+    with pytest.raises(Violation, match="no result for chunk 0"):
+        check(Scope(workers=2, chunks=1, window=1, faults=0, stray=True))
+
+
 def test_a_worker_that_gives_up_too_early_is_found():
     with pytest.raises(Violation, match=r"no result for chunk \d+ after 1 tries(.|\n)*trace:(.|\n)*lose"):
         check(Scope(workers=2, chunks=2, faults=1), timing=Timing(timeout=1.0, max_timeout=1.0, tries=1))
@@ -51,6 +64,7 @@ def test_a_switch_that_does_not_resend_results_is_found(monkeypatch):
     (dict(chunks=0), "chunks must be an integer in 1..8, not 0"),
     (dict(faults=5), "faults must be an integer in 0..4, not 5"),
     (dict(workers=3, promote=True), r"promote needs exactly 2 workers"),
+    (dict(stray=True, mode=Mode.TRANSLATED), r"stray needs the UC mode"),
 ])
 def test_scope_is_validated(kw, match):
     with pytest.raises(ValueError, match=match):

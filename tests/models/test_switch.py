@@ -210,6 +210,32 @@ def test_slot_reuse_stale_and_window_rules():
     assert sw.fast[1].bitmap == 1 and sw.fast[1].count == 1
 
 
+@pytest.mark.parametrize("stray", [2**31 + 1, 1 + 4 * 5, (1 - 4 * 3) % 2**32, 9])
+def test_a_stray_chunk_on_a_free_slot_does_not_hold_it(stray):
+    """Liveness (issue 21, row 6): a stray chunk, far ahead of or behind the job's, takes FREE slot 1; the job's
+    chunk 1 takes it back, since the slot never completed; once it has, the stray is stale or too far ahead."""
+    sw, job = _setup(n=2, slots=4)
+    sw.receive(0, contrib(sw, job, 0, stray, ones()))
+    assert sw.fast[1].chunk == stray and sw.fast[1].first
+    sw.receive(0, contrib(sw, job, 1, 1, ones()))
+    assert sw.fast[1].chunk == 1 and sw.fast[1].bitmap == 2  # the stray's lanes are gone
+    assert len(sw.receive(0, contrib(sw, job, 0, 1, ones()))) == 2
+    assert sw.fast[1].state == SlotState.DONE and not sw.fast[1].first
+    sw.receive(0, contrib(sw, job, 0, stray, ones()))
+    assert sw.fast[1].chunk == 1 and sw.counters[Counter.DROP_STALE] + sw.counters[Counter.DROP_WINDOW] == 1
+    assert sw.counters[Counter.RX_CONTRIB] == 3
+
+
+def test_the_rtls_slot_rules_keep_a_stray_as_before():
+    """``first_generation=False``, the model the testbenches compare the RTL with: the stray keeps the slot."""
+    sw, job = _setup(n=2, slots=4)
+    sw.first_generation = False
+    sw.receive(0, contrib(sw, job, 0, 2**31 + 1, ones()))
+    for _ in range(3):
+        sw.receive(0, contrib(sw, job, 1, 1, ones()))
+    assert sw.fast[1].chunk == 2**31 + 1 and sw.counters[Counter.DROP_STALE] == 3
+
+
 def snapshot(sw):
     slots = sw.fast + sw.overflow
     return ([(s.state, s.job, s.chunk, s.bitmap, s.count, s.lanes.words.tobytes(), s.lanes.promoted.tobytes())

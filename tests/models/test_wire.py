@@ -92,6 +92,7 @@ GOOD = contribution()
     (GOOD[:30], Counter.DROP_BAD_LENGTH),
     (_set(GOOD, 14, "!B", 0x46, fix_icrc=False), Counter.DROP_BAD_HEADER),
     (_set(GOOD, 20, "!H", 0x2000), Counter.DROP_BAD_HEADER),  # MF
+    (_set(GOOD, 20, "!H", 0xC000), Counter.DROP_BAD_HEADER),  # the reserved flag bit, beside DF (issue 21, row 9)
     (_set(GOOD, 20, "!H", 0x0001), Counter.DROP_BAD_HEADER),  # fragment offset
     (_set(GOOD, 24, "!H", 0x1234, fix_ipsum=False), Counter.DROP_BAD_HEADER),
     (_set(GOOD, 23, "!B", 6), Counter.DROP_NON_ROCE),  # TCP

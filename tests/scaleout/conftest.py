@@ -2,7 +2,7 @@
 
 The owner creates job A and all-reduces on it once per line it reads; the
 intruder creates a job of its own, then tries job A's control operations with
-its own token and sends two frames that name job A without its key or worker.
+its own token and sends two frames that name job A (without its key) or a worker it lacks.
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ victim = int(os.environ["VICTIM_JOB"])
 client = SwitchClient()
 mine = client.create_job(1, window=4)
 out = {"own_job": mine.job.job, "refused": []}
-for op, fields in [("remove_job", {"token": mine.token}), ("counters", {"token": "0" * 32}),
-                   ("attach", {"token": mine.token, "rank": 0, "endpoint": ["127.0.0.1", 9]})]:
+for op, key, fields in [("remove_job", mine.token, {}), ("counters", "0" * 32, {}),
+                        ("attach", mine.token, {"rank": 0, "endpoint": ["127.0.0.1", 9], "session": client.session})]:
     try:
-        client.request(op, job=victim, **fields)
+        client.request(op, key=key, job=victim, **fields)
     except ServiceError as e:
         out["refused"].append(str(e))
 g = join(mine, 0)
@@ -67,16 +67,18 @@ def frame(qpn, rkey):
     return wire.build(eth_dst=wire.mac_bytes(sw.mac), eth_src=wire.mac_bytes(me.mac), ip_src=wire.ip_bytes(me.ip),
                       ip_dst=wire.ip_bytes(sw.ip), udp_sport=0xC000, opcode=Opcode.UC_RDMA_WRITE_ONLY, dest_qpn=qpn,
                       psn=0, va=0, rkey=rkey, payload=bytes(sw.chunk_bytes))
-before = client.counters(mine.job.job, mine.token)["switch"]
+before = client.counters(mine.job.job, mine.token)
 g.port.send(frame(switch_qpn(victim, 0), mine.job.rkey))                          # the victim's QPN, our R_Key
 g.port.send(frame(switch_qpn(victim, int(os.environ["ABSENT_WORKER"])), mine.job.rkey))  # no such worker
 deadline = time.monotonic() + float(os.environ["COUNT_WAIT"])
 while time.monotonic() < deadline:
-    after = client.counters(mine.job.job, mine.token)["switch"]
-    if after["RX_FRAMES"] - before["RX_FRAMES"] == 2:
+    after = client.counters(mine.job.job, mine.token)
+    if after["service"].get("foreign_qpn", 0) - before["service"].get("foreign_qpn", 0) == 2:
         break
     time.sleep(0.02)
-out["delta"] = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+out["delta"] = {k: after["switch"][k] - before["switch"][k] for k in after["switch"]
+                if after["switch"][k] != before["switch"][k]}
+out["foreign_qpn"] = after["service"].get("foreign_qpn", 0) - before["service"].get("foreign_qpn", 0)
 print(json.dumps(out), flush=True)
 """
 
@@ -138,9 +140,10 @@ def two_clients(tmp_path):
                                          "COUNT_WAIT": str(count_wait)})
             seen = _readline(intruder, answer_wait)
             assert intruder.wait(30) == 0
-            assert seen["refused"] == [f"inagg switch service refused {op}: job {a}: wrong token" for op in OPS]
-            # The switch drops and counts the frames that name job A without its key or worker.
-            assert seen["delta"] == {"RX_FRAMES": 2, "DROP_BAD_RKEY": 1, "DROP_UNKNOWN_QPN": 1}
+            assert seen["refused"] == [f"inagg switch service refused {op}: job {a}: wrong signature" for op in OPS]
+            # The service drops and counts the frames that name another QPN than the endpoint's: job A's, and a
+            # worker job A lacks; the switch never sees them.
+            assert seen["foreign_qpn"] == 2 and seen["delta"] == {}
 
             owner.stdin.write("again\n")  # job A is intact
             owner.stdin.flush()
@@ -156,7 +159,7 @@ def two_clients(tmp_path):
         text = open(log.name).read()
         assert rc == 0, text
         for op in OPS:
-            assert re.search(rf"WARNING control 127\.0\.0\.1:\d+: refused {op} on job {a}: wrong token", text)
+            assert re.search(rf"WARNING control 127\.0\.0\.1:\d+: refused {op} on job {a}: wrong signature", text)
         assert re.search(rf"job {a} torn down: its owner's control connection 127\.0\.0\.1:\d+ closed", text)
         assert re.search(rf"job {seen['own_job']} torn down: its owner's control connection", text)
         return ServiceRun(a, seen, text)

@@ -12,7 +12,7 @@ from inagg.host.service import (
     ENV_RANK, ENV_SWITCH, ENV_TICKET, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket,
     group_from_env, join, parse_address,
 )
-from inagg.host.vxlan import encap
+from inagg.host.vxlan import VxlanPort, encap
 from inagg.host.worker import ChunkTimeoutError, Timing
 from inagg.models.job import SwitchSpec
 
@@ -78,17 +78,19 @@ def test_slot_regions_and_ports_are_disjoint_and_freed(service):
 
 
 def test_attach_checks_rank_endpoint_and_binding(service):
-    with SwitchClient(service.control_address) as c:
+    with SwitchClient(service.control_address) as c, VxlanPort(service.vxlan_address, 1) as p, \
+            VxlanPort(service.vxlan_address, 1) as q:
         t = c.create_job(2, window=4)
         with pytest.raises(ServiceError, match=r"rank must be an integer in 0..1, not 2"):
-            c.attach(t, 2, ("127.0.0.1", 5000))
+            c.attach(t, 2, p.address, receive=p.recv)
         with pytest.raises(ServiceError, match=r"endpoint must be \[IPv4 address, UDP port\], not \['nowhere', 1\]"):
             c.attach(t, 0, ("nowhere", 1))
-        assert c.attach(t, 0, ("127.0.0.1", 5000)) == t.job.workers[0].port
-        with pytest.raises(ServiceError, match=rf"endpoint 127.0.0.1:5000 is attached to switch port "
+        assert c.attach(t, 0, p.address, receive=p.recv) == t.job  # the first incarnation: the ticket's
+        with pytest.raises(ServiceError, match=rf"endpoint {p.address[0]}:{p.address[1]} is attached to switch port "
                                                rf"{t.job.workers[0].port} already"):
-            c.attach(t, 1, ("127.0.0.1", 5000))
-        assert c.attach(t, 0, ("127.0.0.1", 5001)) == t.job.workers[0].port  # a rank may move
+            c.attach(t, 1, p.address, receive=p.recv)
+        assert c.attach(t, 0, q.address, receive=q.recv) == t.job  # a rank may move
+        assert c.attach(t, 0, q.address) == t.job  # attached there already: no new proof
 
 
 def test_datagrams_from_unattached_endpoints_or_other_fabrics_are_counted(service):
@@ -187,6 +189,10 @@ def test_service_parameters_are_validated():
     (["--listen", "127.0.0.1:0", "--idle-timeout", "0"], "argument --idle-timeout: expected a positive float, not '0'"),
     (["--listen", "127.0.0.1:0", "--jobs-per-source", "2.5"],
      "argument --jobs-per-source: expected a positive int, not '2.5'"),
+    (["--listen", "127.0.0.1:0", "--admin-token-file", "/nonexistent/token"],
+     "cannot read the admin token: [Errno 2] No such file or directory: '/nonexistent/token'"),
+    (["--listen", "127.0.0.1:0", "--admin-token-file", "/dev/null"],
+     "the admin token on the first line of /dev/null must have at least 16 characters"),
 ])
 def test_serve_refuses_bad_arguments(capsys, argv, error):
     from inagg.cli import main

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from inagg.host import allreduce
 from inagg.host.roce import contribution
-from inagg.host.service import Limits, SwitchClient, SwitchService, join
-from inagg.host.vxlan import encap
+from inagg.host.service import Limits, SwitchClient, SwitchService, _mac, join
+from inagg.host.vxlan import decap, encap
 from inagg.models.job import SwitchSpec
 
 SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)
@@ -28,7 +28,8 @@ OPS = ["hello", "create_job", "attach", "counters", "remove_job"]
 scalars = st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats() | st.text(max_size=20)
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                                           max_size=4), max_leaves=30)
-# A token drawn as {"$token": i} is the i-th token a create_job answered in this example, when there is one.
+# A token drawn as {"$token": i} is the i-th token a create_job answered in this example, when there is one; a
+# request whose token is a string is signed with it (and the token left out), as SwitchClient does.
 fields = {
     "job": st.integers(-1, 4) | values,
     "token": st.builds(lambda i: {"$token": i}, st.integers(0, 3)) | values,
@@ -64,6 +65,8 @@ def test_random_requests_never_stop_the_service():
         @given(st.lists(steps, max_size=25))
         def run(script):
             conns: dict[int, socket.socket] = {}
+            nonces: dict[int, str] = {}
+            seqs: dict[int, int] = {}
             tokens: list[str] = []
             try:
                 for i, what in script:
@@ -73,8 +76,15 @@ def test_random_requests_never_stop_the_service():
                         continue
                     if i not in conns:
                         conns[i] = socket.create_connection(address, timeout=HANG)
+                        conns[i].sendall(b'{"op": "hello"}\n')
+                        nonces[i], seqs[i] = json.loads(conns[i].makefile("rb").readline())["nonce"], 0
                     if isinstance(what, dict):
-                        line = json.dumps({k: resolve(v, tokens) for k, v in what.items()}).encode()
+                        body = {k: resolve(v, tokens) for k, v in what.items()}
+                        if isinstance(key := body.pop("token", None), str):  # signed with it, as a client signs
+                            seqs[i] += 1
+                            body["seq"] = seqs[i]
+                            body["mac"] = _mac(key, nonces[i], "request", body)
+                        line = json.dumps(body).encode()
                     elif isinstance(what, int):
                         line = b"[" * what + b"]" * what
                     else:
@@ -116,7 +126,7 @@ def test_random_datagrams_never_stop_the_service_nor_touch_another_job():
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
         attacker.bind(("127.0.0.1", 0))
         mine = c.create_job(1, window=4)
-        c.attach(mine, 0, attacker.getsockname())
+        c.attach(mine, 0, attacker.getsockname(), receive=lambda t: attacker.settimeout(t) or decap(attacker.recv(99), 1))
         victim = c.create_job(1, window=4)
         sent = []
 

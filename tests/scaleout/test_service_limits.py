@@ -85,7 +85,7 @@ def test_attach_refuses_endpoints_a_datagram_cannot_go_to(service, endpoint, why
     with SwitchClient(service.control_address) as c:
         t = c.create_job(1, window=4)
         with pytest.raises(ServiceError) as e:
-            c.request("attach", job=t.job.job, token=t.token, rank=0, endpoint=endpoint)
+            c.request("attach", key=t.token, job=t.job.job, rank=0, endpoint=endpoint)
         assert str(e.value) == (f"inagg switch service refused attach: endpoint must be [IPv4 address, UDP port], "
                                 f"not {endpoint!r} ({why})")
         assert c.hello()["ok"]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from inagg.host import allreduce
+from inagg.host.roce import contribution
 from inagg.host.service import ServiceError, SwitchBackendError, SwitchClient, SwitchService, join
 from inagg.models.backend import SwitchBackend
 from inagg.models.job import SwitchSpec
@@ -137,13 +138,14 @@ def test_a_failed_switch_refuses_every_request_and_counts_the_frames_it_drops(ca
             SwitchClient(service.control_address) as client:
         t = client.create_job(1, window=4)
         g = join(t, 0)
+        client.counters(t.job.job, t.token)  # the connection's nonce, which a signed request needs, is known
         switch.failing = True
-        for op, fields in [("counters", {"job": t.job.job, "token": t.token}), ("create_job", {"workers": 1}),
+        for op, fields in [("counters", {"job": t.job.job, "key": t.token}), ("create_job", {"workers": 1}),
                            ("hello", {})]:
             with pytest.raises(ServiceError, match=f"^inagg switch service refused {op}: the switch failed: "
                                                    "the test switch broke$"):
                 client.request(op, **fields)
-        g.port.send(bytes(100))
+        g.port.send(bytes(contribution(t.switch, g.job, 0, 0, bytes(SPEC.chunk_bytes))))  # the rank's own QPN
         deadline = time.monotonic() + 10
         while service.stats["switch_failed"] < 1:
             assert time.monotonic() < deadline

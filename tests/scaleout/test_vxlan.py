@@ -167,11 +167,15 @@ def test_capture_decodes_as_vxlan_then_roce(tmp_path):
     to_switch = [p for p in pkts if p[UDP].dport == service.vxlan_address[1]]
     from_switch = [p for p in pkts if p[UDP].sport == service.vxlan_address[1]]
     assert to_switch and from_switch and len(to_switch) + len(from_switch) == len(pkts)
-    for p in pkts:
-        inner = VXLAN(bytes(p[UDP].payload))  # an ephemeral test port: scapy binds VXLAN to 4789 only
-        assert inner.vni == 77 and inner[UDP].dport == 4791
-    assert {VXLAN(bytes(p[UDP].payload))[BTH].opcode for p in to_switch} == {0x2A}
-    assert {VXLAN(bytes(p[UDP].payload))[BTH].opcode for p in from_switch} == {0x2B}
+    inner = {id(p): VXLAN(bytes(p[UDP].payload)) for p in pkts}  # an ephemeral test port: VXLAN is bound to 4789
+    assert all(x.vni == 77 for x in inner.values())
+    # One proof of receipt to each rank's endpoint (its own EtherType), then RoCEv2 only.
+    probes = [p for p in from_switch if inner[id(p)][Ether].type == 0x88B5]
+    assert len(probes) == 2 and len({p[UDP].dport for p in probes}) == 2
+    from_switch = [p for p in from_switch if p not in probes]
+    assert all(inner[id(p)][UDP].dport == 4791 for p in to_switch + from_switch)
+    assert {inner[id(p)][BTH].opcode for p in to_switch} == {0x2A}
+    assert {inner[id(p)][BTH].opcode for p in from_switch} == {0x2B}
 
 
 def test_faults_on_the_vxlan_link_leave_sums_exact():

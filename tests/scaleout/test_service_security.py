@@ -1,0 +1,201 @@
+"""Issue 21's attacks on the switch service, one test each: incarnations, endpoint binding, the reflector."""
+
+import contextlib
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from inagg.host import allreduce
+from inagg.host.api import Group
+from inagg.host.roce import contribution
+from inagg.host.service import PeerFailedError, ServiceError, SwitchClient, SwitchService, join
+from inagg.host.worker import ChunkTimeoutError, Timing
+from inagg.host.vxlan import VxlanPort
+from inagg.models.job import SwitchSpec
+
+SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)  # 64 lanes a chunk
+# Short enough that a stall fails the test in seconds, long enough for loopback.
+QUICK = Timing(timeout=0.05, max_timeout=0.5, tries=12)
+
+
+def _run(ticket, data):
+    """One run of a training script: every rank joins ``ticket`` afresh, all-reduces its array, leaves."""
+    groups = [join(ticket, r, timing=QUICK) for r in range(len(data))]
+    out = [None] * len(data)
+
+    def rank(r):
+        try:
+            out[r] = allreduce(data[r], groups[r])
+        except Exception as e:  # inspected below
+            out[r] = e
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(data))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for g in groups:
+        g.port.close()
+    return out
+
+
+def test_a_restarted_run_never_gets_the_old_runs_sums():
+    """Row 1: joining again with the same ticket starts a new incarnation, on fresh slots, short run or long."""
+    rng = np.random.default_rng(1)
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        ticket = owner.create_job(2, window=4)  # R = 8 slots
+        for lanes in (3 * 64, 3 * 64, 20 * 64):  # the same chunks again, then more than R chunks
+            data = [rng.integers(-99, 99, lanes).astype(np.float32) for _ in range(2)]
+            for got in _run(ticket, data):
+                assert isinstance(got, np.ndarray), got
+                np.testing.assert_array_equal(got, data[0] + data[1])
+
+
+def test_a_new_incarnation_tells_the_old_runs_watching_ranks_and_keeps_moves_in_one():
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        ticket = owner.create_job(2, window=4)
+        old = join(ticket, 0, timing=QUICK, watch=True)
+        with VxlanPort(service.vxlan_address, 1) as moved:
+            assert old.port.client.attach(ticket, 0, moved.address, watch=True, receive=moved.recv) == ticket.job
+        new = join(ticket, 0, timing=QUICK)  # another client: a new run
+        assert new.job.job != ticket.job.job and new.job.rkey != ticket.job.rkey
+        assert [w.port for w in new.job.workers] == [w.port for w in ticket.job.workers]
+        with pytest.raises(PeerFailedError, match=rf"rank 0 of job {ticket.job.job} joined again from a new run: "
+                                                  "incarnation 2 replaces this one"):
+            old.port.recv(1.0)
+        old.port.close()
+        new.port.close()
+
+
+def _allreduce_all(groups, data):
+    out = [None] * len(groups)
+    threads = [threading.Thread(target=lambda r: out.__setitem__(r, allreduce(data[r], groups[r])), args=(r,))
+               for r in range(len(groups))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return out
+
+
+def test_a_worker_contributes_only_as_the_rank_its_endpoint_attached_as():
+    """Row 6: another rank's QPN from a rank's own endpoint, and another job's QPN with its leaked R_Key, are
+    dropped by the service (``foreign_qpn``) before the switch sees them; the victim's sums stay exact."""
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        a = owner.create_job(2, window=4)
+        b = owner.create_job(1, window=4)
+        ga = [join(a, r, timing=QUICK) for r in range(2)]
+        gb = join(b, 0, timing=QUICK)
+        evil = np.full(SPEC.lanes, 1000, ">i4").tobytes()
+        for chunk in range(4):
+            ga[1].port.send(bytes(contribution(a.switch, ga[0].job, 0, chunk, evil)))  # as rank 0 of its own job
+            gb.port.send(bytes(contribution(a.switch, ga[0].job, 1, chunk, evil)))     # as job A's rank 1
+        data = [np.full(4 * SPEC.lanes, 1, np.float32), np.full(4 * SPEC.lanes, 2, np.float32)]
+        for got in _allreduce_all(ga, data):
+            np.testing.assert_array_equal(got, np.full(4 * SPEC.lanes, 3, np.float32))
+        assert service.stats["foreign_qpn"] == 8
+        for g in ga + [gb]:
+            g.port.close()
+
+
+def test_a_timeout_from_slot_rule_drops_names_them():
+    """Row 9: a rank that starts again at chunk 0 within the same run (no new incarnation) meets slots that moved
+    on; its ChunkTimeoutError names DROP_STALE, read from the switch's counters, not an unreachable switch."""
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        ticket = owner.create_job(2, window=4)  # R = 8 slots
+        groups = [join(ticket, r, timing=QUICK) for r in range(2)]
+        data = [np.ones(20 * SPEC.lanes, np.float32)] * 2
+        _allreduce_all(groups, data)
+        again = Group(ticket.switch, groups[1].job, 1, groups[1].port, timing=Timing(0.02, max_timeout=0.02, tries=3))
+        again.diagnose = groups[1].diagnose
+        with pytest.raises(ChunkTimeoutError, match=r"job \d+ worker 1: no result for chunk 0 after 3 tries \(the "
+                           r"switch dropped \d+ contributions as DROP_STALE \(older than the chunk its slot holds\) "
+                           r"since this rank joined, counted over every job: do the ranks agree on the chunk sequence"):
+            allreduce(np.ones(SPEC.lanes, np.float32), again)
+        for g in groups:
+            g.port.close()
+
+
+def test_an_endpoint_is_bound_only_after_it_proved_it_receives():
+    """Row 8: attaching a rank to a third party's address fails: the third party gets a few probes (no
+    amplification), never a result; a wrong proof is refused and counted."""
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address, timeout=0.6) as c, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as victim:
+        victim.bind(("127.0.0.1", 0))
+        t = c.create_job(1, window=4)
+        with pytest.raises(ServiceError, match=r"endpoint 127.0.0.1:\d+ got none of 3 proofs of receipt"):
+            c.attach(t, 0, victim.getsockname(), receive=lambda timeout: time.sleep(timeout))
+        with pytest.raises(ServiceError, match="did not prove it receives"):
+            c.request("attach", key=t.token, job=t.job.job, rank=0, endpoint=list(victim.getsockname()),
+                      session=c.session, proof="0" * 32)
+        victim.settimeout(0.2)
+        probes = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                probes.append(victim.recv(2048))
+        assert len(probes) == 3 and all(len(p) < 80 for p in probes)
+        assert service.stats["probes_sent"] == 3 and service.stats["proofs_refused"] == 1
+        assert service.vxlan_address not in service._port_of and not service._endpoint_of
+
+
+ADMIN = "an admin token of the operator's"
+
+
+def test_create_job_needs_the_admin_token_and_the_job_key_never_crosses_the_wire():
+    seen = []
+    with SwitchService(SPEC, admin_token=ADMIN) as service:
+        with SwitchClient(service.control_address, admin_token="") as anonymous, \
+                pytest.raises(ServiceError, match=r"refused create_job: create_job: the request is not signed"):
+            anonymous.create_job(1, window=4)
+        with SwitchClient(service.control_address, admin_token="not the admin's token") as wrong, \
+                pytest.raises(ServiceError, match=r"refused create_job: create_job: wrong signature"):
+            wrong.create_job(1, window=4)
+        with SwitchClient(service.control_address, admin_token=ADMIN) as admin:
+            admin._sock = _Tap(admin._sock, seen)
+            t = admin.create_job(1, window=4)
+            assert admin.counters(t.job.job, t.token)["ok"]
+        assert service.stats["refused_requests"] == 2
+    assert t.token not in b"".join(seen).decode() and ADMIN not in b"".join(seen).decode()
+
+
+class _Tap:
+    """A socket that records every byte both ways."""
+
+    def __init__(self, sock, seen):
+        self._sock, self._seen = sock, seen
+
+    def sendall(self, data):
+        self._seen.append(bytes(data))
+        return self._sock.sendall(data)
+
+    def recv(self, n):
+        data = self._sock.recv(n)
+        self._seen.append(data)
+        return data
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+def test_signed_requests_cannot_be_replayed_or_altered():
+    """Row 7: a job request is signed with the job's key over the connection's nonce and a rising seq; a copy
+    sent again, or on another connection, or with a field changed, is refused."""
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        t = owner.create_job(1, window=4)
+        sent = []
+        owner._sock = _Tap(owner._sock, sent)
+        owner.counters(t.job.job, t.token)
+        signed = next(json.loads(x) for x in sent if b'"op": "counters"' in x)
+        assert "token" not in signed and t.token not in json.dumps(signed)
+
+        def raw(sock_owner, body):
+            sock_owner._sock.sendall(json.dumps(body).encode() + b"\n")
+            return sock_owner._line(5.0)
+
+        assert raw(owner, signed)["error"].endswith("is not above the connection's last, 1 (a replay?)")
+        with SwitchClient(service.control_address) as other:
+            other.hello()
+            assert raw(other, signed)["error"] == f"job {t.job.job}: wrong signature"  # another connection's nonce
+        assert raw(owner, {**signed, "seq": 2})["error"] == f"job {t.job.job}: wrong signature"  # altered
+        assert raw(owner, {**signed, "op": "remove_job"})["error"] == f"job {t.job.job}: wrong signature"
+        assert owner.hello()["jobs"] == 1
