@@ -83,7 +83,8 @@ class Process:
 
 @pytest.fixture
 def processes(tmp_path):
-    """``start(cmd, name, env=None)``: a :class:`Process`; every one still running is killed at the end."""
+    """``start(cmd, name, env=None)``: a :class:`Process`; every one still running is killed at the end, and
+    what each wrote is printed (pytest shows it when the test fails)."""
     started: list[Process] = []
 
     def start(cmd: list[str], name: str, env: dict | None = None) -> Process:
@@ -93,6 +94,7 @@ def processes(tmp_path):
     yield start
     for p in started:
         p.kill()
+        print(p.report())
 
 
 @pytest.fixture
