@@ -45,8 +45,8 @@ RTL_WIDTHS = (64, 512)
 RTL_WORKERS = 4
 SECTIONS = ("ddp", "torch", "service", "rtl")
 # (ranks, model width, timed steps): about 0.25 M and 25 M parameters. A 25 M step sends 100 times the
-# frames through the Python switch: timed once, at 2 ranks only.
-TORCH_RUNS = ((2, 500, 3), (4, 500, 3), (2, 5000, 1))
+# frames through the Python switch (minutes at 4 ranks on two cores): timed once.
+TORCH_RUNS = ((2, 500, 3), (4, 500, 3), (2, 5000, 1), (4, 5000, 1))
 TORCH_WAYS = ("backend", "hook", "gloo")
 
 WORKERS = r"""
@@ -88,7 +88,7 @@ def _torchrun(nproc: int, example: str, *args: str) -> dict:
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                          start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
-        out, err = p.communicate(timeout=600)
+        out, err = p.communicate(timeout=1800)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         raise
@@ -151,8 +151,9 @@ def _ddp_section() -> list[str]:
     lines = [
         f"## DDP step time and bytes per rank (`examples/ddp_train.py --backend both --steps {STEPS}`)",
         "",
-        "Median over the steps of forward + backward (the all-reduce included). S is the gradient's size; inagg",
-        "sends 32-bit lanes in 1098-byte frames for 1024 payload bytes, plus the two chunks of the scale",
+        f"Measured at commit {_commit()}. Median over the steps of forward + backward (the all-reduce",
+        "included). S is the gradient's size; inagg sends 32-bit lanes in 1098-byte frames for 1024 payload",
+        "bytes, plus the two chunks of the scale",
         "agreement per bucket; ring all-reduce sends 2(N-1)/N S per rank. gloo's bytes are what each",
         "process writes to its sockets (`/proc/self/io`), the barriers and loss reductions included.",
         "",
@@ -202,7 +203,7 @@ def _torch_section() -> list[str]:
         "Both inagg ways run the numpy model switch in a thread of rank 0 and build, check and parse every",
         "frame in Python on the two shared cores; gloo adds in C++. The process group and the hook send the",
         "same frames; the process group also syncs the model and runs the barriers through the switch.",
-        "25 M parameters sends 100 times the frames of 0.25 M per step: one timed step, 2 ranks only.",
+        "25 M parameters sends 100 times the frames of 0.25 M per step: one timed step.",
         "",
     ]
 
@@ -229,6 +230,8 @@ def _service_section() -> list[str]:
         f"## Switch service frame rate (`inagg switch serve`, {WORKER_PROCESSES} worker processes, "
         f"{ELEMENTS * 4 >> 10} KiB per worker, {ROUNDS} all-reduces)",
         "",
+        f"Measured at commit {_commit()}.",
+        "",
         *_rate_rows(rates),
         "",
         "One service thread runs the model switch (docs/results/models.md: about 20,000 contribution",
@@ -243,6 +246,8 @@ def _rtl_section() -> list[str]:
         f"## Switch service frame rate on the RTL (`inagg switch serve --backend rtl --ports {RTL_WORKERS} "
         f"--slots 256 --width W`, {RTL_WORKERS} worker processes, {ELEMENTS * 4 >> 10} KiB per worker, "
         f"{ROUNDS} all-reduces)",
+        "",
+        f"Measured at commit {_commit()}.",
         "",
         "| W | " + _rate_rows(rates)[0][2:],
         "|---:" + _rate_rows(rates)[1],

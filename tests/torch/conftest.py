@@ -80,6 +80,16 @@ class Process:
             os.killpg(self.popen.pid, signal.SIGKILL)
         self.popen.wait(30)
 
+    def stop(self) -> None:
+        """SIGTERM to the whole session (the service then logs its counters), SIGKILL after 10 s."""
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
 
 @pytest.fixture
 def processes(tmp_path):
@@ -93,7 +103,7 @@ def processes(tmp_path):
 
     yield start
     for p in started:
-        p.kill()
+        p.stop()
         print(p.report())
 
 
