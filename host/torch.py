@@ -10,10 +10,11 @@ Two pieces:
 * :func:`allreduce_hook`, registered with ``ddp.register_comm_hook(state,
   allreduce_hook)``, all-reduces each gradient bucket through the switch and
   returns the average, as DDP expects. Every bucket is one
-  :func:`~inagg.host.api.allreduce`, so each gets its own quantization scale
-  from the agreement round of ``docs/protocol.md`` section 2.1, and INT32
-  and FP32-promoted results are dequantized alike. Buckets of float32,
-  bfloat16 and float16 are reduced in float32 and returned in their own type.
+  :class:`~inagg.host.worker.AllReduce`, so each gets its own quantization
+  scale from the agreement round of ``docs/protocol.md`` section 2.1, and
+  INT32 and FP32-promoted results are dequantized alike; NaN and infinity
+  reach every rank where gloo's sum has them. Buckets of float32, bfloat16
+  and float16 are reduced in float32 and returned in their own type.
 
 Where the switch is: ``switch="HOST:PORT"``, else ``INAGG_SWITCH``, else,
 when every rank runs on this machine (torchrun's ``LOCAL_WORLD_SIZE`` equals
@@ -54,9 +55,9 @@ except ImportError as e:  # the optional extra is not installed
 
 from inagg.models.job import SwitchSpec
 
-from inagg.host.api import Group, allreduce
+from inagg.host.api import Group, run
 from inagg.host.service import ENV_SWITCH, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket, join
-from inagg.host.worker import Timing
+from inagg.host.worker import AllReduce, Timing
 
 __all__ = ["BackwardCheck", "DistGroup", "InaggFallbackWarning", "group_from_process_group", "setup",
            "allreduce_hook"]
@@ -145,7 +146,8 @@ class DistGroup:
             raise self.failure
         data = tensor.detach().to(device="cpu", dtype=torch.float32).numpy().ravel()
         try:
-            total = allreduce(data, self.group)
+            # NaN and infinity reach every rank where gloo's sum has them: GradScaler skips the step alike.
+            total = run(AllReduce(self.group.worker, data, propagate_nonfinite=True), self.group).result()
         except Exception as e:  # the job is out of step now
             self.failure = e
             self.group.port.abort()

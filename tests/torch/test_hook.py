@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 import socket
 import warnings
 from types import SimpleNamespace
@@ -114,6 +115,28 @@ def test_hook_averages_buckets_and_keeps_their_dtype(world):
         with pytest.raises(TypeError, match="inagg all-reduces float32, bfloat16 and float16 tensors, not "
                                             "torch.float64"):
             state.reduce(torch.ones(3, dtype=torch.float64))
+    finally:
+        state.close()
+
+
+def test_hook_passes_nan_and_infinity_as_gloo_does(world):
+    state = group_from_process_group(switch="embedded", window=4)
+    try:
+        torch.manual_seed(3)
+        model = nn.Linear(40, 3)
+        ref = copy.deepcopy(model)
+        ddp = DDP(model)
+        ddp.register_comm_hook(state, allreduce_hook)
+        x = torch.randn(5, 40)
+        x[1, 7], x[2, 9] = math.inf, math.nan  # weight columns 7 (inf) and 9 (NaN)
+        ddp(x).sum().backward()
+        ref(x).sum().backward()
+        got, want = model.weight.grad, ref.weight.grad
+        assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
+        assert torch.equal(got.isinf(), want.isinf()) and want.isinf().any()
+        assert torch.equal(got[got.isinf()], want[want.isinf()])
+        finite = want.isfinite()
+        assert torch.allclose(got[finite], want[finite], rtol=2**-20, atol=float(want[finite].abs().max()) * 2.0**-30)
     finally:
         state.close()
 
