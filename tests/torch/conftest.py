@@ -135,7 +135,8 @@ def served_switch(processes):
     def start(*options: str) -> tuple[Process, str]:
         serve = processes([sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen", "127.0.0.1:0",
                            "--vxlan", "127.0.0.1:0", *options], "serve")
-        (m,) = serve.wait_for(r"listening: control ([\d.]+:\d+)", 1, 60, where="err")
+        # The fast switch compiles before the service listens: tens of seconds with a cold numba cache.
+        (m,) = serve.wait_for(r"listening: control ([\d.]+:\d+)", 1, 180, where="err")
         return serve, m.group(1)
     return start
 
