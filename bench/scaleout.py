@@ -172,10 +172,10 @@ def _ddp_section() -> list[str]:
                      f"{2 * (n - 1) / n * s:,.0f} | {a['retransmissions']} | {r['max_loss_rel_diff']:.1e} |")
     return lines + [
         "",
-        "The inagg step is slow here because the switch is the numpy model switch running in a thread of",
-        "rank 0 (an embedded service) and every frame is built, checked and parsed in Python on the two",
-        "shared cores; gloo adds in C++. The bytes are the point: in-network aggregation sends each",
-        "gradient byte once, the ring twice (less 1/N).",
+        "The inagg step is slow here because the switch (the compiled fast switch) runs in a service thread",
+        "of rank 0 (an embedded service), and the ranks build, send, receive and parse every frame in Python",
+        "on the two shared cores; gloo adds in C++. The bytes are the point: in-network aggregation sends",
+        "each gradient byte once, the ring twice (less 1/N).",
         "",
     ]
 
@@ -200,9 +200,10 @@ def _torch_section() -> list[str]:
                      f"{t['hook'] * 1e3:,.0f} ms | {t['gloo'] * 1e3:,.0f} ms | {t['backend'] / t['gloo']:.0f} |")
     return lines + [
         "",
-        "Both inagg ways run the numpy model switch in a thread of rank 0 and build, check and parse every",
-        "frame in Python on the two shared cores; gloo adds in C++. The process group and the hook send the",
-        "same frames; the process group also syncs the model and runs the barriers through the switch.",
+        "Both inagg ways run the fast switch in a service thread of rank 0, and the ranks build, send,",
+        "receive and parse every frame in Python on the two shared cores; gloo adds in C++. The process",
+        "group and the hook send the same frames; the process group also syncs the model and runs the",
+        "barriers through the switch.",
         "25 M parameters sends 100 times the frames of 0.25 M per step: one timed step.",
         "",
     ]
@@ -234,8 +235,9 @@ def _service_section() -> list[str]:
         "",
         *_rate_rows(rates),
         "",
-        "One service thread runs the model switch (docs/results/models.md: about 20,000 contribution",
-        "frames/s alone); the worker processes compete with it for the same cores.",
+        "One service thread runs the fast switch (docs/results/fastswitch.md: 300,000 contributions/s and",
+        "more alone, in batches) and its socket loop in Python; the worker processes compete with it for",
+        "the same cores.",
         "",
     ]
 
@@ -258,7 +260,7 @@ def _rtl_section() -> list[str]:
         "The Verilated switch runs in a simulator child process of the service (docs/emulation.md, real",
         "time); the service thread, the simulator and the worker processes share the two cores. Start-up",
         "(the Verilog generation, the cached build's check, the simulator) is not in the wall time.",
-        f"The workers' first timeout is {RTL_TIMEOUT} s here ({TIMEOUT} s on the model switch); contributions in",
+        f"The workers' first timeout is {RTL_TIMEOUT} s here ({TIMEOUT} s on the software switch); contributions in",
         "count retransmitted frames too.",
         "",
     ]
