@@ -119,19 +119,25 @@ def test_hook_averages_buckets_and_keeps_their_dtype(world):
         state.close()
 
 
+def _hooked(state, seed: int, inputs: int, outputs: int) -> tuple[DDP, nn.Module]:
+    """A ``Linear`` from ``seed`` in DDP with ``state``'s hook, and a plain copy of it."""
+    torch.manual_seed(seed)
+    model = nn.Linear(inputs, outputs)
+    ref = copy.deepcopy(model)
+    ddp = DDP(model)
+    ddp.register_comm_hook(state, allreduce_hook)
+    return ddp, ref
+
+
 def test_hook_passes_nan_and_infinity_as_gloo_does(world):
     state = group_from_process_group(switch="embedded", window=4)
     try:
-        torch.manual_seed(3)
-        model = nn.Linear(40, 3)
-        ref = copy.deepcopy(model)
-        ddp = DDP(model)
-        ddp.register_comm_hook(state, allreduce_hook)
+        ddp, ref = _hooked(state, 3, 40, 3)
         x = torch.randn(5, 40)
         x[1, 7], x[2, 9] = math.inf, math.nan  # weight columns 7 (inf) and 9 (NaN)
         ddp(x).sum().backward()
         ref(x).sum().backward()
-        got, want = model.weight.grad, ref.weight.grad
+        got, want = ddp.module.weight.grad, ref.weight.grad
         assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
         assert torch.equal(got.isinf(), want.isinf()) and want.isinf().any()
         assert torch.equal(got[got.isinf()], want[want.isinf()])
@@ -145,18 +151,14 @@ def test_hook_handles_fp32_promoted_results(world, promoting_switch):
     spec = SwitchSpec(ports=1, slots=64)
     with SwitchService(spec, vxlan=("127.0.0.1", 0), switch=promoting_switch(spec)) as service:
         state = group_from_process_group(switch="%s:%d" % service.control_address, window=4)
-        torch.manual_seed(2)
-        model = nn.Linear(50, 3)
-        ref = copy.deepcopy(model)
-        ddp = DDP(model)
-        ddp.register_comm_hook(state, allreduce_hook)
+        ddp, ref = _hooked(state, 2, 50, 3)
         x = torch.randn(6, 50)
         ddp(x).square().sum().backward()
         ref(x).square().sum().backward()
         assert state.group.worker.stats["fp32_results"] == state.group.worker.stats["results"] > 0
         # FP32 lanes round the integer sum to 24 bits: relative 2**-24, plus the grid of the largest element.
         atol = float(ref.weight.grad.abs().max()) * 2.0**-30
-        assert torch.allclose(model.weight.grad, ref.weight.grad, rtol=2**-22, atol=atol)
+        assert torch.allclose(ddp.module.weight.grad, ref.weight.grad, rtol=2**-22, atol=atol)
         state.close()
 
 
