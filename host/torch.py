@@ -81,16 +81,17 @@ class BackwardCheck:
     reaches the caller of ``backward()`` as it was (PyTorch persists it
     across the engine's threads). So a collective that fails during a
     backward pass completes its future with the tensors it was given, and
-    :meth:`arm`, called as the collective is issued, has the engine call
-    ``check`` once at the end of that backward pass, after DDP's own
-    finaliser has run (DDP's state stays consistent, so the next step fails
-    alike): ``check`` waits for the collectives in flight and raises the
-    failure. Outside a backward pass :meth:`arm` returns False and the
-    caller reports the failure itself.
+    :meth:`arm`, called as the collective is issued, has the engine run a
+    check once at the end of that backward pass, after DDP's own finaliser
+    (DDP's state stays consistent, so the next step fails alike): the check
+    waits until ``executor`` (one worker thread, running the collectives in
+    order) has finished every collective issued before it, then raises
+    ``failure()`` when that is not None. Outside a backward pass :meth:`arm`
+    returns False and the caller reports the failure itself.
     """
 
-    def __init__(self, check: Callable[[], None]):
-        self._check = check
+    def __init__(self, executor: ThreadPoolExecutor, failure: Callable[[], Exception | None]):
+        self._executor, self._failure = executor, failure
         self._armed_for: int | None = None
         self._lock = threading.Lock()
 
@@ -108,6 +109,11 @@ class BackwardCheck:
         # from here, ``check`` runs after the finaliser.
         engine.queue_callback(lambda: engine.queue_callback(self._check))
         return True
+
+    def _check(self) -> None:
+        self._executor.submit(lambda: None).result()
+        if (failure := self._failure()) is not None:
+            raise failure
 
 
 class DistGroup:
@@ -130,7 +136,7 @@ class DistGroup:
         self.failure: Exception | None = None
         self._owner, self._service = owner, service
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inagg-ddp")
-        self.backward_check = BackwardCheck(self._raise_failure)
+        self.backward_check = BackwardCheck(self._executor, lambda: self.failure)
 
     def reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """The average of ``tensor`` over the ranks through the switch, in ``tensor``'s dtype and on its device.
@@ -154,12 +160,6 @@ class DistGroup:
             raise
         avg = torch.from_numpy(total / np.float32(self.size)).reshape(tensor.shape)
         return avg.to(device=tensor.device, dtype=tensor.dtype)
-
-    def _raise_failure(self) -> None:
-        """At the end of a backward pass: wait for the buckets in flight, then raise what failed among them."""
-        self._executor.submit(lambda: None).result()  # one worker: every bucket before it is done
-        if self.failure is not None:
-            raise self.failure
 
     def close(self) -> None:
         """Release the VXLAN socket, the job (rank 0) and the embedded service."""

@@ -151,7 +151,7 @@ class ProcessGroupInagg(dist.ProcessGroup):
         self._lock = threading.Lock()
         self.failure: Exception | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inagg-pg")
-        self._backward_check = BackwardCheck(self._raise_failure)
+        self._backward_check = BackwardCheck(self._executor, lambda: self.failure)
         if rank == 0:
             log.info("inagg process group of %d ranks on job %d; all_gather_into_tensor, reduce_scatter_tensor and "
                      "all_to_all_single run on gloo (PyTorch dispatches them past Python process groups)",
@@ -262,12 +262,6 @@ class ProcessGroupInagg(dist.ProcessGroup):
 
         self._executor.submit(task)
         return InaggWork(inner, result if in_backward else None)
-
-    def _raise_failure(self) -> None:
-        """At the end of a backward pass: wait for the calls in flight, then raise what broke the group."""
-        self._executor.submit(lambda: None).result()  # one worker: every call before it is done
-        if self.failure is not None:
-            raise self.failure
 
     def _fallback(self, kind: str, call: Callable, *args) -> dist.Work:
         with self._lock:
