@@ -45,8 +45,8 @@ RTL_WIDTHS = (64, 512)
 RTL_WORKERS = 4
 SECTIONS = ("ddp", "torch", "service", "rtl")
 # (ranks, model width, timed steps): about 0.25 M and 25 M parameters. A 25 M step sends 100 times the
-# frames through the Python switch: timed once, at 2 ranks only.
-TORCH_RUNS = ((2, 500, 3), (4, 500, 3), (2, 5000, 1))
+# frames through the Python switch (minutes at 4 ranks on two cores): timed once.
+TORCH_RUNS = ((2, 500, 3), (4, 500, 3), (2, 5000, 1), (4, 5000, 1))
 TORCH_WAYS = ("backend", "hook", "gloo")
 
 WORKERS = r"""
@@ -88,7 +88,7 @@ def _torchrun(nproc: int, example: str, *args: str) -> dict:
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                          start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
-        out, err = p.communicate(timeout=600)
+        out, err = p.communicate(timeout=1800)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         raise
@@ -151,8 +151,9 @@ def _ddp_section() -> list[str]:
     lines = [
         f"## DDP step time and bytes per rank (`examples/ddp_train.py --backend both --steps {STEPS}`)",
         "",
-        "Median over the steps of forward + backward (the all-reduce included). S is the gradient's size; inagg",
-        "sends 32-bit lanes in 1098-byte frames for 1024 payload bytes, plus the two chunks of the scale",
+        f"Measured at commit {_commit()}. Median over the steps of forward + backward (the all-reduce",
+        "included). S is the gradient's size; inagg sends 32-bit lanes in 1098-byte frames for 1024 payload",
+        "bytes, plus the two chunks of the scale",
         "agreement per bucket; ring all-reduce sends 2(N-1)/N S per rank. gloo's bytes are what each",
         "process writes to its sockets (`/proc/self/io`), the barriers and loss reductions included.",
         "",
@@ -171,10 +172,10 @@ def _ddp_section() -> list[str]:
                      f"{2 * (n - 1) / n * s:,.0f} | {a['retransmissions']} | {r['max_loss_rel_diff']:.1e} |")
     return lines + [
         "",
-        "The inagg step is slow here because the switch is the numpy model switch running in a thread of",
-        "rank 0 (an embedded service) and every frame is built, checked and parsed in Python on the two",
-        "shared cores; gloo adds in C++. The bytes are the point: in-network aggregation sends each",
-        "gradient byte once, the ring twice (less 1/N).",
+        "The inagg step is slow here because the switch (the compiled fast switch) runs in a service thread",
+        "of rank 0 (an embedded service), and the ranks build, send, receive and parse every frame in Python",
+        "on the two shared cores; gloo adds in C++. The bytes are the point: in-network aggregation sends",
+        "each gradient byte once, the ring twice (less 1/N).",
         "",
     ]
 
@@ -199,10 +200,11 @@ def _torch_section() -> list[str]:
                      f"{t['hook'] * 1e3:,.0f} ms | {t['gloo'] * 1e3:,.0f} ms | {t['backend'] / t['gloo']:.0f} |")
     return lines + [
         "",
-        "Both inagg ways run the numpy model switch in a thread of rank 0 and build, check and parse every",
-        "frame in Python on the two shared cores; gloo adds in C++. The process group and the hook send the",
-        "same frames; the process group also syncs the model and runs the barriers through the switch.",
-        "25 M parameters sends 100 times the frames of 0.25 M per step: one timed step, 2 ranks only.",
+        "Both inagg ways run the fast switch in a service thread of rank 0, and the ranks build, send,",
+        "receive and parse every frame in Python on the two shared cores; gloo adds in C++. The process",
+        "group and the hook send the same frames; the process group also syncs the model and runs the",
+        "barriers through the switch.",
+        "25 M parameters sends 100 times the frames of 0.25 M per step: one timed step.",
         "",
     ]
 
@@ -229,10 +231,13 @@ def _service_section() -> list[str]:
         f"## Switch service frame rate (`inagg switch serve`, {WORKER_PROCESSES} worker processes, "
         f"{ELEMENTS * 4 >> 10} KiB per worker, {ROUNDS} all-reduces)",
         "",
+        f"Measured at commit {_commit()}.",
+        "",
         *_rate_rows(rates),
         "",
-        "One service thread runs the model switch (docs/results/models.md: about 20,000 contribution",
-        "frames/s alone); the worker processes compete with it for the same cores.",
+        "One service thread runs the fast switch (docs/results/fastswitch.md: 300,000 contributions/s and",
+        "more alone, in batches) and its socket loop in Python; the worker processes compete with it for",
+        "the same cores.",
         "",
     ]
 
@@ -244,6 +249,8 @@ def _rtl_section() -> list[str]:
         f"--slots 256 --width W`, {RTL_WORKERS} worker processes, {ELEMENTS * 4 >> 10} KiB per worker, "
         f"{ROUNDS} all-reduces)",
         "",
+        f"Measured at commit {_commit()}.",
+        "",
         "| W | " + _rate_rows(rates)[0][2:],
         "|---:" + _rate_rows(rates)[1],
     ]
@@ -253,7 +260,7 @@ def _rtl_section() -> list[str]:
         "The Verilated switch runs in a simulator child process of the service (docs/emulation.md, real",
         "time); the service thread, the simulator and the worker processes share the two cores. Start-up",
         "(the Verilog generation, the cached build's check, the simulator) is not in the wall time.",
-        f"The workers' first timeout is {RTL_TIMEOUT} s here ({TIMEOUT} s on the model switch); contributions in",
+        f"The workers' first timeout is {RTL_TIMEOUT} s here ({TIMEOUT} s on the software switch); contributions in",
         "count retransmitted frames too.",
         "",
     ]

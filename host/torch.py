@@ -10,10 +10,11 @@ Two pieces:
 * :func:`allreduce_hook`, registered with ``ddp.register_comm_hook(state,
   allreduce_hook)``, all-reduces each gradient bucket through the switch and
   returns the average, as DDP expects. Every bucket is one
-  :func:`~inagg.host.api.allreduce`, so each gets its own quantization scale
-  from the agreement round of ``docs/protocol.md`` section 2.1, and INT32
-  and FP32-promoted results are dequantized alike. Buckets of float32,
-  bfloat16 and float16 are reduced in float32 and returned in their own type.
+  :class:`~inagg.host.worker.AllReduce`, so each gets its own quantization
+  scale from the agreement round of ``docs/protocol.md`` section 2.1, and
+  INT32 and FP32-promoted results are dequantized alike; NaN and infinity
+  reach every rank where gloo's sum has them. Buckets of float32, bfloat16
+  and float16 are reduced in float32 and returned in their own type.
 
 Where the switch is: ``switch="HOST:PORT"``, else ``INAGG_SWITCH``, else,
 when every rank runs on this machine (torchrun's ``LOCAL_WORLD_SIZE`` equals
@@ -26,15 +27,21 @@ When the switch is unreachable or refuses the job, every rank raises
 :class:`~inagg.host.service.SwitchUnavailableError` with rank 0's reason;
 with ``fallback=True`` every rank instead warns once and the hook uses the
 process group's own all-reduce. The decision is made at set-up, on all ranks
-together: a failure later, in the middle of training, fails the backward
-pass with an error naming the bucket (ranks cannot switch transports in
-agreement half-way through a step).
+together: a failure later, in the middle of training, fails ``backward()``
+with the inagg error itself (ranks cannot switch transports in agreement
+half-way through a step). Every rank watches the service
+(:func:`~inagg.host.service.join` with ``watch``), so a service that stops
+or dies, or a rank that fails, ends every rank's backward at once with
+:class:`~inagg.host.service.SwitchGoneError` or
+:class:`~inagg.host.service.PeerFailedError`.
 """
 
 # No ``from __future__ import annotations``: DDP checks the hook's annotations as objects.
 import itertools
 import os
+import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -42,16 +49,18 @@ import numpy as np
 try:
     import torch
     import torch.distributed as dist
+    from torch.autograd import Variable
 except ImportError as e:  # the optional extra is not installed
     raise ImportError("inagg.host.torch needs PyTorch: pip install 'inagg[torch]'") from e
 
 from inagg.models.job import SwitchSpec
 
-from inagg.host.api import Group, allreduce
+from inagg.host.api import Group, run
 from inagg.host.service import ENV_SWITCH, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket, join
-from inagg.host.worker import Timing
+from inagg.host.worker import AllReduce, Timing
 
-__all__ = ["DistGroup", "InaggFallbackWarning", "group_from_process_group", "setup", "allreduce_hook"]
+__all__ = ["BackwardCheck", "DistGroup", "InaggFallbackWarning", "group_from_process_group", "setup",
+           "allreduce_hook"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # Every call takes fresh store keys; all ranks call in the same order, as for any collective.
@@ -60,6 +69,51 @@ _calls = itertools.count()
 
 class InaggFallbackWarning(RuntimeWarning):
     """The switch could not take the job; the process group's own all-reduce is used instead."""
+
+
+class BackwardCheck:
+    """Raises a collective's failure from ``backward()`` itself, with its own type and message.
+
+    DDP waits for its buckets' futures in C++, and PyTorch turns an error
+    met there into a ``RuntimeError`` that keeps only a message ("Unable to
+    cast ...", "Got the following error when running the callback: ...").
+    A Python exception raised by a callback of the autograd engine, however,
+    reaches the caller of ``backward()`` as it was (PyTorch persists it
+    across the engine's threads). So a collective that fails during a
+    backward pass completes its future with the tensors it was given, and
+    :meth:`arm`, called as the collective is issued, has the engine run a
+    check once at the end of that backward pass, after DDP's own finaliser
+    (DDP's state stays consistent, so the next step fails alike): the check
+    waits until ``executor`` (one worker thread, running the collectives in
+    order) has finished every collective issued before it, then raises
+    ``failure()`` when that is not None. Outside a backward pass :meth:`arm`
+    returns False and the caller reports the failure itself.
+    """
+
+    def __init__(self, executor: ThreadPoolExecutor, failure: Callable[[], Exception | None]):
+        self._executor, self._failure = executor, failure
+        self._armed_for: int | None = None
+        self._lock = threading.Lock()
+
+    def arm(self) -> bool:
+        """Have ``check`` run at the end of the backward pass this thread is in; False when it is in none."""
+        task = torch._C._current_graph_task_id()
+        if task == -1:
+            return False
+        with self._lock:
+            if self._armed_for == task:
+                return True
+            self._armed_for = task
+        engine = Variable._execution_engine
+        # DDP queues its finaliser after it hands over its last bucket, so after this callback: queued
+        # from here, ``check`` runs after the finaliser.
+        engine.queue_callback(lambda: engine.queue_callback(self._check))
+        return True
+
+    def _check(self) -> None:
+        self._executor.submit(lambda: None).result()
+        if (failure := self._failure()) is not None:
+            raise failure
 
 
 class DistGroup:
@@ -78,17 +132,32 @@ class DistGroup:
         self.size = dist.get_world_size(process_group)
         self.group = group
         self.fallback_reason = fallback_reason
+        #: The error that broke the group (None while it works): every later :meth:`reduce` raises it.
+        self.failure: Exception | None = None
         self._owner, self._service = owner, service
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inagg-ddp")
+        self.backward_check = BackwardCheck(self._executor, lambda: self.failure)
 
     def reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """The average of ``tensor`` over the ranks through the switch, in ``tensor``'s dtype and on its device."""
+        """The average of ``tensor`` over the ranks through the switch, in ``tensor``'s dtype and on its device.
+
+        A failure breaks the group: this rank closes its watch without leaving, so the service tells the
+        other ranks (:class:`~inagg.host.service.PeerFailedError`), and every later call raises the same error.
+        """
         if tensor.dtype not in _DTYPES:
             raise TypeError(f"inagg all-reduces float32, bfloat16 and float16 tensors, not {tensor.dtype}")
         if self.group is None:
             raise RuntimeError(f"rank {self.rank}: no inagg group: {self.fallback_reason}")
+        if self.failure is not None:
+            raise self.failure
         data = tensor.detach().to(device="cpu", dtype=torch.float32).numpy().ravel()
-        total = allreduce(data, self.group)
+        try:
+            # NaN and infinity reach every rank where gloo's sum has them: GradScaler skips the step alike.
+            total = run(AllReduce(self.group.worker, data, propagate_nonfinite=True), self.group).result()
+        except Exception as e:  # the job is out of step now
+            self.failure = e
+            self.group.port.abort()
+            raise
         avg = torch.from_numpy(total / np.float32(self.size)).reshape(tensor.shape)
         return avg.to(device=tensor.device, dtype=tensor.dtype)
 
@@ -143,7 +212,7 @@ def group_from_process_group(process_group=None, *, switch: str | None = None, w
         store = _get_process_group_store(pg)
     try:
         group, owner, service = setup(dist.PrefixStore(f"inagg/{next(_calls)}", store), rank, size, switch=switch,
-                                      window=window, timing=timing)
+                                      window=window, timing=timing, watch=True)
     except SwitchUnavailableError as e:
         return _failed(pg, str(e), fallback)
     return DistGroup(pg, group, owner=owner, service=service)
@@ -216,8 +285,9 @@ def allreduce_hook(state: DistGroup, bucket: dist.GradBucket) -> torch.futures.F
     ``state`` is :func:`group_from_process_group`'s result. Buckets are
     reduced one at a time on a helper thread, in the order DDP hands them
     over (the same on every rank), so backward computation overlaps the
-    all-reduce. A failure fails the backward pass with an error naming the
-    bucket and the rank.
+    all-reduce. A failure makes ``backward()`` raise the inagg error itself
+    (:class:`BackwardCheck`), on this rank and, through the service, on
+    every other; :attr:`DistGroup.failure` holds it too.
     """
     tensor = bucket.buffer()
     if state.group is None:
@@ -225,16 +295,18 @@ def allreduce_hook(state: DistGroup, bucket: dist.GradBucket) -> torch.futures.F
         work = dist.all_reduce(tensor, group=state.process_group, async_op=True)
         return work.get_future().then(lambda f: f.value()[0])
     fut: torch.futures.Future = torch.futures.Future()
-    index = bucket.index()
+    in_backward = state.backward_check.arm()
     # The copy is taken here, before DDP goes on: the thread reads only its own.
     data = tensor.detach().clone()
 
     def run() -> None:
         try:
             fut.set_result(state.reduce(data))
-        except Exception as e:  # handed to DDP, which raises it from backward()
-            fut.set_exception(RuntimeError(f"inagg: rank {state.rank}: all-reduce of DDP bucket {index} failed: "
-                                           f"{type(e).__name__}: {e}"))
+        except Exception as e:
+            if in_backward:  # the bucket unchanged: the check at the end of backward() raises ``e``
+                fut.set_result(tensor)
+            else:  # DDP calls hooks in backward passes only; a caller outside one gets the error as the value
+                fut.set_exception(e)
 
     state._executor.submit(run)
     return fut

@@ -33,11 +33,10 @@ Collectives are asynchronous: each call returns at once with a work object
 whose future completes when a helper thread (one per group, so calls go out
 in the order they were made, the same on every rank) has the result, so DDP
 overlaps its buckets with the backward pass. A failure breaks the group:
-``work.wait()`` and a synchronous call raise the inagg error itself (e.g.
-:class:`~inagg.host.service.SwitchGoneError`), and so does every later call;
-a failed call's ``get_future()`` (DDP's backward uses it) fails with a
-``RuntimeError`` naming the error's type and message (:class:`InaggWork`
-says why), and :attr:`ProcessGroupInagg.failure` holds the error itself.
+``work.wait()``, a synchronous call, every later call and ``backward()``
+of a DDP model on the group raise the inagg error itself (e.g.
+:class:`~inagg.host.service.SwitchGoneError`), type and message kept
+(:class:`InaggWork` says how); :attr:`ProcessGroupInagg.failure` holds it.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ except ImportError as e:  # the optional extra is not installed
 
 from inagg.host.api import run
 from inagg.host.exact import ExactSum
-from inagg.host.torch import _release, setup
+from inagg.host.torch import BackwardCheck, _release, setup
 from inagg.host.worker import AllReduce
 
 __all__ = ["BACKEND", "InaggWork", "ProcessGroupInagg", "fallback_counts"]
@@ -87,15 +86,19 @@ class InaggWork(dist.Work):
 
     The inner future completes with the result or with the error as its
     value: PyTorch 2.13's DDP reducer crashes the process (SIGSEGV) on a
-    future that completes with a Python exception. :meth:`get_future` raises
-    the error in a callback instead, which PyTorch reports as
-    ``RuntimeError: Got the following error when running the callback:
+    future that completes with a Python exception. A collective issued in a
+    backward pass (DDP's buckets) gets a future that completes with its
+    tensors even when it fails, because ``backward()`` itself raises the
+    error (:class:`~inagg.host.torch.BackwardCheck`); elsewhere
+    :meth:`get_future` raises the error in a callback, which PyTorch reports
+    as ``RuntimeError: Got the following error when running the callback:
     SwitchGoneError: ...``.
     """
 
-    def __init__(self, inner: Future):
+    def __init__(self, inner: Future, tensors: list[torch.Tensor] | None = None):
         super().__init__()
         self._inner = inner
+        self._tensors = tensors  # set in a backward pass: what get_future completes with
 
     def wait(self, timeout=None) -> bool:
         self._inner.wait()
@@ -103,6 +106,8 @@ class InaggWork(dist.Work):
         return True
 
     def get_future(self) -> Future:
+        if self._tensors is not None:
+            return self._inner.then(lambda _: self._tensors)
         return self._inner.then(_unwrap)
 
     def is_completed(self) -> bool:
@@ -146,6 +151,7 @@ class ProcessGroupInagg(dist.ProcessGroup):
         self._lock = threading.Lock()
         self.failure: Exception | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inagg-pg")
+        self._backward_check = BackwardCheck(self._executor, lambda: self.failure)
         if rank == 0:
             log.info("inagg process group of %d ranks on job %d; all_gather_into_tensor, reduce_scatter_tensor and "
                      "all_to_all_single run on gloo (PyTorch dispatches them past Python process groups)",
@@ -236,7 +242,12 @@ class ProcessGroupInagg(dist.ProcessGroup):
         return run(ExactSum(self.group.worker, words), self.group).result()
 
     def _submit(self, body: Callable[[], object], result: list) -> InaggWork:
-        if self.failure is not None:  # raised here, a Python exception keeps its type even through DDP
+        in_backward = self._backward_check.arm()
+        if self.failure is not None:
+            if in_backward:  # DDP's next step: its backward() raises the failure at its end
+                done: Future = Future()
+                done.set_result(self.failure)
+                return InaggWork(done, result)
             raise self.failure
         inner: Future = Future()
 
@@ -250,7 +261,7 @@ class ProcessGroupInagg(dist.ProcessGroup):
             inner.set_result(result if self.failure is None else self.failure)
 
         self._executor.submit(task)
-        return InaggWork(inner)
+        return InaggWork(inner, result if in_backward else None)
 
     def _fallback(self, kind: str, call: Callable, *args) -> dist.Work:
         with self._lock:

@@ -547,6 +547,10 @@ class FastSwitch(SwitchBackend):
         self._ckeys = np.full(max(capacity, 1), -1, np.int64)
         self._cvals = np.zeros(max(capacity, 1), np.int64)
         self._workers_changed()
+        # Compile (or load from numba's cache) now, not on the first frame: with a cold cache that takes
+        # seconds, 40 on a loaded machine, and a service's first all-reduce would outwait its workers'
+        # retransmissions (SERVICE_TIMING gives up after about 10 s) and fail with ChunkTimeoutError.
+        self.receive_batch(())
 
     def _constants(self, workers_max: int) -> np.ndarray:
         s = self.spec

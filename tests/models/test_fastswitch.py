@@ -229,6 +229,20 @@ def test_fast_switch_matches_the_model_on_short_runs(seed, config):
     _run_both(spec, jobs, seed, n=300)
 
 
+def test_the_loop_is_compiled_when_the_switch_is_made_not_on_its_first_frame():
+    """A service's first all-reduce must not wait for numba: seconds with a cold cache, past the workers' timers."""
+    from inagg.models import fastswitch
+
+    spec, jobs = CONFIGS["direct"]
+    switch = FastSwitch(spec)
+    compiled = list(fastswitch._run.signatures)
+    assert len(compiled) == 1
+    switch.add_job(jobs[0])
+    switch.receive(0, bytes(100))
+    switch.receive_batch(Traffic(spec, jobs[:1], np.random.default_rng(0)).frames(50))
+    assert fastswitch._run.signatures == compiled  # real frames take the specialization compiled at construction
+
+
 def test_fast_switch_is_the_default_backend_and_refuses_what_it_lacks():
     import dataclasses
 

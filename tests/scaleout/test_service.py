@@ -229,3 +229,31 @@ def test_a_ticket_carries_every_job_field_through_json():
     uc = plan_tree("2", collective="allreduce").plans[0].jobs[0]
     rc = dataclasses.replace(uc, mode=Mode.AUGMENTED)
     assert _job_from(json.loads(json.dumps(_job_dict(rc)))) == rc
+
+
+def test_two_services_started_without_vxlan_options_share_a_host(tmp_path):
+    """The VXLAN port defaults to 0 (any free one), so a second service, or a kernel VXLAN device on 4789, does
+    not stop the first; the log says which port each took."""
+    import re
+    import subprocess
+    import sys
+
+    procs, ports = [], []
+    try:
+        for k in range(2):
+            log = tmp_path / f"serve{k}.err"
+            with open(log, "wb") as err:
+                procs.append(subprocess.Popen([sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen",
+                                               "127.0.0.1:0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                              stderr=err))
+            deadline = time.monotonic() + 60
+            while not (m := re.search(r"listening: control 127\.0\.0\.1:\d+, vxlan 127\.0\.0\.1:(\d+)",
+                                      log.read_text())):
+                assert procs[-1].poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            ports.append(int(m.group(1)))
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(30)
+    assert len(set(ports)) == 2 and 4789 not in ports, ports

@@ -3,22 +3,20 @@
 import contextlib
 import json
 import logging
-import os
 import re
-import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'inagg[torch]' (CI installs it)")
 import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import inagg.host.torch_backend as tb  # noqa: E402
 from inagg.host.exact import SumOverflowError  # noqa: E402
-from inagg.host.service import ENV_SWITCH, SwitchService  # noqa: E402
+from inagg.host.service import ENV_SWITCH, SwitchGoneError, SwitchService  # noqa: E402
 from inagg.models.job import SwitchSpec  # noqa: E402
 
 
@@ -36,14 +34,14 @@ def _one_rank(monkeypatch, switch=None):
         monkeypatch.setenv(ENV_SWITCH, "%s:%d" % service.control_address)
         dist.init_process_group("inagg", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
         try:
-            yield dist.distributed_c10d._get_default_group()
+            yield dist.distributed_c10d._get_default_group(), service
         finally:
             dist.destroy_process_group()
 
 
 @pytest.fixture
 def one_rank(monkeypatch):
-    with _one_rank(monkeypatch) as pg:
+    with _one_rank(monkeypatch) as (pg, _):
         yield pg
 
 
@@ -78,6 +76,37 @@ def test_an_int32_sum_out_of_range_raises_through_the_work_and_breaks_the_group(
         assert torch.equal(t, torch.tensor([7, 8], dtype=torch.int32))
         with pytest.raises(SumOverflowError):  # the job is out of step: every later call fails alike
             dist.barrier()
+
+
+def test_a_stopped_service_fails_ddp_backward_with_the_inagg_error_itself(monkeypatch):
+    with _one_rank(monkeypatch) as (pg, service):
+        ddp = DDP(nn.Linear(3, 2))
+        ddp(torch.ones(4, 3)).sum().backward()
+        assert torch.equal(ddp.module.weight.grad, torch.full((2, 3), 4.0))
+        service.stop()
+        message = (rf"^rank 0 of job \d+: the inagg switch service is stopping \(service at "
+                   rf"{service.control_address[0]}:{service.control_address[1]}\)$")
+        for _ in range(2):  # DDP's state stays whole: the next step fails alike
+            with pytest.raises(SwitchGoneError, match=message):
+                ddp(torch.ones(4, 3)).sum().backward()
+        assert isinstance(pg.failure, SwitchGoneError)
+
+
+def test_a_failed_call_outside_backward_raises_from_wait_and_names_its_type_in_the_future(monkeypatch):
+    with _one_rank(monkeypatch) as (pg, service):
+        service.stop()
+        t = torch.ones(3)
+        work = dist.all_reduce(t, async_op=True)
+        # PyTorch turns an error raised in a future's callback into a RuntimeError: the type leads its message.
+        with pytest.raises(RuntimeError, match=r"^Got the following error when running the callback: "
+                                               r"SwitchGoneError: rank 0 of job \d+: the inagg switch service is "
+                                               r"stopping"):
+            work.get_future().wait()
+        with pytest.raises(SwitchGoneError):
+            work.wait()
+        with pytest.raises(SwitchGoneError):  # and every later call, at once
+            dist.all_reduce(t)
+        assert torch.equal(t, torch.ones(3))
 
 
 def test_fallback_counts_names_a_group_of_another_backend():
@@ -123,34 +152,23 @@ def test_training_matches_gloo_and_grad_scaler_skips_the_same_steps(torchrun, np
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc, mode", [(2, "--allreduce"), (4, "--ddp"), (3, "--die")])
-def test_a_killed_switch_or_rank_fails_every_rank_within_two_seconds_typed(served_switch, tmp_path, nproc, mode):
+@pytest.mark.parametrize("nproc, mode", [(2, "--allreduce"), (4, "--ddp"), (2, "--hook"), (3, "--die")])
+def test_a_killed_switch_or_rank_fails_every_rank_within_two_seconds_typed(served_switch, torchrun_process, nproc,
+                                                                           mode):
     serve, addr = served_switch("--ports", "4", "--slots", "64")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
-           "tests/torch/until_failure.py", mode, *(["1"] if mode == "--die" else [])]
-    # stderr to a file: a pipe nobody reads while the ranks run would fill and stop them.
-    with open(tmp_path / "stderr", "w+") as log:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
-                             env={**os.environ, "OMP_NUM_THREADS": "1", ENV_SWITCH: addr})
-        try:
-            ready, lines = 0, []
-            while ready < nproc:
-                lines.append(p.stdout.readline())
-                assert lines[-1], "".join(lines) + open(log.name).read()
-                ready += lines[-1].strip() == "ready"
-            gone = time.time()
-            if mode != "--die":
-                serve.send_signal(signal.SIGKILL)
-            out = "".join(lines) + p.communicate(timeout=120)[0]
-        finally:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-        err = open(log.name).read()
-    ranks = _summaries(out)
-    assert sorted(r["rank"] for r in ranks) == list(range(nproc)), out + err
+    ranks = torchrun_process("tests/torch/until_failure.py", nproc, mode, *(["1"] if mode == "--die" else []),
+                             env={ENV_SWITCH: addr})
+    ranks.wait_for(r"ready (\d+)", nproc, 240)
+    gone = time.time()
+    if mode != "--die":
+        serve.kill()
+    assert ranks.finish(120) == 0, ranks.report()
+    out = ranks.out
+    summaries = _summaries(out)
+    assert sorted(r["rank"] for r in summaries) == list(range(nproc)), ranks.report() + serve.report()
     if mode == "--die":  # rank 1 ended its process: its watch closed without leaving
-        gone = next(r for r in ranks if r["rank"] == 1).pop("died")
-        ranks = [r for r in ranks if r["rank"] != 1]
+        gone = next(r for r in summaries if r["rank"] == 1).pop("died")
+        summaries = [r for r in summaries if r["rank"] != 1]
         what = "PeerFailedError"
         message = (r"rank {rank} of job (\d+): rank 1 of job \1 is gone: its control connection 127\.0\.0\.1:\d+ "
                    rf"closed without leaving the job \(service at {addr}\)")
@@ -158,14 +176,8 @@ def test_a_killed_switch_or_rank_fails_every_rank_within_two_seconds_typed(serve
         what = "SwitchGoneError"
         message = (rf"rank {{rank}} of job \d+: the inagg switch service at {addr} is gone \(the service closed the "
                    r"connection\): it stopped or died")
-    for r in ranks:
-        expected = message.format(rank=r["rank"])
-        assert r["failure"] == what, r
-        if mode == "--ddp":  # DDP's backward reports a failed future as RuntimeError (torch_backend.InaggWork)
-            assert (r["module"], r["type"]) == ("builtins", "RuntimeError"), r
-            assert re.match(f"Got the following error when running the callback: {what}: {expected}\n",
-                            r["message"]), r
-        else:
-            assert (r["module"], r["type"]) == ("inagg.host.service", what), r
-            assert re.fullmatch(expected, r["message"]), r
+    for r in summaries:
+        # What the training script catches, from dist.all_reduce and from DDP's backward() alike.
+        assert (r["module"], r["type"], r["failure"]) == ("inagg.host.service", what, what), r
+        assert re.fullmatch(message.format(rank=r["rank"]), r["message"]), r
         assert r["at"] - gone < 2.0, r

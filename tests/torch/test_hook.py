@@ -2,10 +2,10 @@
 
 import copy
 import json
+import math
 import socket
-import subprocess
-import sys
 import warnings
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,10 +15,10 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 from inagg.host.service import (  # noqa: E402
-    ENV_SWITCH, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError,
+    ENV_SWITCH, ServiceError, SwitchClient, SwitchGoneError, SwitchService, SwitchUnavailableError,
 )
 from inagg.host.torch import InaggFallbackWarning, allreduce_hook, group_from_process_group  # noqa: E402
-from inagg.host.worker import Timing  # noqa: E402
+from inagg.host.worker import ChunkTimeoutError, Timing  # noqa: E402
 from inagg.models.job import SwitchSpec  # noqa: E402
 
 def _free_port() -> int:
@@ -119,37 +119,79 @@ def test_hook_averages_buckets_and_keeps_their_dtype(world):
         state.close()
 
 
+def _hooked(state, seed: int, inputs: int, outputs: int) -> tuple[DDP, nn.Module]:
+    """A ``Linear`` from ``seed`` in DDP with ``state``'s hook, and a plain copy of it."""
+    torch.manual_seed(seed)
+    model = nn.Linear(inputs, outputs)
+    ref = copy.deepcopy(model)
+    ddp = DDP(model)
+    ddp.register_comm_hook(state, allreduce_hook)
+    return ddp, ref
+
+
+def test_hook_passes_nan_and_infinity_as_gloo_does(world):
+    state = group_from_process_group(switch="embedded", window=4)
+    try:
+        ddp, ref = _hooked(state, 3, 40, 3)
+        x = torch.randn(5, 40)
+        x[1, 7], x[2, 9] = math.inf, math.nan  # weight columns 7 (inf) and 9 (NaN)
+        ddp(x).sum().backward()
+        ref(x).sum().backward()
+        got, want = ddp.module.weight.grad, ref.weight.grad
+        assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
+        assert torch.equal(got.isinf(), want.isinf()) and want.isinf().any()
+        assert torch.equal(got[got.isinf()], want[want.isinf()])
+        finite = want.isfinite()
+        assert torch.allclose(got[finite], want[finite], rtol=2**-20, atol=float(want[finite].abs().max()) * 2.0**-30)
+    finally:
+        state.close()
+
+
 def test_hook_handles_fp32_promoted_results(world, promoting_switch):
     spec = SwitchSpec(ports=1, slots=64)
     with SwitchService(spec, vxlan=("127.0.0.1", 0), switch=promoting_switch(spec)) as service:
         state = group_from_process_group(switch="%s:%d" % service.control_address, window=4)
-        torch.manual_seed(2)
-        model = nn.Linear(50, 3)
-        ref = copy.deepcopy(model)
-        ddp = DDP(model)
-        ddp.register_comm_hook(state, allreduce_hook)
+        ddp, ref = _hooked(state, 2, 50, 3)
         x = torch.randn(6, 50)
         ddp(x).square().sum().backward()
         ref(x).square().sum().backward()
         assert state.group.worker.stats["fp32_results"] == state.group.worker.stats["results"] > 0
         # FP32 lanes round the integer sum to 24 bits: relative 2**-24, plus the grid of the largest element.
         atol = float(ref.weight.grad.abs().max()) * 2.0**-30
-        assert torch.allclose(model.weight.grad, ref.weight.grad, rtol=2**-22, atol=atol)
+        assert torch.allclose(ddp.module.weight.grad, ref.weight.grad, rtol=2**-22, atol=atol)
         state.close()
 
 
-def test_a_switch_lost_mid_run_fails_backward_naming_the_bucket(world):
+def test_a_stopped_service_fails_backward_with_the_inagg_error_itself(world):
     service = SwitchService(SwitchSpec(ports=1, slots=64), vxlan=("127.0.0.1", 0)).start()
-    state = group_from_process_group(switch="%s:%d" % service.control_address, window=4,
-                                     timing=Timing(timeout=0.01, max_timeout=0.01, tries=3))
+    state = group_from_process_group(switch="%s:%d" % service.control_address, window=4)
     ddp = DDP(nn.Linear(3, 2))
     ddp.register_comm_hook(state, allreduce_hook)
     _step(ddp)
     service.stop()
-    with pytest.raises(RuntimeError, match=r"inagg: rank 0: all-reduce of DDP bucket 0 failed: ChunkTimeoutError: "
-                                           r"job \d+ worker 0: no result for chunk \d+ after 3 tries"):
-        _step(ddp)
+    message = (rf"^rank 0 of job \d+: the inagg switch service is stopping \(service at "
+               rf"{service.control_address[0]}:{service.control_address[1]}\)$")
+    for _ in range(2):  # DDP's state stays whole: the next step fails alike
+        with pytest.raises(SwitchGoneError, match=message):
+            _step(ddp)
+    assert isinstance(state.failure, SwitchGoneError)
+    # Called outside a backward pass, the hook's future fails with the error itself.
+    fut = allreduce_hook(state, SimpleNamespace(buffer=lambda: torch.ones(3)))
+    with pytest.raises(SwitchGoneError, match=message):
+        fut.wait()
     state.close()
+
+
+def test_a_switch_that_never_answers_fails_backward_with_chunk_timeout(world, silent_switch):
+    spec = SwitchSpec(ports=1, slots=64)
+    with SwitchService(spec, vxlan=("127.0.0.1", 0), switch=silent_switch(spec)) as service:
+        state = group_from_process_group(switch="%s:%d" % service.control_address, window=4,
+                                         timing=Timing(timeout=0.01, max_timeout=0.01, tries=3))
+        ddp = DDP(nn.Linear(3, 2))
+        ddp.register_comm_hook(state, allreduce_hook)
+        with pytest.raises(ChunkTimeoutError, match=r"^job \d+ worker 0: no result for chunk \d+ after 3 tries"):
+            _step(ddp)
+        state.close()
 
 
 def _torchrun(torchrun, nproc: int, *args: str, env=None) -> dict:
@@ -159,7 +201,7 @@ def _torchrun(torchrun, nproc: int, *args: str, env=None) -> dict:
 
 
 def _check(summary: dict, world_size: int) -> None:
-    inagg, gloo = summary["runs"]["inagg"], summary["runs"]["gloo"]
+    inagg = summary["runs"]["inagg"]
     assert summary["ok"] and summary["world_size"] == world_size
     assert inagg["gradient_check"]["ok"] and inagg["gradient_check"]["worst_error_to_bound"] <= 1
     assert summary["max_loss_rel_diff"] <= 1e-4
@@ -172,15 +214,9 @@ def test_torchrun_two_ranks_float32_matches_gloo(torchrun):
 
 
 @pytest.mark.slow
-def test_torchrun_four_ranks_bfloat16_through_a_served_switch_matches_gloo(torchrun):
-    serve = subprocess.Popen([sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen", "127.0.0.1:0",
-                              "--vxlan", "127.0.0.1:0", "--ports", "4", "--slots", "64"],
-                             stderr=subprocess.PIPE, text=True)
-    try:
-        line = serve.stderr.readline()
-        addr = line.split("listening: control ")[1].split(",")[0]
-        _check(_torchrun(torchrun, 4, "--backend", "both", "--steps", "3", "--dtype", "bfloat16", "--window", "16",
-                         env={ENV_SWITCH: addr}), 4)
-    finally:
-        serve.terminate()
-        assert serve.wait(30) == 0
+def test_torchrun_four_ranks_bfloat16_through_a_served_switch_matches_gloo(torchrun, served_switch):
+    serve, addr = served_switch("--ports", "4", "--slots", "64")
+    _check(_torchrun(torchrun, 4, "--backend", "both", "--steps", "3", "--dtype", "bfloat16", "--window", "16",
+                     env={ENV_SWITCH: addr}), 4)
+    serve.popen.terminate()
+    assert serve.finish(30) == 0, serve.report()
