@@ -1,18 +1,21 @@
-"""Explicit-state model checking of the UC protocol on a tree of model switches.
+"""Explicit-state model checking of the UC protocol and of EPIC's Modes II and III on a tree of model switches.
 
-:mod:`inagg.host.checker` grown to EPIC's IncTree: the real
-:class:`~inagg.host.worker.Worker` of every rank and the real
+:mod:`inagg.host.checker` grown to EPIC's IncTree: the real worker of every
+rank (:class:`~inagg.host.worker.Worker` in the UC mode,
+:class:`~inagg.host.rc_worker.RcWorker` in Modes II and III) and the real
 :class:`~inagg.models.switch.ModelSwitch` of every switch of a
 :class:`~inagg.models.tree.Tree`, exchanging real frames, explored over
 every interleaving within a :class:`TreeScope` with the rules of that
 checker: any frame in flight on any hop may be delivered next; a frame may
 be lost, at most one per timeout round and at most ``faults`` per run; the
-clock advances to the next timer only when nothing is in flight.
+clock advances to the next timer (a rank's, or a Mode III switch's) only
+when nothing is in flight.
 
 Every explored run must end with every rank holding the exact sum of every
 chunk and no rank giving up. As there, the state graph is acyclic, so this
-also proves that every run terminates. States that differ only in result
-PSNs (which count resends) and in counters are merged.
+also proves that every run terminates. States that differ only in
+counters are merged, and in the UC mode also states that differ only in
+result PSNs (which count resends there; RC endpoints read them).
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from inagg.models import arith
+from inagg.models.job import Mode
 from inagg.models.switch import ModelSwitch
 from inagg.models.tree import Tree
 
 from inagg.host.checker import CheckResult, _clock, _explore, _fork_switch, _guard, _remove
 from inagg.host.controller import TreeController, plan_tree
+from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import Timing, Worker
 
 __all__ = ["TreeScope", "check_tree"]
@@ -37,12 +42,14 @@ _RESULT_OPCODE, _OPCODE, _PSN = 0x2B, 42, slice(51, 54)
 
 @dataclass(frozen=True)
 class TreeScope:
-    """What :func:`check_tree` explores: the tree ``spec``, ``chunks`` per rank, ``window``, ``faults`` losses."""
+    """What :func:`check_tree` explores: the tree ``spec``, ``chunks`` per rank, ``window``, ``faults`` losses,
+    the job's ``mode`` (UC, TRANSLATED or AUGMENTED)."""
 
     spec: str = "2x2"
     chunks: int = 1
     window: int = 1
     faults: int = 1
+    mode: Mode = Mode.UC
 
     def __post_init__(self) -> None:
         tree = Tree.parse(self.spec)
@@ -54,6 +61,8 @@ class TreeScope:
             raise ValueError(f"window must be a power of two >= 1, not {self.window!r}")
         if not isinstance(self.faults, int) or not 0 <= self.faults <= 2:
             raise ValueError(f"faults must be an integer in 0..2, not {self.faults!r}")
+        if self.mode is not Mode.UC and self.mode not in RC_MODES:
+            raise ValueError(f"mode must be UC, TRANSLATED or AUGMENTED, not {self.mode!r}")
 
 
 class _State:
@@ -70,11 +79,14 @@ class _State:
         return s
 
     def key(self) -> tuple:
+        for t in self.switches:
+            t.now = self.clock  # Mode III timers enter the key relative to the clock, as the ranks'
         sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes())
                    for t in self.switches for s in t.fast)
+        modes = tuple(m.state() for t in self.switches for m in t.modes.values())
         flight = tuple(sorted((to, f[:_PSN.start] + f[_PSN.stop:-4] if f[_OPCODE] == _RESULT_OPCODE else f)
                               for to, f in self.flight))
-        return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, flight, self.faults,
+        return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, modes, flight, self.faults,
                 self.fault_this_round)
 
 
@@ -82,7 +94,7 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
                max_states: int = 2_000_000) -> CheckResult:
     """Explore every run of ``scope``; raises :class:`~inagg.host.checker.Violation` with a trace on a bad state."""
     start = time.perf_counter()
-    tp = plan_tree(scope.spec, window=scope.window, chunk_bytes=256)
+    tp = plan_tree(scope.spec, window=scope.window, chunk_bytes=256, mode=scope.mode)
     tree = tp.tree
     timing = timing or Timing(timeout=1.0, backoff=2.0, max_timeout=4.0, tries=scope.faults + 3)
     lanes = tp.plans[0].switch.lanes
@@ -91,12 +103,14 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
     expect = np.stack([arith.aggregate(np.stack([d[c] for d in data])) for c in range(scope.chunks)])
 
     init = _State()
-    init.switches = [ModelSwitch(q.switch) for q in tp.plans]
+    # A Mode III switch's timers are shorter than the ranks': the hop repairs a loss first.
+    init.switches = [ModelSwitch(q.switch, hop_timeout=timing.timeout / 2) for q in tp.plans]
     TreeController(init.switches, tp).configure()
+    kind = RcWorker if scope.mode in RC_MODES else Worker
     init.workers = []
     for r in range(tree.ranks):
         s, w = tp.rank(r)
-        init.workers.append(Worker(tp.plans[s].switch, tp.plans[s].jobs[0], w, timing=timing))
+        init.workers.append(kind(tp.plans[s].switch, tp.plans[s].jobs[0], w, timing=timing))
     init.flight = tuple(sorted((("s", *tp.rank(r)), f) for r, w in enumerate(init.workers)
                                for f in w.submit(0.0, data[r])))
     init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
@@ -114,10 +128,9 @@ def _successors(s: _State, scope: TreeScope, tree: Tree, tp, trace: tuple):
         t = s.clone()
         t.flight = _remove(s.flight, item)
         if to[0] == "s":
-            out = []
-            for port, g in t.switches[to[1]].receive(to[2], frame):
-                node, far = tree.peer(to[1], port)
-                out.append((("s", node.index, far) if node.switch else ("r", node.index), g))
+            sw = t.switches[to[1]]
+            sw.now = t.clock
+            out = [_routed(tree, to[1], port, g) for port, g in sw.receive(to[2], frame)]
         else:
             out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.workers[to[1]].receive, t.clock, frame, trace)]
         t.flight = tuple(sorted(t.flight + tuple(out)))
@@ -128,5 +141,12 @@ def _successors(s: _State, scope: TreeScope, tree: Tree, tp, trace: tuple):
             t.faults += 1
             t.fault_this_round = True
             yield t, f"lose frame to {_name(to)}"
-    # UC model switches keep no timers of their own: only the ranks' timers run.
-    yield from _clock(s, trace, lambda r, f: (("s", *tp.rank(r)), f), None)
+    # UC and Mode II switches keep no timers of their own; Mode III switches do.
+    yield from _clock(s, trace, lambda r, f: (("s", *tp.rank(r)), f), lambda state: state.switches,
+                      lambda i, port, f: _routed(tree, i, port, f))
+
+
+def _routed(tree: Tree, switch: int, port: int, frame: bytes) -> tuple:
+    """The flight entry of ``frame``, sent by ``switch`` on ``port``: to the node at the far end."""
+    node, far = tree.peer(switch, port)
+    return ("s", node.index, far) if node.switch else ("r", node.index), frame
