@@ -232,23 +232,27 @@ def _successors(s: _State, scope: Scope, trace: tuple):
                       lambda i, q, f: (_TO_HOST, q, f))
 
 
-def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None):
+def _push(flight: tuple, out) -> tuple:
+    """``flight`` with the entries ``out`` added: a multiset, kept sorted."""
+    return tuple(sorted(flight + tuple(out)))
+
+
+def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None, push=_push):
     """The timer steps of state ``s``: a due timer fires (a worker's, or a switch's own: Mode III's
     timers), or the clock advances to the next one when nothing is in flight. ``sent(worker, frame)`` is
     the flight entry of a frame a worker sends; ``switches(state)`` lists a state's switches that may
-    keep timers, and ``routed(i, port, frame)`` is the flight entry of a frame switch ``i`` sends."""
+    keep timers, and ``routed(i, port, frame)`` is the flight entry of a frame switch ``i`` sends;
+    ``push(flight, entries)`` puts entries in flight."""
     due = [r for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock]
     for r in due:
         t = s.clone()
-        out = [sent(r, f) for f in _guard(t.workers[r].on_timer, t.clock, None, trace)]
-        t.flight = tuple(sorted(t.flight + tuple(out)))
+        t.flight = push(t.flight, [sent(r, f) for f in _guard(t.workers[r].on_timer, t.clock, None, trace)])
         yield t, f"w{r} timer at {s.clock:g}"
     switch_dls = [sw.deadline for sw in switches(s)]
     switch_due = [i for i, dl in enumerate(switch_dls) if dl is not None and dl <= s.clock]
     for i in switch_due:
         t = s.clone()
-        out = [routed(i, q, f) for q, f in switches(t)[i].on_timer(t.clock)]
-        t.flight = tuple(sorted(t.flight + tuple(out)))
+        t.flight = push(t.flight, [routed(i, q, f) for q, f in switches(t)[i].on_timer(t.clock)])
         yield t, f"switch {i} timer at {s.clock:g}"
     if not s.flight and not due and not switch_due:
         deadlines = [dl for w in s.workers if (dl := w.deadline) is not None]

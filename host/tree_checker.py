@@ -6,10 +6,12 @@ rank (:class:`~inagg.host.worker.Worker` in the UC mode,
 :class:`~inagg.models.switch.ModelSwitch` of every switch of a
 :class:`~inagg.models.tree.Tree`, exchanging real frames, explored over
 every interleaving within a :class:`TreeScope` with the rules of that
-checker: any frame in flight on any hop may be delivered next; a frame may
-be lost, at most one per timeout round and at most ``faults`` per run; the
-clock advances to the next timer (a rank's, or a Mode III switch's) only
-when nothing is in flight.
+checker: any frame in flight on any hop may be delivered next (with
+``reorder`` off, as EPIC checks by default, each link delivers its frames in
+the order they were sent, and any link may go next); a frame may be lost,
+at most one per timeout round and at most ``faults`` per run; the clock
+advances to the next timer (a rank's, or a Mode III switch's) only when
+nothing is in flight.
 
 Every explored run must end with every rank holding the exact sum of every
 chunk and no rank giving up. As there, the state graph is acyclic, so this
@@ -30,7 +32,7 @@ from inagg.models.job import Mode
 from inagg.models.switch import ModelSwitch
 from inagg.models.tree import Tree
 
-from inagg.host.checker import CheckResult, _clock, _explore, _fork_switch, _guard, _remove
+from inagg.host.checker import CheckResult, _clock, _describe, _explore, _fork_switch, _guard, _push, _remove
 from inagg.host.controller import TreeController, plan_tree
 from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import Timing, Worker
@@ -43,13 +45,14 @@ _RESULT_OPCODE, _OPCODE, _PSN = 0x2B, 42, slice(51, 54)
 @dataclass(frozen=True)
 class TreeScope:
     """What :func:`check_tree` explores: the tree ``spec``, ``chunks`` per rank, ``window``, ``faults`` losses,
-    the job's ``mode`` (UC, TRANSLATED or AUGMENTED)."""
+    the job's ``mode`` (UC, TRANSLATED or AUGMENTED), and whether links ``reorder`` frames."""
 
     spec: str = "2x2"
     chunks: int = 1
     window: int = 1
     faults: int = 1
     mode: Mode = Mode.UC
+    reorder: bool = True
 
     def __post_init__(self) -> None:
         tree = Tree.parse(self.spec)
@@ -84,8 +87,12 @@ class _State:
         sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes())
                    for t in self.switches for s in t.fast)
         modes = tuple(m.state() for t in self.switches for m in t.modes.values())
-        flight = tuple(sorted((to, f[:_PSN.start] + f[_PSN.stop:-4] if f[_OPCODE] == _RESULT_OPCODE else f)
-                              for to, f in self.flight))
+        # A link's queue keeps its order, numbered from its head (with reordering every frame is 0).
+        head = {}
+        for to, n, _ in self.flight:
+            head.setdefault(to, n)
+        flight = tuple(sorted((to, n - head[to], f[:_PSN.start] + f[_PSN.stop:-4] if f[_OPCODE] == _RESULT_OPCODE
+                               else f) for to, n, f in self.flight))
         return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, modes, flight, self.faults,
                 self.fault_this_round)
 
@@ -111,10 +118,11 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
     for r in range(tree.ranks):
         s, w = tp.rank(r)
         init.workers.append(kind(tp.plans[s].switch, tp.plans[s].jobs[0], w, timing=timing))
-    init.flight = tuple(sorted((("s", *tp.rank(r)), f) for r, w in enumerate(init.workers)
-                               for f in w.submit(0.0, data[r])))
+    push = _queue if not scope.reorder else lambda flight, out: _push(flight, ((to, 0, f) for to, f in out))
+    init.flight = push((), [(("s", *tp.rank(r)), f) for r, w in enumerate(init.workers)
+                            for f in w.submit(0.0, data[r])])
     init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
-    counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, trace), expect, max_states)
+    counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, push, trace), expect, max_states)
     return CheckResult(scope, *counts, time.perf_counter() - start)
 
 
@@ -122,9 +130,24 @@ def _name(to: tuple) -> str:
     return f"s{to[1]}:{to[2]}" if to[0] == "s" else f"rank {to[1]}"
 
 
-def _successors(s: _State, scope: TreeScope, tree: Tree, tp, trace: tuple):
-    for item in sorted(set(s.flight)):
-        to, frame = item
+def _queue(flight: tuple, out) -> tuple:
+    """``flight`` with the ``(to, frame)`` entries of ``out`` queued behind what is in flight to ``to``."""
+    last: dict = {}
+    for to, n, _ in flight:
+        last[to] = max(last.get(to, -1), n)
+    entries = []
+    for to, f in out:
+        last[to] = last.get(to, -1) + 1
+        entries.append((to, last[to], f))
+    return tuple(sorted(flight + tuple(entries)))
+
+
+def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple):
+    # Without reordering only the oldest frame on each link may arrive (or be lost) next.
+    heads = sorted(set(s.flight)) if scope.reorder else [e for i, e in enumerate(s.flight)
+                                                         if i == 0 or s.flight[i - 1][0] != e[0]]
+    for item in heads:
+        to, _, frame = item
         t = s.clone()
         t.flight = _remove(s.flight, item)
         if to[0] == "s":
@@ -133,17 +156,17 @@ def _successors(s: _State, scope: TreeScope, tree: Tree, tp, trace: tuple):
             out = [_routed(tree, to[1], port, g) for port, g in sw.receive(to[2], frame)]
         else:
             out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.workers[to[1]].receive, t.clock, frame, trace)]
-        t.flight = tuple(sorted(t.flight + tuple(out)))
-        yield t, f"{_name(to)} <- frame"
+        t.flight = push(t.flight, out)
+        yield t, f"{_name(to)} <- {_describe(frame)}"
         if s.faults < scope.faults and not s.fault_this_round:
             t = s.clone()
             t.flight = _remove(s.flight, item)
             t.faults += 1
             t.fault_this_round = True
-            yield t, f"lose frame to {_name(to)}"
+            yield t, f"lose {_describe(frame)} to {_name(to)}"
     # UC and Mode II switches keep no timers of their own; Mode III switches do.
     yield from _clock(s, trace, lambda r, f: (("s", *tp.rank(r)), f), lambda state: state.switches,
-                      lambda i, port, f: _routed(tree, i, port, f))
+                      lambda i, port, f: _routed(tree, i, port, f), push)
 
 
 def _routed(tree: Tree, switch: int, port: int, frame: bytes) -> tuple:

@@ -23,7 +23,7 @@ def test_a_switch_that_does_not_resend_its_partial_is_found(monkeypatch):
         return [] if slot.state == SlotState.SENT and event.name == "UP_RESENDS" else real(self, job, slot, event)
 
     monkeypatch.setattr(ModelSwitch, "_up", once)
-    with pytest.raises(Violation, match=r"no result for chunk 0(.|\n)*trace:(.|\n)*lose frame to s2:1"):
+    with pytest.raises(Violation, match=r"no result for chunk 0(.|\n)*trace:(.|\n)*lose result PSN 0 to s2:1"):
         check_tree(TreeScope("2x1", chunks=1, window=1, faults=1))
 
 
