@@ -237,12 +237,15 @@ def _push(flight: tuple, out) -> tuple:
     return tuple(sorted(flight + tuple(out)))
 
 
-def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None, push=_push):
+def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None, push=_push, quiet=False):
     """The timer steps of state ``s``: a due timer fires (a worker's, or a switch's own: Mode III's
     timers), or the clock advances to the next one when nothing is in flight. ``sent(worker, frame)`` is
     the flight entry of a frame a worker sends; ``switches(state)`` lists a state's switches that may
     keep timers, and ``routed(i, port, frame)`` is the flight entry of a frame switch ``i`` sends;
-    ``push(flight, entries)`` puts entries in flight."""
+    ``push(flight, entries)`` puts entries in flight. With ``quiet`` a due timer fires only when nothing
+    is in flight (EPIC's checks retransmit so)."""
+    if quiet and s.flight:
+        return
     due = [r for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock]
     for r in due:
         t = s.clone()

@@ -11,7 +11,13 @@ checker: any frame in flight on any hop may be delivered next (with
 the order they were sent, and any link may go next); a frame may be lost,
 at most one per timeout round and at most ``faults`` per run; the clock
 advances to the next timer (a rank's, or a Mode III switch's) only when
-nothing is in flight.
+nothing is in flight. A due timer fires at any point, or (``quiet``, as
+EPIC's checks retransmit) only when nothing is in flight.
+
+In Mode III every state must also keep, at every switch, the result of
+every PSN that a child still lacks, in a slot that is not free: the rule
+"free a result only when the slowest child ACKed it", checked where it
+could break rather than only at the end of a run.
 
 Every explored run must end with every rank holding the exact sum of every
 chunk and no rank giving up. As there, the state graph is acyclic, so this
@@ -29,10 +35,12 @@ import numpy as np
 
 from inagg.models import arith
 from inagg.models.job import Mode
+from inagg.models.modes import AugmentedJob
+from inagg.models.rc import psn_add, psn_diff
 from inagg.models.switch import ModelSwitch
 from inagg.models.tree import Tree
 
-from inagg.host.checker import CheckResult, _clock, _describe, _explore, _fork_switch, _guard, _push, _remove
+from inagg.host.checker import CheckResult, Violation, _clock, _describe, _explore, _fork_switch, _guard, _push, _remove
 from inagg.host.controller import TreeController, plan_tree
 from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import Timing, Worker
@@ -45,7 +53,8 @@ _RESULT_OPCODE, _OPCODE, _PSN = 0x2B, 42, slice(51, 54)
 @dataclass(frozen=True)
 class TreeScope:
     """What :func:`check_tree` explores: the tree ``spec``, ``chunks`` per rank, ``window``, ``faults`` losses,
-    the job's ``mode`` (UC, TRANSLATED or AUGMENTED), and whether links ``reorder`` frames."""
+    the job's ``mode`` (UC, TRANSLATED or AUGMENTED), whether links ``reorder`` frames, and whether timers
+    fire only when nothing is in flight (``quiet``)."""
 
     spec: str = "2x2"
     chunks: int = 1
@@ -53,6 +62,7 @@ class TreeScope:
     faults: int = 1
     mode: Mode = Mode.UC
     reorder: bool = True
+    quiet: bool = False
 
     def __post_init__(self) -> None:
         tree = Tree.parse(self.spec)
@@ -122,7 +132,8 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
     init.flight = push((), [(("s", *tp.rank(r)), f) for r, w in enumerate(init.workers)
                             for f in w.submit(0.0, data[r])])
     init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
-    counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, push, trace), expect, max_states)
+    counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, push, trace), expect, max_states,
+                      invariant=lambda s, trace: _check_results_held(s, tree, trace))
     return CheckResult(scope, *counts, time.perf_counter() - start)
 
 
@@ -166,7 +177,27 @@ def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple)
             yield t, f"lose {_describe(frame)} to {_name(to)}"
     # UC and Mode II switches keep no timers of their own; Mode III switches do.
     yield from _clock(s, trace, lambda r, f: (("s", *tp.rank(r)), f), lambda state: state.switches,
-                      lambda i, port, f: _routed(tree, i, port, f), push)
+                      lambda i, port, f: _routed(tree, i, port, f), push, scope.quiet)
+
+
+def _check_results_held(s: _State, tree: Tree, trace: tuple) -> None:
+    """Mode III: every result a child still lacks is in a slot of its switch that is not free (module docstring).
+
+    A child rank lacks the results from its responder's expected PSN on, a
+    child switch those from the PSN it expects from its parent on."""
+    for i, sw in enumerate(s.switches):
+        for m in sw.modes.values():
+            if not isinstance(m, AugmentedJob):
+                continue
+            for w, child in enumerate(tree.switches[i].children):
+                q = (s.switches[child.index].modes[m.spec.job].parent_expected if child.switch
+                     else s.workers[child.index].responder.expected)
+                while psn_diff(q, m.next_result) < 0:
+                    e = m.entries[q % len(m.entries)]
+                    if e.psn != q or not e.held or not e.bitmap:
+                        raise Violation(f"switch {i} no longer holds result PSN {q}, which its child {w} lacks"
+                                        "\ntrace:\n  " + "\n  ".join(trace))
+                    q = psn_add(q, 1)
 
 
 def _routed(tree: Tree, switch: int, port: int, frame: bytes) -> tuple:
