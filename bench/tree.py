@@ -58,6 +58,7 @@ def _machine() -> str:
 
 def report_modes() -> str:
     """Run the Mode II/III scopes and the mutation; the section of docs/results/tree.md."""
+    machine = _machine()
     rows = []
     for scope in MODE_SCOPES:
         links = "in order" if not scope.reorder else "any order"
@@ -92,7 +93,7 @@ def report_modes() -> str:
         "rank holding the exact sum and every run terminating; in Mode III every state also keeps, at",
         "every switch, each result a child lacks in a slot that is not free.",
         "",
-        f"Measured with `.venv/bin/python bench/tree.py --modes` {_machine()}; budget {BUDGET:,} states per",
+        f"Measured with `.venv/bin/python bench/tree.py --modes` {machine}; budget {BUDGET:,} states per",
         "scope.",
         "",
         "| mode | tree | packets per rank | window | losses | links | timers | states | transitions | final states "
