@@ -130,3 +130,20 @@ def test_rc_modes_on_a_tree_with_a_dead_hop_fail_with_a_clear_error(mode):
     with pytest.raises(RcRetryError, match=r"job 1 worker \d: RC retry count exceeded: PSN \d+ "
                        r"unacknowledged after 2 retries"):
         run_rc_tree("2x2", mode, 64, faults={(0, 1): Faults(loss=0.999)}, tries=3)
+
+
+@settings(max_examples=_EXAMPLES // 2)
+@given(fanouts=st.lists(st.integers(1, 6), min_size=1, max_size=3), elements=st.integers(1, 6 * 64),
+       mode=st.sampled_from([Mode.TRANSLATED, Mode.AUGMENTED]), window=st.sampled_from([1, 2, 4]),
+       seed=st.integers(0, 2**16), data=st.data())
+def test_random_trees_in_the_rc_modes_give_exact_sums_or_a_clear_error(fanouts, elements, mode, window, seed, data):
+    tree = Tree.of(tuple(fanouts))
+    assume(tree.ranks <= 24)
+    faults = {(s.index, p): Faults(loss=data.draw(_rate), dup=data.draw(_rate), reorder=data.draw(_rate),
+                                   corrupt=data.draw(_rate))
+              for s in tree.switches for p in range(len(s.children))}
+    try:
+        got, want, _, _ = run_rc_tree(tree.spec, mode, elements, window=window, faults=faults, seed=seed, tries=12)
+    except RcRetryError:
+        return  # a clear error, naming the worker and the PSN
+    assert all(same(got[r], want[r]) for r in got)
