@@ -31,12 +31,14 @@ SCOPES = [
 ]
 
 
-# EPIC's scope: a root over two switches of two ranks each; window 1; at most one loss at a time; links
-# in order and timers firing when nothing is in flight, as EPIC's checks run. The last two rows show what
-# reordering costs.
+# EPIC's scope: a root over two switches of two ranks each; window 1 (and 2, beyond EPIC's defaults); at
+# most one loss at a time; links in order and timers firing when nothing is in flight, as EPIC's checks
+# run. The last two rows show what reordering costs.
 MODE_SCOPES = [
     TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.TRANSLATED, reorder=False, quiet=True),
     TreeScope("2x2", chunks=2, window=1, faults=1, mode=Mode.TRANSLATED, reorder=False, quiet=True),
+    TreeScope("2x2", chunks=3, window=1, faults=0, mode=Mode.TRANSLATED, reorder=False, quiet=True),
+    TreeScope("2x2", chunks=2, window=2, faults=0, mode=Mode.TRANSLATED, reorder=False, quiet=True),
     TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False, quiet=True),
     TreeScope("2x2", chunks=2, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False, quiet=True),
     TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.TRANSLATED),
@@ -87,7 +89,7 @@ def report_modes() -> str:
         "",
         "The same checker with RC ranks (`RcWorker`) and model switches in EPIC's Modes II and III",
         "(`docs/protocol.md` section 10.1), AllReduce, on EPIC's scope: a root over two switches of two",
-        "ranks each, window 1, at most one loss at a time. \"In order\": each link delivers in sending",
+        "ranks each, window 1 (and 2), at most one loss at a time. \"In order\": each link delivers in sending",
         "order (EPIC's default, `MAX_OUT_OF_ORDER = 0`), any link may go next; \"quiet\": a due timer",
         "fires only when nothing is in flight (EPIC's `StrictRetxCondition`). Every scope ends with every",
         "rank holding the exact sum and every run terminating; in Mode III every state also keeps, at",
