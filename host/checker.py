@@ -245,29 +245,38 @@ def _successors(s: _State, scope: Scope, trace: tuple):
                 t.faults += 1
                 t.fault_this_round = True
                 yield t, f"{kind} {_describe(frame)} {'from' if d == _TO_SWITCH else 'to'} w{port}"
-    yield from _clock(s, trace, lambda r, f: (_TO_SWITCH, r, f), s.switch)
+    yield from _clock(s, trace, lambda r, f: (_TO_SWITCH, r, f), lambda state: [state.switch],
+                      lambda i, q, f: (_TO_HOST, q, f))
 
 
-def _clock(s, trace: tuple, sent, switch: ModelSwitch | None):
-    """The timer steps of state ``s``: a due timer fires (a worker's, or ``switch``'s own: Mode III's
-    result timers), or the clock advances to the next one when nothing is in flight. ``sent(worker,
-    frame)`` is the flight entry of a frame a worker sends."""
+def _push(flight: tuple, out) -> tuple:
+    """``flight`` with the entries ``out`` added: a multiset, kept sorted."""
+    return tuple(sorted(flight + tuple(out)))
+
+
+def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None, push=_push, quiet=False):
+    """The timer steps of state ``s``: a due timer fires (a worker's, or a switch's own: Mode III's
+    timers), or the clock advances to the next one when nothing is in flight. ``sent(worker, frame)`` is
+    the flight entry of a frame a worker sends; ``switches(state)`` lists a state's switches that may
+    keep timers, and ``routed(i, port, frame)`` is the flight entry of a frame switch ``i`` sends;
+    ``push(flight, entries)`` puts entries in flight. With ``quiet`` a due timer fires only when nothing
+    is in flight (EPIC's checks retransmit so)."""
+    if quiet and s.flight:
+        return
     due = [r for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock]
     for r in due:
         t = s.clone()
-        out = [sent(r, f) for f in _guard(t.workers[r].on_timer, t.clock, None, trace)]
-        t.flight = tuple(sorted(t.flight + tuple(out)))
+        t.flight = push(t.flight, [sent(r, f) for f in _guard(t.workers[r].on_timer, t.clock, None, trace)])
         yield t, f"w{r} timer at {s.clock:g}"
-    switch_dl = None if switch is None else switch.deadline
-    switch_due = switch_dl is not None and switch_dl <= s.clock
-    if switch_due:
+    switch_dls = [sw.deadline for sw in switches(s)]
+    switch_due = [i for i, dl in enumerate(switch_dls) if dl is not None and dl <= s.clock]
+    for i in switch_due:
         t = s.clone()
-        t.flight = tuple(sorted(t.flight + tuple((_TO_HOST, q, f) for q, f in t.switch.on_timer(t.clock))))
-        yield t, f"switch result timer at {s.clock:g}"
+        t.flight = push(t.flight, [routed(i, q, f) for q, f in switches(t)[i].on_timer(t.clock)])
+        yield t, f"switch {i} timer at {s.clock:g}"
     if not s.flight and not due and not switch_due:
         deadlines = [dl for w in s.workers if (dl := w.deadline) is not None]
-        if switch_dl is not None:
-            deadlines.append(switch_dl)
+        deadlines += [dl for dl in switch_dls if dl is not None]
         if deadlines:
             t = s.clone()
             t.depth -= 1
@@ -310,7 +319,7 @@ def _check_results_held(s: _State, trace: tuple) -> None:
             q = w.responder.expected
             while rc.psn_diff(q, m.next_result) < 0:
                 e = m.entries[q % len(m.entries)]
-                if e.psn != q or not e.done:
+                if e.psn != q or not e.held:
                     raise Violation(f"the switch no longer holds result PSN {q}, which worker {r} lacks\ntrace:\n  "
                                     + "\n  ".join(trace))
                 q = rc.psn_add(q, 1)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from inagg.models.job import Collective, JobSpec, SwitchSpec, Uplink, WorkerSpec
+from inagg.models.job import Collective, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
 from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_JOBS, MAX_WORKERS, switch_qpn
 from inagg.models.regmap import TEARDOWN, RegMap
 from inagg.models.tree import Tree
@@ -127,8 +127,9 @@ class TreePlan:
 
 
 def plan_tree(tree: Tree | str, *, window: int = 128, chunk_bytes: int = CHUNK_BYTES_DEFAULT, job: int = 1,
-              collective: Collective | str = Collective.ALLREDUCE, root: int = 0) -> TreePlan:
-    """Plan job ``job`` running ``collective`` on ``tree`` (a :class:`~inagg.models.tree.Tree` or its spec).
+              collective: Collective | str = Collective.ALLREDUCE, root: int = 0, mode: Mode = Mode.UC) -> TreePlan:
+    """Plan job ``job`` running ``collective`` in ``mode`` on ``tree`` (a :class:`~inagg.models.tree.Tree` or
+    its spec).
 
     Every switch gets a region of ``2 * window`` slots at slot 0 and the
     job's one R_Key and number; a child switch is a worker of its parent,
@@ -170,7 +171,7 @@ def plan_tree(tree: Tree | str, *, window: int = 128, chunk_bytes: int = CHUNK_B
                        workers=tuple(worker(i, c) for i, c in enumerate(s.children)), parent=uplink,
                        subswitches=frozenset(i for i, c in enumerate(s.children) if c.switch),
                        collective=collective, root=s.child_towards(root) if collective.rooted else None,
-                       ranks=tree.ranks)
+                       ranks=tree.ranks, mode=mode)
         plans.append(Plan(SwitchSpec(mac=s.mac, ip=s.ip, ports=s.ports, slots=region, chunk_bytes=chunk_bytes),
                           (spec,)))
     return TreePlan(tree, tuple(plans))

@@ -108,7 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=("uc", "II", "III"), default="uc",
                    help="uc: UC queue pairs, hosts keep reliability (default; every switch); II: EPIC's Mode II, "
                         "RC end to end, the switch reflects ACKs; III: Mode III, RC with reliability on the hop "
-                        "(II and III: model switch, memory network)")
+                        "(II and III: AllReduce on model switches, one or a --tree, memory network)")
     p.add_argument("--width", type=int, default=512, choices=(64, 256, 512),
                    help="--switch rtl: beat width of the RTL in bits (default 512)")
     p.add_argument("--waves", metavar="FILE.fst",

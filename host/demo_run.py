@@ -74,8 +74,8 @@ class DemoConfig:
             raise ValueError("--waves and --compare need the RTL switch (--switch rtl)")
         if self.collective != "allreduce" and self.tree is None:
             object.__setattr__(self, "tree", str(self.workers))  # one switch is the tree of one level
-        if self.tree is not None and modes[self.mode] is not Mode.UC:
-            raise ValueError(f"--tree and --collective run in mode uc; mode {self.mode} runs AllReduce on one switch")
+        if modes[self.mode] is not Mode.UC and self.collective != "allreduce":
+            raise ValueError(f"mode {self.mode} runs AllReduce only (on one switch or a tree), not {self.collective}")
         if self.tree is not None:
             ranks = self.tree_plan().tree.ranks
             if (self.net, self.switch, self.jobs) != ("memory", "model", 1):
@@ -88,7 +88,7 @@ class DemoConfig:
 
     def tree_plan(self):
         return plan_tree(self.tree, window=self.window, chunk_bytes=self.chunk_bytes, collective=self.collective,
-                         root=self.root)
+                         root=self.root, mode=Mode(self.mode))
 
     def plan(self):
         p = plan([self.workers] * self.jobs, window=self.window, chunk_bytes=self.chunk_bytes)
@@ -261,6 +261,9 @@ def _run_tree(cfg: DemoConfig, progress: bool) -> dict:
     for r in range(tp.tree.ranks):
         s, w = tp.rank(r)
         q = tp.plans[s]
+        if q.jobs[0].mode in RC_MODES:  # AllReduce only (DemoConfig): over one RC QP per rank
+            ops[r] = AllReduce(RcWorker(q.switch, q.jobs[0], w, timing=timing), data[job][r])
+            continue
         ops[r] = operation(collective_worker(q.switch, q.jobs[0], w, timing=timing), data[job][r], rank=r, amax=amax)
     lanes = tp.plans[0].switch.lanes
     total = len(ops) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))

@@ -106,10 +106,7 @@ class Traffic:
         due, _, kind, port, frame = heapq.heappop(self._heap)
         now = due if now is None else now
         if kind == _SWITCH_TIMER:
-            if due == self._switch_due:
-                self._switch_due = None
-                self.from_switch(now, self._switch_clock(now))
-                self._arm_switch()
+            self._switch_timer(now, due, port)
             return
         if kind == _TO_SWITCH:
             batch = [(port, frame)]
@@ -157,6 +154,13 @@ class Traffic:
             if d is not None:
                 self._seq += 1
                 heapq.heappush(self._heap, (d, self._seq, _TIMER, port, None))
+
+    def _switch_timer(self, now: float, due: float, port) -> None:
+        """The switch's timer event due at ``due``, unless it was re-armed since."""
+        if due == self._switch_due:
+            self._switch_due = None
+            self.from_switch(now, self._switch_clock(now))
+            self._arm_switch()
 
     def _arm_switch(self) -> None:
         d = self.switch.deadline
@@ -279,6 +283,7 @@ class TreeTraffic(Traffic):
                  capture: Callable[[float, bytes], None] | None = None):
         super().__init__(None, endpoints, None, latency=latency, capture=capture)
         self.tree, self.switches, self.links = tree, switches, links
+        self._tree_due: dict[int, float] = {}  # per switch: its timer event on the heap (Mode III)
 
     def _link(self, kind: int, port) -> LossyLink:
         if kind != _TO_SWITCH:
@@ -291,16 +296,38 @@ class TreeTraffic(Traffic):
         return self.links[port]
 
     def _to_switch(self, now: float, batch: list) -> None:
-        """Each frame to the switch it is addressed to, one at a time: the switches of a tree differ."""
+        """Each frame to the switch it is addressed to, one at a time: the switches of a tree differ.
+
+        A switch with timers of its own (Mode III) sees its clock first, as :class:`Traffic`'s switch does."""
         self.to_switch += len(batch)
         for port, frame in batch:
             s, p = self.tree.leaf_of(port) if isinstance(port, int) else port
-            for q, g in self.switches[s].receive(p, frame):
-                node, far = self.tree.peer(s, q)
-                if node.switch:
-                    self._put(now, _TO_SWITCH, (node.index, far), [g])
-                else:
-                    self._put(now, _TO_HOST, node.index, [g])
+            sw = self.switches[s]
+            self._send(now, s, sw.on_timer(now))
+            self._send(now, s, sw.receive(p, frame))
+            self._arm_tree_switch(s)
+
+    def _send(self, now: float, s: int, frames: list[tuple[int, bytes]]) -> None:
+        """Put what switch ``s`` sent on the links of its ports."""
+        for q, g in frames:
+            node, far = self.tree.peer(s, q)
+            if node.switch:
+                self._put(now, _TO_SWITCH, (node.index, far), [g])
+            else:
+                self._put(now, _TO_HOST, node.index, [g])
+
+    def _arm_tree_switch(self, s: int) -> None:
+        d = self.switches[s].deadline
+        if d is not None and d != self._tree_due.get(s):
+            self._tree_due[s] = d
+            self._seq += 1
+            heapq.heappush(self._heap, (d, self._seq, _SWITCH_TIMER, s, None))
+
+    def _switch_timer(self, now: float, due: float, port) -> None:
+        if due == self._tree_due.get(port):
+            del self._tree_due[port]
+            self._send(now, port, self.switches[port].on_timer(now))
+            self._arm_tree_switch(port)
 
 
 class TreeNetwork:

@@ -1,18 +1,29 @@
-"""Explicit-state model checking of the UC protocol on a tree of model switches.
+"""Explicit-state model checking of the UC protocol and of EPIC's Modes II and III on a tree of model switches.
 
-:mod:`inagg.host.checker` grown to EPIC's IncTree: the real
-:class:`~inagg.host.worker.Worker` of every rank and the real
+:mod:`inagg.host.checker` grown to EPIC's IncTree: the real worker of every
+rank (:class:`~inagg.host.worker.Worker` in the UC mode,
+:class:`~inagg.host.rc_worker.RcWorker` in Modes II and III) and the real
 :class:`~inagg.models.switch.ModelSwitch` of every switch of a
 :class:`~inagg.models.tree.Tree`, exchanging real frames, explored over
 every interleaving within a :class:`TreeScope` with the rules of that
-checker: any frame in flight on any hop may be delivered next; a frame may
-be lost, at most one per timeout round and at most ``faults`` per run; the
-clock advances to the next timer only when nothing is in flight.
+checker: any frame in flight on any hop may be delivered next (with
+``reorder`` off, as EPIC checks by default, each link delivers its frames in
+the order they were sent, and any link may go next); a frame may be lost,
+at most one per timeout round and at most ``faults`` per run; the clock
+advances to the next timer (a rank's, or a Mode III switch's) only when
+nothing is in flight. A due timer fires at any point, or (``quiet``, as
+EPIC's checks retransmit) only when nothing is in flight.
+
+In Mode III every state must also keep, at every switch, the result of
+every PSN that a child still lacks, in a slot that is not free: the rule
+"free a result only when the slowest child ACKed it", checked where it
+could break rather than only at the end of a run.
 
 Every explored run must end with every rank holding the exact sum of every
 chunk and no rank giving up. As there, the state graph is acyclic, so this
-also proves that every run terminates. States that differ only in result
-PSNs (which count resends) and in counters are merged.
+also proves that every run terminates. States that differ only in
+counters are merged, and in the UC mode also states that differ only in
+result PSNs (which count resends there; RC endpoints read them).
 """
 
 from __future__ import annotations
@@ -23,11 +34,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from inagg.models import arith
+from inagg.models.job import Mode
+from inagg.models.modes import AugmentedJob
+from inagg.models.rc import psn_add, psn_diff
 from inagg.models.switch import ModelSwitch
 from inagg.models.tree import Tree
 
-from inagg.host.checker import CheckResult, _clock, _explore, _fork_switch, _guard, _remove
+from inagg.host.checker import CheckResult, Violation, _clock, _describe, _explore, _fork_switch, _guard, _push, _remove
 from inagg.host.controller import TreeController, plan_tree
+from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import Timing, Worker
 
 __all__ = ["TreeScope", "check_tree"]
@@ -37,12 +52,17 @@ _RESULT_OPCODE, _OPCODE, _PSN = 0x2B, 42, slice(51, 54)
 
 @dataclass(frozen=True)
 class TreeScope:
-    """What :func:`check_tree` explores: the tree ``spec``, ``chunks`` per rank, ``window``, ``faults`` losses."""
+    """What :func:`check_tree` explores: the tree ``spec``, ``chunks`` per rank, ``window``, ``faults`` losses,
+    the job's ``mode`` (UC, TRANSLATED or AUGMENTED), whether links ``reorder`` frames, and whether timers
+    fire only when nothing is in flight (``quiet``)."""
 
     spec: str = "2x2"
     chunks: int = 1
     window: int = 1
     faults: int = 1
+    mode: Mode = Mode.UC
+    reorder: bool = True
+    quiet: bool = False
 
     def __post_init__(self) -> None:
         tree = Tree.parse(self.spec)
@@ -54,6 +74,8 @@ class TreeScope:
             raise ValueError(f"window must be a power of two >= 1, not {self.window!r}")
         if not isinstance(self.faults, int) or not 0 <= self.faults <= 2:
             raise ValueError(f"faults must be an integer in 0..2, not {self.faults!r}")
+        if self.mode is not Mode.UC and self.mode not in RC_MODES:
+            raise ValueError(f"mode must be UC, TRANSLATED or AUGMENTED, not {self.mode!r}")
 
 
 class _State:
@@ -70,11 +92,18 @@ class _State:
         return s
 
     def key(self) -> tuple:
+        for t in self.switches:
+            t.now = self.clock  # Mode III timers enter the key relative to the clock, as the ranks'
         sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes())
                    for t in self.switches for s in t.fast)
-        flight = tuple(sorted((to, f[:_PSN.start] + f[_PSN.stop:-4] if f[_OPCODE] == _RESULT_OPCODE else f)
-                              for to, f in self.flight))
-        return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, flight, self.faults,
+        modes = tuple(m.state() for t in self.switches for m in t.modes.values())
+        # A link's queue keeps its order, numbered from its head (with reordering every frame is 0).
+        head = {}
+        for to, n, _ in self.flight:
+            head.setdefault(to, n)
+        flight = tuple(sorted((to, n - head[to], f[:_PSN.start] + f[_PSN.stop:-4] if f[_OPCODE] == _RESULT_OPCODE
+                               else f) for to, n, f in self.flight))
+        return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, modes, flight, self.faults,
                 self.fault_this_round)
 
 
@@ -82,7 +111,7 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
                max_states: int = 2_000_000) -> CheckResult:
     """Explore every run of ``scope``; raises :class:`~inagg.host.checker.Violation` with a trace on a bad state."""
     start = time.perf_counter()
-    tp = plan_tree(scope.spec, window=scope.window, chunk_bytes=256)
+    tp = plan_tree(scope.spec, window=scope.window, chunk_bytes=256, mode=scope.mode)
     tree = tp.tree
     timing = timing or Timing(timeout=1.0, backoff=2.0, max_timeout=4.0, tries=scope.faults + 3)
     lanes = tp.plans[0].switch.lanes
@@ -91,16 +120,20 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
     expect = np.stack([arith.aggregate(np.stack([d[c] for d in data])) for c in range(scope.chunks)])
 
     init = _State()
-    init.switches = [ModelSwitch(q.switch) for q in tp.plans]
+    # A Mode III switch's timers are shorter than the ranks': the hop repairs a loss first.
+    init.switches = [ModelSwitch(q.switch, hop_timeout=timing.timeout / 2) for q in tp.plans]
     TreeController(init.switches, tp).configure()
+    kind = RcWorker if scope.mode in RC_MODES else Worker
     init.workers = []
     for r in range(tree.ranks):
         s, w = tp.rank(r)
-        init.workers.append(Worker(tp.plans[s].switch, tp.plans[s].jobs[0], w, timing=timing))
-    init.flight = tuple(sorted((("s", *tp.rank(r)), f) for r, w in enumerate(init.workers)
-                               for f in w.submit(0.0, data[r])))
+        init.workers.append(kind(tp.plans[s].switch, tp.plans[s].jobs[0], w, timing=timing))
+    push = _queue if not scope.reorder else lambda flight, out: _push(flight, ((to, 0, f) for to, f in out))
+    init.flight = push((), [(("s", *tp.rank(r)), f) for r, w in enumerate(init.workers)
+                            for f in w.submit(0.0, data[r])])
     init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
-    counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, trace), expect, max_states)
+    counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, push, trace), expect, max_states,
+                      invariant=lambda s, trace: _check_results_held(s, tree, trace))
     return CheckResult(scope, *counts, time.perf_counter() - start)
 
 
@@ -108,25 +141,66 @@ def _name(to: tuple) -> str:
     return f"s{to[1]}:{to[2]}" if to[0] == "s" else f"rank {to[1]}"
 
 
-def _successors(s: _State, scope: TreeScope, tree: Tree, tp, trace: tuple):
-    for item in sorted(set(s.flight)):
-        to, frame = item
+def _queue(flight: tuple, out) -> tuple:
+    """``flight`` with the ``(to, frame)`` entries of ``out`` queued behind what is in flight to ``to``."""
+    last: dict = {}
+    for to, n, _ in flight:
+        last[to] = max(last.get(to, -1), n)
+    entries = []
+    for to, f in out:
+        last[to] = last.get(to, -1) + 1
+        entries.append((to, last[to], f))
+    return tuple(sorted(flight + tuple(entries)))
+
+
+def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple):
+    # Without reordering only the oldest frame on each link may arrive (or be lost) next.
+    heads = sorted(set(s.flight)) if scope.reorder else [e for i, e in enumerate(s.flight)
+                                                         if i == 0 or s.flight[i - 1][0] != e[0]]
+    for item in heads:
+        to, _, frame = item
         t = s.clone()
         t.flight = _remove(s.flight, item)
         if to[0] == "s":
-            out = []
-            for port, g in t.switches[to[1]].receive(to[2], frame):
-                node, far = tree.peer(to[1], port)
-                out.append((("s", node.index, far) if node.switch else ("r", node.index), g))
+            sw = t.switches[to[1]]
+            sw.now = t.clock
+            out = [_routed(tree, to[1], port, g) for port, g in sw.receive(to[2], frame)]
         else:
             out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.workers[to[1]].receive, t.clock, frame, trace)]
-        t.flight = tuple(sorted(t.flight + tuple(out)))
-        yield t, f"{_name(to)} <- frame"
+        t.flight = push(t.flight, out)
+        yield t, f"{_name(to)} <- {_describe(frame)}"
         if s.faults < scope.faults and not s.fault_this_round:
             t = s.clone()
             t.flight = _remove(s.flight, item)
             t.faults += 1
             t.fault_this_round = True
-            yield t, f"lose frame to {_name(to)}"
-    # UC model switches keep no timers of their own: only the ranks' timers run.
-    yield from _clock(s, trace, lambda r, f: (("s", *tp.rank(r)), f), None)
+            yield t, f"lose {_describe(frame)} to {_name(to)}"
+    # UC and Mode II switches keep no timers of their own; Mode III switches do.
+    yield from _clock(s, trace, lambda r, f: (("s", *tp.rank(r)), f), lambda state: state.switches,
+                      lambda i, port, f: _routed(tree, i, port, f), push, scope.quiet)
+
+
+def _check_results_held(s: _State, tree: Tree, trace: tuple) -> None:
+    """Mode III: every result a child still lacks is in a slot of its switch that is not free (module docstring).
+
+    A child rank lacks the results from its responder's expected PSN on, a
+    child switch those from the PSN it expects from its parent on."""
+    for i, sw in enumerate(s.switches):
+        for m in sw.modes.values():
+            if not isinstance(m, AugmentedJob):
+                continue
+            for w, child in enumerate(tree.switches[i].children):
+                q = (s.switches[child.index].modes[m.spec.job].parent_expected if child.switch
+                     else s.workers[child.index].responder.expected)
+                while psn_diff(q, m.next_result) < 0:
+                    e = m.entries[q % len(m.entries)]
+                    if e.psn != q or not e.held or not e.bitmap:
+                        raise Violation(f"switch {i} no longer holds result PSN {q}, which its child {w} lacks"
+                                        "\ntrace:\n  " + "\n  ".join(trace))
+                    q = psn_add(q, 1)
+
+
+def _routed(tree: Tree, switch: int, port: int, frame: bytes) -> tuple:
+    """The flight entry of ``frame``, sent by ``switch`` on ``port``: to the node at the far end."""
+    node, far = tree.peer(switch, port)
+    return ("s", node.index, far) if node.switch else ("r", node.index), frame

@@ -225,12 +225,11 @@ class JobSpec:
         _check_tree_fields(self)
         if not isinstance(self.mode, Mode):
             raise TypeError(f"mode must be a Mode ({', '.join(m.name for m in Mode)}), not {self.mode!r}")
-        if self.mode is not Mode.UC and (self.parent is not None or self.subswitches
-                                         or self.collective is not Collective.ALLREDUCE):
-            # The RC modes are built for one switch and AllReduce; trees and the other
-            # collectives run over UC until the two are joined (issue #17).
-            raise ValueError(f"mode {self.mode.name} runs AllReduce on one switch: no parent, no subswitches, "
-                             f"collective allreduce (not {self.collective.value})")
+        if self.mode is not Mode.UC and self.collective is not Collective.ALLREDUCE:
+            # The RC modes run AllReduce, on one switch or a tree; the other collectives run over UC
+            # until the two are joined (issue #17).
+            raise ValueError(f"mode {self.mode.name} runs AllReduce only (on one switch or a tree), "
+                             f"not {self.collective.value}")
 
     @property
     def window(self) -> int:

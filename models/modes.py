@@ -1,18 +1,22 @@
-"""EPIC's Modes II (translated) and III (augmented) in the model switch, for a job on one switch.
+"""EPIC's Modes II (translated) and III (augmented) in the model switch, on one switch or a tree of them.
 
 Hosts keep RC queue pairs (:mod:`inagg.models.rc`) end to end. The
 :class:`~inagg.models.switch.ModelSwitch` hands every frame addressed to a
 job of these modes to that job's :class:`TranslatedJob` or
-:class:`AugmentedJob`; UC jobs never reach this module.
-``docs/protocol.md`` sections 6.2 (Mode II) and 7 (Mode III) are the
-specification; each rule below names its step there.
+:class:`AugmentedJob` (:meth:`~TranslatedJob.from_parent` for a frame from
+the parent switch of a tree); UC jobs never reach this module.
+``docs/protocol.md`` sections 6.2 (Mode II), 7 (Mode III) and 10.1 (both on
+a tree) are the specification; each rule below names its step there.
 
 A job of ``slots = 2W`` slots keeps here, beside the lanes of its slots,
-per worker the expected contribution PSN and per slot the bitmap of the
-workers in. The switch is the root: it makes the result, and sends it to
-each worker as an RC WRITE ONLY WITH IMMEDIATE whose PSN is the
-contributions' PSN, so that every host's RC responder sees one result per
-contribution, in order. Every worker's first contribution has PSN 0.
+per child the expected contribution PSN and per slot the bitmap of the
+children in. The root makes the result, and sends it to each child as an
+RC WRITE ONLY WITH IMMEDIATE whose PSN is the contributions' PSN, so that
+every host's RC responder sees one result per contribution, in order. A
+switch below the root (a job with a ``parent``) sends its completed
+partial upward instead, as an RC contribution of its own with the same
+PSN, and sends the result that comes back down to every child unchanged.
+Every child's first contribution has PSN 0.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import numpy as np
 from inagg.models import arith, wire
 from inagg.models.frame import AETH, Opcode, layout
 from inagg.models.job import JobSpec, Mode
-from inagg.models.protocol import CHUNK_MOD, Counter, encode_imm, qp_udp_sport
+from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, IMM_FP32, Counter, encode_imm, qp_udp_sport
 from inagg.models.rc import PSN_MOD, Ack, Address, Packet, Syndrome, encode, psn_add, psn_diff
+from inagg.models.tree import TreeCounter
 
-__all__ = ["MODES", "HOP_TIMEOUT", "RC_CONTRIBUTION", "Entry", "TranslatedJob", "AugmentedJob", "open_job"]
+__all__ = ["MODES", "HOP_TIMEOUT", "RC_CONTRIBUTION", "RC_RESULT", "Entry", "TranslatedJob", "AugmentedJob",
+           "open_job"]
 
 MODES = (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED)
 """The modes :class:`~inagg.models.switch.ModelSwitch` implements."""
@@ -35,6 +41,8 @@ HOP_TIMEOUT = 100e-6
 """Mode III's default ACK timeout of a result on the hop (the switch's clock, seconds)."""
 RC_CONTRIBUTION = layout(Opcode.RC_RDMA_WRITE_ONLY)
 """A contribution of Modes II and III: RC RDMA WRITE ONLY, one chunk."""
+RC_RESULT = layout(Opcode.RC_RDMA_WRITE_ONLY_IMM)
+"""A result of Modes II and III, and a child switch's partial with promoted lanes: RC WRITE ONLY WITH IMMEDIATE."""
 
 
 @dataclass
@@ -44,20 +52,24 @@ class Entry:
     lanes: arith.LaneState
     chunk: int = 0
     psn: int = 0
-    bitmap: int = 0      # workers whose contribution is in; empty: the slot is free
+    bitmap: int = 0      # children whose contribution is in; empty: the slot is free
     count: int = 0
-    done: bool = False
-    acked: int = 0       # Mode III: workers that ACKed the result
+    done: bool = False   # every child is in: the root made the result, a switch below it sent its partial up
+    held: bool = False   # the lanes are the result (the root's, or the parent's in Mode III)
+    acked: int = 0       # Mode III: children that ACKed the result
 
     def copy(self) -> "Entry":
-        return Entry(self.lanes.copy(), self.chunk, self.psn, self.bitmap, self.count, self.done, self.acked)
+        return Entry(self.lanes.copy(), self.chunk, self.psn, self.bitmap, self.count, self.done, self.held,
+                     self.acked)
 
 
 class TranslatedJob:
-    """Mode II, connection translated (``docs/protocol.md`` section 6.2).
+    """Mode II, connection translated (``docs/protocol.md`` sections 6.2 and 10.1).
 
     ``switch`` is the :class:`~inagg.models.switch.ModelSwitch` that holds
-    the job: its spec, counters and lane arithmetic.
+    the job: its spec, counters and lane arithmetic. A job with a
+    ``parent`` is a switch below the root of a tree: a child of its parent
+    like a host, with the uplink's result QPN as its QP.
     """
 
     mode = Mode.TRANSLATED
@@ -72,6 +84,10 @@ class TranslatedJob:
         self.to = [Address(eth_dst=wire.mac_bytes(w.mac), eth_src=mac, ip_src=ip, ip_dst=wire.ip_bytes(w.ip),
                            udp_sport=qp_udp_sport(w.qpn), dest_qpn=w.qpn, rkey=w.rkey, pkey=switch.spec.pkey)
                    for w in spec.workers]
+        up = spec.parent
+        self.up = None if up is None else Address(
+            eth_dst=wire.mac_bytes(up.mac), eth_src=mac, ip_src=ip, ip_dst=wire.ip_bytes(up.ip),
+            udp_sport=qp_udp_sport(up.result_qpn), dest_qpn=up.qpn, rkey=up.rkey, pkey=switch.spec.pkey)
 
     @property
     def deadline(self) -> float | None:
@@ -91,8 +107,9 @@ class TranslatedJob:
 
     def state(self) -> tuple:
         """A hashable summary of the job's protocol state."""
-        return (tuple(self.expected), tuple((e.chunk, e.psn, e.bitmap, e.count, e.done, e.acked,
-                                             e.lanes.words.tobytes()) for e in self.entries))
+        return (tuple(self.expected), tuple((e.chunk, e.psn, e.bitmap, e.count, e.done, e.held, e.acked,
+                                             e.lanes.words.tobytes(), e.lanes.promoted.tobytes())
+                                            for e in self.entries))
 
     # -- frames in -------------------------------------------------------
 
@@ -100,20 +117,29 @@ class TranslatedJob:
         """One checked frame (``wire.parse``) addressed to ``worker``'s switch QPN."""
         count = self.switch.counters
         if r.opcode == Opcode.RC_ACK:
-            if len(r.payload) != AETH.size:
-                count[Counter.DROP_BAD_LENGTH] += 1
-                return []
-            a = AETH.unpack(r.payload)
-            return self._result_ack(worker, Ack(r.psn, a["syndrome"], a["msn"]))
+            ack = self._aeth(r)
+            return [] if ack is None else self._result_ack(worker, ack)
         c = self.switch.spec.chunk_bytes
-        bad = wire.check_receiver(r, RC_CONTRIBUTION, c, qpn_ok=True, rkey_ok=r.rkey == self.spec.rkey,
-                                  va_ok=r.va is not None and r.va % c == 0 and r.va // c < CHUNK_MOD)
+        # A child switch's partial with promoted lanes carries their promotion bits after the lanes.
+        promoted = r.opcode == Opcode.RC_RDMA_WRITE_ONLY_IMM and worker in self.spec.subswitches
+        kind, size = (RC_RESULT, c + c // 32) if promoted else (RC_CONTRIBUTION, c)
+        bad = wire.check_receiver(r, kind, size, qpn_ok=True, rkey_ok=r.rkey == self.spec.rkey,
+                                  va_ok=r.va is not None and r.va % c == 0 and r.va // c < CHUNK_MOD
+                                  and (not promoted or r.imm == encode_imm(r.va // c, True)))
         if bad is not None:
             count[bad] += 1
             return []
-        return self._contribution(worker, r.psn, r.va // c, r.payload)
+        return self._contribution(worker, r.psn, r.va // c, r.payload, promoted)
 
-    def _contribution(self, w: int, psn: int, chunk: int, payload: bytes) -> list[tuple[int, bytes]]:
+    def _aeth(self, r: wire.RoceFrame) -> Ack | None:
+        if len(r.payload) != AETH.size:
+            self.switch.counters[Counter.DROP_BAD_LENGTH] += 1
+            return None
+        a = AETH.unpack(r.payload)
+        return Ack(r.psn, a["syndrome"], a["msn"])
+
+    def _contribution(self, w: int, psn: int, chunk: int, payload: bytes,
+                      promoted: bool = False) -> list[tuple[int, bytes]]:
         count = self.switch.counters
         d = psn_diff(psn, self.expected[w])
         e = self.entries[psn % len(self.entries)]
@@ -128,20 +154,45 @@ class TranslatedJob:
             count[Counter.DROP_BAD_ADDRESS] += 1  # the hosts disagree on which chunk this PSN carries
             return []
         if not e.bitmap:
-            e.chunk, e.psn, e.count, e.done, e.acked = chunk, psn, 0, False, 0
+            e.chunk, e.psn, e.count, e.done, e.held, e.acked = chunk, psn, 0, False, False, 0
         self.expected[w] = psn_add(psn, 1)
         out = self._in_order(w, psn)
-        self.switch._accumulate(e.lanes, np.frombuffer(payload, ">i4").astype(np.int32), first=e.count == 0)
+        self.switch._add(e.lanes, payload, promoted, first=e.count == 0)
         e.bitmap |= 1 << w
         e.count += 1
         count[Counter.RX_CONTRIB] += 1
         if e.count < len(self.spec.workers):
             return out
         e.done = True
+        if self.up is not None:
+            return out + self._partial_done(e)
+        e.held = True
         count[Counter.COMPLETED] += 1
         if any(self.switch._lanes_out(e.lanes)[1:]):
             count[Counter.PROMOTED] += 1
         return out + self._completed(e)
+
+    def from_parent(self, r: wire.RoceFrame) -> list[tuple[int, bytes]]:
+        """A checked frame to the uplink's result QPN: a result from the parent (section 10.1), or its ACK."""
+        if r.opcode == Opcode.RC_ACK:
+            ack = self._aeth(r)
+            return [] if ack is None else self._parent_ack(ack)
+        up, c = self.spec.parent, self.switch.spec.chunk_bytes
+        chunk30 = (r.imm or 0) & IMM_CHUNK_MASK
+        bad = wire.check_receiver(r, RC_RESULT, c, qpn_ok=True, rkey_ok=r.rkey == up.result_rkey,
+                                  va_ok=r.va == up.result_va + (chunk30 & (self.spec.slots - 1)) * c)
+        if bad is not None:
+            self.switch.counters[bad] += 1
+            return []
+        return self._parent_result(r, chunk30)
+
+    def _waiting(self, r: wire.RoceFrame, chunk30: int) -> Entry | None:
+        """The slot whose partial the parent's result ``r`` answers; None (counted) when no slot waits for it."""
+        e = self.entries[r.psn % len(self.entries)]
+        if e.psn != r.psn or not e.done or e.chunk & IMM_CHUNK_MASK != chunk30:
+            self.switch.tree_counters[TreeCounter.DROP_PARENT_STALE] += 1
+            return None
+        return e
 
     # -- the rules that differ between the modes ----------------------------
 
@@ -150,14 +201,17 @@ class TranslatedJob:
         return []
 
     def _behind(self, w: int, psn: int, chunk: int, e: Entry) -> list[tuple[int, bytes]]:
-        """Mode II step 4: the root sends the result again to this worker, when the slot still holds it."""
+        """Mode II step 4: the root sends the result again to this child, a switch below it its partial to
+        the parent, when the slot still holds it."""
         count = self.switch.counters
         if e.psn != psn or e.chunk != chunk or not e.bitmap >> w & 1 and not e.done:
             count[Counter.DROP_STALE] += 1
             return []
         count[Counter.DUP_CONTRIB] += 1
         if not e.done:
-            return []  # the result goes to every worker when the slot completes
+            return []  # the result goes to every child when the slot completes
+        if self.up is not None:
+            return self._up(e, TreeCounter.UP_RESENDS)
         count[Counter.TX_RESENDS] += 1
         return [self._result(w, e)]
 
@@ -168,13 +222,30 @@ class TranslatedJob:
         return []
 
     def _in_order(self, w: int, psn: int) -> list[tuple[int, bytes]]:
-        """Mode II step 2: wipe this worker's bit in the shadow slot, W PSNs ahead."""
+        """Mode II step 2: wipe this child's bit in the shadow slot, W PSNs ahead."""
         shadow = self.entries[(psn + len(self.entries) // 2) % len(self.entries)]
         shadow.bitmap &= ~(1 << w)
         return []
 
     def _completed(self, e: Entry) -> list[tuple[int, bytes]]:
         return [self._result(v, e) for v in range(len(self.spec.workers))]
+
+    def _partial_done(self, e: Entry) -> list[tuple[int, bytes]]:
+        """Section 10.1: a switch below the root sends its completed partial to the parent."""
+        return self._up(e, TreeCounter.UP_PARTIALS)
+
+    def _parent_result(self, r: wire.RoceFrame, chunk30: int) -> list[tuple[int, bytes]]:
+        """Mode II on a tree: the parent's result goes to every child unchanged; nothing is kept."""
+        e = self._waiting(r, chunk30)
+        if e is None:
+            return []
+        self.switch.tree_counters[TreeCounter.RX_PARENT] += 1
+        return [self._result_frame(v, r.psn, e.chunk, r.payload, r.imm) for v in range(len(self.spec.workers))]
+
+    def _parent_ack(self, ack: Ack) -> list[tuple[int, bytes]]:
+        # Mode II: a child switch is no requester of its partials, so its parent sends it no ACK.
+        self.switch.counters[Counter.DROP_BAD_OPCODE] += 1
+        return []
 
     def _result_ack(self, w: int, ack: Ack) -> list[tuple[int, bytes]]:
         """Mode II step 5: the host's ACK (or NAK) of a result goes back to it as the ACK of its contribution."""
@@ -184,28 +255,50 @@ class TranslatedJob:
     # -- frames out --------------------------------------------------------
 
     def _result(self, w: int, e: Entry) -> tuple[int, bytes]:
-        ws = self.spec.workers[w]
         payload, fp32, saturated = self.switch._lanes_out(e.lanes)
+        return self._result_frame(w, e.psn, e.chunk, payload, encode_imm(e.chunk, fp32, saturated))
+
+    def _result_frame(self, w: int, psn: int, chunk: int, payload: bytes, imm: int) -> tuple[int, bytes]:
+        ws = self.spec.workers[w]
         c = self.switch.spec.chunk_bytes
         self.switch.counters[Counter.TX_RESULTS] += 1
-        pkt = Packet(Opcode.RC_RDMA_WRITE_ONLY_IMM, e.psn, payload, True,
-                     ws.result_va + (e.chunk & (self.spec.slots - 1)) * c, c, encode_imm(e.chunk, fp32, saturated))
+        pkt = Packet(Opcode.RC_RDMA_WRITE_ONLY_IMM, psn, payload, True,
+                     ws.result_va + (chunk & (self.spec.slots - 1)) * c, c, imm)
         return ws.port, encode(pkt, self.to[w])
 
+    def _up(self, e: Entry, event: TreeCounter) -> list[tuple[int, bytes]]:
+        """Slot ``e``'s partial to the parent: an RC contribution with the slot's PSN; with promoted lanes an
+        RC WRITE ONLY WITH IMMEDIATE (FP32 | chunk) whose promotion bits follow the lanes (section 10)."""
+        self.switch.tree_counters[event] += 1
+        c = self.switch.spec.chunk_bytes
+        payload = e.lanes.words.astype(">u4").tobytes()
+        opcode, imm = Opcode.RC_RDMA_WRITE_ONLY, None
+        if e.lanes.promoted.any():
+            self.switch.tree_counters[TreeCounter.UP_PROMOTED] += 1
+            opcode, imm = Opcode.RC_RDMA_WRITE_ONLY_IMM, encode_imm(e.chunk, True)
+            payload += np.packbits(e.lanes.promoted).tobytes()
+        pkt = Packet(opcode, e.psn, payload, True, e.chunk * c, len(payload), imm)
+        return [(self.spec.parent.port, encode(pkt, self.up))]
 
 
 class AugmentedJob(TranslatedJob):
-    """Mode III, connection augmented (``docs/protocol.md`` section 7): Mode II plus reliability on the hop.
+    """Mode III, connection augmented (``docs/protocol.md`` sections 7 and 10.1): Mode II plus reliability on
+    every hop.
 
-    Upward the switch is each worker's RC responder (it ACKs, re-ACKs and
-    NAKs contributions itself); downward it is each worker's requester for
-    results: a slot's result stays until every worker ACKed it, and is
-    sent again after a worker's NAK or when the worker's ACK timer
-    (``timeout``, on the switch's clock) runs out.
+    Upward the switch is each child's RC responder (it ACKs, re-ACKs and
+    NAKs contributions itself) and, below the root, the RC requester of its
+    partials to the parent: they stay until the parent ACKs them (or its
+    result for them arrives), and go again after the parent's NAK or when
+    the partial timer runs out. Downward it is each child's requester for
+    results, and below the root the parent's responder for them: a slot's
+    result stays until every child ACKed it, and is sent again after a
+    child's NAK or when that child's ACK timer (``timeout``, on the switch's
+    clock) runs out.
 
     ``free_on_first_ack`` is a test-only mutation: it frees a slot as soon
-    as one worker ACKed its result, the buffer-recycling bug EPIC's model
-    check found; :mod:`inagg.host.checker` must find it.
+    as one child ACKed its result, the buffer-recycling bug EPIC's model
+    check found; :mod:`inagg.host.checker` and
+    :mod:`inagg.host.tree_checker` must find it.
     """
 
     mode = Mode.AUGMENTED
@@ -217,8 +310,14 @@ class AugmentedJob(TranslatedJob):
         self.timeout = timeout
         self.nak_sent = [False] * n
         self.next_result = 0          # PSN of the next result to complete (results complete in PSN order)
-        self.acked = [0] * n          # per worker: the oldest result PSN it has not ACKed
+        self.acked = [0] * n          # per child: the oldest result PSN it has not ACKed
         self.timers: list[float | None] = [None] * n
+        # Below the root: the partials' requester and the results' responder towards the parent.
+        self.up_start = 0             # the oldest partial the parent has not ACKed
+        self.up_next = 0              # PSN of the next partial to complete
+        self.up_timer: float | None = None
+        self.parent_expected = 0      # PSN of the next result from the parent
+        self.parent_nak = False
 
     def fork(self, switch) -> "AugmentedJob":
         t = super().fork(switch)
@@ -227,27 +326,30 @@ class AugmentedJob(TranslatedJob):
 
     def state(self) -> tuple:
         now = self.switch.now
-        return super().state() + (tuple(self.nak_sent), self.next_result, tuple(self.acked),
-                                  tuple(None if t is None else t - now for t in self.timers))
+        rel = [None if t is None else t - now for t in (*self.timers, self.up_timer)]
+        return super().state() + (tuple(self.nak_sent), self.next_result, tuple(self.acked), tuple(rel),
+                                  self.up_start, self.up_next, self.parent_expected, self.parent_nak)
 
     @property
     def deadline(self) -> float | None:
-        """The earliest worker's result timer, or None."""
-        armed = [t for t in self.timers if t is not None]
+        """The earliest armed timer (a child's results, the partials), or None."""
+        armed = [t for t in (*self.timers, self.up_timer) if t is not None]
         return min(armed) if armed else None
 
     def on_timer(self, now: float) -> list[tuple[int, bytes]]:
-        """Go-Back-N of the results of every worker whose timer ran out at ``now``."""
+        """Go-Back-N of the results of every child whose timer ran out at ``now``, and of the partials."""
         out = []
         for w, t in enumerate(self.timers):
             if t is not None and t <= now:
                 out += self._resend(w, self.acked[w])
+        if self.up_timer is not None and self.up_timer <= now:
+            out += self._resend_partials()
         return out
 
-    # -- upward: the switch is the RC responder --------------------------------
+    # -- upward: the switch is the RC responder of its children ---------------
 
     def _ahead(self, w: int) -> list[tuple[int, bytes]]:
-        """Mode III step 3: one NAK sequence error per gap ("NAK sent" per worker)."""
+        """Mode III step 3: one NAK sequence error per gap ("NAK sent" per child)."""
         if self.nak_sent[w]:
             return []
         self.nak_sent[w] = True
@@ -261,7 +363,7 @@ class AugmentedJob(TranslatedJob):
         return [self._ack(w, psn_add(self.expected[w], -1))]
 
     def _busy(self, e: Entry) -> list[tuple[int, bytes]]:
-        # Not ACKed: the host sends it again on its timer, after the slowest worker ACKed the old result.
+        # Not ACKed: the child sends it again on its timer, after the slowest child ACKed the old result.
         self.switch.counters[Counter.DROP_BUFFER_BUSY] += 1
         return []
 
@@ -272,8 +374,76 @@ class AugmentedJob(TranslatedJob):
         return [self._ack(w, psn)]
 
     def _ack(self, w: int, psn: int, syndrome: int = Syndrome.ACK) -> tuple[int, bytes]:
-        # The MSN counts the worker's messages taken: every contribution is one message.
+        # The MSN counts the child's messages taken: every contribution is one message.
         return self.spec.workers[w].port, encode(Ack(psn, syndrome, self.expected[w]), self.to[w])
+
+    # -- upward, below the root: the switch is the RC requester of its partials ----
+
+    def _partial_done(self, e: Entry) -> list[tuple[int, bytes]]:
+        self.up_next = psn_add(e.psn, 1)
+        if self.up_timer is None:
+            self.up_timer = self.switch.now + self.timeout
+        return super()._partial_done(e)
+
+    def _parent_ack(self, ack: Ack) -> list[tuple[int, bytes]]:
+        """Section 10.1, Mode III: the parent's ACK of partial ``q`` (NAK of ``q``: ``q - 1``) releases every
+        partial up to it; a NAK of the oldest one sends every completed partial from it again."""
+        upto = ack.psn if not ack.nak else psn_add(ack.psn, -1)
+        self._partials_acked(upto)
+        if ack.nak and ack.syndrome == Syndrome.NAK_SEQ and ack.psn == self.up_start:
+            return self._resend_partials()
+        return []
+
+    def _partials_acked(self, upto: int) -> None:
+        if psn_diff(upto, self.up_start) >= 0 and psn_diff(upto, self.up_next) < 0:
+            self.up_start = psn_add(upto, 1)
+            self.up_timer = None if self.up_start == self.up_next else self.switch.now + self.timeout
+
+    def _resend_partials(self) -> list[tuple[int, bytes]]:
+        # Every partial from up_start on is complete and still in its slot: a slot is freed only after
+        # the parent's result for it, which releases the partial first (_parent_result).
+        out, psn = [], self.up_start
+        while psn_diff(psn, self.up_next) < 0:
+            out += self._up(self.entries[psn % len(self.entries)], TreeCounter.UP_RESENDS)
+            psn = psn_add(psn, 1)
+        self.switch.counters[Counter.HOP_RESENDS] += len(out)
+        self.up_timer = self.switch.now + self.timeout if out else None
+        return out
+
+    # -- downward, below the root: the switch is the parent's responder of results ----
+
+    def _parent_result(self, r: wire.RoceFrame, chunk30: int) -> list[tuple[int, bytes]]:
+        """Section 10.1, Mode III: an in-order result is kept in its slot (which frees the partial), ACKed to
+        the parent and sent to every child; behind: ACKed again; ahead: one NAK per gap."""
+        count, tree = self.switch.counters, self.switch.tree_counters
+        d = psn_diff(r.psn, self.parent_expected)
+        if d < 0:
+            tree[TreeCounter.DUP_PARENT] += 1
+            return [self._ack_parent(psn_add(self.parent_expected, -1))]
+        if d > 0:
+            count[Counter.DROP_PSN_AHEAD] += 1
+            if self.parent_nak:
+                return []
+            self.parent_nak = True
+            count[Counter.NAK_SENT] += 1
+            return [self._ack_parent(self.parent_expected, Syndrome.NAK_SEQ)]
+        e = self._waiting(r, chunk30)
+        if e is None:
+            return []  # not ACKed: a parent that follows the rules never sends it
+        self.parent_nak = False
+        self.parent_expected = psn_add(r.psn, 1)
+        self._partials_acked(r.psn)  # the parent made the result: it holds every partial up to it
+        e.lanes.words[:] = np.frombuffer(r.payload, ">u4")
+        e.lanes.promoted[:] = bool(r.imm & IMM_FP32)
+        e.held = True
+        tree[TreeCounter.RX_PARENT] += 1
+        return [self._ack_parent(r.psn)] + self._completed(e)
+
+    def _ack_parent(self, psn: int, syndrome: int = Syndrome.ACK) -> tuple[int, bytes]:
+        # The MSN counts the results taken from the parent.
+        if syndrome == Syndrome.ACK:
+            self.switch.counters[Counter.ACK_SENT] += 1
+        return self.spec.parent.port, encode(Ack(psn, syndrome, self.parent_expected), self.up)
 
     # -- downward: the switch is the RC requester of results ---------------------
 
@@ -284,7 +454,7 @@ class AugmentedJob(TranslatedJob):
         return super()._completed(e)
 
     def _result_ack(self, w: int, ack: Ack) -> list[tuple[int, bytes]]:
-        """Mode III step 5: a worker's ACK frees what every worker has ACKed; a NAK sends again from its PSN."""
+        """Mode III step 5: a child's ACK frees what every child has ACKed; a NAK sends again from its PSN."""
         upto = ack.psn if not ack.nak else psn_add(ack.psn, -1)
         if psn_diff(upto, self.acked[w]) >= 0 and psn_diff(upto, self.next_result) < 0:
             bit = 1 << w
@@ -293,7 +463,7 @@ class AugmentedJob(TranslatedJob):
                 e = self.entries[psn % len(self.entries)]
                 e.acked |= bit
                 if e.acked == self.all or self.free_on_first_ack:
-                    e.bitmap = 0  # the slowest worker has it: the slot is free
+                    e.bitmap = 0  # the slowest child has it: the slot is free
                 psn = psn_add(psn, 1)
             self.acked[w] = psn
             self.timers[w] = None if psn == self.next_result else self.switch.now + self.timeout
@@ -305,7 +475,7 @@ class AugmentedJob(TranslatedJob):
         out = []
         while psn_diff(psn, self.next_result) < 0:
             e = self.entries[psn % len(self.entries)]
-            if e.psn != psn or not e.done:
+            if e.psn != psn or not e.held:
                 break  # freed early (the test-only mutation): the result is gone
             out.append(self._result(w, e))
             psn = psn_add(psn, 1)
@@ -324,4 +494,3 @@ def open_job(switch, spec: JobSpec, *, hop_timeout: float = HOP_TIMEOUT) -> Tran
     if spec.mode is Mode.AUGMENTED:
         return AugmentedJob(switch, spec, hop_timeout)
     raise ValueError(f"job {spec.job}: mode {spec.mode.name} is not one of this module's (TRANSLATED, AUGMENTED)")
-

@@ -188,8 +188,11 @@ class ModelSwitch(SwitchBackend):
         if isinstance(r, Counter):
             return self._count(r)
         c = self.spec.chunk_bytes
-        if r.opcode == RESULT.opcode and r.dest_qpn in self._uplinks:
-            return self._from_parent(self.jobs[self._uplinks[r.dest_qpn]], r)
+        up = self._uplinks.get(r.dest_qpn)
+        if up is not None and up in self.modes:  # Modes II and III: a result or an ACK from the parent
+            return self.modes[up].from_parent(r)
+        if up is not None and r.opcode == RESULT.opcode:
+            return self._from_parent(self.jobs[up], r)
         named = split_qpn(r.dest_qpn)
         job = self.jobs.get(named[0]) if named else None
         known = job is not None and named[1] < len(job.spec.workers)
@@ -260,14 +263,8 @@ class ModelSwitch(SwitchBackend):
                 return []
             self.counters[Counter.TX_RESENDS] += 1
             return [self._result(job, worker, slot)]
-        first = not slot.bitmap & job.data_in
-        if promoted:
-            lanes = self.spec.lanes
-            words = np.frombuffer(payload, ">u4", lanes)
-            arith.merge(slot.lanes, words, np.unpackbits(np.frombuffer(payload, np.uint8, offset=4 * lanes),
-                                                         count=lanes).astype(bool), first=first)
-        elif payload:
-            self._accumulate(slot.lanes, np.frombuffer(payload, ">i4").astype(np.int32), first=first)
+        if payload:
+            self._add(slot.lanes, payload, promoted, first=not slot.bitmap & job.data_in)
         slot.bitmap |= bit
         slot.count += 1
         self.counters[Counter.RX_CONTRIB] += 1
@@ -286,6 +283,17 @@ class ModelSwitch(SwitchBackend):
     # Lane arithmetic is the one rule the profiles of docs/protocol.md section 8
     # differ in; a profile's switch overrides these two methods and nothing else
     # of the slot logic.
+
+    def _add(self, lanes: arith.LaneState, payload: bytes, promoted: bool, first: bool) -> None:
+        """Add a contribution's payload into a slot's lanes: INT32 lanes, or with ``promoted`` a child
+        switch's partial (lane words, then one promotion bit per lane: docs/protocol.md section 10)."""
+        if promoted:
+            n = self.spec.lanes
+            words = np.frombuffer(payload, ">u4", n)
+            arith.merge(lanes, words, np.unpackbits(np.frombuffer(payload, np.uint8, offset=4 * n),
+                                                    count=n).astype(bool), first=first)
+        else:
+            self._accumulate(lanes, np.frombuffer(payload, ">i4").astype(np.int32), first=first)
 
     def _accumulate(self, lanes: arith.LaneState, x: np.ndarray, first: bool) -> None:
         """Add contribution ``x`` (int32 lanes) into a slot's lanes: INT32, promoted to FP32 on overflow."""

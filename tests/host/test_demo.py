@@ -168,9 +168,19 @@ def test_demo_collective_table_and_bad_root(capsys):
     assert rc == 2 and "root must be a rank in 0..1, not 2" in out.err
 
 
-def test_demo_refuses_a_tree_in_an_rc_mode(capsys):
-    rc, out = run_cli(capsys, "--tree", "2x2", "--mode", "III", "--size", "4KiB")
-    assert rc == 2 and "--tree and --collective run in mode uc; mode III runs AllReduce on one switch" in out.err
+@pytest.mark.parametrize("mode", ["II", "III"])
+def test_demo_rc_modes_on_a_tree_are_exact_under_loss(capsys, mode):
+    rc, out = run_cli(capsys, "--tree", "2x4", "--mode", mode, "--size", "32KiB", "--loss", "0.02", "--dup", "0.02",
+                      "--reorder", "0.02", "--seed", "3", "--json")
+    s = json.loads(out.out)
+    assert rc == 0 and s["ok"] and s["mode"] == mode and s["tree"]["spec"] == "2x4"
+    assert s["drops"]["link"]["lost"] > 0 and s["tree"]["counters"]["UP_PARTIALS"] > 0
+    assert s["switch_counters"]["HOP_RESENDS" if mode == "III" else "ACK_REFLECTED"] > 0
+
+
+def test_demo_refuses_another_collective_in_an_rc_mode(capsys):
+    rc, out = run_cli(capsys, "--tree", "2x2", "--mode", "III", "--collective", "reduce", "--size", "4KiB")
+    assert rc == 2 and "mode III runs AllReduce only (on one switch or a tree), not reduce" in out.err
 
 
 def test_demo_collective_fails_when_a_rank_differs_from_numpy(capsys, monkeypatch):

@@ -1,5 +1,5 @@
 """Trees of model switches over the memory network: every collective exactly as numpy's under faults on every
-hop, or a clear error."""
+hop, or a clear error; EPIC's Modes II and III on trees."""
 
 import os
 
@@ -11,11 +11,12 @@ from inagg.host.controller import TreeController, plan_tree
 from inagg.host.link import Faults
 from inagg.host.memnet import TreeNetwork
 from inagg.host.collectives import collective_worker, exponent, operation, reference
-from inagg.host.worker import ChunkTimeoutError, agreement_chunks, Timing
-from inagg.models.job import Collective
+from inagg.host.rc_worker import RcRetryError, RcWorker
+from inagg.host.worker import AllReduce, ChunkTimeoutError, agreement_chunks, Timing
+from inagg.models.job import Collective, Mode
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
-from inagg.models.tree import Tree
+from inagg.models.tree import Tree, TreeCounter
 
 _EXAMPLES = 400 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 30
 
@@ -88,4 +89,61 @@ def test_random_trees_collectives_and_faults_give_exact_results_or_a_clear_error
                                    faults=faults, seed=seed, tries=12)
     except ChunkTimeoutError:
         return  # a clear error, naming the chunk and the worker
+    assert all(same(got[r], want[r]) for r in got)
+
+
+def run_rc_tree(spec, mode, elements, *, window=2, faults=None, seed=0, tries=30):
+    """Every rank's AllReduce result in ``mode`` through tree ``spec`` (RC queue pairs), numpy's, the switches."""
+    tp = plan_tree(spec, window=window, chunk_bytes=256, mode=mode)
+    switches = [ModelSwitch(q.switch, hop_timeout=20e-6) for q in tp.plans]
+    TreeController(switches, tp).configure()
+    data = [np.random.default_rng([seed, r]).standard_normal(elements, np.float32) for r in range(tp.tree.ranks)]
+    timing = Timing(timeout=50e-6, tries=tries)
+    ops = {}
+    for r in range(tp.tree.ranks):
+        s, w = tp.rank(r)
+        ops[r] = AllReduce(RcWorker(tp.plans[s].switch, tp.plans[s].jobs[0], w, timing=timing), data[r])
+    stats = TreeNetwork(tp.tree, switches, faults=faults, seed=seed).run(ops)
+    want = reference("allreduce", data, exponent=ops[0].exponent)
+    return {r: op.result() for r, op in ops.items()}, want, switches, stats
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+@pytest.mark.parametrize("spec", ["2x4", "2x2x2"])
+def test_rc_modes_on_a_tree_are_exact_under_faults_on_every_hop(mode, spec):
+    got, want, switches, stats = run_rc_tree(spec, mode, 40 * 64, faults=Faults(loss=0.05, dup=0.05, reorder=0.05),
+                                             seed=5)
+    assert all(same(got[r], want[r]) for r in got) and stats.link["lost"] > 0
+    root, *below = switches
+    assert root.counters[Counter.COMPLETED] == agreement_chunks(64) + 40
+    assert all(s.counters[Counter.COMPLETED] == 0 and s.tree_counters[TreeCounter.UP_PARTIALS] > 0 for s in below)
+    if mode is Mode.TRANSLATED:   # repaired end to end: ranks resend, partials and results go again
+        assert sum(s.tree_counters[TreeCounter.UP_RESENDS] for s in below) > 0
+        assert sum(s.counters[Counter.ACK_REFLECTED] for s in switches) > 0
+    else:                         # repaired on the hop: NAKs and the switches' own resends
+        assert sum(s.counters[Counter.HOP_RESENDS] for s in switches) > 0
+        assert all(s.counters[Counter.ACK_REFLECTED] == 0 for s in switches)
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+def test_rc_modes_on_a_tree_with_a_dead_hop_fail_with_a_clear_error(mode):
+    with pytest.raises(RcRetryError, match=r"job 1 worker \d: RC retry count exceeded: PSN \d+ "
+                       r"unacknowledged after 2 retries"):
+        run_rc_tree("2x2", mode, 64, faults={(0, 1): Faults(loss=0.999)}, tries=3)
+
+
+@settings(max_examples=_EXAMPLES // 2)
+@given(fanouts=st.lists(st.integers(1, 6), min_size=1, max_size=3), elements=st.integers(1, 6 * 64),
+       mode=st.sampled_from([Mode.TRANSLATED, Mode.AUGMENTED]), window=st.sampled_from([1, 2, 4]),
+       seed=st.integers(0, 2**16), data=st.data())
+def test_random_trees_in_the_rc_modes_give_exact_sums_or_a_clear_error(fanouts, elements, mode, window, seed, data):
+    tree = Tree.of(tuple(fanouts))
+    assume(tree.ranks <= 24)
+    faults = {(s.index, p): Faults(loss=data.draw(_rate), dup=data.draw(_rate), reorder=data.draw(_rate),
+                                   corrupt=data.draw(_rate))
+              for s in tree.switches for p in range(len(s.children))}
+    try:
+        got, want, _, _ = run_rc_tree(tree.spec, mode, elements, window=window, faults=faults, seed=seed, tries=12)
+    except RcRetryError:
+        return  # a clear error, naming the worker and the PSN
     assert all(same(got[r], want[r]) for r in got)

@@ -1,19 +1,21 @@
-"""Job modes (models/job.Mode) and EPIC's Modes II and III in the model switch (models/modes.py), frame by frame."""
+"""Job modes (models/job.Mode) and EPIC's Modes II and III in the model switch (models/modes.py), on one switch
+and on a tree, frame by frame."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from inagg.models import rc, wire
+from inagg.models import arith, rc, wire
 from inagg.host.p4ctl.layout import plan as p4_plan
 from inagg.models.geometry import SwitchGeometry
 from inagg.models.job import Collective, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
 from inagg.models.p4profile import V1MODEL
-from inagg.models.protocol import Counter, Opcode, decode_imm, qp_udp_sport
+from inagg.models.protocol import Counter, Opcode, decode_imm, encode_imm, qp_udp_sport
 from inagg.models.rc import Ack, Packet, Syndrome
 from inagg.models.regmap import RegMap
 from inagg.models.switch import ModelSwitch
+from inagg.models.tree import TreeCounter
 
 CHUNK = 256
 LANES = CHUNK // 4
@@ -90,15 +92,15 @@ def test_the_model_switch_takes_modes_ii_and_iii_and_refuses_mode_i():
 
 
 @pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
-def test_the_rc_modes_refuse_a_tree_or_another_collective_until_they_are_joined(mode):
+def test_the_rc_modes_take_a_tree_and_refuse_another_collective(mode):
     job = make_job(Mode.UC)
     uplink = Uplink(port=3, mac="02:00:00:00:01:00", ip="10.0.1.0", qpn=0x400000, rkey=1, result_qpn=0x200,
                     result_rkey=2, result_va=0)
-    for tree_job in (dataclasses.replace(job, parent=uplink), dataclasses.replace(job, subswitches={1}),
-                     dataclasses.replace(job, collective=Collective.BARRIER)):
-        with pytest.raises(ValueError, match=rf"^mode {mode.name} runs AllReduce on one switch"):
-            dataclasses.replace(tree_job, mode=mode)
-    assert dataclasses.replace(job, mode=mode).mode is mode
+    assert dataclasses.replace(job, parent=uplink, subswitches={1}, mode=mode).mode is mode
+    for other in (Collective.BARRIER, Collective.REDUCE_SCATTER):
+        with pytest.raises(ValueError, match=rf"^mode {mode.name} runs AllReduce only \(on one switch or a tree\), "
+                                             rf"not {other.value}$"):
+            dataclasses.replace(job, collective=other, mode=mode)
 
 
 # -- Mode II ---------------------------------------------------------------------------
@@ -220,3 +222,167 @@ def test_mode_jobs_leave_with_their_state():
     _complete(sw, job, 0)
     sw.remove_job(job.job)
     assert sw.modes == {} and sw.deadline is None
+
+
+# -- Modes II and III on a tree (docs/protocol.md section 10.1) ------------------------
+
+UP = Uplink(port=3, mac="02:00:00:00:02:00", ip="10.0.2.1", qpn=0x10000, rkey=0x4A0B0001, result_qpn=0x20002,
+            result_rkey=0x5E5F0002, result_va=0x7F0000000000)
+
+
+def below(mode, slots=4):
+    """A switch with a job of two children below a parent (UP)."""
+    sw = ModelSwitch(SwitchSpec(ports=4, slots=8, chunk_bytes=CHUNK), hop_timeout=1.0)
+    job = dataclasses.replace(make_job(mode, slots=slots), parent=UP)
+    sw.add_job(job)
+    return sw, job
+
+
+def from_parent(sw, item, rkey=UP.result_rkey):
+    """Deliver ``item`` (a result Packet or an Ack) from the parent to the uplink's result QPN."""
+    to = rc.Address(eth_dst=wire.mac_bytes(sw.spec.mac), eth_src=wire.mac_bytes(UP.mac), ip_src=wire.ip_bytes(UP.ip),
+                    ip_dst=wire.ip_bytes(sw.spec.ip), udp_sport=qp_udp_sport(UP.result_qpn),
+                    dest_qpn=UP.result_qpn, rkey=rkey)
+    return decoded(sw.receive(UP.port, rc.encode(item, to)))
+
+
+def result(psn, payload=None, chunk=None, fp32=False, **kw):
+    chunk = psn if chunk is None else chunk
+    payload = (lanes(0, psn) + lanes(1, psn)).astype(">i4").tobytes() if payload is None else payload
+    pkt = Packet(Opcode.RC_RDMA_WRITE_ONLY_IMM, psn, payload, True, UP.result_va + (chunk % 4) * CHUNK, CHUNK,
+                 encode_imm(chunk, fp32))
+    return dataclasses.replace(pkt, **kw)
+
+
+def complete(sw, job, psn):
+    send(sw, job, 0, psn)
+    return send(sw, job, 1, psn)
+
+
+# -- Mode II ---------------------------------------------------------------------------
+
+def test_mode_ii_below_the_root_sends_its_partial_up_with_the_same_psn():
+    sw, job = below(Mode.TRANSLATED)
+    send(sw, job, 0, 0)
+    ((port, qpn, pkt),) = send(sw, job, 1, 0)
+    assert (port, qpn) == (UP.port, UP.qpn)
+    assert pkt.opcode == Opcode.RC_RDMA_WRITE_ONLY and pkt.psn == 0 and pkt.va == 0 and pkt.length == CHUNK
+    assert (np.frombuffer(pkt.payload, ">i4") == lanes(0, 0) + lanes(1, 0)).all()
+    assert sw.tree_counters[TreeCounter.UP_PARTIALS] == 1 and sw.counters[Counter.COMPLETED] == 0
+
+
+def test_mode_ii_below_the_root_resends_its_partial_for_a_psn_behind():
+    sw, job = below(Mode.TRANSLATED)
+    send(sw, job, 0, 0)
+    assert send(sw, job, 0, 0) == []                                 # not complete yet: nothing
+    complete(sw, job, 0)
+    ((port, _, pkt),) = send(sw, job, 0, 0)
+    assert port == UP.port and pkt.psn == 0 and sw.tree_counters[TreeCounter.UP_RESENDS] == 1
+
+
+def test_mode_ii_below_the_root_sends_the_parents_result_to_every_child_unchanged():
+    sw, job = below(Mode.TRANSLATED)
+    complete(sw, job, 0)
+    for _ in range(2):                                               # a resent result goes down again
+        out = from_parent(sw, result(0))
+        assert [(p, q) for p, q, _ in out] == [(0, 0x100), (1, 0x101)]
+        for w, (_, _, pkt) in enumerate(out):
+            assert pkt.psn == 0 and pkt.va == job.workers[w].result_va and decode_imm(pkt.imm) == (0, False, False)
+            assert pkt.payload == result(0).payload
+    assert sw.tree_counters[TreeCounter.RX_PARENT] == 2
+    assert from_parent(sw, result(1)) == [] and sw.tree_counters[TreeCounter.DROP_PARENT_STALE] == 1
+    assert from_parent(sw, result(0), rkey=1) == [] and sw.counters[Counter.DROP_BAD_RKEY] == 1
+    assert from_parent(sw, result(0, va=UP.result_va + CHUNK)) == [] and sw.counters[Counter.DROP_BAD_ADDRESS] == 1
+    assert from_parent(sw, Ack(0)) == [] and sw.counters[Counter.DROP_BAD_OPCODE] == 1   # Mode II: no partial ACKs
+
+
+def test_mode_ii_host_acks_are_reflected_at_their_own_switch():
+    sw, job = below(Mode.TRANSLATED)
+    assert ack(sw, job, 1, Ack(0)) == [(1, 0x101, Ack(0))] and sw.counters[Counter.ACK_REFLECTED] == 1
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+def test_a_promoted_partial_goes_up_with_its_promotion_bits_and_the_parent_merges_it(mode):
+    sw, job = below(mode)
+    big = Packet(Opcode.RC_RDMA_WRITE_ONLY, 0, np.full(LANES, 2**31 - 1, ">i4").tobytes(), True, 0, CHUNK)
+    send(sw, job, 0, 0, payload=big.payload)
+    (partial,) = [x for x in send(sw, job, 1, 0, payload=big.payload) if x[0] == UP.port]
+    pkt = partial[2]
+    assert pkt.opcode == Opcode.RC_RDMA_WRITE_ONLY_IMM and pkt.length == CHUNK + CHUNK // 32
+    assert decode_imm(pkt.imm) == (0, True, False) and sw.tree_counters[TreeCounter.UP_PROMOTED] == 1
+
+    root, rjob = switch(mode)                                        # the parent: worker 1 is a switch
+    rjob = dataclasses.replace(rjob, subswitches={1})
+    root.remove_job(rjob.job)
+    root.add_job(rjob)
+    send(root, rjob, 0, 0)
+    out = send(root, rjob, 1, 0, opcode=Opcode.RC_RDMA_WRITE_ONLY_IMM, payload=pkt.payload, length=pkt.length,
+               imm=pkt.imm)
+    results = [x for _, _, x in out if isinstance(x, Packet)]
+    state = arith.LaneState(LANES)
+    arith.accumulate(state, lanes(0, 0), first=True)
+    arith.merge(state, np.frombuffer(pkt.payload, ">u4", LANES), np.ones(LANES, bool))
+    assert len(results) == 2 and results[0].payload == arith.emit(state).astype(">f4").tobytes()
+    bad = send(root, rjob, 1, 1, opcode=Opcode.RC_RDMA_WRITE_ONLY_IMM, payload=pkt.payload, length=pkt.length,
+               imm=pkt.imm)                                          # ImmDt names chunk 0, the VA chunk 1
+    assert bad == [] and root.counters[Counter.DROP_BAD_ADDRESS] == 1
+    assert send(root, rjob, 0, 1, opcode=Opcode.RC_RDMA_WRITE_ONLY_IMM, payload=pkt.payload, length=pkt.length,
+                imm=encode_imm(1, True)) == []                       # a host may not send one
+    assert root.counters[Counter.DROP_BAD_OPCODE] == 1
+
+
+# -- Mode III ----------------------------------------------------------------------------
+
+def test_mode_iii_below_the_root_keeps_partials_until_the_parent_acks_them():
+    sw, job = below(Mode.AUGMENTED)
+    m = sw.modes[job.job]
+    complete(sw, job, 0)
+    complete(sw, job, 1)
+    assert (m.up_start, m.up_next, m.up_timer) == (0, 2, 1.0)
+    assert from_parent(sw, Ack(0)) == [] and (m.up_start, m.up_timer) == (1, 1.0)
+    again = from_parent(sw, Ack(1, Syndrome.NAK_SEQ))               # the parent lost partial 1
+    assert [(p, x.psn) for p, _, x in again] == [(UP.port, 1)] and m.up_start == 1
+    late = decoded(sw.on_timer(1.0))                                  # and the ACK of its resend
+    assert [(p, x.psn) for p, _, x in late] == [(UP.port, 1)] and m.up_timer == 2.0
+    assert sw.tree_counters[TreeCounter.UP_RESENDS] == 2 and sw.counters[Counter.HOP_RESENDS] == 2
+    from_parent(sw, Ack(1))
+    assert m.up_timer is None and sw.deadline is None
+
+
+def test_mode_iii_below_the_root_takes_results_in_order_acks_them_and_sends_them_down():
+    sw, job = below(Mode.AUGMENTED)
+    m = sw.modes[job.job]
+    complete(sw, job, 0)
+    complete(sw, job, 1)
+    assert from_parent(sw, result(1)) == [(UP.port, UP.qpn, Ack(0, Syndrome.NAK_SEQ, 0))]   # result 0 was lost
+    assert from_parent(sw, result(1)) == []                          # one NAK per gap
+    out = from_parent(sw, result(0))
+    assert out[0] == (UP.port, UP.qpn, Ack(0, Syndrome.ACK, 1))
+    assert [(p, x.psn) for p, _, x in out[1:]] == [(0, 0), (1, 0)] and out[1][2].payload == result(0).payload
+    assert m.up_start == 1 and m.timers == [1.0, 1.0]               # the result released partial 0
+    assert from_parent(sw, result(0)) == [(UP.port, UP.qpn, Ack(0, Syndrome.ACK, 1))]       # behind: re-ACK
+    c, t = sw.counters, sw.tree_counters
+    assert (c[Counter.NAK_SENT], c[Counter.DROP_PSN_AHEAD], t[TreeCounter.DUP_PARENT], t[TreeCounter.RX_PARENT]) \
+        == (1, 2, 1, 1)
+
+
+def test_mode_iii_below_the_root_frees_a_slot_when_its_result_came_and_the_slowest_child_acked():
+    sw, job = below(Mode.AUGMENTED, slots=2)                         # W = 1: PSN 2 needs the slot of PSN 0
+    complete(sw, job, 0)
+    complete(sw, job, 1)
+    ack(sw, job, 0, Ack(0))
+    ack(sw, job, 1, Ack(0))                                          # no result yet: ACKs of nothing
+    assert send(sw, job, 0, 2) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 1
+    from_parent(sw, result(0))
+    ack(sw, job, 0, Ack(0))
+    assert send(sw, job, 0, 2) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 2
+    ack(sw, job, 1, Ack(0))
+    assert send(sw, job, 0, 2) == [(0, 0x100, Ack(2, Syndrome.ACK, 3))]
+
+
+def test_mode_iii_below_the_root_sends_results_again_to_a_child_that_naks():
+    sw, job = below(Mode.AUGMENTED)
+    complete(sw, job, 0)
+    from_parent(sw, result(0))
+    again = ack(sw, job, 1, Ack(0, Syndrome.NAK_SEQ))
+    assert [(p, x.psn) for p, _, x in again] == [(1, 0)] and again[0][2].payload == result(0).payload
