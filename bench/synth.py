@@ -160,8 +160,9 @@ def _overuse(r: dict) -> str:
 
 
 def fp32_cells(modules: dict) -> dict:
-    """Cells of the slot engine's FP32 units (``core.engine.conv<k>``, ``core.engine.add<k>``) and their count."""
-    units = [c for name, c in modules.items() if re.fullmatch(r"core\.engine\.(conv|add)\d+", name)]
+    """Cells of the slot engine's FP32 units (``core.engine[.promotion].conv<k>``, ``...add<k>``: the engine's
+    promotion stage holds them since b151c80) and their count."""
+    units = [c for name, c in modules.items() if re.fullmatch(r"core\.engine\.(promotion\.)?(conv|add)\d+", name)]
     return {"units": len(units), **{k: sum(c[k] for c in units) for k in ("luts", "carries", "ffs")}}
 
 

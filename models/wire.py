@@ -19,7 +19,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from inagg.models import icrc as _icrc
-from inagg.models.frame import BTH, CONTRIBUTION, ETHERNET, IPV4, RESULT, UDP, Layout
+from inagg.models.frame import BTH, CONTRIBUTION, ETHERNET, IMMDT, IPV4, RESULT, RETH, UDP, Layout
 from inagg.models.protocol import (
     BTH_LEN, DEFAULT_PKEY, DEFAULT_TTL, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMM_OPCODES, IMMDT_LEN,
     IP_PROTO_UDP, IPV4_LEN, RETH_LEN, RETH_OPCODES, ROCE_UDP_PORT, UDP_LEN, Counter,
@@ -36,18 +36,12 @@ __all__ = [
 # read zero-padded (_head).
 _read_head = RESULT.reader(
     "ethernet.ether_type", "ipv4.version", "ipv4.ihl", "ipv4.flag_rsvd", "ipv4.flag_mf", "ipv4.frag_offset",
-    "ipv4.protocol", "ipv4.total_len", "udp.dport", "udp.len", "udp.sport", "bth.opcode", "bth.migreq", "bth.pad", "bth.tver",
-    "bth.pkey", "bth.dqpn", "bth.ackreq", "bth.psn", "reth.va", "reth.rkey", "reth.dma_len", "immdt.imm")
+    "ipv4.protocol", "ipv4.total_len", "udp.dport", "udp.len", "udp.sport", "bth.opcode", "bth.migreq", "bth.pad",
+    "bth.tver", "bth.pkey", "bth.dqpn", "bth.ackreq", "bth.psn", "reth.va", "reth.rkey", "reth.dma_len", "immdt.imm")
 _DATAGRAM = 10  # the fields of checks 1-8 come first
-# The fields wire.build names; every other field takes its fixed value.
-_BUILT = ("ethernet.dst", "ethernet.src", "ipv4.tos", "ipv4.total_len", "ipv4.identification", "ipv4.ttl",
-          "ipv4.checksum", "ipv4.src", "ipv4.dst", "udp.sport", "udp.len", "bth.opcode", "bth.migreq", "bth.pkey",
-          "bth.dqpn", "bth.ackreq", "bth.psn", "reth.va", "reth.rkey", "reth.dma_len")
-_write_reth = CONTRIBUTION.writer(*_BUILT)
-_write_imm = RESULT.writer(*_BUILT, "immdt.imm")
 _HEAD = RESULT.size
 _BTH_END = CONTRIBUTION.offset("bth") + BTH_LEN
-_IP_CSUM = IPV4.slice("checksum", ETH_LEN)
+_IP_CSUM = IPV4.slice("checksum")
 _VERSION, _IHL, _TVER = IPV4["version"].value, IPV4["ihl"].value, BTH["tver"].value
 _ETH_DST, _ETH_SRC = ETHERNET.slice("dst"), ETHERNET.slice("src")
 _IP_SRC, _IP_DST = IPV4.slice("src", ETH_LEN), IPV4.slice("dst", ETH_LEN)
@@ -112,39 +106,31 @@ def build(*, eth_dst: bytes, eth_src: bytes, ip_src: bytes, ip_dst: bytes, udp_s
     Addresses are raw bytes (see :func:`mac_bytes`, :func:`ip_bytes`); the
     payload is sent as is and must be a multiple of 4 bytes (pad count 0).
     Every field not named here takes its fixed value of :mod:`inagg.models.frame`.
+    The BTH, RETH and ImmDt go to :func:`encapsulate`, which adds the rest.
     """
     n = len(payload)
     if n % 4:
         raise ValueError(f"payload must be a multiple of 4 bytes, not {n}")
     if (imm is not None) != has_imm(opcode):
         raise ValueError(f"opcode 0x{opcode:02x} {'needs' if has_imm(opcode) else 'has no'} ImmDt")
-    hdr = RESULT.size if imm is not None else CONTRIBUTION.size
-    f = bytearray(hdr + n + ICRC_LEN)
-    udp_len = len(f) - ETH_LEN - IPV4_LEN
-    values = (int.from_bytes(eth_dst, "big"), int.from_bytes(eth_src, "big"), tos, IPV4_LEN + udp_len, ip_id, ttl,
-              0, int.from_bytes(ip_src, "big"), int.from_bytes(ip_dst, "big"), udp_sport, udp_len, opcode,
-              int(migreq), pkey, dest_qpn & 0xFFFFFF, int(ackreq), psn & 0xFFFFFF, va, rkey, n)
-    if imm is None:
-        _write_reth(f, 0, *values)
-    else:
-        _write_imm(f, 0, *values, imm)
-    f[_IP_CSUM] = ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]).to_bytes(2, "big")
-    f[hdr:hdr + n] = payload
-    f[-ICRC_LEN:] = _icrc.icrc(memoryview(f)[:-ICRC_LEN])
-    return bytes(f)
+    transport = (BTH.pack(opcode=opcode, migreq=int(migreq), pkey=pkey, dqpn=dest_qpn & 0xFFFFFF, ackreq=int(ackreq),
+                          psn=psn & 0xFFFFFF)
+                 + RETH.pack(va=va, rkey=rkey, dma_len=n) + (b"" if imm is None else IMMDT.pack(imm=imm)))
+    return encapsulate(transport + payload, eth_dst=eth_dst, eth_src=eth_src, ip_src=ip_src, ip_dst=ip_dst,
+                       udp_sport=udp_sport, ttl=ttl, tos=tos, ip_id=ip_id)
 
 
 def encapsulate(transport: bytes, *, eth_dst: bytes, eth_src: bytes, ip_src: bytes, ip_dst: bytes, udp_sport: int,
                 ttl: int = DEFAULT_TTL, tos: int = 0, ip_id: int = 0) -> bytes:
     """The frame that carries ``transport`` (a BTH and what follows it up to the ICRC): Ethernet, IPv4 and UDP
-    before it, the ICRC after it."""
+    before it, the ICRC after it. Every frame of the protocol is assembled here (:func:`build` too)."""
     udp_len = UDP_LEN + len(transport) + ICRC_LEN
-    f = bytearray(ETHERNET.pack(dst=int.from_bytes(eth_dst, "big"), src=int.from_bytes(eth_src, "big")))
-    f += IPV4.pack(tos=tos, total_len=IPV4_LEN + udp_len, identification=ip_id, ttl=ttl, checksum=0,
-                   src=int.from_bytes(ip_src, "big"), dst=int.from_bytes(ip_dst, "big"))
-    f[_IP_CSUM] = ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]).to_bytes(2, "big")
-    f += UDP.pack(sport=udp_sport, len=udp_len) + transport
-    return bytes(f) + _icrc.icrc(f)
+    ip = bytearray(IPV4.pack(tos=tos, total_len=IPV4_LEN + udp_len, identification=ip_id, ttl=ttl, checksum=0,
+                             src=int.from_bytes(ip_src, "big"), dst=int.from_bytes(ip_dst, "big")))
+    ip[_IP_CSUM] = ipv4_checksum(ip).to_bytes(2, "big")
+    f = (ETHERNET.pack(dst=int.from_bytes(eth_dst, "big"), src=int.from_bytes(eth_src, "big")) + ip
+         + UDP.pack(sport=udp_sport, len=udp_len) + transport)
+    return f + _icrc.icrc(f)
 
 
 @dataclass(frozen=True, slots=True)

