@@ -356,34 +356,6 @@ class Layout:
         read.__doc__ = f"({', '.join(paths)}) of a frame of opcode {self.opcode.name}"
         return read
 
-    def writer(self, *paths: str):
-        """A function that writes the headers of a frame of this layout, given the fields ``paths``.
-
-        ``write(buf, offset, *values)`` packs every header, Ethernet to the
-        last extension header, into ``buf`` at ``offset`` with one ``struct``
-        call (compiled as :class:`Header`'s ``pack`` is): the fields ``paths``
-        (``"header.field"``) take ``values`` in their order, every other field
-        its fixed value. It raises ValueError when a value does not fit its
-        field. A path the layout lacks is a KeyError here, and so is a field
-        without a fixed value that ``paths`` leaves out.
-        """
-        given = {p: f"v{k}" for k, p in enumerate(paths)}
-        units = [(h, unit) for _, h, unit in self._placed_units]
-        fields = {f"{h.name}.{f.name}": f for h, unit in units for f in unit}
-        unknown = sorted(set(paths) - set(fields))
-        if unknown:
-            raise KeyError(f"a frame of opcode {self.opcode.name} has no field {unknown[0]!r}")
-        unset = [p for p, f in fields.items() if f.value is None and p not in given]
-        if unset:
-            raise KeyError(f"field {unset[0]!r} has no fixed value: name it")
-        fmt, items, checks = _packing(units, lambda h, f: given.get(f"{h.name}.{f.name}", str(f.value)))
-        src = (f"def write(buf, offset, {', '.join(given.values())}):\n" + "".join(c + "\n" for c in checks)
-               + f"    try:\n        _s.pack_into(buf, offset, {', '.join(items)})\n"
-               + f"    except _error as e:\n        raise ValueError(f'{self.opcode.name} headers: {{e}}') from None\n")
-        write = _function("write", src, {"_s": struct.Struct("!" + fmt), "_error": struct.error})
-        write.__doc__ = f"write(buf, offset, {', '.join(paths)}): the headers of a frame of opcode {self.opcode.name}"
-        return write
-
     @cached_property
     def _placed_units(self) -> list[tuple[int, Header, list[Field]]]:
         """(byte offset in the frame, header, unit) of each :func:`_units` run of the headers' fields."""

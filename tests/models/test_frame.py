@@ -6,8 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from inagg.models import frame, icrc, wire
 from inagg.models.frame import BTH, IPV4, RETH, Field, Header, Opcode
@@ -126,45 +124,3 @@ def test_reader_reads_what_unpack_reads():
     assert lay.reader(*paths)(f) == expected == (0x123456, 5, 0x8000_0003, 1, 0, 1 << 40)
     with pytest.raises(KeyError, match="a frame of opcode UC_RDMA_WRITE_ONLY has no field 'immdt.imm'"):
         frame.CONTRIBUTION.reader("immdt.imm")
-
-
-@st.composite
-def _layout_values(draw):
-    """A layout, a value for each of its fields, and the fields a writer is given (the rest take their fixed values)."""
-    lay = frame.layout(draw(st.sampled_from(sorted(frame.Opcode))))
-    values, given = {}, []
-    for h in lay.headers:
-        for f in h.fields:
-            path = f"{h.name}.{f.name}"
-            if f.value is None or draw(st.booleans()):
-                values[path] = draw(st.integers(0, (1 << f.bits) - 1))
-                given.append(path)
-            else:
-                values[path] = f.value
-    return lay, values, draw(st.permutations(given))
-
-
-@given(_layout_values(), st.integers(0, 3))
-def test_layout_writer_writes_what_header_pack_packs(case, offset):
-    lay, values, given = case
-    buf = bytearray(offset + lay.size + 2)
-    lay.writer(*given)(buf, offset, *(values[p] for p in given))
-    expected = b"".join(h.pack(**{f.name: values[f"{h.name}.{f.name}"] for f in h.fields}) for h in lay.headers)
-    assert buf == bytes(offset) + expected + bytes(2)
-    assert lay.reader(*values)(buf[offset:]) == tuple(values.values())
-
-
-def test_layout_writer_checks_its_fields_and_values():
-    write = frame.CONTRIBUTION.writer(*(f"{h.name}.{f.name}" for h in frame.CONTRIBUTION.headers for f in h.fields
-                                        if f.value is None))
-    args = [0] * 15
-    with pytest.raises(KeyError, match="a frame of opcode UC_RDMA_WRITE_ONLY has no field 'immdt.imm'"):
-        frame.CONTRIBUTION.writer("immdt.imm")
-    with pytest.raises(KeyError, match="field 'ethernet.dst' has no fixed value: name it"):
-        frame.CONTRIBUTION.writer("ethernet.src")
-    with pytest.raises(ValueError, match=r"ethernet.dst = 281474976710656 does not fit in 48 bits"):
-        write(bytearray(70), 0, 1 << 48, *args[1:])
-    with pytest.raises(ValueError, match=r"UC_RDMA_WRITE_ONLY headers: .*"):
-        write(bytearray(70), 0, *args[:2], 1 << 16, *args[3:])
-    with pytest.raises(ValueError, match=r"UC_RDMA_WRITE_ONLY headers: .*"):
-        write(bytearray(69), 0, *args)
