@@ -43,7 +43,7 @@ request queue (``frames`` entries) always takes a request at once.
 from __future__ import annotations
 
 from amaranth import Cat, Module, Mux, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from inagg.models.cuckoo import KEY_INDEX_BITS
