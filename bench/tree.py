@@ -310,6 +310,8 @@ def report_scale() -> str:
         "`plan_tree_jobs` gives each job its own slot region and QPNs on every switch; a rank's `RankMux`",
         "hands each frame to the job whose QP it names. Every rank of every job ends with its sum equal, bit",
         "for bit, to numpy's (`inagg.host.collectives.reference`). Wall time: the run alone, on one core.",
+        "Virtual time counts hop latency only (`TreeNetwork` has no link rate): it shows the rounds of",
+        "the window, not throughput. `inagg demo --tree` runs one job (it refuses `--jobs` above 1).",
         "",
         f"Measured with `nice -n 10 .venv/bin/python bench/tree.py --scale` {machine}.",
         "",
