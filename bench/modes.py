@@ -16,21 +16,19 @@ on every hop, and replaces that section of the page.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import platform
 import statistics
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from inagg.host.checker import Scope, Violation, check
 from inagg.host.collectives import collective_worker
-from inagg.host.controller import TreeController, plan, plan_tree
+from inagg.host.controller import TreeController, plan_tree
 from inagg.host.link import Faults
 from inagg.host.memnet import TreeNetwork
 from inagg.host.rc_worker import RC_MODES, RcWorker
@@ -39,7 +37,8 @@ from inagg.models.job import Mode
 from inagg.models.modes import HOP_TIMEOUT, AugmentedJob
 from inagg.models.protocol import CHUNK_MOD, MAX_WORKERS, QPN_JOB_BITS
 from inagg.models.rc import PSN_BITS
-from inagg.models.switch import ModelSwitch, SlotState
+from inagg.models.state import STATE_OF, TIMER_BITS, job_state, window_for
+from inagg.models.switch import ModelSwitch
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "modes.md"
 SCOPES = [Scope(workers=2, chunks=c, window=w, faults=f, mode=m)
@@ -211,131 +210,10 @@ def main() -> None:
 LINK_BPS, RTT, STATE_CHUNK = 100e9, 10e-6, 1024
 STATE_WORKERS = (8, 32)
 STATE_HEADING = "## Switch state per job per mode"
-# A timer is a deadline on the switch's clock; the model keeps it as a float, a switch as a counter this wide.
-TIMER_BITS = 32
-# Fields of a job's objects that are its configuration (fixed when the job is installed), not protocol state.
-_CONFIG = frozenset({"spec", "switch", "all", "to", "up", "timeout", "data_in", "data_out", "up_data",
-                     "down_data"})
-
-
-@dataclass(frozen=True)
-class JobState:
-    """The bits of switch state one job holds: slot lanes, the rest of each slot, per child, per job."""
-
-    mode: Mode
-    workers: int
-    slots: int
-    lane_bytes: int       # the slots' 32-bit lane words
-    slot_bits: int        # per slot beside its lanes: key, bitmaps, count, flags, promotion bits
-    child_bits: int       # per child (worker or child switch): PSNs, flags, timers
-    job_bits: int         # per job: PSNs, flags and timers kept once
-
-    @property
-    def total_bytes(self) -> int:
-        return self.lane_bytes + -(-(self.slots * self.slot_bits + self.workers * self.child_bits
-                                     + self.job_bits) // 8)
-
-
-def _widths(n: int) -> tuple[dict[str, int], dict[str, int]]:
-    """Bits of each state field the models keep as a Python int or bool: per slot, and per child or per job.
-
-    A slot's bitmaps have a bit per child; its count reaches MAX_WORKERS; a PSN is RC's 24 bits; a chunk a
-    32-bit serial number; a job number the QPN's job field.
-    """
-    slot = {"state": max(SlotState).bit_length(), "job": QPN_JOB_BITS, "chunk": CHUNK_MOD.bit_length() - 1,
-            "psn": PSN_BITS, "bitmap": n, "acked": n, "count": MAX_WORKERS.bit_length(), "first": 1, "done": 1,
-            "held": 1}
-    job = {"result_psn": PSN_BITS, "expected": PSN_BITS, "acked": PSN_BITS, "nak_sent": 1, "timers": TIMER_BITS,
-           "next_result": PSN_BITS, "up_start": PSN_BITS, "up_next": PSN_BITS, "up_timer": TIMER_BITS,
-           "parent_expected": PSN_BITS, "parent_nak": 1}
-    return slot, job
-
-
-def _field_bits(owner: object, fields: dict[str, object], widths: dict[str, int]) -> tuple[int, int]:
-    """(bits per child, bits once) of ``fields``: a list holds one value per child, anything else is one value.
-
-    A field neither configuration nor in ``widths`` is an error, so that state a model gains is counted or
-    the table fails, never silently left out.
-    """
-    per_child = once = 0
-    for name, value in fields.items():
-        if name in _CONFIG:
-            continue
-        if name not in widths:
-            raise KeyError(f"{type(owner).__name__}.{name}: no width for this state field")
-        if isinstance(value, list):
-            per_child += widths[name]
-        else:
-            once += widths[name]
-    return per_child, once
-
-
-def _slot_bits(slot: object, widths: dict[str, int]) -> tuple[int, int]:
-    """(lane bytes, other bits) of one slot (:class:`~inagg.models.switch.Slot` or :class:`Entry`)."""
-    lanes = slot.lanes
-    fields = {f.name: getattr(slot, f.name) for f in dataclasses.fields(slot) if f.name != "lanes"}
-    per_child, once = _field_bits(slot, fields, widths)
-    assert per_child == 0, "a slot holds no per-child list"
-    # Promotion flags are one bit per lane in the slot memory (numpy keeps a byte per bool).
-    return lanes.words.nbytes, once + lanes.promoted.size
-
-
-def _job_of(mode: Mode, workers: int, window: int, chunk_bytes: int):
-    """A model switch holding one job of ``mode`` (its objects have every field on a tree too)."""
-    p = plan([workers], window=window, chunk_bytes=chunk_bytes)
-    job = dataclasses.replace(p.jobs[0], mode=mode)
-    sw = ModelSwitch(p.switch)
-    sw.add_job(job)
-    return sw, job
-
-
-def _uc_state(workers: int, window: int, chunk_bytes: int) -> JobState:
-    """A UC job: its region of the switch's fast slots and its per-worker result PSNs."""
-    sw, spec = _job_of(Mode.UC, workers, window, chunk_bytes)
-    slot_w, job_w = _widths(workers)
-    region = sw.fast[spec.slot_base:spec.slot_base + spec.slots]
-    lane_bytes, slot_bits = _slot_bits(region[0], slot_w)
-    j = sw.jobs[spec.job]
-    per_child, once = _field_bits(j, vars(j), job_w)
-    return JobState(Mode.UC, workers, len(region), lane_bytes * len(region), slot_bits, per_child, once)
-
-
-def _rc_state(mode: Mode):
-    def state(workers: int, window: int, chunk_bytes: int) -> JobState:
-        """A Mode II or III job: its :class:`~inagg.models.modes.Entry` slots, per-child and per-job fields."""
-        sw, spec = _job_of(mode, workers, window, chunk_bytes)
-        slot_w, job_w = _widths(workers)
-        j = sw.modes[spec.job]
-        lane_bytes, slot_bits = _slot_bits(j.entries[0], slot_w)
-        per_child, once = _field_bits(j, {k: v for k, v in vars(j).items() if k != "entries"}, job_w)
-        return JobState(mode, workers, len(j.entries), lane_bytes * len(j.entries), slot_bits, per_child, once)
-    return state
-
-
-# One function per mode the model switch implements. Mode I (Mode.TERMINATED) adds its own here: its job
-# object's slots and per-QP fields, with their widths in _widths.
-STATE_OF = {Mode.UC: _uc_state, Mode.TRANSLATED: _rc_state(Mode.TRANSLATED),
-            Mode.AUGMENTED: _rc_state(Mode.AUGMENTED)}
-
-
-def window_for(link_bps: float, rtt: float, chunk_bytes: int) -> int:
-    """The window of docs/protocol.md section 9: ceil(B * T / (8 * C)) chunks, up to a power of two."""
-    w = math.ceil(link_bps * rtt / (8 * chunk_bytes))
-    return 1 << (w - 1).bit_length()
-
-
-def job_state(mode: Mode, *, workers: int, window: int, chunk_bytes: int = STATE_CHUNK) -> JobState:
-    """The switch state one job of ``mode`` holds, read off the model switch's own structures.
-
-    ``window`` chunks outstanding per worker (the job's region is ``2 * window`` slots). ``KeyError`` for a
-    mode without a function in :data:`STATE_OF`.
-    """
-    if mode not in STATE_OF:
-        raise KeyError(f"no state function for mode {mode.name} (add one to STATE_OF)")
-    return STATE_OF[mode](workers, window, chunk_bytes)
 
 
 def state_section() -> str:
+    """Compute the state table at EPIC's operating point; the section of docs/results/modes.md."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=OUT.parents[2]).stdout.strip()
     w = window_for(LINK_BPS, RTT, STATE_CHUNK)
@@ -343,7 +221,7 @@ def state_section() -> str:
     rows = []
     for mode in STATE_OF:
         for n in STATE_WORKERS:
-            s = job_state(mode, workers=n, window=w)
+            s = job_state(mode, workers=n, window=w, chunk_bytes=STATE_CHUNK)
             meta = s.total_bytes - s.lane_bytes
             rows.append(f"| {mode.value} | {n} | {s.slots} | {s.lane_bytes:,} | {s.slot_bits} | {s.child_bits} | "
                         f"{s.job_bits} | {meta:,} ({meta / s.lane_bytes:.1%}) | {s.total_bytes:,} | "
@@ -373,7 +251,7 @@ def state_section() -> str:
         "",
         "Every mode keeps 2W slots of lanes, twice the bandwidth-delay product (with W rounded up to a",
         "power of two: 2 x 128 KiB = 256 KiB against EPIC's 250 KB); what the modes differ in is the rest.",
-        "Mode I (`Mode.TERMINATED`) is not in the model switch yet: `STATE_OF` in `bench/modes.py` takes",
+        "Mode I (`Mode.TERMINATED`) is not in the model switch yet: `STATE_OF` in `models/state.py` takes",
         "its function when it is.",
     ]) + "\n"
 

@@ -1,4 +1,4 @@
-"""Switch state per job per mode (``bench/modes.py`` ``job_state``) against ``docs/protocol.md`` section 9."""
+"""Switch state per job per mode (``models/state.py`` ``job_state``) against ``docs/protocol.md`` section 9."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from bench import modes as bench_modes
-from bench.modes import job_state, window_for
+from inagg.models import state
 from inagg.models.job import Mode
+from inagg.models.state import job_state, window_for
 
 
 @pytest.mark.parametrize("workers,window,chunk", [(1, 1, 256), (8, 16, 1024), (32, 128, 1024), (64, 4, 4096)])
@@ -44,13 +44,13 @@ def test_modes_differ_in_per_child_and_per_job_state():
 
 
 def test_a_field_without_a_width_fails(monkeypatch):
-    widths = bench_modes._widths
+    widths = state._widths
 
     def without_expected(n):
         slot, job = widths(n)
         del job["expected"]
         return slot, job
 
-    monkeypatch.setattr(bench_modes, "_widths", without_expected)
+    monkeypatch.setattr(state, "_widths", without_expected)
     with pytest.raises(KeyError, match="TranslatedJob.expected"):
         job_state(Mode.TRANSLATED, workers=2, window=1)
