@@ -8,7 +8,6 @@ tree and replaces (or adds) that section.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import platform
@@ -21,15 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from inagg.host.checker import Violation
-from inagg.host.collectives import collective_worker, reference
 from inagg.host.collectives import exponent as collective_exponent
-from inagg.host.controller import Plan, TreeController, TreePlan, plan_tree
-from inagg.host.memnet import TreeNetwork
-from inagg.host.rc_worker import RC_MODES, RcWorker
+from inagg.host.collectives import reference, tree_operations
+from inagg.host.controller import TreeController, plan_tree_jobs
+from inagg.host.memnet import RankMux, TreeNetwork
 from inagg.host.tree_checker import TreeScope, check_tree
-from inagg.host.worker import AllReduce, Timing
-from inagg.models.frame import RESULT
-from inagg.models.job import JobSpec, Mode
+from inagg.host.worker import Timing
+from inagg.models.job import Mode
 from inagg.models.modes import AugmentedJob
 from inagg.models.switch import ModelSwitch
 from inagg.models.tree import Tree
@@ -172,75 +169,6 @@ def report() -> str:
 SCALE_TREE, SCALE_JOBS, SCALE_ELEMENTS, SCALE_WINDOW = "4x8x8", 16, 2048, 8
 SCALE_MODES = (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED)
 SCALE_HEADING = "## 256 ranks, 16 jobs at once"
-# The BTH sits at the same offset in every frame, so any layout's reader finds the destination QPN.
-_DQPN = RESULT.reader("bth.dqpn")
-_DQPN_END = sum(RESULT.span("bth.dqpn"))
-
-
-def plan_tree_jobs(spec: str, jobs: int, *, window: int, chunk_bytes: int = 1024, mode: Mode = Mode.UC,
-                   first_job: int = 1) -> TreePlan:
-    """``jobs`` concurrent jobs, each over every rank of the tree ``spec``: one :func:`plan_tree` per job,
-    moved to a slot region of its own and to QPNs of its own on the ranks and on the switches' uplinks.
-
-    Job ``j`` takes slots ``j * 2W ..`` of every switch; rank ``r`` is QP ``plan_tree``'s QPN ``+ j * ranks``
-    in it, and a child switch takes its results on its QPN ``+ j * switches``. ``ValueError`` when two of
-    these QPNs meet or the slots pass a switch's.
-    """
-    if not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive integer, not {jobs!r}")
-    plans = [plan_tree(spec, window=window, chunk_bytes=chunk_bytes, mode=mode, job=first_job + j)
-             for j in range(jobs)]
-    tree, n_sw = plans[0].tree, len(plans[0].plans)
-    region = plans[0].plans[0].jobs[0].slots
-    slots = 1 << (jobs * region - 1).bit_length()
-    per_switch: list[list[JobSpec]] = [[] for _ in range(n_sw)]
-    for j, tp in enumerate(plans):
-        for s, p in enumerate(tp.plans):
-            job = p.jobs[0]
-            workers = tuple(dataclasses.replace(w, qpn=w.qpn + j * (n_sw if i in job.subswitches else tree.ranks))
-                            for i, w in enumerate(job.workers))
-            parent = None if job.parent is None else dataclasses.replace(
-                job.parent, result_qpn=job.parent.result_qpn + j * n_sw)
-            per_switch[s].append(dataclasses.replace(job, slot_base=j * region, workers=workers, parent=parent))
-    qpns = [w.qpn for js in per_switch for job in js for w in job.workers]
-    if len(set(qpns)) != len(qpns):
-        raise ValueError(f"{jobs} jobs of {tree.ranks} ranks: the ranks' and switches' QPNs overlap")
-    out = tuple(Plan(dataclasses.replace(tp_plan.switch, slots=slots), tuple(per_switch[s]))
-                for s, tp_plan in enumerate(plans[0].plans))
-    return TreePlan(tree, out)
-
-
-class RankMux:
-    """The endpoints of one rank, one per job, behind its one port: a frame goes to the job whose QP it names.
-
-    A frame naming no QP of this rank is dropped and counted in ``dropped``.
-    """
-
-    def __init__(self, ops: dict[int, object]):
-        self.ops, self.dropped = ops, 0
-
-    @property
-    def done(self) -> bool:
-        return all(op.done for op in self.ops.values())
-
-    @property
-    def deadline(self) -> float | None:
-        due = [d for op in self.ops.values() if (d := op.deadline) is not None]
-        return min(due, default=None)
-
-    def start(self, now: float) -> list[bytes]:
-        return [f for op in self.ops.values() for f in op.start(now)]
-
-    def receive(self, now: float, frame: bytes) -> list[bytes]:
-        op = self.ops.get(_DQPN(frame)[0]) if len(frame) >= _DQPN_END else None
-        if op is None:
-            self.dropped += 1
-            return []
-        return op.receive(now, frame)
-
-    def on_timer(self, now: float) -> list[bytes]:
-        return [f for op in self.ops.values() if (d := op.deadline) is not None and d <= now
-                for f in op.on_timer(now)]
 
 
 @dataclass
@@ -265,15 +193,9 @@ def run_jobs(spec: str, jobs: int, *, elements: int, window: int, mode: Mode = M
     tp = plan_tree_jobs(spec, jobs, window=window, mode=mode)
     switches = [ModelSwitch(p.switch) for p in tp.plans]
     timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
-    kind = RcWorker if mode in RC_MODES else collective_worker
     data = [[np.random.default_rng([seed, j, r]).standard_normal(elements, np.float32) for r in range(tp.tree.ranks)]
             for j in range(jobs)]
-    ops: dict[int, dict[int, AllReduce]] = {}
-    for r in range(tp.tree.ranks):
-        s, w = tp.rank(r)
-        p = tp.plans[s]
-        ops[r] = {job.workers[w].qpn: AllReduce(kind(p.switch, job, w, timing=timing), data[j][r])
-                  for j, job in enumerate(p.jobs)}
+    ops = tree_operations(tp, data, timing=timing)
     muxes = {r: RankMux(o) for r, o in ops.items()}
     with TreeController(switches, tp):
         t0 = time.perf_counter()
@@ -311,7 +233,7 @@ def report_scale() -> str:
         "hands each frame to the job whose QP it names. Every rank of every job ends with its sum equal, bit",
         "for bit, to numpy's (`inagg.host.collectives.reference`). Wall time: the run alone, on one core.",
         "Virtual time counts hop latency only (`TreeNetwork` has no link rate): it shows the rounds of",
-        "the window, not throughput. `inagg demo --tree` runs one job (it refuses `--jobs` above 1).",
+        "the window, not throughput. `inagg demo --tree SPEC --jobs N` runs the same path.",
         "",
         f"Measured with `nice -n 10 .venv/bin/python bench/tree.py --scale` {machine}.",
         "",

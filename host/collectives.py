@@ -27,6 +27,9 @@ Reduce has no agreement round: its results reach the root only, so the other
 ranks could not learn an agreed scale. Its caller passes ``amax``, the same
 bound on ``|x|`` on every rank; values beyond it are refused before anything
 is sent.
+
+:func:`tree_operations` builds every rank's operation of every job of a tree
+plan, over UC or, for EPIC's Modes II and III, over an RC queue pair.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ from inagg.models.job import Collective, JobSpec, SwitchSpec
 from inagg.models.protocol import ICRC_LEN, IMM_CHUNK_MASK, Counter, qp_udp_sport
 
 from inagg.host.fastpath import Result
-from inagg.host.worker import AllReduce, LengthMismatchError, ProtocolError, Worker
+from inagg.host.rc_worker import RC_MODES, RcWorker
+from inagg.host.worker import AllReduce, LengthMismatchError, ProtocolError, Timing, Worker
 
-__all__ = ["Reduce", "Broadcast", "Barrier", "ReduceScatter", "AllGather", "collective_worker", "sends_data",
+__all__ = ["Reduce", "Broadcast", "Barrier", "ReduceScatter", "AllGather", "collective_worker", "tree_operations", "sends_data",
            "receives_data", "EmptyContributions", "CompletionParser", "operation", "reference", "exponent"]
 
 
@@ -332,6 +336,35 @@ def operation(worker: Worker, data: np.ndarray, *, rank: int | None = None, amax
         return Reduce(worker, data, amax=amax, rank=rank)
     return {Collective.BROADCAST: Broadcast, Collective.REDUCE_SCATTER: ReduceScatter,
             Collective.ALLGATHER: AllGather}[c](worker, data, rank=rank)
+
+
+def tree_operations(tp, data, *, timing: Timing | None = None) -> dict[int, dict[int, object]]:
+    """Every rank's sans-IO operation in every job of ``tp`` (a
+    :class:`~inagg.host.controller.TreePlan`), as ``{rank: {qpn: operation}}``: the key is the rank's QPN in
+    that job, so ``RankMux(ops[r])`` (:class:`~inagg.host.memnet.RankMux`) is rank ``r``'s endpoint.
+
+    ``data[j][r]`` is rank ``r``'s array in the ``j``-th job of the plan. A UC
+    job runs its collective (:func:`operation`; Reduce's ``amax`` is the
+    largest magnitude of any rank's data in that job); a Mode II or III job
+    an AllReduce over an RC queue pair (:class:`~inagg.host.rc_worker.RcWorker`),
+    the only collective those modes run: another one is a ``ValueError``.
+    """
+    jobs = tp.plans[0].jobs
+    if len(data) != len(jobs):
+        raise ValueError(f"the plan has {len(jobs)} job(s), data for {len(data)}")
+    amax = [max((float(np.abs(d).max()) for d in job_data if d.size), default=0.0) for job_data in data]
+    ops: dict[int, dict[int, object]] = {}
+    for r in range(tp.tree.ranks):
+        s, w = tp.rank(r)
+        p = tp.plans[s]
+        ops[r] = {}
+        for j, job in enumerate(p.jobs):
+            if job.mode in RC_MODES:  # AllReduce only: JobSpec refuses another collective in an RC mode
+                op = AllReduce(RcWorker(p.switch, job, w, timing=timing), data[j][r])
+            else:
+                op = operation(collective_worker(p.switch, job, w, timing=timing), data[j][r], rank=r, amax=amax[j])
+            ops[r][job.workers[w].qpn] = op
+    return ops
 
 
 def exponent(op) -> int | None:

@@ -12,7 +12,8 @@ the hosts derive their frames from the same plan. :func:`plan_tree` does the
 same for a tree of switches (:class:`~inagg.models.tree.Tree`): one job
 description gives each switch its :class:`Plan`, whose job lists the
 switch's children as workers and its uplink, and :class:`TreeController`
-configures them all. :class:`RegisterTarget` is
+configures them all; :func:`plan_tree_jobs` puts several such jobs on the
+same tree at once. :class:`RegisterTarget` is
 that interface on the RTL's AXI4-Lite register map
 (:class:`inagg.models.regmap.RegMap`), for any bus with a synchronous
 ``write(address, value)``; :func:`register_writes` lists the same writes for
@@ -21,6 +22,7 @@ a bus that is driven asynchronously (a cocotb AXI4-Lite master).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,7 +33,8 @@ from inagg.models.regmap import TEARDOWN, RegMap
 from inagg.models.tree import Tree
 
 __all__ = ["Plan", "plan", "ConfigTarget", "Controller", "RegisterTarget", "register_writes", "worker_mac",
-           "worker_ip", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS", "TreePlan", "plan_tree", "TreeController"]
+           "worker_ip", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS", "TreePlan", "plan_tree", "plan_tree_jobs",
+           "TreeController"]
 
 SWITCH_MAC = "02:00:00:00:00:fe"
 SWITCH_IP = "10.0.0.254"
@@ -109,9 +112,11 @@ def plan(workers: Sequence[int], *, window: int = 128, chunk_bytes: int = CHUNK_
 
 @dataclass(frozen=True)
 class TreePlan:
-    """One job on a tree of switches: the tree, and per switch (in tree order) the :class:`Plan` of its job.
+    """Jobs on a tree of switches: the tree, and per switch (in tree order) the :class:`Plan` of its jobs.
 
-    Rank ``r`` is worker :meth:`rank` of the job on its leaf switch.
+    :func:`plan_tree` gives one job, :func:`plan_tree_jobs` several, in the
+    same order on every switch. Rank ``r`` is worker :meth:`rank` of every
+    job on its leaf switch.
     """
 
     tree: Tree
@@ -175,6 +180,49 @@ def plan_tree(tree: Tree | str, *, window: int = 128, chunk_bytes: int = CHUNK_B
         plans.append(Plan(SwitchSpec(mac=s.mac, ip=s.ip, ports=s.ports, slots=region, chunk_bytes=chunk_bytes),
                           (spec,)))
     return TreePlan(tree, tuple(plans))
+
+
+def plan_tree_jobs(tree: Tree | str, jobs: int, *, window: int = 128, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
+                   first_job: int = 1, collective: Collective | str = Collective.ALLREDUCE, root: int = 0,
+                   mode: Mode = Mode.UC) -> TreePlan:
+    """``jobs`` concurrent jobs ``first_job ..``, each running ``collective`` in ``mode`` over every rank of
+    ``tree``: one :func:`plan_tree` per job, moved to a slot region of its own and to QPNs of its own on the
+    ranks and on the switches' uplinks.
+
+    Job ``j`` (counting from 0) takes slots ``j * 2W ..`` of every switch,
+    whose slot memory is the smallest power of two holding every region;
+    rank ``r`` is QP ``plan_tree``'s QPN ``+ j * ranks`` in it, and a child
+    switch takes its results on its QPN ``+ j * switches``. Each rank then
+    has one QP per job behind its one port
+    (:class:`~inagg.host.memnet.RankMux` hands a frame to the job it names).
+    With ``jobs == 1`` the plan is :func:`plan_tree`'s. ``ValueError`` when
+    ``jobs`` is not a positive integer, a job number passes ``MAX_JOBS``, or
+    two of these QPNs meet.
+    """
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, not {jobs!r}")
+    plans = [plan_tree(tree, window=window, chunk_bytes=chunk_bytes, job=first_job + j, collective=collective,
+                       root=root, mode=mode) for j in range(jobs)]
+    tree, n_sw = plans[0].tree, len(plans[0].plans)
+    region = plans[0].plans[0].jobs[0].slots
+    slots = 1 << (jobs * region - 1).bit_length()
+    if slots > MAX_SLOTS:
+        raise ValueError(f"{jobs} jobs with window {window} need {slots} slots, more than the {MAX_SLOTS} a plan "
+                         "may use")
+    per_switch: list[list[JobSpec]] = [[] for _ in range(n_sw)]
+    for j, tp in enumerate(plans):
+        for s, p in enumerate(tp.plans):
+            job = p.jobs[0]
+            workers = tuple(dataclasses.replace(w, qpn=w.qpn + j * (n_sw if i in job.subswitches else tree.ranks))
+                            for i, w in enumerate(job.workers))
+            parent = None if job.parent is None else dataclasses.replace(
+                job.parent, result_qpn=job.parent.result_qpn + j * n_sw)
+            per_switch[s].append(dataclasses.replace(job, slot_base=j * region, workers=workers, parent=parent))
+    qpns = [w.qpn for js in per_switch for job in js for w in job.workers]
+    if len(set(qpns)) != len(qpns):
+        raise ValueError(f"{jobs} jobs of {tree.ranks} ranks: the ranks' and switches' QPNs overlap")
+    return TreePlan(tree, tuple(Plan(dataclasses.replace(p.switch, slots=slots), tuple(per_switch[s]))
+                                for s, p in enumerate(plans[0].plans)))
 
 
 class ConfigTarget(Protocol):
@@ -270,12 +318,12 @@ class TreeController:
         self._controllers = [Controller(t, p) for t, p in zip(targets, plan.plans)]
 
     def configure(self) -> None:
-        """Install the job on every switch, root first."""
+        """Install the jobs on every switch, root first."""
         for c in self._controllers:
             c.configure()
 
     def teardown(self) -> None:
-        """Remove the job from every switch, leaves first."""
+        """Remove the jobs from every switch, leaves first."""
         for c in reversed(self._controllers):
             c.teardown()
 

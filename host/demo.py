@@ -90,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=_positive_int, help="workers per job (default 4; with --tree its ranks)")
     p.add_argument("--size", type=_size_arg, default=16 << 20,
                    help="tensor bytes per worker, a multiple of 4 (default 16MiB); " + sizes.SIZE_GRAMMAR)
-    p.add_argument("--jobs", type=_positive_int, default=1, help="concurrent jobs on the switch (default 1)")
+    p.add_argument("--jobs", type=_positive_int, default=1, help="concurrent jobs on the switch; with --tree, jobs at once each over every rank (default 1)")
     p.add_argument("--loss", type=_rate_arg, default=0.0, help="frame loss rate on the link (default 0)")
     p.add_argument("--dup", type=_rate_arg, default=0.0, help="frame duplication rate (default 0)")
     p.add_argument("--reorder", type=_rate_arg, default=0.0, help="rate of frames held back and overtaken (default 0)")

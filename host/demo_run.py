@@ -14,9 +14,9 @@ from inagg.models.backend import DEFAULT_BACKEND, Backend, MissingTool, load_bac
 from inagg.models.job import Mode
 from inagg.models.protocol import Counter
 
-from inagg.host.controller import Controller, TreeController, plan, plan_tree
+from inagg.host.controller import Controller, TreeController, plan, plan_tree_jobs
 from inagg.host.link import Faults
-from inagg.host.memnet import MemoryNetwork, TreeNetwork
+from inagg.host.memnet import MemoryNetwork, RankMux, TreeNetwork
 from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import AllReduce, Timing, Worker, agreement_chunks
 
@@ -76,19 +76,21 @@ class DemoConfig:
             object.__setattr__(self, "tree", str(self.workers))  # one switch is the tree of one level
         if modes[self.mode] is not Mode.UC and self.collective != "allreduce":
             raise ValueError(f"mode {self.mode} runs AllReduce only (on one switch or a tree), not {self.collective}")
+        # plan() or tree_plan(), and Faults(), validate the rest with their own messages.
         if self.tree is not None:
             ranks = self.tree_plan().tree.ranks
-            if (self.net, self.switch, self.jobs) != ("memory", "model", 1):
-                raise ValueError("--tree and --collective run one job on model switches over the memory network")
+            if (self.net, self.switch) != ("memory", "model"):
+                raise ValueError("--tree and --collective run on model switches over the memory network")
             if self.workers != ranks:
                 raise ValueError(f"tree {self.tree} has {ranks} ranks, not {self.workers} workers")
-        # plan() and Faults() validate the rest with their own messages.
-        self.plan()
+        else:
+            self.plan()
         self.faults()
 
     def tree_plan(self):
-        return plan_tree(self.tree, window=self.window, chunk_bytes=self.chunk_bytes, collective=self.collective,
-                         root=self.root, mode=Mode(self.mode))
+        """The tree's plan: ``jobs`` jobs at once, each over every rank (:func:`plan_tree_jobs`)."""
+        return plan_tree_jobs(self.tree, self.jobs, window=self.window, chunk_bytes=self.chunk_bytes,
+                              collective=self.collective, root=self.root, mode=Mode(self.mode))
 
     def plan(self):
         p = plan([self.workers] * self.jobs, window=self.window, chunk_bytes=self.chunk_bytes)
@@ -245,57 +247,64 @@ def _groups(p) -> dict[int, list[int]]:
 
 
 def _run_tree(cfg: DemoConfig, progress: bool) -> dict:
-    """The job on a tree of model switches over the memory network; outcomes keyed by rank."""
-    from inagg.host.collectives import collective_worker, operation
+    """The jobs on a tree of model switches over the memory network; outcomes keyed by (job, rank).
+
+    Every job spans every rank: rank ``r`` runs one operation per job behind a :class:`RankMux`.
+    """
+    from inagg.host.collectives import tree_operations
     from inagg.models.switch import ModelSwitch
     from inagg.models.tree import TreeCounter
 
     tp = cfg.tree_plan()
-    job = tp.plans[0].jobs[0].job
-    data = {job: _tensors(cfg, 0)}
-    # Reduce has no agreement round: its bound is the largest magnitude of any rank (docs/protocol.md 11).
-    amax = max((float(np.abs(d).max()) for d in data[job] if d.size), default=0.0)
+    jobs = [job.job for job in tp.plans[0].jobs]
+    data = {job: _tensors(cfg, j) for j, job in enumerate(jobs)}
     switches = [ModelSwitch(q.switch) for q in tp.plans]
     timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
-    ops = {}
-    for r in range(tp.tree.ranks):
-        s, w = tp.rank(r)
-        q = tp.plans[s]
-        if q.jobs[0].mode in RC_MODES:  # AllReduce only (DemoConfig): over one RC QP per rank
-            ops[r] = AllReduce(RcWorker(q.switch, q.jobs[0], w, timing=timing), data[job][r])
-            continue
-        ops[r] = operation(collective_worker(q.switch, q.jobs[0], w, timing=timing), data[job][r], rank=r, amax=amax)
+    per_rank = tree_operations(tp, [data[job] for job in jobs], timing=timing)
+    # ops[job][r]: the plan lists a switch's jobs in the same order everywhere, so a rank's j-th op is job j's.
+    ops: dict[int, dict[int, object]] = {job: {} for job in jobs}
+    for r, rank_ops in per_rank.items():
+        for job, op in zip(jobs, rank_ops.values()):
+            ops[job][r] = op
+    muxes = {r: RankMux(rank_ops) for r, rank_ops in per_rank.items()}
+    every = [op for job_ops in ops.values() for op in job_ops.values()]
     lanes = tp.plans[0].switch.lanes
-    total = len(ops) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
+    total = len(every) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
     with TreeController(switches, tp), pcap_writer(cfg.pcap) as capture, _progress_bar(progress, total) as bar:
         net = TreeNetwork(tp.tree, switches, faults=cfg.faults(), seed=cfg.seed, capture=capture)
-        tick = None if bar is None else (lambda now: bar(sum(op.worker.stats["results"] for op in ops.values())))
-        stats = net.run(ops, progress=tick)
+        tick = None if bar is None else (lambda now: bar(sum(op.worker.stats["results"] for op in every)))
+        stats = net.run(muxes, progress=tick)
         counters, tree = Tally(), Tally()
         for sw in switches:
             counters.update(sw.counters)
             tree.update(sw.tree_counters)
     moved = _Moved(stats.to_switch, stats.to_hosts, stats.wall_time, stats.link)
+    exact = all(_exact(cfg, data[job], list(ops[job].values())) for job in jobs)
     if cfg.collective == "allreduce":
-        outcomes = {r: _Outcome(op.result(), op.exponent, op.worker.stats) for r, op in ops.items()}
-        summary = _summarize(cfg, {job: list(range(tp.tree.ranks))}, data, outcomes, counters, moved)
+        outcomes = {(job, r): _Outcome(op.result(), op.exponent, op.worker.stats)
+                    for job in jobs for r, op in ops[job].items()}
+        summary = _summarize(cfg, {job: [(job, r) for r in ops[job]] for job in jobs}, data, outcomes, counters,
+                             moved)
+        summary.update(ok=summary["ok"] and exact, exact=exact)
     else:
-        exact = _exact(cfg, data[job], ops)
-        outcomes = {r: _Outcome(np.zeros(0, np.float32), 0, op.worker.stats) for r, op in ops.items()}
+        outcomes = {(job, r): _Outcome(np.zeros(0, np.float32), 0, op.worker.stats)
+                    for job in jobs for r, op in ops[job].items()}
         summary = _summarize(cfg, {}, data, outcomes, counters, moved)
         summary.update(ok=exact, exact=exact, exponents={})
     summary["collective"] = cfg.collective
     summary["tree"] = {"spec": tp.tree.spec, "switches": len(switches),
-                       "counters": {c.name: tree[c] for c in TreeCounter}}
+                       "counters": {c.name: tree[c] for c in TreeCounter},
+                       "misaddressed": sum(m.dropped for m in muxes.values())}
     return summary
 
 
-def _exact(cfg: DemoConfig, data: list[np.ndarray], ops: dict) -> bool:
-    """True when every rank holds, bit for bit, what numpy says ``cfg.collective`` gives it."""
+def _exact(cfg: DemoConfig, data: list[np.ndarray], ops: list) -> bool:
+    """True when every rank (``ops`` in rank order) holds, bit for bit, what numpy says ``cfg.collective``
+    gives it."""
     from inagg.host.collectives import exponent, reference
 
     want = reference(cfg.collective, data, root=cfg.root, exponent=exponent(ops[0]))
-    return all(op.done and _same(op.result(), w) for op, w in zip(ops.values(), want))
+    return all(op.done and _same(op.result(), w) for op, w in zip(ops, want))
 
 
 def _same(got: np.ndarray | None, want: np.ndarray | None) -> bool:
@@ -495,7 +504,8 @@ def format_summary(s: dict) -> None:
     for row, where in (("drops (switch)", "switch"), ("drops (hosts)", "hosts"), ("link faults", "link")):
         t.add_row(row, ", ".join(f"{k} {v}" for k, v in sorted(d[where].items())) or "none")
     if "tree" in s:
-        t.add_row("tree", ", ".join(f"{k} {v}" for k, v in s["tree"]["counters"].items() if v) or "none")
+        counts = {**s["tree"]["counters"], "misaddressed (no QP of the rank)": s["tree"]["misaddressed"]}
+        t.add_row("tree", ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none")
     if "rtl" in s:
         r = s["rtl"]
         t.add_row("rtl", f"{r['width']}-bit beats, {r['cycles']:,} cycles simulated ({r['simulated_time_s'] * 1e3:.3f} ms "

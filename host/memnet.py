@@ -21,7 +21,8 @@ simulator's clock.
 (:class:`~inagg.models.tree.Tree`): endpoints are the ranks, every hop
 (rank to leaf switch, switch to parent) is a link of its own with the same
 faults, and a frame a switch sends on a port goes to what
-:meth:`~inagg.models.tree.Tree.peer` names there.
+:meth:`~inagg.models.tree.Tree.peer` names there. :class:`RankMux` puts a
+rank's endpoints of several jobs behind its one port.
 """
 
 from __future__ import annotations
@@ -36,11 +37,15 @@ from typing import Protocol
 
 from inagg.host.link import Faults, LossyLink
 from inagg.models.backend import DataPlane
+from inagg.models.frame import RESULT
 from inagg.models.tree import Tree
 
-__all__ = ["Endpoint", "Traffic", "MemoryNetwork", "RunStats", "TreeNetwork", "TreeTraffic"]
+__all__ = ["Endpoint", "Traffic", "MemoryNetwork", "RunStats", "TreeNetwork", "TreeTraffic", "RankMux"]
 
 _TO_SWITCH, _TO_HOST, _TIMER, _SWITCH_TIMER = 0, 1, 2, 3
+# The BTH sits at the same offset in every frame a rank receives, so any layout's reader finds the destination QPN.
+_DQPN = RESULT.reader("bth.dqpn")
+_DQPN_END = sum(RESULT.span("bth.dqpn"))
 
 
 class Endpoint(Protocol):
@@ -374,3 +379,41 @@ class TreeNetwork:
         stats = _drive(traffic, progress, max_time, None, {})
         stats.link = dict(self.link_stats)
         return stats
+
+
+class RankMux:
+    """The endpoints of one rank, one per job, behind its one port: a frame goes to the job whose QP it names.
+
+    ``ops`` maps each of the rank's QPNs to that job's :class:`Endpoint`
+    (the plan of :func:`~inagg.host.controller.plan_tree_jobs` gives the
+    rank one QPN per job). The mux is itself an :class:`Endpoint`: done when
+    every job is, due at its earliest job's deadline. A frame naming no QP
+    of this rank, or too short to name one, is dropped and counted in
+    ``dropped``.
+    """
+
+    def __init__(self, ops: Mapping[int, Endpoint]):
+        self.ops, self.dropped = dict(ops), 0
+
+    @property
+    def done(self) -> bool:
+        return all(op.done for op in self.ops.values())
+
+    @property
+    def deadline(self) -> float | None:
+        return min((d for op in self.ops.values() if (d := op.deadline) is not None), default=None)
+
+    def start(self, now: float) -> list[bytes]:
+        return [f for op in self.ops.values() for f in op.start(now)]
+
+    def receive(self, now: float, frame: bytes) -> list[bytes]:
+        op = self.ops.get(_DQPN(frame)[0]) if len(frame) >= _DQPN_END else None
+        if op is None:
+            self.dropped += 1
+            return []
+        return op.receive(now, frame)
+
+    def on_timer(self, now: float) -> list[bytes]:
+        # Only the jobs whose timer is due: another job's timer firing early would resend before its time.
+        return [f for op in self.ops.values() if (d := op.deadline) is not None and d <= now
+                for f in op.on_timer(now)]

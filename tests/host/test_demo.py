@@ -142,8 +142,8 @@ def test_demo_on_a_tree_under_faults(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--tree", "2x4", "--workers", "4"], "tree 2x4 has 8 ranks, not 4 workers"),
-    (["--tree", "2x4", "--jobs", "2"], "--tree and --collective run one job on model switches over the memory "
-                                       "network"),
+    (["--tree", "2x4", "--switch", "fast"], "--tree and --collective run on model switches over the memory "
+                                            "network"),
     (["--tree", "2x0"], r"tree spec '2x0': a switch has 1..64 children, not 0"),
 ])
 def test_demo_refuses_bad_trees(capsys, argv, message):
@@ -176,6 +176,42 @@ def test_demo_rc_modes_on_a_tree_are_exact_under_loss(capsys, mode):
     assert rc == 0 and s["ok"] and s["mode"] == mode and s["tree"]["spec"] == "2x4"
     assert s["drops"]["link"]["lost"] > 0 and s["tree"]["counters"]["UP_PARTIALS"] > 0
     assert s["switch_counters"]["HOP_RESENDS" if mode == "III" else "ACK_REFLECTED"] > 0
+
+
+@pytest.mark.parametrize("mode", ["uc", "II", "III"])
+def test_demo_runs_several_jobs_on_a_tree_exactly(capsys, mode):
+    rc, out = run_cli(capsys, "--tree", "2x2", "--jobs", "2", "--mode", mode, "--size", "8KiB", "--window", "4",
+                      "--loss", "0.02", "--seed", "5", "--json")
+    s = json.loads(out.out)
+    assert rc == 0 and s["ok"] and s["exact"] and s["jobs"] == 2 and s["mode"] == mode
+    assert sorted(s["exponents"]) == ["1", "2"] and s["tree"]["misaddressed"] == 0
+    assert s["packets"]["results_placed"] >= 2 * 4 * (8 + (2 if mode == "uc" else 0))
+    assert s["drops"]["link"]["lost"] > 0
+
+
+@pytest.mark.parametrize("collective", ["reduce", "allgather"])
+def test_demo_runs_several_jobs_of_a_collective_on_a_tree_exactly(capsys, collective):
+    rc, out = run_cli(capsys, "--tree", "2x2", "--jobs", "3", "--collective", collective, "--root", "1",
+                      "--size", "4KiB", "--window", "2", "--json")
+    s = json.loads(out.out)
+    assert rc == 0 and s["ok"] and s["exact"] and s["jobs"] == 3 and s["tree"]["misaddressed"] == 0
+
+
+def test_demo_on_a_tree_fails_when_one_job_differs_from_numpy(capsys, monkeypatch):
+    from inagg.host import collectives
+
+    real = collectives.reference
+    calls = []
+
+    def second_job_off(*a, **kw):
+        calls.append(1)
+        out = real(*a, **kw)
+        return [x + 1 for x in out] if len(calls) == 2 else out
+
+    monkeypatch.setattr(collectives, "reference", second_job_off)
+    rc, out = run_cli(capsys, "--tree", "2x2", "--jobs", "2", "--size", "4KiB", "--window", "2", "--json")
+    s = json.loads(out.out)
+    assert rc == 1 and not s["ok"] and not s["exact"] and len(calls) == 2
 
 
 def test_demo_refuses_another_collective_in_an_rc_mode(capsys):

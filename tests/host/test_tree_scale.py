@@ -1,18 +1,23 @@
-"""Several jobs at once over every rank of a depth-3 tree (``bench/tree.py --scale``), at a small size."""
+"""Several jobs at once over every rank of a depth-3 tree (``bench/tree.py --scale``, ``inagg demo --tree SPEC
+--jobs N``), at a small size: the plan (``plan_tree_jobs``), the rank's mux (``RankMux``) and the run."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.tree import RankMux, plan_tree_jobs, run_jobs
+from inagg.host.controller import MAX_SLOTS, plan_tree, plan_tree_jobs
+from inagg.host.demo_run import DemoConfig, run_demo
+from inagg.host.memnet import RankMux
 from inagg.models.frame import RESULT
 from inagg.models.job import Mode
 
 
 @pytest.mark.parametrize("mode", [Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED])
 def test_two_jobs_on_a_depth_3_tree_are_exact(mode):
-    r = run_jobs("2x2x4", 2, elements=1024, window=4, mode=mode)
-    assert (r.ranks, r.switches, r.jobs, r.exact, r.dropped) == (16, 7, 2, True, 0)
+    s = run_demo(DemoConfig(workers=16, tree="2x2x4", jobs=2, size=4096, window=4, mode=mode.value))
+    r = s["tree"]
+    assert (s["workers"], r["switches"], s["jobs"], s["exact"], r["misaddressed"]) == (16, 7, 2, True, 0)
+    assert s["ok"] and sorted(s["exponents"]) == [1, 2]
 
 
 def test_jobs_get_their_own_slots_and_qps():
@@ -28,9 +33,20 @@ def test_jobs_get_their_own_slots_and_qps():
             assert child.parent.result_qpn == parent.workers[s.position].qpn
 
 
-def test_jobs_must_be_positive():
+def test_one_job_is_plan_trees_plan():
+    assert plan_tree_jobs("2x2x4", 1, window=4, mode=Mode.AUGMENTED) == plan_tree("2x2x4", window=4,
+                                                                                  mode=Mode.AUGMENTED)
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.0, True])
+def test_jobs_must_be_positive(jobs):
     with pytest.raises(ValueError, match="jobs must be a positive integer"):
-        plan_tree_jobs("2x2", 0, window=4)
+        plan_tree_jobs("2x2", jobs, window=4)
+
+
+def test_jobs_must_fit_the_slot_memory():
+    with pytest.raises(ValueError, match=f"2 jobs with window {MAX_SLOTS // 2} need {2 * MAX_SLOTS} slots"):
+        plan_tree_jobs("2", 2, window=MAX_SLOTS // 2)
 
 
 class _Op:
@@ -62,3 +78,15 @@ def test_rank_mux_hands_frames_by_qp_and_counts_the_rest():
     mux.receive(0.0, _frame(a)[:20])
     assert [len(op.got) for op in ops.values()] == [1, 1]
     assert mux.dropped == 2
+
+
+def test_tree_operations_give_each_rank_one_op_per_job():
+    import numpy as np
+
+    from inagg.host.collectives import tree_operations
+
+    tp = plan_tree_jobs("2x2", 2, window=1)
+    data = [[np.zeros(4, np.float32)] * 4] * 2
+    assert [len(ops) for ops in tree_operations(tp, data).values()] == [2, 2, 2, 2]
+    with pytest.raises(ValueError, match=r"the plan has 2 job\(s\), data for 1"):
+        tree_operations(tp, data[:1])
