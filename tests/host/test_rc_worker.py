@@ -1,4 +1,4 @@
-"""RC hosts (host/rc_worker.py) against the model switch in Modes II and III, end to end over the memory network."""
+"""RC hosts (host/rc_worker.py) against the model switch in Modes I, II and III, end to end over the memory network."""
 
 import dataclasses
 
@@ -38,7 +38,7 @@ class Chunks(RcWorker):
         return self.submit(now, self.lanes)
 
 
-@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+@pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED])
 @pytest.mark.parametrize("faults", [Faults(), Faults(loss=0.05), Faults(dup=0.1), Faults(reorder=0.2),
                                     Faults(loss=0.03, dup=0.03, reorder=0.1)], ids=str)
 def test_every_worker_gets_the_exact_sum_under_faults(mode, faults):
@@ -58,15 +58,16 @@ def test_every_worker_gets_the_exact_sum_under_faults(mode, faults):
     assert sw.counters[Counter.COMPLETED] == 40
 
 
-def test_mode_iii_repairs_losses_on_the_hop():
-    p, sw = setup(Mode.AUGMENTED)
+@pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.AUGMENTED])
+def test_modes_i_and_iii_repair_losses_on_the_hop(mode):
+    p, sw = setup(mode)
     data = np.ones((3, 40, p.switch.lanes), np.int32)
     eps = {w.port: Chunks(data[r], p.switch, p.jobs[0], r, timing=TIMING) for r, w in enumerate(p.jobs[0].workers)}
     MemoryNetwork(sw, faults=Faults(loss=0.05), seed=2).run(eps)
     assert sw.counters[Counter.HOP_RESENDS] > 0 and sw.counters[Counter.ACK_REFLECTED] == 0
 
 
-@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+@pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED])
 def test_allreduce_over_rc_matches_the_uc_mode_bit_for_bit(mode):
     rng = np.random.default_rng(3)
     data = [rng.standard_normal(3000).astype(np.float32) for _ in range(3)]
@@ -91,11 +92,11 @@ def test_a_missing_worker_exhausts_the_retries_with_a_typed_error():
 
 def test_rc_worker_refuses_a_uc_job():
     p, _ = setup(Mode.UC)
-    with pytest.raises(ValueError, match="RcWorker runs Modes II and III"):
+    with pytest.raises(ValueError, match="RcWorker runs Modes I, II and III"):
         RcWorker(p.switch, p.jobs[0], 0)
 
 
-@pytest.mark.parametrize("mode", ["II", "III"])
+@pytest.mark.parametrize("mode", ["I", "II", "III"])
 def test_demo_runs_each_mode_under_faults(mode, capsys):
     import json
     rc = cli.main(["demo", "--mode", mode, "--size", "64KiB", "--window", "16", "--loss", "0.02", "--dup", "0.02",
