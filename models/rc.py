@@ -207,6 +207,11 @@ class Requester:
         """True when every posted message is acknowledged."""
         return not self._sent and not self._queue
 
+    @property
+    def unacked(self) -> tuple[Packet, ...]:
+        """The packets sent and not acknowledged, in PSN order: what a retransmission sends again."""
+        return tuple(self._sent)
+
     def post(self, now: float, payload: bytes, va: int, imm: int | None = None) -> list[Packet]:
         """Queue one RDMA WRITE message (WITH IMMEDIATE when ``imm`` is given); returns the packets the window lets out."""
         n = max(1, -(-len(payload) // self.mtu))

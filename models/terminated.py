@@ -265,11 +265,17 @@ class TerminatedJob:
             slot.bitmap, slot.done = 0, False
             self.released += 1
 
-    def _send(self, w: int, p: rc.Packet) -> tuple[int, bytes] | None:
-        """The frame of result packet ``p`` to ``w``: its header from the requester, its lanes from the slot."""
+    def holding(self, p: rc.Packet) -> Slot | None:
+        """The slot that holds the lanes of result packet ``p`` (a requester's), or None when it holds them
+        no more (only after the test-only mutation freed it early)."""
         chunk30 = p.imm & IMM_CHUNK_MASK
         slot = self.slots[chunk30 % len(self.slots)]
-        if not slot.done or slot.chunk & IMM_CHUNK_MASK != chunk30:
+        return slot if slot.done and slot.chunk & IMM_CHUNK_MASK == chunk30 else None
+
+    def _send(self, w: int, p: rc.Packet) -> tuple[int, bytes] | None:
+        """The frame of result packet ``p`` to ``w``: its header from the requester, its lanes from the slot."""
+        slot = self.holding(p)
+        if slot is None:
             return None  # freed early (the test-only mutation): the result is gone
         payload = self.switch._lanes_out(slot.lanes)[0]
         self.switch.counters[Counter.TX_RESULTS] += 1

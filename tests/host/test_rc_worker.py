@@ -4,6 +4,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inagg import cli
 from inagg.host.controller import Controller, plan
@@ -80,6 +82,24 @@ def test_allreduce_over_rc_matches_the_uc_mode_bit_for_bit(mode):
         out[m] = [op.result() for op in ops.values()]
     for a, b in zip(out[Mode.UC], out[mode]):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@settings(max_examples=30, deadline=None)
+@given(loss=st.floats(0, 0.3), dup=st.floats(0, 0.1), reorder=st.floats(0, 0.2), corrupt=st.floats(0, 0.05),
+       window=st.sampled_from([1, 2, 4]), seed=st.integers(0, 2**16))
+def test_mode_i_under_random_faults_is_exact_or_fails_with_a_typed_error(loss, dup, reorder, corrupt, window, seed):
+    p, sw = setup(Mode.TERMINATED, workers=2, window=window)
+    job = p.jobs[0]
+    data = np.random.default_rng(seed).integers(-2**20, 2**20, (2, 12, p.switch.lanes), dtype=np.int32)
+    eps = {w.port: Chunks(data[r], p.switch, job, r, timing=Timing(timeout=200e-6, tries=6))
+           for r, w in enumerate(job.workers)}
+    try:
+        MemoryNetwork(sw, faults=Faults(loss=loss, dup=dup, reorder=reorder, corrupt=corrupt), seed=seed).run(eps)
+    except RcRetryError:
+        return  # a clear error: a host's QP ran out of retries
+    for ep in eps.values():
+        words, fp32, _ = ep.results()
+        assert ep.done and not fp32.any() and (words.view(np.int32) == data.sum(axis=0)).all()
 
 
 def test_a_missing_worker_exhausts_the_retries_with_a_typed_error():
