@@ -4,7 +4,7 @@ The checker runs the real code -- :class:`~inagg.host.worker.Worker` (UC
 mode) or :class:`~inagg.host.rc_worker.RcWorker` (EPIC's Modes I, II and III)
 and :class:`~inagg.models.switch.ModelSwitch`, exchanging real frames -- and
 explores every interleaving within a small :class:`Scope`, after EPIC's TLA+
-checks of its Modes II and III:
+checks of its Modes II and III (Mode I too):
 
 * Every frame in flight may be delivered next, in any order (reordering is
   therefore always on).
