@@ -89,13 +89,19 @@ def _mode_i_section(budget: int, command: str) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
-        "### Mutation: a Mode I slot freed at the first rank's ACK of its result",
-        "",
-        "`TerminatedJob.free_on_first_ack` (test-only) frees a slot when one rank's requester has its result",
-        f"ACKed. Scope: mode I, window {MODE_I_MUTATION.window}, {MODE_I_MUTATION.chunks} packets per rank, "
-        f"{MODE_I_MUTATION.faults} faults. Result: {verdict}.",
-        "",
     ]
+    return lines + _mutation_lines(
+        "### Mutation: a Mode I slot freed at the first rank's ACK of its result",
+        "`TerminatedJob.free_on_first_ack` (test-only) frees a slot when one rank's requester has its result\n"
+        "ACKed.", MODE_I_MUTATION, verdict, trace)
+
+
+def _mutation_lines(heading: str, what: str, scope: Scope, verdict: str, trace: str) -> list[str]:
+    """A mutation's paragraph: what it breaks, its scope, whether the checker found it, and the trace."""
+    lines = [heading, "", *what.splitlines()[:-1],
+             f"{what.splitlines()[-1]} Scope: mode {scope.mode.value}, window {scope.window}, "
+             f"{scope.chunks} packets per rank, {scope.faults} fault{'s' * (scope.faults != 1)}. Result: {verdict}.",
+             ""]
     if trace:
         lines += ["```", *trace.splitlines(), "```", ""]
     return lines
@@ -151,15 +157,11 @@ def main() -> None:
         "A row over the budget was explored breadth first up to that many states, every one of them",
         "checked, without a violation; its full state space needs partial-order reduction or more time.",
         "",
-        "## Mutation: a Mode III result freed before the slowest rank ACKed it",
-        "",
-        "`AugmentedJob.free_on_first_ack` (test-only) frees a slot when the first rank ACKs its result, the",
-        f"buffer-recycling bug EPIC's model check found. Scope: mode III, window {MUTATION.window}, "
-        f"{MUTATION.chunks} packets per rank, {MUTATION.faults} fault. Result: {verdict}.",
-        "",
     ]
-    if trace:
-        lines += ["```", *trace.splitlines(), "```", ""]
+    lines += _mutation_lines(
+        "## Mutation: a Mode III result freed before the slowest rank ACKed it",
+        "`AugmentedJob.free_on_first_ack` (test-only) frees a slot when the first rank ACKs its result, the\n"
+        "buffer-recycling bug EPIC's model check found.", MUTATION, verdict, trace)
     lines += _mode_i_section(args.budget, command)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines))
