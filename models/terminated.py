@@ -83,7 +83,6 @@ class TerminatedJob:
         self.switch, self.spec = switch, spec
         n = len(spec.workers)
         c = switch.spec.chunk_bytes
-        self.all = (1 << n) - 1
         self.slots = [Slot(arith.LaneState(switch.spec.lanes)) for _ in range(spec.slots)]
         self.responders = [rc.Responder() for _ in range(n)]
         # A result QP holds at most one result per slot, so a window of every slot never holds one back.
