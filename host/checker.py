@@ -43,9 +43,9 @@ from inagg.models import arith, rc
 from inagg.models.frame import CONTRIBUTION, layout
 from inagg.models.job import Mode
 from inagg.models.modes import AugmentedJob
-from inagg.models.terminated import TerminatedJob
 from inagg.models.protocol import RESULT_OPCODES, Opcode
 from inagg.models.switch import ModelSwitch, Slot
+from inagg.models.terminated import TerminatedJob
 
 from inagg.host.controller import Controller, plan
 from inagg.host.rc_worker import RC_MODES, RcWorker
