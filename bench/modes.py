@@ -1,16 +1,18 @@
-"""Model checking of EPIC's Modes II and III on one switch, and their completion time against loss on a tree.
+"""Model checking of EPIC's Modes I, II and III on one switch; completion time against loss on a tree; state per job.
 
 Runs :func:`inagg.host.checker.check` over each scope below (2 ranks, every
 interleaving, reordering always on, at most one loss or duplication per
-timeout round) and the Mode III mutation (a result freed before the slowest
-rank ACKed it), and writes ``docs/results/modes.md``. A scope that passes
-the state budget is reported as such, not left out.
-
+timeout round) and the mutations (a result freed before the slowest rank
+ACKed it, in Mode III and in Mode I), and writes ``docs/results/modes.md``.
+A scope that passes the state budget is reported as such, not left out.
+``--mode-i`` measures Mode I alone and replaces its section of the page.
 ``--completion`` instead measures, in virtual time, how long an AllReduce
 takes on a 2x4 tree of model switches per mode (UC, II, III) and loss rate
-on every hop, and replaces that section of the page.
+on every hop, and replaces that section of the page; ``--state`` computes
+the switch state per job per mode and replaces that section. A run of the
+checker keeps those two sections as they are.
 
-    nice -n 10 .venv/bin/python bench/modes.py [--budget STATES] [--completion]
+    nice -n 10 .venv/bin/python bench/modes.py [--budget STATES] [--mode-i | --completion | --state]
 """
 
 from __future__ import annotations
@@ -39,12 +41,18 @@ from inagg.models.protocol import CHUNK_MOD, MAX_WORKERS, QPN_JOB_BITS
 from inagg.models.rc import PSN_BITS
 from inagg.models.state import STATE_OF, TIMER_BITS, job_state, window_for
 from inagg.models.switch import ModelSwitch
+from inagg.models.terminated import TerminatedJob
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "modes.md"
 SCOPES = [Scope(workers=2, chunks=c, window=w, faults=f, mode=m)
           for m in (Mode.TRANSLATED, Mode.AUGMENTED) for w, c, f in ((1, 2, 0), (1, 2, 1), (1, 3, 0), (1, 3, 1),
                                                                       (2, 2, 0), (2, 2, 1))]
 MUTATION = Scope(workers=2, chunks=3, window=1, faults=1, mode=Mode.AUGMENTED)
+MODE_I_SCOPES = [Scope(workers=2, chunks=c, window=w, faults=f, mode=Mode.TERMINATED)
+                 for w, c, f in ((1, 2, 0), (1, 2, 1), (1, 3, 0), (1, 3, 1), (2, 2, 0), (2, 2, 1))]
+MODE_I_MUTATION = Scope(workers=2, chunks=2, window=1, faults=0, mode=Mode.TERMINATED)
+MODE_I_HEADING = "## Mode I: connection terminated"
+TITLE = "# EPIC's Modes I, II and III: model checking on one switch"
 
 
 def _row(scope: Scope, budget: int) -> str:
@@ -57,17 +65,17 @@ def _row(scope: Scope, budget: int) -> str:
     return f"{head} {r.states:,} | {r.transitions:,} | {r.final_states} | {r.seconds:.1f} s |"
 
 
-def _mutation(budget: int) -> tuple[str, str]:
-    AugmentedJob.free_on_first_ack = True
+def _mutation(job: type, scope: Scope, budget: int) -> tuple[str, str]:
+    job.free_on_first_ack = True
     t0 = time.perf_counter()
     try:
-        check(MUTATION, max_states=budget)
+        check(scope, max_states=budget)
     except Violation as v:
-        return f"found in {time.perf_counter() - t0:.1f} s", str(v)
+        return f"found in {time.perf_counter() - t0:.2f} s", str(v)
     except RuntimeError:
         return f"not found within {budget:,} states ({time.perf_counter() - t0:.0f} s)", ""
     finally:
-        AugmentedJob.free_on_first_ack = False
+        job.free_on_first_ack = False
     return "NOT FOUND: the checker missed the bug", ""
 
 
@@ -144,16 +152,62 @@ def _replace_section(heading: str, text: str) -> None:
     else:
         page = page.rstrip("\n") + "\n\n" + text
     OUT.write_text(page)
+def _mode_i_section(budget: int, command: str) -> list[str]:
+    """The Mode I section of the file: its rows and its mutation, with the command and the commit."""
+    load = os.getloadavg()
+    rows = []
+    for s in MODE_I_SCOPES:
+        rows.append(_row(s, budget))
+        print(rows[-1], flush=True)
+    verdict, trace = _mutation(TerminatedJob, MODE_I_MUTATION, budget)
+    print("mode I mutation:", verdict, flush=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=OUT.parent).stdout.strip() or "unknown"
+    lines = [
+        MODE_I_HEADING,
+        "",
+        f"Measured with `{command}` at commit {commit} on {platform.machine()}, Python "
+        f"{platform.python_version()}, 2 cores shared with other jobs (load average {load[0]:.1f} at the start); "
+        "one run per row.",
+        "",
+        "The switch is each rank's RC peer (`models/terminated.py`): its responders ACK and NAK the",
+        "contributions, its requesters send the results from their own PSN spaces and go back N on a NAK",
+        "or their timer; the ranks run the same `RcWorker`. Same exploration and properties as above, plus",
+        "the invariant that every result a rank lacks is still in its slot (the slot is the result's only",
+        "copy).",
+        "",
+        "| mode | window | packets per rank | faults | states | transitions | final states | time |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+    ]
+    return lines + _mutation_lines(
+        "### Mutation: a Mode I slot freed at the first rank's ACK of its result",
+        "`TerminatedJob.free_on_first_ack` (test-only) frees a slot when one rank's requester has its result\n"
+        "ACKed.", MODE_I_MUTATION, verdict, trace)
+
+
+def _mutation_lines(heading: str, what: str, scope: Scope, verdict: str, trace: str) -> list[str]:
+    """A mutation's paragraph: what it breaks, its scope, whether the checker found it, and the trace."""
+    lines = [heading, "", *what.splitlines()[:-1],
+             f"{what.splitlines()[-1]} Scope: mode {scope.mode.value}, window {scope.window}, "
+             f"{scope.chunks} packets per rank, {scope.faults} fault{'s' * (scope.faults != 1)}. Result: {verdict}.",
+             ""]
+    if trace:
+        lines += ["```", *trace.splitlines(), "```", ""]
+    return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=int, default=30_000, help="states per scope before it is given up")
+    ap.add_argument("--mode-i", action="store_true", help="measure Mode I only and replace its section of the file")
     ap.add_argument("--completion", action="store_true",
                     help="measure completion time against loss on a 2x4 tree instead (replaces that section)")
     ap.add_argument("--state", action="store_true",
                     help="compute the switch state per job per mode instead (replaces that section)")
     args = ap.parse_args()
+    command = f"nice -n 10 .venv/bin/python bench/modes.py --budget {args.budget}"
     if args.state:
         _replace_section(STATE_HEADING, text := state_section())
         print(text, end="")
@@ -162,17 +216,21 @@ def main() -> None:
         _replace_section(COMPLETION_HEADING, text := completion_section())
         print(text, end="")
         return
+    if args.mode_i:
+        _replace_section(MODE_I_HEADING, "\n".join(_mode_i_section(args.budget, command + " --mode-i")))
+        print(f"wrote {OUT}")
+        return
     load = os.getloadavg()
     rows = []
     for s in SCOPES:
         rows.append(_row(s, args.budget))
         print(rows[-1], flush=True)
-    verdict, trace = _mutation(args.budget)
+    verdict, trace = _mutation(AugmentedJob, MUTATION, args.budget)
     print("mutation:", verdict, flush=True)
     lines = [
-        "# Modes II and III: model checking on one switch",
+        TITLE,
         "",
-        f"Measured with `nice -n 10 .venv/bin/python bench/modes.py --budget {args.budget}` on "
+        f"Measured with `{command}` on "
         f"{platform.machine()}, Python {platform.python_version()}, 2 cores shared with other jobs "
         f"(load average {load[0]:.1f} at the start); one run per row.",
         "",
@@ -190,17 +248,19 @@ def main() -> None:
         "A row over the budget was explored breadth first up to that many states, every one of them",
         "checked, without a violation; its full state space needs partial-order reduction or more time.",
         "",
-        "## Mutation: a Mode III result freed before the slowest rank ACKed it",
-        "",
-        "`AugmentedJob.free_on_first_ack` (test-only) frees a slot when the first rank ACKs its result, the",
-        f"buffer-recycling bug EPIC's model check found. Scope: mode III, window {MUTATION.window}, "
-        f"{MUTATION.chunks} packets per rank, {MUTATION.faults} fault. Result: {verdict}.",
-        "",
     ]
-    if trace:
-        lines += ["```", *trace.splitlines(), "```", ""]
+    lines += _mutation_lines(
+        "## Mutation: a Mode III result freed before the slowest rank ACKed it",
+        "`AugmentedJob.free_on_first_ack` (test-only) frees a slot when the first rank ACKs its result, the\n"
+        "buffer-recycling bug EPIC's model check found.", MUTATION, verdict, trace)
+    lines += _mode_i_section(args.budget, command)
+    old = OUT.read_text() if OUT.exists() else ""
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines))
+    for heading in (COMPLETION_HEADING, STATE_HEADING):  # measured by their own options: kept
+        if heading in old:
+            end = old.find("\n## ", old.index(heading))
+            _replace_section(heading, old[old.index(heading):None if end < 0 else end + 1].rstrip("\n") + "\n")
     print(f"wrote {OUT}")
 
 

@@ -1,10 +1,10 @@
 """Explicit-state model checking of the sans-IO worker protocol with the model switch.
 
 The checker runs the real code -- :class:`~inagg.host.worker.Worker` (UC
-mode) or :class:`~inagg.host.rc_worker.RcWorker` (EPIC's Modes II and III)
+mode) or :class:`~inagg.host.rc_worker.RcWorker` (EPIC's Modes I, II and III)
 and :class:`~inagg.models.switch.ModelSwitch`, exchanging real frames -- and
 explores every interleaving within a small :class:`Scope`, after EPIC's TLA+
-checks of its Modes II and III:
+checks of its Modes II and III (Mode I too):
 
 * Every frame in flight may be delivered next, in any order (reordering is
   therefore always on).
@@ -26,7 +26,7 @@ means every run terminates correctly.
 States that differ only in the switch's counters are merged (counters do
 not steer the switch), and in the UC mode also states that differ only in
 the PSNs of results: the UC worker ignores them (``docs/protocol.md``
-section 1.4). RC endpoints do not, so Modes II and III keep them.
+section 1.4). RC endpoints do not, so the RC modes keep them.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from inagg.models.job import Mode
 from inagg.models.modes import AugmentedJob
 from inagg.models.protocol import RESULT_OPCODES, Opcode
 from inagg.models.switch import ModelSwitch, Slot
+from inagg.models.terminated import TerminatedJob
 
 from inagg.host.controller import Controller, plan
 from inagg.host.rc_worker import RC_MODES, RcWorker
@@ -72,9 +73,9 @@ class Scope:
     losses or duplications per run. With ``promote`` one lane overflows
     INT32 so the results go out as FP32 (2 workers: the promoted sum does
     not depend on arrival order). ``mode`` is the job's
-    :class:`~inagg.models.job.Mode`: UC, TRANSLATED or AUGMENTED. With
-    ``stray`` (UC only) a contribution of worker 0 for chunk ``2**31``, no
-    chunk of this run, is in flight from the start, as a stray or hostile
+    :class:`~inagg.models.job.Mode`: UC, TERMINATED, TRANSLATED or AUGMENTED.
+    With ``stray`` (UC only) a contribution of worker 0 for chunk ``2**31``,
+    no chunk of this run, is in flight from the start, as a stray or hostile
     frame would be: it may take the slot of chunk 0 at any point, and the
     run must still end exact (``docs/protocol.md`` section 3, "Liveness").
     """
@@ -97,9 +98,9 @@ class Scope:
         if self.promote and self.workers != 2:
             raise ValueError("promote needs exactly 2 workers (the FP32 sum of more depends on arrival order)")
         if self.mode is not Mode.UC and self.mode not in RC_MODES:
-            raise ValueError(f"mode must be UC, TRANSLATED or AUGMENTED, not {self.mode!r}")
+            raise ValueError(f"mode must be UC, TERMINATED, TRANSLATED or AUGMENTED, not {self.mode!r}")
         if self.stray and self.mode is not Mode.UC:
-            raise ValueError("stray needs the UC mode (Modes II and III check the PSN of every contribution)")
+            raise ValueError("stray needs the UC mode (the RC modes check the PSN of every contribution)")
 
 
 @dataclass(frozen=True)
@@ -306,23 +307,31 @@ def _remove(flight: tuple, item: tuple) -> tuple:
 
 
 def _check_results_held(s: _State, trace: tuple) -> None:
-    """Mode III: every result a worker still lacks is held by the switch until that worker ACKs it.
+    """Modes I and III: every result a worker still lacks is held by the switch until that worker ACKs it.
 
     This is what makes a lost result recoverable (one still in flight may
     yet be lost); checking it in every state finds a switch that recycles a
     result too early where it happens, not only at the end of the run.
     """
     for m in s.switch.modes.values():
-        if not isinstance(m, AugmentedJob):
-            continue
         for r, w in enumerate(s.workers):
             q = w.responder.expected
-            while rc.psn_diff(q, m.next_result) < 0:
-                e = m.entries[q % len(m.entries)]
-                if e.psn != q or not e.held:
-                    raise Violation(f"the switch no longer holds result PSN {q}, which worker {r} lacks\ntrace:\n  "
-                                    + "\n  ".join(trace))
-                q = rc.psn_add(q, 1)
+            if isinstance(m, TerminatedJob):
+                # The switch's requester of w's results keeps their headers; the lanes are in the slots only.
+                sent = m.requesters[r]
+                lost = [p.psn for p in (sent.unacked if sent is not None else ())
+                        if rc.psn_diff(p.psn, q) >= 0 and m.holding(p) is None]
+            elif isinstance(m, AugmentedJob):
+                lost = []
+                while rc.psn_diff(q, m.next_result) < 0 and not lost:
+                    e = m.entries[q % len(m.entries)]
+                    lost = [q] if e.psn != q or not e.held else []
+                    q = rc.psn_add(q, 1)
+            else:
+                continue
+            if lost:
+                raise Violation(f"the switch no longer holds result PSN {lost[0]}, which worker {r} lacks\ntrace:\n  "
+                                + "\n  ".join(trace))
 
 
 def _check_final(s: _State, expect: np.ndarray, trace: tuple) -> None:

@@ -100,15 +100,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "for the switch, veth pairs, AF_PACKET (needs root)")
     p.add_argument("--switch", choices=("fast", "model", "rtl"), default=None,
                    help="fast: the compiled software switch (the default for a UC AllReduce on one switch); "
-                        "model: the reference numpy model switch (the default for --mode II/III, --tree and "
+                        "model: the reference numpy model switch (the default for --mode I/II/III, --tree and "
                         "--collective); "
                         "rtl: the Verilated RTL switch, cycle by cycle "
                         "(built on first use, cached in sim_build/; with netns the workers reach it through TAP "
                         "devices)")
-    p.add_argument("--mode", choices=("uc", "II", "III"), default="uc",
-                   help="uc: UC queue pairs, hosts keep reliability (default; every switch); II: EPIC's Mode II, "
-                        "RC end to end, the switch reflects ACKs; III: Mode III, RC with reliability on the hop "
-                        "(II and III: AllReduce on model switches, one or a --tree, memory network)")
+    p.add_argument("--mode", choices=("uc", "I", "II", "III"), default="uc",
+                   help="uc: UC queue pairs, hosts keep reliability (default; every switch); I: EPIC's Mode I, "
+                        "the switch is every host's RC endpoint (one switch); II: Mode II, RC end to end, the switch "
+                        "reflects ACKs; III: Mode III, RC with reliability on the hop (I, II and III: AllReduce on "
+                        "model switches, memory network; II and III also on a --tree)")
     p.add_argument("--width", type=int, default=512, choices=(64, 256, 512),
                    help="--switch rtl: beat width of the RTL in bits (default 512)")
     p.add_argument("--waves", metavar="FILE.fst",

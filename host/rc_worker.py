@@ -1,4 +1,4 @@
-"""A worker of EPIC's Modes II and III: the chunk stream over one standard RC queue pair (sans-IO).
+"""A worker of EPIC's Modes I, II and III: the chunk stream over one standard RC queue pair (sans-IO).
 
 :class:`RcWorker` is what a host with a stock RoCE NIC does in those
 modes: one RC QP to the switch, whose requester (:class:`inagg.models.rc.Requester`)
@@ -6,9 +6,11 @@ sends each chunk as an RDMA WRITE ONLY message and whose responder
 (:class:`inagg.models.rc.Responder`) takes each result as an RDMA WRITE
 ONLY WITH IMMEDIATE and ACKs it. The NIC's rules do the rest: the window,
 the ACK timeout, Go-Back-N, the retry count. Nothing here knows whether
-the switch translates (Mode II: the ACK of a chunk is the switch's
-reflection of this host's ACK of its result) or augments (Mode III: the
-switch ACKs the chunk itself): that is EPIC's point.
+the switch terminates the connection (Mode I: the switch's own RC
+endpoint ACKs the chunk and sends the result from its own PSN space),
+translates it (Mode II: the ACK of a chunk is the switch's reflection of
+this host's ACK of its result) or augments it (Mode III: the switch ACKs
+the chunk itself): that is EPIC's point.
 
 It has :class:`~inagg.host.worker.Worker`'s interface (``submit``,
 ``receive``, ``on_timer``, ``deadline``, ``done``, ``results``), so
@@ -33,7 +35,7 @@ from inagg.host.worker import ProtocolError, QuantizedChunks, Timing, Worker, ch
 
 __all__ = ["RcWorker", "RcRetryError", "RC_MODES"]
 
-RC_MODES = (Mode.TRANSLATED, Mode.AUGMENTED)
+RC_MODES = (Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED)
 """The modes whose hosts :class:`RcWorker` is."""
 # Chunks are quantized and posted to the send queue this many at a time, as the window reaches them.
 _BLOCK = 512
@@ -44,7 +46,7 @@ class RcRetryError(ProtocolError, TimeoutError):
 
 
 class RcWorker:
-    """The chunk stream of worker ``rank`` of a Mode II or III ``job``, over one RC QP (sans-IO).
+    """The chunk stream of worker ``rank`` of a Mode I, II or III ``job``, over one RC QP (sans-IO).
 
     ``timing.timeout`` is the QP's local ACK timeout and ``timing.tries``
     its retry count plus one (backoff does not exist on an RC QP). The QP's
@@ -55,7 +57,7 @@ class RcWorker:
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, *, timing: Timing | None = None):
         if job.mode not in RC_MODES:
-            raise ValueError(f"RcWorker runs Modes II and III (RC queue pairs), not {job.mode.name}")
+            raise ValueError(f"RcWorker runs Modes I, II and III (RC queue pairs), not {job.mode.name}")
         self.switch, self.job, self.rank = switch, job, rank
         self.timing = timing or Timing()
         self.window = job.window

@@ -74,7 +74,7 @@ class TreeScope:
             raise ValueError(f"window must be a power of two >= 1, not {self.window!r}")
         if not isinstance(self.faults, int) or not 0 <= self.faults <= 2:
             raise ValueError(f"faults must be an integer in 0..2, not {self.faults!r}")
-        if self.mode is not Mode.UC and self.mode not in RC_MODES:
+        if self.mode not in (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED):  # Mode I runs on one switch only
             raise ValueError(f"mode must be UC, TRANSLATED or AUGMENTED, not {self.mode!r}")
 
 

@@ -8,6 +8,7 @@
 - :mod:`inagg.models.cuckoo` -- the two-way cuckoo table of the exception path
 - :mod:`inagg.models.job` -- the job description shared by model, RTL, P4 and hosts
 - :mod:`inagg.models.switch` -- the Mode II switch as a behavioural model
+- :mod:`inagg.models.terminated` -- EPIC's Mode I: the model switch as every host's RC endpoint
 - :mod:`inagg.models.backend` -- the switch interface every backend implements, and their registry
 
 Nothing here imports another part of inagg.

@@ -139,15 +139,20 @@ class Counter(enum.IntEnum):
     DROP_COLLISION = 17     # slot held by another job and no exception path took it
     EXC_INSERTS = 18        # keys the exception path took
     EXC_REFUSED = 19        # exception path full (table and stash): contribution refused
-    # EPIC's Modes II and III (docs/protocol.md sections 6 and 7); always 0 on a UC-only switch.
+    # EPIC's RC modes (docs/protocol.md sections 6 and 7); always 0 on a UC-only switch.
     ACK_REFLECTED = 20      # Mode II: a host's ACK/NAK of a result, sent back as the ACK/NAK of its contribution
-    DROP_PSN_AHEAD = 21     # Modes II, III: a contribution whose PSN is ahead of the one expected
-    ACK_SENT = 22           # Mode III: ACKs of contributions the switch sent (re-ACKs of duplicates included)
-    NAK_SENT = 23           # Mode III: NAK sequence errors sent, one per gap
-    HOP_RESENDS = 24        # Mode III: results sent again on the hop, after a child's NAK or the switch's timer
-    DROP_BUFFER_BUSY = 25   # Mode III: contribution refused while its slot holds a result some child has not ACKed
+    DROP_PSN_AHEAD = 21     # Modes I-III: a contribution whose PSN is ahead of the one expected
+    ACK_SENT = 22           # Modes I, III: ACKs of contributions the switch sent (re-ACKs of duplicates included)
+    NAK_SENT = 23           # Modes I, III: NAK sequence errors sent, one per gap
+    HOP_RESENDS = 24        # Modes I, III: results sent again on the hop, after a child's NAK or the switch's timer
+    DROP_BUFFER_BUSY = 25   # Modes I, III: contribution refused while its slot holds a result some child has not ACKed
+    # EPIC's Mode I (docs/protocol.md section 6.4): the switch's own RC requester of results.
+    QP_ERRORS = 26          # Mode I: a result QP ran out of retries or got a NAK other than a sequence error
+    DROP_QP_ERROR = 27      # Mode I: a frame to a QP in the error state (dropped)
 
 
 RC_MODE_COUNTERS = frozenset({Counter.ACK_REFLECTED, Counter.DROP_PSN_AHEAD, Counter.ACK_SENT, Counter.NAK_SENT,
-                              Counter.HOP_RESENDS, Counter.DROP_BUFFER_BUSY})
-"""The counters only jobs in EPIC's RC modes (``models/modes.py``) count; a UC job leaves them at zero."""
+                              Counter.HOP_RESENDS, Counter.DROP_BUFFER_BUSY, Counter.QP_ERRORS,
+                              Counter.DROP_QP_ERROR})
+"""The counters only jobs in EPIC's RC modes (``models/modes.py``, ``models/terminated.py``) count; a UC job
+leaves them at zero."""

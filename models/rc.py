@@ -29,8 +29,8 @@ from inagg.models.frame import BTH, UDP, Opcode, SegmentOpcode
 from inagg.models.protocol import DEFAULT_PKEY, ETH_LEN, ICRC_LEN, IPV4_LEN, Counter
 
 __all__ = [
-    "PSN_BITS", "PSN_MOD", "psn_add", "psn_diff", "Syndrome", "Packet", "Ack", "Message", "RcError", "RemoteError", "RetryExceededError",
-    "Requester", "Responder", "Address", "encode", "decode",
+    "PSN_BITS", "PSN_MOD", "psn_add", "psn_diff", "Syndrome", "Packet", "Ack", "Segment", "Message", "RcError",
+    "RemoteError", "RetryExceededError", "Requester", "Responder", "Address", "encode", "decode",
 ]
 
 PSN_BITS = 24
@@ -93,6 +93,19 @@ class Ack:
     @property
     def nak(self) -> bool:
         return Syndrome.is_nak(self.syndrome)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One in-order request packet as :meth:`Responder.take` places it: ``va`` is where its payload goes
+    (the message's VA plus the bytes of the message before it); ``first`` and ``last`` say whether it
+    opens and ends its message; ``imm`` is the message's ImmDt (on a WRITE ONLY WITH IMMEDIATE)."""
+
+    va: int
+    payload: bytes
+    first: bool
+    last: bool
+    imm: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +207,11 @@ class Requester:
         """True when every posted message is acknowledged."""
         return not self._sent and not self._queue
 
+    @property
+    def unacked(self) -> tuple[Packet, ...]:
+        """The packets sent and not acknowledged, in PSN order: what a retransmission sends again."""
+        return tuple(self._sent)
+
     def post(self, now: float, payload: bytes, va: int, imm: int | None = None) -> list[Packet]:
         """Queue one RDMA WRITE message (WITH IMMEDIATE when ``imm`` is given); returns the packets the window lets out."""
         n = max(1, -(-len(payload) // self.mtu))
@@ -291,7 +309,10 @@ class Responder:
     ``ack_every`` coalesces ACKs: an in-order packet is ACKed when it asks
     (AckReq) or when that many packets arrived since the last ACK.
     :meth:`receive` returns ``(messages, acks)``: the messages the packet
-    completed (at most one) and the ACK/NAK to send (at most one).
+    completed (at most one) and the ACK/NAK to send (at most one). A
+    receiver that places each packet as it comes (a switch in Mode I,
+    which aggregates packet by packet) uses :meth:`address` and
+    :meth:`take` instead, and keeps no message buffer.
     """
 
     def __init__(self, *, first_psn: int = 0, ack_every: int = 1):
@@ -305,8 +326,9 @@ class Responder:
         self.stats: Tally = Tally()
         self._nak_sent = False
         self._unacked = 0
-        self._parts: list[bytes] = []
-        self._head: Packet | None = None
+        self._va: int | None = None       # where the open message's next packet goes; None: no message open
+        self._parts: list[bytes] = []     # receive(): the open message's payload so far
+        self._msg_va = 0                  # receive(): the open message's VA
 
     def copy(self) -> "Responder":
         """An independent copy of the state: a model checker branches with it."""
@@ -316,41 +338,59 @@ class Responder:
 
     def state(self) -> tuple:
         """A hashable summary of the protocol state (a model checker's key)."""
-        return self.expected, self.msn, self._nak_sent, self._unacked, len(self._parts)
+        return self.expected, self.msn, self._nak_sent, self._unacked, self._va, len(self._parts)
 
-    def receive(self, pkt: Packet) -> tuple[list[Message], list[Ack]]:
-        """Handle one request packet."""
+    def address(self, pkt: Packet) -> int | None:
+        """The VA ``pkt``'s payload goes to if it is the next packet (in order and in its message's
+        sequence): a FIRST or ONLY packet's RETH VA, else the open message's VA plus the bytes it took.
+        None for any other packet. Changes nothing: a receiver asks it before :meth:`take`."""
+        if psn_diff(pkt.psn, self.expected) or (pkt.opcode in _FIRST) != (self._va is None):
+            return None
+        return pkt.va if self._va is None else self._va
+
+    def take(self, pkt: Packet) -> tuple[Segment | None, list[Ack]]:
+        """Handle one request packet: the :class:`Segment` it places (in order only) and the ACK/NAK to send."""
         d = psn_diff(pkt.psn, self.expected)
         if d < 0:
             # A duplicate: its ACK was lost or is late. ACK the newest PSN taken, so the requester moves on.
             self.stats["duplicate"] += 1
-            return [], [self._ack(psn_add(self.expected, -1))]
+            return None, [self._ack(psn_add(self.expected, -1))]
         if d > 0:
             self.stats["ahead"] += 1
             if self._nak_sent:
-                return [], []
+                return None, []
             self._nak_sent = True
             self.stats["nak"] += 1
-            return [], [Ack(self.expected, Syndrome.NAK_SEQ, self.msn)]
-        if (pkt.opcode in _FIRST) == (self._head is not None):
+            return None, [Ack(self.expected, Syndrome.NAK_SEQ, self.msn)]
+        va = self.address(pkt)
+        if va is None:
             self.stats["bad_sequence"] += 1  # a FIRST/ONLY inside a message, or a MIDDLE/LAST outside one
-            return [], [Ack(self.expected, Syndrome.NAK_INVALID, self.msn)]
+            return None, [Ack(self.expected, Syndrome.NAK_INVALID, self.msn)]
         self._nak_sent = False
         self.expected = psn_add(self.expected, 1)
-        if pkt.opcode in _FIRST:
-            self._head, self._parts = pkt, []
-        self._parts.append(pkt.payload)
-        done = []
-        if pkt.opcode in _LAST:
-            head = self._head
-            self._head = None
+        last = pkt.opcode in _LAST
+        self._va = None if last else va + len(pkt.payload)
+        if last:
             self.msn = (self.msn + 1) % PSN_MOD
-            done.append(Message(head.va, b"".join(self._parts), pkt.imm))
             self.stats["messages"] += 1
         self._unacked += 1
+        seg = Segment(va, pkt.payload, pkt.opcode in _FIRST, last, pkt.imm)
         if pkt.ackreq or self._unacked >= self.ack_every:
-            return done, [self._ack(pkt.psn)]
-        return done, []
+            return seg, [self._ack(pkt.psn)]
+        return seg, []
+
+    def receive(self, pkt: Packet) -> tuple[list[Message], list[Ack]]:
+        """Handle one request packet; a LAST or ONLY packet delivers its whole message."""
+        seg, acks = self.take(pkt)
+        if seg is None:
+            return [], acks
+        if seg.first:
+            self._msg_va, self._parts = seg.va, []
+        self._parts.append(seg.payload)
+        if not seg.last:
+            return [], acks
+        payload, self._parts = b"".join(self._parts), []
+        return [Message(self._msg_va, payload, seg.imm)], acks
 
     def _ack(self, psn: int) -> Ack:
         self._unacked = 0

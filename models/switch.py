@@ -1,4 +1,5 @@
-"""The reference switch as a behavioural model: the UC mode here, EPIC's Modes II and III in :mod:`inagg.models.modes`.
+"""The reference switch as a behavioural model: the UC mode here, EPIC's modes in :mod:`~inagg.models.modes`
+(II, III) and :mod:`~inagg.models.terminated` (I).
 
 Configured with a :class:`~inagg.models.job.SwitchSpec` and jobs
 (:class:`~inagg.models.job.JobSpec`), :meth:`ModelSwitch.receive` takes one
@@ -10,12 +11,12 @@ rule below names its section there.
 
 A job's :class:`~inagg.models.job.Mode` picks its rules: ``Mode.UC`` jobs
 follow this module, Mode II and III jobs their object of
-:mod:`inagg.models.modes`, to which :meth:`ModelSwitch.receive` hands every
-frame addressed to them.
+:mod:`inagg.models.modes`, Mode I jobs theirs of :mod:`inagg.models.terminated`;
+:meth:`ModelSwitch.receive` hands every frame addressed to them to that object.
 
 UC and Mode II jobs need no clock (the hosts keep the timers), and give the
-same output for the same arrival order on every run; Mode III's result
-timers run on the clock a driver gives :meth:`ModelSwitch.on_timer`.
+same output for the same arrival order on every run; Mode I's and Mode III's
+result timers run on the clock a driver gives :meth:`ModelSwitch.on_timer`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inagg.models import arith, modes, wire
+from inagg.models import arith, modes, terminated, wire
 from inagg.models.backend import Backend, SwitchBackend
 from inagg.models.cuckoo import KEY_JOB_SHIFT, CuckooTable, make_key
 from inagg.models.frame import CONTRIBUTION, RESULT
@@ -101,7 +102,7 @@ class _Job:
 class ModelSwitch(SwitchBackend):
     """The reference switch (see the module docstring), a :class:`~inagg.models.backend.SwitchBackend`.
 
-    ``hop_timeout`` is Mode III's ACK timeout of a result on the hop.
+    ``hop_timeout`` is the ACK timeout of a result on the hop (Modes I and III).
     ``first_generation=False`` keeps rule 3a of ``docs/protocol.md``
     section 3 for slots in their first generation too, as the RTL and the
     P4 programs still do ("Liveness"): the testbenches compare the RTL with
@@ -112,8 +113,8 @@ class ModelSwitch(SwitchBackend):
                  first_generation: bool = True):
         self.spec = spec or SwitchSpec()
         self.first_generation = first_generation
-        # Jobs of EPIC's Modes II and III (models/modes.py), by job number, and the clock of Mode III's timers.
-        self.modes: dict[int, modes.TranslatedJob] = {}
+        # Jobs of EPIC's modes (models/modes.py, models/terminated.py), by job number, and the clock of their timers.
+        self.modes: dict[int, modes.TranslatedJob | terminated.TerminatedJob] = {}
         self.hop_timeout = hop_timeout
         self.now = 0.0
         self._mac = wire.mac_bytes(self.spec.mac)
@@ -139,7 +140,7 @@ class ModelSwitch(SwitchBackend):
         exception path it must not overlap another job's region."""
         if job.job in self.jobs:
             raise ValueError(f"job {job.job} is configured already")
-        self.spec.check_job(job, (j.spec for j in self.jobs.values()), modes=modes.MODES)
+        self.spec.check_job(job, (j.spec for j in self.jobs.values()), modes=modes.MODES + terminated.MODES)
         if job.parent is not None:
             if job.parent.result_qpn in self._uplinks:
                 raise ValueError(f"job {job.job}'s uplink result QPN 0x{job.parent.result_qpn:06x} is job "
@@ -147,7 +148,8 @@ class ModelSwitch(SwitchBackend):
             self._uplinks[job.parent.result_qpn] = job.job
         self.jobs[job.job] = _Job.of(job)
         if job.mode is not Mode.UC:
-            self.modes[job.job] = modes.open_job(self, job, hop_timeout=self.hop_timeout)
+            opened = terminated.open_job if job.mode is Mode.TERMINATED else modes.open_job
+            self.modes[job.job] = opened(self, job, hop_timeout=self.hop_timeout)
 
     def remove_job(self, job: int) -> None:
         """Tear a job down: free its fast slots and its exception-path slots."""
@@ -377,11 +379,11 @@ class ModelSwitch(SwitchBackend):
         slot.state = SlotState.DONE
         self.tree_counters[TreeCounter.RX_PARENT] += 1
         return [self._result(job, w, slot) for w in range(len(spec.workers))]
-    # -- the clock of Mode III's result timers ------------------------------
+    # -- the clock of the result timers of Modes I and III --------------------
 
     @property
     def deadline(self) -> float | None:
-        """When :meth:`on_timer` must run next: the earliest Mode III result timer, or None."""
+        """When :meth:`on_timer` must run next: the earliest result timer (Modes I and III), or None."""
         armed = [d for m in self.modes.values() if (d := m.deadline) is not None]
         return min(armed) if armed else None
 

@@ -56,7 +56,9 @@ const bit<32> CNT_ACK_SENT = 22;
 const bit<32> CNT_NAK_SENT = 23;
 const bit<32> CNT_HOP_RESENDS = 24;
 const bit<32> CNT_DROP_BUFFER_BUSY = 25;
-const bit<32> N_COUNTERS = 26;
+const bit<32> CNT_QP_ERRORS = 26;
+const bit<32> CNT_DROP_QP_ERROR = 27;
+const bit<32> N_COUNTERS = 28;
 
 /* Slot states (inagg.models.switch.SlotState). */
 const bit<2> SLOT_FREE = 0;

@@ -7,6 +7,7 @@ from inagg.host.checker import Scope, Violation, check
 from inagg.host.worker import Timing
 from inagg.models.job import Mode
 from inagg.models.modes import AugmentedJob, TranslatedJob
+from inagg.models.terminated import TerminatedJob
 from inagg.models.switch import ModelSwitch
 
 
@@ -92,9 +93,23 @@ def test_a_mode_iii_switch_that_frees_a_result_before_the_slowest_ack_is_found(m
         check(Scope(workers=2, chunks=3, window=1, faults=1, mode=Mode.AUGMENTED))
 
 
-def test_scope_refuses_mode_i():
-    with pytest.raises(ValueError, match="mode must be UC, TRANSLATED or AUGMENTED"):
-        Scope(mode=Mode.TERMINATED)
+def test_scope_refuses_a_mode_that_is_not_a_mode():
+    with pytest.raises(ValueError, match="mode must be UC, TERMINATED, TRANSLATED or AUGMENTED, not 'I'"):
+        Scope(mode="I")
+
+
+def test_mode_i_ends_with_the_exact_aggregate_and_terminates():
+    r = check(Scope(workers=2, chunks=2, window=1, faults=0, mode=Mode.TERMINATED))
+    assert (r.states, r.transitions, r.final_states) == (4224, 17254, 1)
+
+
+def test_a_mode_i_switch_that_frees_a_result_before_every_host_acked_it_is_found(monkeypatch):
+    monkeypatch.setattr(TerminatedJob, "free_on_first_ack", True)
+    # The requester keeps only the result's header: once the slot is free, a lost result cannot be sent again.
+    with pytest.raises(Violation, match=r"no longer holds result PSN 0, which worker 1 lacks\ntrace:\n"
+                                        r"  switch <- w0 contribution PSN 0\n  switch <- w1 contribution PSN 0\n"
+                                        r"  w0 <- result PSN 0\n  switch <- w0 ACK PSN 0$"):
+        check(Scope(workers=2, chunks=2, window=1, faults=0, mode=Mode.TERMINATED))
 
 
 def test_an_off_by_one_in_the_mode_ii_shadow_wipe_is_found(monkeypatch):

@@ -1,9 +1,11 @@
-"""RC hosts (host/rc_worker.py) against the model switch in Modes II and III, end to end over the memory network."""
+"""RC hosts (host/rc_worker.py) against the model switch in Modes I, II and III, end to end over the memory network."""
 
 import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inagg import cli
 from inagg.host.controller import Controller, plan
@@ -38,7 +40,7 @@ class Chunks(RcWorker):
         return self.submit(now, self.lanes)
 
 
-@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+@pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED])
 @pytest.mark.parametrize("faults", [Faults(), Faults(loss=0.05), Faults(dup=0.1), Faults(reorder=0.2),
                                     Faults(loss=0.03, dup=0.03, reorder=0.1)], ids=str)
 def test_every_worker_gets_the_exact_sum_under_faults(mode, faults):
@@ -58,15 +60,16 @@ def test_every_worker_gets_the_exact_sum_under_faults(mode, faults):
     assert sw.counters[Counter.COMPLETED] == 40
 
 
-def test_mode_iii_repairs_losses_on_the_hop():
-    p, sw = setup(Mode.AUGMENTED)
+@pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.AUGMENTED])
+def test_modes_i_and_iii_repair_losses_on_the_hop(mode):
+    p, sw = setup(mode)
     data = np.ones((3, 40, p.switch.lanes), np.int32)
     eps = {w.port: Chunks(data[r], p.switch, p.jobs[0], r, timing=TIMING) for r, w in enumerate(p.jobs[0].workers)}
     MemoryNetwork(sw, faults=Faults(loss=0.05), seed=2).run(eps)
     assert sw.counters[Counter.HOP_RESENDS] > 0 and sw.counters[Counter.ACK_REFLECTED] == 0
 
 
-@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+@pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED])
 def test_allreduce_over_rc_matches_the_uc_mode_bit_for_bit(mode):
     rng = np.random.default_rng(3)
     data = [rng.standard_normal(3000).astype(np.float32) for _ in range(3)]
@@ -81,6 +84,24 @@ def test_allreduce_over_rc_matches_the_uc_mode_bit_for_bit(mode):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
+@settings(max_examples=30, deadline=None)
+@given(loss=st.floats(0, 0.3), dup=st.floats(0, 0.1), reorder=st.floats(0, 0.2), corrupt=st.floats(0, 0.05),
+       window=st.sampled_from([1, 2, 4]), seed=st.integers(0, 2**16))
+def test_mode_i_under_random_faults_is_exact_or_fails_with_a_typed_error(loss, dup, reorder, corrupt, window, seed):
+    p, sw = setup(Mode.TERMINATED, workers=2, window=window)
+    job = p.jobs[0]
+    data = np.random.default_rng(seed).integers(-2**20, 2**20, (2, 12, p.switch.lanes), dtype=np.int32)
+    eps = {w.port: Chunks(data[r], p.switch, job, r, timing=Timing(timeout=200e-6, tries=6))
+           for r, w in enumerate(job.workers)}
+    try:
+        MemoryNetwork(sw, faults=Faults(loss=loss, dup=dup, reorder=reorder, corrupt=corrupt), seed=seed).run(eps)
+    except RcRetryError:
+        return  # a clear error: a host's QP ran out of retries
+    for ep in eps.values():
+        words, fp32, _ = ep.results()
+        assert ep.done and not fp32.any() and (words.view(np.int32) == data.sum(axis=0)).all()
+
+
 def test_a_missing_worker_exhausts_the_retries_with_a_typed_error():
     p, sw = setup(Mode.TRANSLATED, workers=2)
     ep = Chunks(np.ones((2, p.switch.lanes), np.int32), p.switch, p.jobs[0], 0, timing=Timing(timeout=1e-3, tries=3))
@@ -91,11 +112,11 @@ def test_a_missing_worker_exhausts_the_retries_with_a_typed_error():
 
 def test_rc_worker_refuses_a_uc_job():
     p, _ = setup(Mode.UC)
-    with pytest.raises(ValueError, match="RcWorker runs Modes II and III"):
+    with pytest.raises(ValueError, match="RcWorker runs Modes I, II and III"):
         RcWorker(p.switch, p.jobs[0], 0)
 
 
-@pytest.mark.parametrize("mode", ["II", "III"])
+@pytest.mark.parametrize("mode", ["I", "II", "III"])
 def test_demo_runs_each_mode_under_faults(mode, capsys):
     import json
     rc = cli.main(["demo", "--mode", mode, "--size", "64KiB", "--window", "16", "--loss", "0.02", "--dup", "0.02",

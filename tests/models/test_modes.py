@@ -1,5 +1,5 @@
-"""Job modes (models/job.Mode) and EPIC's Modes II and III in the model switch (models/modes.py), on one switch
-and on a tree, frame by frame."""
+"""Job modes (models/job.Mode) and EPIC's modes in the model switch (models/modes.py: II and III, on one switch
+and on a tree; models/terminated.py: I), frame by frame."""
 
 import dataclasses
 
@@ -11,8 +11,9 @@ from inagg.host.p4ctl.layout import plan as p4_plan
 from inagg.models.geometry import SwitchGeometry
 from inagg.models.job import Collective, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
 from inagg.models.p4profile import V1MODEL
+from inagg.models.frame import SegmentOpcode
 from inagg.models.protocol import Counter, Opcode, decode_imm, encode_imm, qp_udp_sport
-from inagg.models.rc import Ack, Packet, Syndrome
+from inagg.models.rc import PSN_MOD, Ack, Packet, Requester, Responder, Syndrome
 from inagg.models.regmap import RegMap
 from inagg.models.switch import ModelSwitch
 from inagg.models.tree import TreeCounter
@@ -82,13 +83,18 @@ def test_the_rtl_and_p4_switches_refuse_every_mode_but_uc(mode):
         p4_plan(V1MODEL, SwitchSpec(ports=4, slots=8, chunk_bytes=CHUNK), [job])
 
 
-def test_the_model_switch_takes_modes_ii_and_iii_and_refuses_mode_i():
-    for mode in (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED):
-        switch(mode)
-    with pytest.raises(ValueError, match=r"mode TERMINATED \(I\); this switch implements UC \(uc\), "
-                                         r"TRANSLATED \(II\), AUGMENTED \(III\)$"):
-        switch(Mode.TERMINATED)
+def test_the_model_switch_takes_every_mode():
+    for mode in Mode:
+        sw, job = switch(mode)
+        assert (job.job in sw.modes) == (mode is not Mode.UC)
 
+
+def test_mode_i_refuses_a_tree():
+    uplink = Uplink(port=3, mac="02:00:00:00:01:00", ip="10.0.1.0", qpn=0x400000, rkey=1, result_qpn=0x200,
+                    result_rkey=2, result_va=0)
+    for tree in ({"parent": uplink}, {"subswitches": {1}}):
+        with pytest.raises(ValueError, match=r"^mode TERMINATED \(I\) runs on one switch, not in a tree$"):
+            dataclasses.replace(make_job(Mode.UC), mode=Mode.TERMINATED, **tree)
 
 
 @pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
@@ -208,13 +214,18 @@ def test_mode_iii_sends_results_again_on_a_nak_and_on_its_timer():
     assert sw.deadline is None and [e.bitmap for e in m.entries] == [0, 0, 0, 0]
 
 
-def test_mode_iii_mutation_frees_a_result_at_the_first_ack():
-    sw, job = switch(Mode.AUGMENTED, slots=2)
+@pytest.mark.parametrize("mode", [Mode.AUGMENTED, Mode.TERMINATED])
+def test_the_mutation_frees_a_result_at_the_first_ack(mode):
+    sw, job = switch(mode, slots=2)
     m = sw.modes[job.job]
     m.free_on_first_ack = True
     _complete(sw, job, 0)
     ack(sw, job, 0, Ack(0))
-    assert m.entries[0].bitmap == 0                            # worker 1 has not ACKed it: the bug
+    # Worker 1 has not ACKed result 0, and its slot is free: the bug.
+    if mode is Mode.AUGMENTED:
+        assert m.entries[0].bitmap == 0
+    else:
+        assert m.slots[0].free and m.holding(m.requesters[1].unacked[0]) is None
 
 
 def test_mode_jobs_leave_with_their_state():
@@ -386,3 +397,145 @@ def test_mode_iii_below_the_root_sends_results_again_to_a_child_that_naks():
     from_parent(sw, result(0))
     again = ack(sw, job, 1, Ack(0, Syndrome.NAK_SEQ))
     assert [(p, x.psn) for p, _, x in again] == [(1, 0)] and again[0][2].payload == result(0).payload
+# -- Mode I: the switch is every host's RC endpoint (docs/protocol.md section 6.4) -----------------
+
+def results(out):
+    """(port, result PSN, chunk, lanes) of the result packets among the switch's frames."""
+    return [(p, x.psn, decode_imm(x.imm)[0], np.frombuffer(x.payload, ">i4").tolist())
+            for p, _, x in out if isinstance(x, Packet)]
+
+
+def acks(out):
+    return [(p, x) for p, _, x in out if isinstance(x, Ack)]
+
+
+def summed(*pairs):
+    """The lanes of the sum of the contributions (worker, PSN) as a list."""
+    return sum(lanes(w, p).astype(np.int64) for w, p in pairs).tolist()
+
+
+def test_mode_i_in_order_is_acked_and_a_complete_slot_sends_results_from_the_switchs_own_psns():
+    sw, job = switch(Mode.TERMINATED)
+    assert send(sw, job, 0, 0) == [(0, 0x100, Ack(0, Syndrome.ACK, 1))]
+    out = send(sw, job, 1, 0)
+    assert acks(out) == [(1, Ack(0, Syndrome.ACK, 1))]
+    assert results(out) == [(0, 0, 0, summed((0, 0), (1, 0))), (1, 0, 0, summed((0, 0), (1, 0)))]
+    for w, (_, q, pkt) in enumerate(out[1:]):
+        assert q == job.workers[w].qpn and pkt.opcode == Opcode.RC_RDMA_WRITE_ONLY_IMM and pkt.ackreq
+        assert pkt.va == job.workers[w].result_va and pkt.length == CHUNK
+    c = sw.counters
+    assert (c[Counter.RX_CONTRIB], c[Counter.COMPLETED], c[Counter.ACK_SENT], c[Counter.TX_RESULTS]) == (2, 1, 2, 2)
+
+
+def test_mode_i_rule_table_upward():
+    """The responder's rules: duplicate -> re-ACK, not added; ahead -> one NAK per gap; a bad sequence -> NAK."""
+    sw, job = switch(Mode.TERMINATED)
+    send(sw, job, 0, 0)
+    assert send(sw, job, 0, 0) == [(0, 0x100, Ack(0, Syndrome.ACK, 1))]            # duplicate: re-ACK
+    assert send(sw, job, 0, 2) == [(0, 0x100, Ack(1, Syndrome.NAK_SEQ, 1))]        # ahead: NAK of the gap
+    assert send(sw, job, 0, 3) == []                                              # the same gap: no second NAK
+    assert send(sw, job, 0, 1) == [(0, 0x100, Ack(1, Syndrome.ACK, 2))]
+    middle = dict(opcode=SegmentOpcode.RC_RDMA_WRITE_MIDDLE, va=None, length=None)
+    assert send(sw, job, 0, 2, **middle) == [(0, 0x100, Ack(2, Syndrome.NAK_INVALID, 2))]
+    out = send(sw, job, 1, 0)
+    assert results(out)[0][3] == summed((0, 0), (1, 0))                            # the duplicate was not added
+    c = sw.counters
+    assert (c[Counter.DUP_CONTRIB], c[Counter.DROP_PSN_AHEAD], c[Counter.NAK_SENT], c[Counter.ACK_SENT],
+            c[Counter.DROP_BAD_OPCODE]) == (1, 2, 1, 4, 1)
+
+
+def test_mode_i_multi_packet_message_with_a_lost_middle_packet():
+    sw, job = switch(Mode.TERMINATED)
+    first = dict(opcode=SegmentOpcode.RC_RDMA_WRITE_FIRST, length=3 * CHUNK, ackreq=False)
+    middle = dict(opcode=SegmentOpcode.RC_RDMA_WRITE_MIDDLE, va=None, length=None, ackreq=False)
+    last = dict(opcode=SegmentOpcode.RC_RDMA_WRITE_LAST, va=None, length=None)
+    assert send(sw, job, 0, 0, **first) == [(0, 0x100, Ack(0, Syndrome.ACK, 0))]  # ack_every 1; MSN 0: no message yet
+    assert send(sw, job, 0, 2, **last) == [(0, 0x100, Ack(1, Syndrome.NAK_SEQ, 0))]  # MIDDLE PSN 1 was lost
+    assert send(sw, job, 0, 1, **middle) == [(0, 0x100, Ack(1, Syndrome.ACK, 0))]  # the Go-Back-N
+    assert send(sw, job, 0, 2, **last) == [(0, 0x100, Ack(2, Syndrome.ACK, 1))]
+    out = [x for p in range(3) for x in results(send(sw, job, 1, p))]             # worker 1: three ONLY messages
+    assert [(port, psn, chunk) for port, psn, chunk, _ in out] == [(0, 0, 0), (1, 0, 0), (0, 1, 1), (1, 1, 1),
+                                                                    (0, 2, 2), (1, 2, 2)]
+    # Packet p of worker 0's message is chunk p: its lanes are those send() made for PSN p.
+    assert [x[3] for x in out[::2]] == [summed((0, p), (1, p)) for p in range(3)]
+
+
+def test_mode_i_frees_a_slot_only_when_every_host_acked_its_result():
+    sw, job = switch(Mode.TERMINATED, slots=2)
+    m = sw.modes[job.job]
+    for p in range(2):
+        _complete(sw, job, p)
+    ack(sw, job, 0, Ack(1))                                    # worker 0 has results 0 and 1, worker 1 none
+    assert send(sw, job, 0, 2) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 1   # chunk 2 needs slot 0
+    assert m.responders[0].expected == 2                       # not taken: the host sends it again
+    ack(sw, job, 1, Ack(0))
+    assert send(sw, job, 0, 2) == [(0, 0x100, Ack(2, Syndrome.ACK, 3))]
+    assert [s.done for s in m.slots] == [False, True] and list(m.order) == [1]
+
+
+def test_mode_i_lost_ack_and_result_timeout_go_back_n():
+    sw, job = switch(Mode.TERMINATED)
+    for p in range(2):
+        _complete(sw, job, p)
+    assert sw.deadline == 1.0 and sw.on_timer(0.5) == []
+    ack(sw, job, 0, Ack(1))                                    # worker 0's ACK of result 0 was lost: 1 covers it
+    late = decoded(sw.on_timer(1.0))                           # worker 1 ACKed nothing: Go-Back-N from 0
+    assert [(p, x.psn) for p, _, x in late] == [(1, 0), (1, 1)] and sw.counters[Counter.HOP_RESENDS] == 2
+    again = ack(sw, job, 1, Ack(1, Syndrome.NAK_SEQ, 1))       # result 1 lost again: NAK of PSN 1
+    assert [(p, x.psn) for p, _, x in again] == [(1, 1)] and sw.counters[Counter.HOP_RESENDS] == 3
+    assert ack(sw, job, 1, Ack(1, Syndrome.NAK_SEQ, 1)) == []  # one Go-Back-N per NAK
+    ack(sw, job, 1, Ack(1))
+    assert sw.deadline is None and list(sw.modes[job.job].order) == []
+
+
+def test_mode_i_retries_exhausted_put_the_qp_in_error():
+    sw, job = switch(Mode.TERMINATED)
+    _complete(sw, job, 0)
+    ack(sw, job, 0, Ack(0))
+    m = sw.modes[job.job]
+    t = 1.0
+    for _ in range(7):                                         # RESULT_RETRIES resends without progress
+        assert [x.psn for _, _, x in decoded(sw.on_timer(t))] == [0]
+        t += 1.0
+    assert sw.on_timer(t) == [] and m.requesters[1] is None and sw.counters[Counter.QP_ERRORS] == 1
+    assert send(sw, job, 1, 1) == [] and ack(sw, job, 1, Ack(0)) == []
+    assert sw.counters[Counter.DROP_QP_ERROR] == 2 and sw.deadline is None
+
+
+def test_mode_i_remote_nak_puts_the_qp_in_error():
+    sw, job = switch(Mode.TERMINATED)
+    _complete(sw, job, 0)
+    assert ack(sw, job, 1, Ack(0, Syndrome.NAK_INVALID, 0)) == [] and sw.counters[Counter.QP_ERRORS] == 1
+
+
+def test_mode_i_psns_wrap_at_2_24():
+    sw, job = switch(Mode.TERMINATED)
+    m = sw.modes[job.job]
+    top = PSN_MOD - 1
+    m.responders = [Responder(first_psn=top) for _ in range(2)]
+    m.requesters = [Requester(first_psn=top, window=job.slots, mtu=CHUNK, timeout=1.0) for _ in range(2)]
+    for p in (top, 0):
+        send(sw, job, 0, p, chunk=p % 4)
+        out = send(sw, job, 1, p, chunk=p % 4)
+        assert acks(out) == [(1, Ack(p, Syndrome.ACK, 1 if p == top else 2))]
+        assert [(port, psn) for port, psn, _, _ in results(out)] == [(0, p), (1, p)]
+    for w in range(2):
+        ack(sw, job, w, Ack(0))                                # ACKs both results, across the wrap
+    assert list(m.order) == [] and sw.deadline is None
+
+
+def test_mode_i_counts_bad_contributions():
+    sw, job = switch(Mode.TERMINATED)
+    bad = [(dict(opcode=Opcode.RC_RDMA_WRITE_ONLY_IMM, imm=0), Counter.DROP_BAD_OPCODE),
+           (dict(payload=bytes(CHUNK - 4), length=CHUNK - 4), Counter.DROP_BAD_LENGTH),
+           (dict(opcode=SegmentOpcode.RC_RDMA_WRITE_FIRST, length=CHUNK + 4), Counter.DROP_BAD_LENGTH),
+           (dict(opcode=SegmentOpcode.RC_RDMA_WRITE_FIRST, length=CHUNK), Counter.DROP_BAD_LENGTH),
+           (dict(va=CHUNK + 4), Counter.DROP_BAD_ADDRESS)]
+    for kw, counter in bad:
+        before = sw.counters[counter]
+        assert send(sw, job, 0, 0, **kw) == [] and sw.counters[counter] == before + 1, kw
+    pkt = Packet(Opcode.RC_RDMA_WRITE_ONLY, 0, bytes(CHUNK), True, 0, CHUNK)
+    assert sw.receive(0, rc.encode(pkt, dataclasses.replace(to_switch(sw, job, 0), rkey=1))) == []
+    assert sw.counters[Counter.DROP_BAD_RKEY] == 1
+    assert ack(sw, job, 0, Ack(0)) == []                      # an ACK of a result never sent is ignored
+    assert sw.modes[job.job].responders[0].expected == 0 and sw.counters[Counter.RX_CONTRIB] == 0

@@ -66,6 +66,7 @@ def test_psn_ahead_gets_one_nak_per_gap():
 def test_requester_goes_back_n_on_a_nak_once():
     req, resp = _pair()
     pkts = [p for i in range(3) for p in req.post(0.0, bytes(4), va=0)]
+    assert [p.psn for p in pkts] == [0, 1, 2]
     again = req.receive(0.5, Ack(1, Syndrome.NAK_SEQ, 1))   # PSN 0 arrived, 1 is missing
     assert [p.psn for p in again] == [1, 2] and req.una == 1 and req.completed == 1
     assert req.receive(0.5, Ack(1, Syndrome.NAK_SEQ, 1)) == []  # a second NAK of the same gap
@@ -104,7 +105,7 @@ def test_retries_exhausted_raise_the_typed_error():
 def test_progress_restores_the_retry_count():
     req, resp = _pair(retries=1)
     pkts = [p for i in range(2) for p in req.post(0.0, bytes(4), va=0)]
-    req.on_timer(T)
+    assert req.on_timer(T) == pkts
     req.receive(T, Ack(0, Syndrome.ACK, 1))
     assert [p.psn for p in req.on_timer(2 * T)] == [1]
 
@@ -144,6 +145,20 @@ def test_multi_packet_message_with_a_lost_middle_packet():
     assert msgs == [rc.Message(0x1000, b"aaaabbbbcccc")] and acks[-1] == Ack(2, Syndrome.ACK, 1)
     _feed(req, acks)
     assert req.completed == 1
+
+
+def test_take_places_each_packet_at_its_address_without_buffering_the_message():
+    req, resp = _pair(mtu=4)
+    pkts = req.post(0.0, b"aaaabbbbcccc", va=0x1000)
+    assert resp.address(pkts[1]) is None and resp.address(pkts[0]) == 0x1000   # MIDDLE first: out of sequence
+    seg, acks = resp.take(pkts[0])
+    assert seg == rc.Segment(0x1000, b"aaaa", True, False) and acks == [Ack(0, Syndrome.ACK, 0)]
+    assert resp.address(pkts[2]) is None and resp.address(pkts[1]) == 0x1004   # ahead, then the next packet
+    assert resp.take(pkts[1])[0] == rc.Segment(0x1004, b"bbbb", False, False)
+    assert resp.take(pkts[1]) == (None, [Ack(1, Syndrome.ACK, 0)])             # a duplicate: re-ACKed
+    seg, acks = resp.take(pkts[2])
+    assert seg == rc.Segment(0x1008, b"cccc", False, True) and acks == [Ack(2, Syndrome.ACK, 1)]
+    assert resp.state()[4:] == (None, 0)                                       # no message open, nothing kept
 
 
 def test_responder_coalesces_acks_but_always_answers_ackreq():

@@ -1,0 +1,289 @@
+"""EPIC's Mode I (connection terminated) in the model switch, for an AllReduce job on one switch.
+
+The switch is the RC endpoint of every host: each host's QP ends at the
+switch, whose responder takes the host's contributions and whose requester
+sends it the results, with :mod:`inagg.models.rc`'s endpoint on both
+sides (the same one the hosts run). The
+:class:`~inagg.models.switch.ModelSwitch` hands every frame addressed to a
+Mode I job's switch QPN to its :class:`TerminatedJob`.
+``docs/protocol.md`` section 6.4 is the specification; each rule below
+names its step there.
+
+What the job keeps (section 9): its ``slots`` slots, each one chunk's
+lanes (then its result), the chunk, the bitmap of workers in and a done
+flag; the ring of slots whose result is out, in posting order, and how
+many of them every host ACKed; per host QP the responder's state
+(expected PSN, MSN, "NAK sent", the open message's next VA) and the
+requester's (next PSN, oldest unACKed PSN, results ACKed, retry count,
+timer, and the headers of the results not yet ACKed: a result's lanes
+stay in its slot, read again for every retransmission, so the slot is
+their only copy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from inagg.models import arith, rc, wire
+from inagg.models.frame import AETH, RETH, Opcode, SegmentOpcode
+from inagg.models.job import JobSpec, Mode
+from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter, encode_imm, qp_udp_sport
+
+__all__ = ["MODES", "RESULT_RETRIES", "Slot", "TerminatedJob", "open_job"]
+
+MODES = (Mode.TERMINATED,)
+"""The modes this module implements."""
+RESULT_RETRIES = 7
+"""Retransmissions of a result QP without progress before it fails (IBTA's largest retry count)."""
+
+_REQUESTS = frozenset({SegmentOpcode.RC_RDMA_WRITE_FIRST, SegmentOpcode.RC_RDMA_WRITE_MIDDLE,
+                       SegmentOpcode.RC_RDMA_WRITE_LAST, Opcode.RC_RDMA_WRITE_ONLY})
+_HEADS = frozenset({SegmentOpcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_ONLY})
+
+
+@dataclass
+class Slot:
+    """One slot of a Mode I job: a chunk's lanes while it aggregates, then its result until every host ACKed it."""
+
+    lanes: arith.LaneState
+    chunk: int = 0
+    bitmap: int = 0      # workers whose contribution is in
+    count: int = 0
+    done: bool = False   # the result is out; the slot is free again when every host ACKed it
+
+    @property
+    def free(self) -> bool:
+        return not self.bitmap and not self.done
+
+    def copy(self) -> "Slot":
+        return Slot(self.lanes.copy(), self.chunk, self.bitmap, self.count, self.done)
+
+
+class TerminatedJob:
+    """Mode I, connection terminated (``docs/protocol.md`` section 6.4), for ``spec`` on ``switch``.
+
+    ``switch`` is the :class:`~inagg.models.switch.ModelSwitch` that holds
+    the job (its counters, clock ``now`` and lane arithmetic). ``timeout``
+    is the ACK timeout of the switch's result requesters and ``retries``
+    their retry count.
+
+    ``free_on_first_ack`` is a test-only mutation: it frees a slot as soon
+    as one host ACKed its result, the buffer-recycling bug of section 7;
+    :mod:`inagg.host.checker` must find it.
+    """
+
+    mode = Mode.TERMINATED
+    free_on_first_ack = False
+
+    def __init__(self, switch, spec: JobSpec, timeout: float, retries: int = RESULT_RETRIES):
+        self.switch, self.spec = switch, spec
+        n = len(spec.workers)
+        c = switch.spec.chunk_bytes
+        self.slots = [Slot(arith.LaneState(switch.spec.lanes)) for _ in range(spec.slots)]
+        self.responders = [rc.Responder() for _ in range(n)]
+        # A result QP holds at most one result per slot, so a window of every slot never holds one back.
+        self.requesters: list[rc.Requester | None] = [
+            rc.Requester(window=spec.slots, mtu=c, timeout=timeout, retries=retries) for _ in range(n)]
+        self.order: deque[int] = deque()   # slots whose result is out and not ACKed by every host, in posting order
+        self.released = 0                  # results every host ACKed (the requesters count theirs in ``completed``)
+        mac, ip = wire.mac_bytes(switch.spec.mac), wire.ip_bytes(switch.spec.ip)
+        self.to = [rc.Address(eth_dst=wire.mac_bytes(w.mac), eth_src=mac, ip_src=ip, ip_dst=wire.ip_bytes(w.ip),
+                              udp_sport=qp_udp_sport(w.qpn), dest_qpn=w.qpn, rkey=w.rkey, pkey=switch.spec.pkey)
+                   for w in spec.workers]
+
+    def fork(self, switch) -> "TerminatedJob":
+        """An independent copy of the job's state, held by ``switch`` (the model checker branches with it)."""
+        t = object.__new__(type(self))
+        t.__dict__.update(self.__dict__)
+        t.switch, t.slots, t.order = switch, [s.copy() for s in self.slots], deque(self.order)
+        t.responders = [r.copy() for r in self.responders]
+        t.requesters = [None if q is None else q.copy() for q in self.requesters]
+        return t
+
+    def state(self) -> tuple:
+        """A hashable summary of the job's protocol state, timers relative to the switch's clock."""
+        now = self.switch.now
+        return (tuple((s.chunk, s.bitmap, s.count, s.done, s.lanes.words.tobytes(),
+                       s.lanes.promoted.tobytes()) for s in self.slots),
+                tuple(self.order), self.released, tuple(r.state() for r in self.responders),
+                tuple(None if q is None else q.state(now) for q in self.requesters))
+
+    # -- the clock of the result requesters ------------------------------------
+
+    @property
+    def deadline(self) -> float | None:
+        """The earliest ACK timer of a result QP, or None."""
+        armed = [d for q in self.requesters if q is not None and (d := q.deadline) is not None]
+        return min(armed) if armed else None
+
+    def on_timer(self, now: float) -> list[tuple[int, bytes]]:
+        """Step 6: Go-Back-N on every result QP whose ACK timer ran out by ``now``."""
+        out = []
+        for w, q in enumerate(self.requesters):
+            if q is not None and q.deadline is not None and q.deadline <= now:
+                out += self._requester(w, lambda q: q.on_timer(now))
+        return out
+
+    # -- frames in -------------------------------------------------------------
+
+    def receive(self, worker: int, r: wire.RoceFrame) -> list[tuple[int, bytes]]:
+        """One checked frame (``wire.parse``) addressed to ``worker``'s switch QPN."""
+        count = self.switch.counters
+        if self.requesters[worker] is None:
+            count[Counter.DROP_QP_ERROR] += 1  # step 7: the QP is in the error state
+            return []
+        if r.opcode == Opcode.RC_ACK:
+            if len(r.payload) != AETH.size:
+                count[Counter.DROP_BAD_LENGTH] += 1
+                return []
+            a = AETH.unpack(r.payload)
+            return self._requester(worker, lambda q: q.receive(self.switch.now, rc.Ack(r.psn, a["syndrome"], a["msn"])))
+        pkt = self._request(r)
+        if isinstance(pkt, Counter):
+            count[pkt] += 1
+            return []
+        return self._contribution(worker, pkt)
+
+    def _request(self, r: wire.RoceFrame) -> rc.Packet | Counter:
+        """Step 1: the RC packet of a contribution frame, or the counter of its first failed check.
+
+        ``wire.parse`` reads the RETH of single-packet opcodes only: a WRITE
+        FIRST's RETH is still at the head of its payload."""
+        c = self.switch.spec.chunk_bytes
+        if r.opcode not in _REQUESTS:
+            return Counter.DROP_BAD_OPCODE
+        op = Opcode(r.opcode) if r.opcode == Opcode.RC_RDMA_WRITE_ONLY else SegmentOpcode(r.opcode)
+        payload, va, rkey, length = r.payload, r.va, r.rkey, r.dma_len
+        if op is SegmentOpcode.RC_RDMA_WRITE_FIRST:
+            if len(payload) < RETH.size:
+                return Counter.DROP_BAD_LENGTH
+            reth = RETH.unpack(payload)
+            payload, va, rkey, length = payload[RETH.size:], reth["va"], reth["rkey"], reth["dma_len"]
+        # Every packet carries one whole chunk: a message of n packets is n chunks from its VA on.
+        if len(payload) != c or r.pad:
+            return Counter.DROP_BAD_LENGTH
+        if op in _HEADS:
+            if length % c or length < c or (op is Opcode.RC_RDMA_WRITE_ONLY) != (length == c):
+                return Counter.DROP_BAD_LENGTH
+            if rkey != self.spec.rkey:
+                return Counter.DROP_BAD_RKEY
+            if va % c or va // c + length // c > CHUNK_MOD:
+                return Counter.DROP_BAD_ADDRESS
+        return rc.Packet(op, r.psn, payload, r.ackreq, va if op in _HEADS else None,
+                         length if op in _HEADS else None)
+
+    # -- upward: the switch is the RC responder of contributions ---------------
+
+    def _contribution(self, w: int, pkt: rc.Packet) -> list[tuple[int, bytes]]:
+        """Steps 2-4: in order (aggregated, ACKed), ahead (one NAK per gap), behind (re-ACKed)."""
+        count = self.switch.counters
+        resp = self.responders[w]
+        d = rc.psn_diff(pkt.psn, resp.expected)
+        va = resp.address(pkt)
+        if va is not None:
+            chunk = va // self.switch.spec.chunk_bytes
+            slot = self.slots[chunk % len(self.slots)]
+            if not slot.free and slot.chunk != chunk:
+                # Not taken and not ACKed: the host sends it again on its timer, after every host
+                # ACKed the slot's result (the same rule as Mode III's).
+                count[Counter.DROP_BUFFER_BUSY] += 1
+                return []
+        seg, acks = resp.take(pkt)
+        if d > 0:
+            count[Counter.DROP_PSN_AHEAD] += 1
+        elif d < 0:
+            count[Counter.DUP_CONTRIB] += 1
+        elif seg is None:
+            count[Counter.DROP_BAD_OPCODE] += 1  # out of its message's sequence: NAK invalid request
+        for a in acks:
+            if a.syndrome != rc.Syndrome.NAK_INVALID:
+                count[Counter.NAK_SENT if a.nak else Counter.ACK_SENT] += 1
+        out = [(self.spec.workers[w].port, rc.encode(a, self.to[w])) for a in acks]
+        if seg is not None:
+            out += self._add(w, chunk, slot, seg.payload)
+        return out
+
+    def _add(self, w: int, chunk: int, slot: Slot, payload: bytes) -> list[tuple[int, bytes]]:
+        """Step 2: add one packet's lanes; a complete slot posts its result to every host's requester."""
+        count = self.switch.counters
+        if slot.free:
+            slot.chunk, slot.count = chunk, 0
+        elif slot.bitmap >> w & 1 or slot.done:
+            # The host sent this chunk again as a new message: RC took it, aggregation must not.
+            count[Counter.DUP_CONTRIB] += 1
+            return []
+        self.switch._accumulate(slot.lanes, np.frombuffer(payload, ">i4").astype(np.int32), first=slot.count == 0)
+        slot.bitmap |= 1 << w
+        slot.count += 1
+        count[Counter.RX_CONTRIB] += 1
+        if slot.count < len(self.spec.workers):
+            return []
+        slot.done = True
+        _, fp32, saturated = self.switch._lanes_out(slot.lanes)
+        count[Counter.COMPLETED] += 1
+        count[Counter.PROMOTED] += fp32 or saturated
+        self.order.append(chunk % len(self.slots))
+        c, imm = self.switch.spec.chunk_bytes, encode_imm(chunk, fp32, saturated)
+        out = []
+        for v, ws in enumerate(self.spec.workers):
+            # Only the header goes to the requester (an empty payload): _send reads the lanes from the slot.
+            va = ws.result_va + (chunk & (self.spec.slots - 1)) * c
+            out += self._requester(v, lambda q: q.post(self.switch.now, b"", va, imm))
+        return out
+
+    # -- downward: the switch is the RC requester of results -------------------
+
+    def _requester(self, w: int, call) -> list[tuple[int, bytes]]:
+        """Run ``call`` on ``w``'s result requester (steps 5-7), send what it returns, free what every host ACKed."""
+        q = self.requesters[w]
+        if q is None:
+            return []  # the QP is in error: its results are not sent any more
+        resent = q.stats["resent"]
+        try:
+            pkts = call(q)
+        except rc.RcError:
+            self.requesters[w] = None
+            self.switch.counters[Counter.QP_ERRORS] += 1
+            return []
+        self.switch.counters[Counter.HOP_RESENDS] += q.stats["resent"] - resent
+        self._release()
+        return [f for p in pkts if (f := self._send(w, p)) is not None]
+
+    def _release(self) -> None:
+        """Step 5: free the slots of the results every host ACKed (requesters complete in posting order)."""
+        done = [q.completed for q in self.requesters if q is not None]
+        if not done:
+            return
+        upto = max(done) if self.free_on_first_ack else min(done)
+        while self.order and self.released < upto:
+            slot = self.slots[self.order.popleft()]
+            slot.bitmap, slot.done = 0, False
+            self.released += 1
+
+    def holding(self, p: rc.Packet) -> Slot | None:
+        """The slot that holds the lanes of result packet ``p`` (a requester's), or None when it holds them
+        no more (only after the test-only mutation freed it early)."""
+        chunk30 = p.imm & IMM_CHUNK_MASK
+        slot = self.slots[chunk30 % len(self.slots)]
+        return slot if slot.done and slot.chunk & IMM_CHUNK_MASK == chunk30 else None
+
+    def _send(self, w: int, p: rc.Packet) -> tuple[int, bytes] | None:
+        """The frame of result packet ``p`` to ``w``: its header from the requester, its lanes from the slot."""
+        slot = self.holding(p)
+        if slot is None:
+            return None  # freed early (the test-only mutation): the result is gone
+        payload = self.switch._lanes_out(slot.lanes)[0]
+        self.switch.counters[Counter.TX_RESULTS] += 1
+        return self.spec.workers[w].port, rc.encode(dataclasses.replace(p, payload=payload, length=len(payload)),
+                                                    self.to[w])
+
+
+def open_job(switch, spec: JobSpec, *, hop_timeout: float) -> TerminatedJob:
+    """The state of a Mode I job on ``switch``; ``hop_timeout`` is its result requesters' ACK timeout."""
+    if spec.mode is not Mode.TERMINATED:
+        raise ValueError(f"job {spec.job}: mode {spec.mode.name} is not Mode I (TERMINATED)")
+    return TerminatedJob(switch, spec, hop_timeout)
