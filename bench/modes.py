@@ -292,11 +292,15 @@ def state_section() -> str:
         f"Computed with `.venv/bin/python bench/modes.py --state` at commit {commit} (no timing: the figures",
         "depend on the code only). `job_state` installs one job on a `ModelSwitch` and reads its state off",
         "the model's own objects: the lane words of each slot (`LaneState`), every other field of a slot",
-        "(`Slot` for UC, `Entry` for Modes II and III), of the job (`_Job` for UC, `TranslatedJob` /",
-        "`AugmentedJob`), one value per child for a list. Configuration (addresses, the spec) is not state.",
+        "(`Slot` for UC and Mode I, `Entry` for Modes II and III), of the job (`_Job` for UC,",
+        "`TerminatedJob`, `TranslatedJob` / `AugmentedJob`), one value per child for a list; Mode I's per",
+        "child state is its `Responder` and `Requester` per host QP. Configuration (addresses, the spec,",
+        "timeouts) is not state, nor are the copies of each result's header Mode I's requesters keep",
+        "(a switch derives them from its ring, `docs/protocol.md` section 9).",
         f"Field widths: PSN {PSN_BITS} bits, chunk {CHUNK_MOD.bit_length() - 1}, job {QPN_JOB_BITS}, count "
         f"{MAX_WORKERS.bit_length()}, a bitmap one bit per child,",
-        f"a promotion flag one bit per lane, a timer {TIMER_BITS}; a field without a width fails the table.",
+        f"a promotion flag one bit per lane, a timer {TIMER_BITS}, a virtual address 64; a field without a width",
+        "fails the table.",
         "A job below a tree's root holds the same objects (Mode III's uplink fields are in every job).",
         "",
         f"EPIC's operating point (`docs/protocol.md` section 9): B = {LINK_BPS / 1e9:g} Gb/s, T = {RTT * 1e6:g} us,",
@@ -311,8 +315,9 @@ def state_section() -> str:
         "",
         "Every mode keeps 2W slots of lanes, twice the bandwidth-delay product (with W rounded up to a",
         "power of two: 2 x 128 KiB = 256 KiB against EPIC's 250 KB); what the modes differ in is the rest.",
-        "Mode I (`Mode.TERMINATED`) is not in the model switch yet: `STATE_OF` in `models/state.py` takes",
-        "its function when it is.",
+        "Mode I needs only one BDP of slots (section 9) but is configured with 2W like the others; its",
+        "per-QP state (a responder and a requester, bits per child) is the largest, its ring of slot",
+        "indices the bits per job.",
     ]) + "\n"
 
 

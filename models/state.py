@@ -9,7 +9,7 @@ gains without a width here fails the count, so the table in
 ``docs/results/modes.md`` cannot silently leave state out.
 
 :data:`STATE_OF` maps each mode the model switch implements to its counting
-function; a mode the switch gains (Mode I) adds one entry.
+function; a mode the switch gains adds one entry.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
 from inagg.models.protocol import CHUNK_BYTES_DEFAULT, CHUNK_MOD, MAX_WORKERS, QPN_JOB_BITS
-from inagg.models.rc import PSN_BITS
+from inagg.models.rc import PSN_BITS, Requester, Responder
 from inagg.models.switch import ModelSwitch, SlotState
+from inagg.models.terminated import TerminatedJob
 
 __all__ = ["JobState", "STATE_OF", "TIMER_BITS", "job_state", "window_for"]
 
@@ -133,10 +134,67 @@ def _rc_state(mode: Mode):
     return state
 
 
-# One function per mode the model switch implements, in the table's order. Mode I (Mode.TERMINATED) adds
-# its own here: its job object's slots and per-QP fields, with their widths in _widths.
+# What Mode I's RC endpoints hold that is not switch state (docs/protocol.md section 9): their
+# configuration, the model's statistics, and copies a hardware switch does not keep.
+_RC_NOT_STATE = frozenset({
+    "window", "mtu", "timeout", "retries", "ack_every",  # configuration, fixed when the job is installed
+    "stats",                  # the model's tallies; the switch counts in its global Counter registers
+    "_parts", "_msg_va",      # Responder.receive()'s message buffer: Mode I places packets with take()
+    "peer_msn",               # written on every ACK, read by nothing
+    # The per-result header copies: unsent (never any, the window is every slot), sent and not ACKed,
+    # and their last PSNs. A hardware switch derives them from the ring: the j-th result has PSN
+    # j mod 2**24 on every QP, and its chunk and flags are in its slot.
+    "_queue", "_sent", "_ends",
+})
+
+
+def _rc_widths(job: TerminatedJob) -> dict[str, int]:
+    """Bits of each state field of Mode I's responders and requesters (section 9's Mode I paragraph)."""
+    ack_every = {r.ack_every for r in job.responders}
+    retries = {q.retries for q in job.requesters}
+    assert len(ack_every) == len(retries) == 1, "every QP of a job has the same configuration"
+    return {
+        # Responder: expected PSN, MSN, "NAK sent", the open message's next VA, and the packets since its
+        # last ACK, which count up to ack_every - 1 (0 bits when every packet is ACKed, as in Mode I).
+        "expected": PSN_BITS, "msn": PSN_BITS, "_nak_sent": 1, "_va": 64,
+        "_unacked": (ack_every.pop() - 1).bit_length(),
+        # Requester: next PSN, oldest unACKed PSN, results completed, retries left, its ACK timer, and
+        # "a NAK's Go-Back-N is under way": _nak_psn is None or the oldest unACKed PSN, so one bit.
+        "next_psn": PSN_BITS, "una": PSN_BITS, "completed": 32, "_left": retries.pop().bit_length(),
+        "_timer": TIMER_BITS, "_nak_psn": 1,
+    }
+
+
+def _endpoint_bits(endpoint: Responder | Requester, widths: dict[str, int]) -> int:
+    """The bits of one RC endpoint's state: every field but those of :data:`_RC_NOT_STATE`."""
+    per_child, once = _field_bits(endpoint, {k: v for k, v in vars(endpoint).items() if k not in _RC_NOT_STATE},
+                                  widths)
+    assert per_child == 0, "an RC endpoint holds no per-child list"
+    return once
+
+
+def _terminated_state(workers: int, window: int, chunk_bytes: int) -> JobState:
+    """A Mode I job: its slots, per host QP its responder and requester, once its ring and ACKed count."""
+    sw, spec = _job_of(Mode.TERMINATED, workers, window, chunk_bytes)
+    slot_w, _ = _widths(workers)
+    j = sw.modes[spec.job]
+    lane_bytes, slot_bits = _slot_bits(j.slots[0], slot_w)
+    rc_w = _rc_widths(j)
+    qp_bits = _endpoint_bits(j.responders[0], rc_w) + _endpoint_bits(j.requesters[0], rc_w)
+    # The ring holds up to R slot indices; its head is the ACKed count mod R, so beside the indices it
+    # keeps only how many it holds (0..R).
+    r = len(j.slots)
+    job_w = {"order": r * (r - 1).bit_length() + r.bit_length(), "released": 32}
+    per_child, once = _field_bits(j, {k: v for k, v in vars(j).items()
+                                      if k not in ("slots", "responders", "requesters")}, job_w)
+    assert per_child == 0, "a Mode I job's per-QP state is in its responders and requesters"
+    return JobState(Mode.TERMINATED, workers, r, lane_bytes * r, slot_bits, qp_bits, once)
+
+
+# One function per mode the model switch implements, in the table's order.
 STATE_OF = {
     Mode.UC: _uc_state,
+    Mode.TERMINATED: _terminated_state,
     Mode.TRANSLATED: _rc_state(Mode.TRANSLATED),
     Mode.AUGMENTED: _rc_state(Mode.AUGMENTED),
 }
