@@ -177,7 +177,6 @@ class Requester:
         self.una = first_psn          # oldest unacknowledged PSN
         self.next_psn = first_psn     # PSN of the next new packet
         self.completed = 0
-        self.peer_msn = 0
         self.stats: Tally = Tally()
         self._queue: deque[Packet] = deque()   # packets not sent yet
         self._sent: deque[Packet] = deque()    # sent, not acknowledged, in PSN order
@@ -245,7 +244,7 @@ class Requester:
                 self.stats["ignored_ack"] += 1
                 return []
             self.stats["nak"] += 1
-            self._acked(now, psn_add(ack.psn, -1), ack.msn)
+            self._acked(now, psn_add(ack.psn, -1))
             if self._nak_psn == ack.psn:
                 return []  # this gap's Go-Back-N is under way already
             self._nak_psn = ack.psn
@@ -254,7 +253,7 @@ class Requester:
             self.stats["ignored_ack"] += 1  # a duplicate ACK, or one for a PSN never sent
             return []
         self.stats["ack"] += 1
-        self._acked(now, ack.psn, ack.msn)
+        self._acked(now, ack.psn)
         return self._fill(now)
 
     def on_timer(self, now: float) -> list[Packet]:
@@ -263,7 +262,7 @@ class Requester:
             return []
         return self._retry(now, "ACK timeout")
 
-    def _acked(self, now: float, psn: int, msn: int) -> None:
+    def _acked(self, now: float, psn: int) -> None:
         """Everything up to ``psn`` arrived: drop it from the window, complete its messages."""
         progressed = False
         while self._sent and psn_diff(self._sent[0].psn, psn) <= 0:
@@ -275,7 +274,6 @@ class Requester:
         while self._ends and psn_diff(self._ends[0], psn) <= 0:
             self._ends.popleft()
             self.completed += 1
-        self.peer_msn = msn
         self._left = self.retries
         self._nak_psn = None
         self._timer = now + self.timeout if self._sent else None

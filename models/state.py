@@ -140,7 +140,6 @@ _RC_NOT_STATE = frozenset({
     "window", "mtu", "timeout", "retries", "ack_every",  # configuration, fixed when the job is installed
     "stats",                  # the model's tallies; the switch counts in its global Counter registers
     "_parts", "_msg_va",      # Responder.receive()'s message buffer: Mode I places packets with take()
-    "peer_msn",               # written on every ACK, read by nothing
     # The per-result header copies: unsent (never any, the window is every slot), sent and not ACKed,
     # and their last PSNs. A hardware switch derives them from the ring: the j-th result has PSN
     # j mod 2**24 on every QP, and its chunk and flags are in its slot.
