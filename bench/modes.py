@@ -141,17 +141,25 @@ def completion_section() -> str:
     ]) + "\n"
 
 
+def _section(page: str, heading: str) -> slice:
+    """Where the page's section ``heading`` is: from its heading up to the next ``## `` heading or the end."""
+    start = page.index(heading)
+    end = page.find("\n## ", start + len(heading))
+    return slice(start, None if end < 0 else end + 1)
+
+
 def _replace_section(heading: str, text: str) -> None:
-    """Put ``text`` in place of the page's section ``heading`` (up to the next ``## `` heading), or append it."""
+    """Put ``text`` in place of the page's section ``heading``, or append it."""
     page = OUT.read_text()
     if heading in page:
-        start = page.index(heading)
-        end = page.find("\n## ", start + len(heading))
-        rest = "" if end < 0 else page[end + 1:]
-        page = page[:start].rstrip("\n") + "\n\n" + text + ("\n" + rest if rest else "")
+        at = _section(page, heading)
+        rest = page[at.stop:] if at.stop is not None else ""
+        page = page[:at.start].rstrip("\n") + "\n\n" + text + ("\n" + rest if rest else "")
     else:
         page = page.rstrip("\n") + "\n\n" + text
     OUT.write_text(page)
+
+
 def _mode_i_section(budget: int, command: str) -> list[str]:
     """The Mode I section of the file: its rows and its mutation, with the command and the commit."""
     load = os.getloadavg()
@@ -255,12 +263,10 @@ def main() -> None:
         "buffer-recycling bug EPIC's model check found.", MUTATION, verdict, trace)
     lines += _mode_i_section(args.budget, command)
     old = OUT.read_text() if OUT.exists() else ""
+    # The sections measured by their own options are kept as they are.
+    lines += [old[_section(old, h)].rstrip("\n") + "\n" for h in (COMPLETION_HEADING, STATE_HEADING) if h in old]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines))
-    for heading in (COMPLETION_HEADING, STATE_HEADING):  # measured by their own options: kept
-        if heading in old:
-            end = old.find("\n## ", old.index(heading))
-            _replace_section(heading, old[old.index(heading):None if end < 0 else end + 1].rstrip("\n") + "\n")
     print(f"wrote {OUT}")
 
 
