@@ -174,27 +174,24 @@ def _function(name: str, src: str, scope: dict):
     return scope[name]
 
 
-def _packing(units: list[tuple[Header, list[Field]]], value) -> tuple[str, list[str], list[str]]:
-    """What packs ``units`` (a header and one of its :func:`_units` each) with one ``struct`` call.
+def _packing(header: Header, units: list[list[Field]]) -> tuple[str, list[str], list[str]]:
+    """What packs ``units`` (:func:`_units` runs of ``header``'s fields, each a parameter of its name) in one call.
 
-    ``value(header, field)`` is the expression of a field's value in the
-    generated code: a parameter's name, or a literal for a fixed value.
     Returns the ``struct`` format, one item expression per unit, and the
     range checks of the parameters ``struct`` does not check itself (fields
     that share a byte, or fill a number of bytes that is no ``struct`` integer).
     """
     fmt, items, checks = "", [], []
-    for h, unit in units:
+    for unit in units:
         nbytes = sum(f.bits for f in unit) // 8
         fmt += _code(nbytes)
         shift, terms = 8 * nbytes, []
         for f in unit:
             shift -= f.bits
-            v = value(h, f)
-            terms.append(f"({v} << {shift})" if shift else v)
-            if v.isidentifier() and (len(unit) > 1 or nbytes not in _CODES):
-                checks.append(f"    if not 0 <= {v} < {1 << f.bits}:\n        raise ValueError("
-                              f"f'{h.name}.{f.name} = {{{v}!r}} does not fit in {f.bits} bits')")
+            terms.append(f"({f.name} << {shift})" if shift else f.name)
+            if len(unit) > 1 or nbytes not in _CODES:
+                checks.append(f"    if not 0 <= {f.name} < {1 << f.bits}:\n        raise ValueError("
+                              f"f'{header.name}.{f.name} = {{{f.name}!r}} does not fit in {f.bits} bits')")
         arg = " | ".join(terms)
         items.append(arg if nbytes in _CODES else f"({arg}).to_bytes({nbytes}, 'big')")
     return fmt, items, checks
@@ -210,7 +207,7 @@ def _compile(header: Header) -> tuple:
     whole item; the code checks the others.
     """
     units = _units(header.fields)
-    fmt, items, checks = _packing([(header, u) for u in units], lambda h, f: f.name)
+    fmt, items, checks = _packing(header, units)
     params = [f"{f.name}={'_MISSING' if f.value is None else f.value}" for f in header.fields]
     # A missing field is named before any range check would compare the placeholder.
     missing = [f"    if {f.name} is _MISSING:\n        raise ValueError("
