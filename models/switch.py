@@ -95,8 +95,7 @@ class _Job:
             Collective.BROADCAST: (root, everyone),
             Collective.BARRIER: (0, 0),
         }.get(spec.collective, (everyone, everyone))
-        down = data_out != 0 if spec.collective is Collective.REDUCE else spec.collective is not Collective.BARRIER
-        return cls(spec, [w.result_psn for w in spec.workers], data_in, data_out, data_in != 0, down)
+        return cls(spec, [w.result_psn for w in spec.workers], data_in, data_out, data_in != 0, data_out != 0)
 
 
 class ModelSwitch(SwitchBackend):
