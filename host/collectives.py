@@ -43,10 +43,10 @@ from inagg.models.protocol import ICRC_LEN, IMM_CHUNK_MASK, Counter, qp_udp_spor
 
 from inagg.host.fastpath import Result
 from inagg.host.rc_worker import RC_MODES, RcWorker
-from inagg.host.worker import AllReduce, LengthMismatchError, ProtocolError, Timing, Worker
+from inagg.host.worker import AllReduce, LengthMismatchError, ProtocolError, Timing, Worker, padded_rows
 
-__all__ = ["Reduce", "Broadcast", "Barrier", "ReduceScatter", "AllGather", "collective_worker", "tree_operations", "sends_data",
-           "receives_data", "EmptyContributions", "CompletionParser", "operation", "reference", "exponent"]
+__all__ = ["Reduce", "Broadcast", "Barrier", "ReduceScatter", "AllGather", "collective_worker", "tree_operations",
+           "sends_data", "receives_data", "EmptyContributions", "CompletionParser", "operation", "reference", "exponent"]
 
 
 def sends_data(job: JobSpec, worker: int) -> bool:
@@ -118,13 +118,6 @@ def collective_worker(switch: SwitchSpec, job: JobSpec, worker: int, **kw) -> Wo
     return w
 
 
-def _chunks(flat: np.ndarray, lanes: int) -> np.ndarray:
-    """int32 lanes as chunk rows, the last padded with zeros."""
-    out = np.zeros(-(-flat.size // lanes) * lanes, np.int32)
-    out[:flat.size] = flat
-    return out.reshape(-1, lanes)
-
-
 def _float32(array: np.ndarray, name: str) -> np.ndarray:
     a = np.asarray(array)
     if a.dtype != np.float32:
@@ -160,7 +153,7 @@ class _Operation:
         if self._started:
             raise RuntimeError(f"this {type(self).__name__.lower()} has started already")
         self._started = True
-        return self._check(self.worker.submit(now, _chunks(self._lanes(), self.worker.switch.lanes)))
+        return self._check(self.worker.submit(now, padded_rows(self._lanes(), self.worker.switch.lanes)))
 
     def receive(self, now: float, frame: bytes) -> list[bytes]:
         return self._check(self.worker.receive(now, frame))

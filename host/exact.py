@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inagg.host.worker import AllReduce, ProtocolError
+from inagg.host.worker import AllReduce, ProtocolError, padded_rows
 
 __all__ = ["ExactSum", "SumOverflowError"]
 
@@ -35,10 +35,7 @@ class ExactSum(AllReduce):
         w = self.worker
         if self.rescales:
             raise SumOverflowError(f"job {w.job.job} worker {w.rank}: the switch saturated an int32 sum")
-        lanes = w.switch.lanes
-        flat = np.zeros(-(-self.data.size // lanes) * lanes, np.int32)
-        flat[:self.data.size] = self.data
-        return flat.reshape(-1, lanes)
+        return padded_rows(self.data, w.switch.lanes)
 
     def _dequantize(self, words: np.ndarray, fp32: np.ndarray) -> np.ndarray:
         if fp32.any():

@@ -38,7 +38,7 @@ from inagg.host.fastpath import ContribTemplate, Result, ResultParser
 __all__ = [
     "Timing", "Worker", "AllReduce", "ProtocolError", "ChunkTimeoutError", "LengthMismatchError",
     "SaturatedResultError", "QuantizedChunks", "AGREE_EXP_LANES", "AGREE_LEN_BITS", "AGREE_NONFINITE_LANE",
-    "agreement_chunks", "MAX_RESCALES", "chunk_rows",
+    "agreement_chunks", "MAX_RESCALES", "chunk_rows", "padded_rows",
 ]
 
 # Frames of a batch are built this many chunks at a time, as the window reaches them.
@@ -305,6 +305,13 @@ class Worker:
         """
         return (self.next_chunk, self._k, self._low, self._sent, self._words.tobytes(), self._fp32.tobytes(),
                 self._got.tobytes(), tuple(sorted((i, s, self._due[i] - now) for i, s in self._sends.items())))
+
+
+def padded_rows(flat: np.ndarray, lanes: int) -> np.ndarray:
+    """int32 values as rows of ``lanes`` (one chunk each), the last row padded with zeros."""
+    out = np.zeros(-(-flat.size // lanes) * lanes, np.int32)
+    out[:flat.size] = flat
+    return out.reshape(-1, lanes)
 
 
 def chunk_rows(worker, lanes: "np.ndarray | QuantizedChunks") -> "np.ndarray | QuantizedChunks":
