@@ -152,6 +152,7 @@ def _fork_switch(sw: ModelSwitch) -> ModelSwitch:
     t.fast = [Slot(s.lanes.copy(), s.state, s.job, s.chunk, s.bitmap, s.count, s.first) for s in sw.fast]
     t.jobs = {k: dataclasses.replace(j, result_psn=list(j.result_psn)) for k, j in sw.jobs.items()}
     t.counters = dict(sw.counters)
+    t.tree_counters = dict(sw.tree_counters)
     t.modes = {k: m.fork(t) for k, m in sw.modes.items()}
     return t
 

@@ -34,20 +34,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from inagg.models import arith
+from inagg.models.frame import Opcode
 from inagg.models.job import Mode
 from inagg.models.modes import AugmentedJob
 from inagg.models.rc import psn_add, psn_diff
 from inagg.models.switch import ModelSwitch
 from inagg.models.tree import Tree
 
-from inagg.host.checker import CheckResult, Violation, _clock, _describe, _explore, _fork_switch, _guard, _push, _remove
+from inagg.host.checker import (
+    _OPCODE, _PSN, CheckResult, Violation, _clock, _describe, _explore, _fork_switch, _guard, _push, _remove,
+)
 from inagg.host.controller import TreeController, plan_tree
 from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import Timing, Worker
 
 __all__ = ["TreeScope", "check_tree"]
 
-_RESULT_OPCODE, _OPCODE, _PSN = 0x2B, 42, slice(51, 54)
+_RESULT_OPCODE = Opcode.UC_RDMA_WRITE_ONLY_IMM  # a UC result (its PSN is masked in state keys)
 
 
 @dataclass(frozen=True)
@@ -85,8 +88,6 @@ class _State:
         s = _State()
         s.workers = [w.fork() for w in self.workers]
         s.switches = [_fork_switch(sw) for sw in self.switches]
-        for new, old in zip(s.switches, self.switches):
-            new.tree_counters = dict(old.tree_counters)
         s.flight, s.clock, s.faults = self.flight, self.clock, self.faults
         s.fault_this_round, s.depth = self.fault_this_round, self.depth + 1
         return s
