@@ -29,12 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from inagg.host.checker import Scope, Violation, check
-from inagg.host.collectives import collective_worker
+from inagg.host.collectives import tree_operations
 from inagg.host.controller import TreeController, plan_tree
 from inagg.host.link import Faults
 from inagg.host.memnet import TreeNetwork
-from inagg.host.rc_worker import RC_MODES, RcWorker
-from inagg.host.worker import AllReduce, Timing
+from inagg.host.worker import Timing
 from inagg.models.job import Mode
 from inagg.models.modes import HOP_TIMEOUT, AugmentedJob
 from inagg.models.protocol import CHUNK_MOD, MAX_WORKERS, QPN_JOB_BITS
@@ -95,12 +94,7 @@ def completion(mode: Mode, loss: float, seed: int) -> float:
     TreeController(switches, tp).configure()
     timing = Timing(timeout=RANK_TIMEOUT, max_timeout=20e-3, tries=30)
     data = [np.random.default_rng([seed, r]).standard_normal(ELEMENTS, np.float32) for r in range(tp.tree.ranks)]
-    ops = {}
-    for r in range(tp.tree.ranks):
-        s, w = tp.rank(r)
-        q = tp.plans[s]
-        kind = RcWorker if mode in RC_MODES else collective_worker
-        ops[r] = AllReduce(kind(q.switch, q.jobs[0], w, timing=timing), data[r])
+    ops = {r: op for r, by_qpn in tree_operations(tp, [data], timing=timing).items() for op in by_qpn.values()}
     stats = TreeNetwork(tp.tree, switches, latency=LATENCY, faults=Faults(loss=loss), seed=seed).run(ops)
     first = ops[0].result()
     if not all(np.array_equal(op.result(), first) for op in ops.values()):

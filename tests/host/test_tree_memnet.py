@@ -10,9 +10,9 @@ from hypothesis import assume, given, settings, strategies as st
 from inagg.host.controller import TreeController, plan_tree
 from inagg.host.link import Faults
 from inagg.host.memnet import TreeNetwork
-from inagg.host.collectives import collective_worker, exponent, operation, reference
-from inagg.host.rc_worker import RcRetryError, RcWorker
-from inagg.host.worker import AllReduce, ChunkTimeoutError, agreement_chunks, Timing
+from inagg.host.collectives import exponent, reference, tree_operations
+from inagg.host.rc_worker import RcRetryError
+from inagg.host.worker import ChunkTimeoutError, agreement_chunks, Timing
 from inagg.models.job import Collective, Mode
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
@@ -28,17 +28,16 @@ def run_tree(spec, elements, *, collective="allreduce", root=0, window=2, faults
     switches = [ModelSwitch(q.switch) for q in tp.plans]
     TreeController(switches, tp).configure()
     data = [np.random.default_rng([seed, r]).standard_normal(elements, np.float32) for r in range(tp.tree.ranks)]
-    amax = max((float(np.abs(d).max()) for d in data if d.size), default=0.0)
-    timing = Timing(timeout=50e-6, max_timeout=2e-3, tries=tries)
-    ops = {}
-    for r in range(tp.tree.ranks):
-        s, w = tp.rank(r)
-        worker = collective_worker(tp.plans[s].switch, tp.plans[s].jobs[0], w, timing=timing)
-        ops[r] = operation(worker, data[r], rank=r, amax=amax)
+    ops = one_job(tree_operations(tp, [data], timing=Timing(timeout=50e-6, max_timeout=2e-3, tries=tries)))
     net = TreeNetwork(tp.tree, switches, faults=faults, seed=seed)
     net.run(ops)
     want = reference(collective, data, root=root, exponent=exponent(ops[0]))
     return {r: op.result() for r, op in ops.items()}, want, switches, net
+
+
+def one_job(ops):
+    """``{rank: operation}`` of a plan with one job, from :func:`tree_operations`' ``{rank: {qpn: operation}}``."""
+    return {r: op for r, by_qpn in ops.items() for op in by_qpn.values()}
 
 
 def same(got, want):
@@ -98,11 +97,7 @@ def run_rc_tree(spec, mode, elements, *, window=2, faults=None, seed=0, tries=30
     switches = [ModelSwitch(q.switch, hop_timeout=20e-6) for q in tp.plans]
     TreeController(switches, tp).configure()
     data = [np.random.default_rng([seed, r]).standard_normal(elements, np.float32) for r in range(tp.tree.ranks)]
-    timing = Timing(timeout=50e-6, tries=tries)
-    ops = {}
-    for r in range(tp.tree.ranks):
-        s, w = tp.rank(r)
-        ops[r] = AllReduce(RcWorker(tp.plans[s].switch, tp.plans[s].jobs[0], w, timing=timing), data[r])
+    ops = one_job(tree_operations(tp, [data], timing=Timing(timeout=50e-6, tries=tries)))
     stats = TreeNetwork(tp.tree, switches, faults=faults, seed=seed).run(ops)
     want = reference("allreduce", data, exponent=ops[0].exponent)
     return {r: op.result() for r, op in ops.items()}, want, switches, stats
