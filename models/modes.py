@@ -27,13 +27,13 @@ import numpy as np
 
 from inagg.models import arith, wire
 from inagg.models.frame import AETH, Opcode, layout
-from inagg.models.job import JobSpec, Mode
+from inagg.models.job import JobSpec, Mode, SwitchSpec
 from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, IMM_FP32, Counter, encode_imm, qp_udp_sport
 from inagg.models.rc import PSN_MOD, Ack, Address, Packet, Syndrome, encode, psn_add, psn_diff
 from inagg.models.tree import TreeCounter
 
-__all__ = ["MODES", "HOP_TIMEOUT", "RC_CONTRIBUTION", "RC_RESULT", "Entry", "TranslatedJob", "AugmentedJob",
-           "open_job"]
+__all__ = ["MODES", "HOP_TIMEOUT", "worker_addresses", "ack_of", "RC_CONTRIBUTION", "RC_RESULT", "Entry",
+           "TranslatedJob", "AugmentedJob", "open_job"]
 
 MODES = (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED)
 """The modes :class:`~inagg.models.switch.ModelSwitch` implements."""
@@ -43,6 +43,23 @@ RC_CONTRIBUTION = layout(Opcode.RC_RDMA_WRITE_ONLY)
 """A contribution of Modes II and III: RC RDMA WRITE ONLY, one chunk."""
 RC_RESULT = layout(Opcode.RC_RDMA_WRITE_ONLY_IMM)
 """A result of Modes II and III, and a child switch's partial with promoted lanes: RC WRITE ONLY WITH IMMEDIATE."""
+
+
+def worker_addresses(switch: SwitchSpec, spec: JobSpec) -> list[Address]:
+    """Where the switch's frames to each worker of ``spec`` go: the worker's QP, from the switch's addresses."""
+    mac, ip = wire.mac_bytes(switch.mac), wire.ip_bytes(switch.ip)
+    return [Address(eth_dst=wire.mac_bytes(w.mac), eth_src=mac, ip_src=ip, ip_dst=wire.ip_bytes(w.ip),
+                    udp_sport=qp_udp_sport(w.qpn), dest_qpn=w.qpn, rkey=w.rkey, pkey=switch.pkey)
+            for w in spec.workers]
+
+
+def ack_of(r: wire.RoceFrame, counters) -> Ack | None:
+    """The ACK or NAK an RC ACK frame carries; None, with ``DROP_BAD_LENGTH`` counted, when its AETH is cut."""
+    if len(r.payload) != AETH.size:
+        counters[Counter.DROP_BAD_LENGTH] += 1
+        return None
+    a = AETH.unpack(r.payload)
+    return Ack(r.psn, a["syndrome"], a["msn"])
 
 
 @dataclass
@@ -80,10 +97,8 @@ class TranslatedJob:
         self.all = (1 << n) - 1
         self.expected = [0] * n
         self.entries = [Entry(arith.LaneState(switch.spec.lanes)) for _ in range(spec.slots)]
+        self.to = worker_addresses(switch.spec, spec)
         mac, ip = wire.mac_bytes(switch.spec.mac), wire.ip_bytes(switch.spec.ip)
-        self.to = [Address(eth_dst=wire.mac_bytes(w.mac), eth_src=mac, ip_src=ip, ip_dst=wire.ip_bytes(w.ip),
-                           udp_sport=qp_udp_sport(w.qpn), dest_qpn=w.qpn, rkey=w.rkey, pkey=switch.spec.pkey)
-                   for w in spec.workers]
         up = spec.parent
         self.up = None if up is None else Address(
             eth_dst=wire.mac_bytes(up.mac), eth_src=mac, ip_src=ip, ip_dst=wire.ip_bytes(up.ip),
@@ -117,7 +132,7 @@ class TranslatedJob:
         """One checked frame (``wire.parse``) addressed to ``worker``'s switch QPN."""
         count = self.switch.counters
         if r.opcode == Opcode.RC_ACK:
-            ack = self._aeth(r)
+            ack = ack_of(r, self.switch.counters)
             return [] if ack is None else self._result_ack(worker, ack)
         c = self.switch.spec.chunk_bytes
         # A child switch's partial with promoted lanes carries their promotion bits after the lanes.
@@ -130,13 +145,6 @@ class TranslatedJob:
             count[bad] += 1
             return []
         return self._contribution(worker, r.psn, r.va // c, r.payload, promoted)
-
-    def _aeth(self, r: wire.RoceFrame) -> Ack | None:
-        if len(r.payload) != AETH.size:
-            self.switch.counters[Counter.DROP_BAD_LENGTH] += 1
-            return None
-        a = AETH.unpack(r.payload)
-        return Ack(r.psn, a["syndrome"], a["msn"])
 
     def _contribution(self, w: int, psn: int, chunk: int, payload: bytes,
                       promoted: bool = False) -> list[tuple[int, bytes]]:
@@ -175,7 +183,7 @@ class TranslatedJob:
     def from_parent(self, r: wire.RoceFrame) -> list[tuple[int, bytes]]:
         """A checked frame to the uplink's result QPN: a result from the parent (section 10.1), or its ACK."""
         if r.opcode == Opcode.RC_ACK:
-            ack = self._aeth(r)
+            ack = ack_of(r, self.switch.counters)
             return [] if ack is None else self._parent_ack(ack)
         up, c = self.spec.parent, self.switch.spec.chunk_bytes
         chunk30 = (r.imm or 0) & IMM_CHUNK_MASK
@@ -228,7 +236,9 @@ class TranslatedJob:
         return []
 
     def _completed(self, e: Entry) -> list[tuple[int, bytes]]:
-        return [self._result(v, e) for v in range(len(self.spec.workers))]
+        payload, fp32, saturated = self.switch._lanes_out(e.lanes)  # once for every worker's copy
+        imm = encode_imm(e.chunk, fp32, saturated)
+        return [self._result_frame(v, e.psn, e.chunk, payload, imm) for v in range(len(self.spec.workers))]
 
     def _partial_done(self, e: Entry) -> list[tuple[int, bytes]]:
         """Section 10.1: a switch below the root sends its completed partial to the parent."""

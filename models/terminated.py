@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from inagg.models import arith, rc, wire
-from inagg.models.frame import AETH, RETH, Opcode, SegmentOpcode
+from inagg.models.frame import RETH, Opcode, SegmentOpcode
 from inagg.models.job import JobSpec, Mode
-from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter, encode_imm, qp_udp_sport
+from inagg.models.modes import ack_of, worker_addresses
+from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter, encode_imm
 
 __all__ = ["MODES", "RESULT_RETRIES", "Slot", "TerminatedJob", "open_job"]
 
@@ -90,10 +91,7 @@ class TerminatedJob:
             rc.Requester(window=spec.slots, mtu=c, timeout=timeout, retries=retries) for _ in range(n)]
         self.order: deque[int] = deque()   # slots whose result is out and not ACKed by every host, in posting order
         self.released = 0                  # results every host ACKed (the requesters count theirs in ``completed``)
-        mac, ip = wire.mac_bytes(switch.spec.mac), wire.ip_bytes(switch.spec.ip)
-        self.to = [rc.Address(eth_dst=wire.mac_bytes(w.mac), eth_src=mac, ip_src=ip, ip_dst=wire.ip_bytes(w.ip),
-                              udp_sport=qp_udp_sport(w.qpn), dest_qpn=w.qpn, rkey=w.rkey, pkey=switch.spec.pkey)
-                   for w in spec.workers]
+        self.to = worker_addresses(switch.spec, spec)
 
     def fork(self, switch) -> "TerminatedJob":
         """An independent copy of the job's state, held by ``switch`` (the model checker branches with it)."""
@@ -137,11 +135,8 @@ class TerminatedJob:
             count[Counter.DROP_QP_ERROR] += 1  # step 7: the QP is in the error state
             return []
         if r.opcode == Opcode.RC_ACK:
-            if len(r.payload) != AETH.size:
-                count[Counter.DROP_BAD_LENGTH] += 1
-                return []
-            a = AETH.unpack(r.payload)
-            return self._requester(worker, lambda q: q.receive(self.switch.now, rc.Ack(r.psn, a["syndrome"], a["msn"])))
+            ack = ack_of(r, count)
+            return [] if ack is None else self._requester(worker, lambda q: q.receive(self.switch.now, ack))
         pkt = self._request(r)
         if isinstance(pkt, Counter):
             count[pkt] += 1
