@@ -30,7 +30,7 @@ from inagg.hdl.axis import beat_signature
 from inagg.hdl.control import AXILiteSignature, Control, event_vector
 from inagg.hdl.divert import Divert
 from inagg.hdl.emitter import ResultEmitter
-from inagg.hdl.engine import SlotEngine, check_fp32_latencies
+from inagg.hdl.engine import SlotEngine, _delay_line, check_fp32_latencies
 from inagg.hdl.ingress import IngressPort
 
 __all__ = ["check_parameters", "Switch", "SwitchTop", "generate_verilog"]
@@ -155,12 +155,10 @@ class Switch(wiring.Component):
         gone = ~ctl.enabled.bit_select(arb.o.p.desc.job, 1)
         m.d.comb += eng.gone.eq(gone)
         # Reported in step with the engine's slot-rule strobes, where the collision strobe is.
-        order = Signal(data.StructLayout({"valid": 1, "port": len(arb.grant), "gone": 1}))
+        layout = data.StructLayout({"valid": 1, "port": len(arb.grant), "gone": 1})
+        order = Signal(layout)
         m.d.comb += [order.valid.eq(taken & starting), order.port.eq(arb.grant), order.gone.eq(gone)]
-        for k in range(eng.strobe_lag):
-            late = Signal.like(order, name=f"order_{k + 1}")
-            m.d.sync += late.eq(order)
-            order = late
+        order = _delay_line(m, order, layout, eng.strobe_lag, "order", reset_less=False)[-1]
         m.d.comb += [self.order.valid.eq(order.valid), self.order.p.port.eq(order.port),
                      self.order.p.gone.eq(order.gone)]
         collide = eng.events[list(Counter).index(Counter.DROP_COLLISION)]
