@@ -22,6 +22,7 @@ from inagg.models.frame import CONTRIBUTION, Opcode
 from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec, WorkerSpec
 from inagg.models.protocol import CHUNK_MOD, ETH_LEN, ICRC_LEN, RC_MODE_COUNTERS, Counter
 from inagg.models.switch import ModelSwitch
+from inagg.testbench.traffic import contribution
 
 THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
 FRAMES = 1_000_000 if THOROUGH else 100_000
@@ -66,14 +67,8 @@ class Traffic:
         return self.rng.integers(-scale, scale, (n, self.spec.chunk_bytes // 4), dtype=np.int64).astype(">i4")
 
     def contribution(self, job: JobSpec, worker: int, chunk: int, lanes: np.ndarray | None = None, **kw) -> bytes:
-        w, c = job.workers[worker], self.spec.chunk_bytes
         lanes = self.lanes(1)[0] if lanes is None else lanes
-        args = dict(eth_dst=wire.mac_bytes(self.spec.mac), eth_src=wire.mac_bytes(w.mac), ip_src=wire.ip_bytes(w.ip),
-                    ip_dst=wire.ip_bytes(self.spec.ip), udp_sport=0xC000 | worker, opcode=Opcode.UC_RDMA_WRITE_ONLY,
-                    dest_qpn=job.qpn(worker), psn=chunk, va=chunk % CHUNK_MOD * c, rkey=job.rkey,
-                    payload=lanes.tobytes(), pkey=self.spec.pkey)
-        args.update(kw)
-        return wire.build(**args)
+        return contribution(self.spec, job, worker, chunk, lanes, psn=chunk, **{"udp_sport": 0xC000 | worker, **kw})
 
     def window(self, job: JobSpec) -> list[tuple[int, bytes]]:
         """Up to half a region of chunks from every worker, reordered, with losses (resent in the job's next
