@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def publish(path: Path, lines: list[str]) -> None:
@@ -10,3 +13,9 @@ def publish(path: Path, lines: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
     print("\n".join(lines))
+
+
+def head_commit() -> str:
+    """The short hash of the checkout's HEAD the figures are measured at ("unknown" outside a git checkout)."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip() or "unknown"

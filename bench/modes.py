@@ -22,12 +22,12 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
+from _report import head_commit
 from inagg.host.checker import Scope, Violation, check
 from inagg.host.collectives import tree_operations
 from inagg.host.controller import TreeController, plan_tree
@@ -104,8 +104,7 @@ def completion(mode: Mode, loss: float, seed: int) -> float:
 
 def completion_section() -> str:
     load = os.getloadavg()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=OUT.parents[2]).stdout.strip()
+    commit = head_commit()
     modes = (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED)
     rows = []
     for loss in LOSSES:
@@ -163,8 +162,7 @@ def _mode_i_section(budget: int, command: str) -> list[str]:
         print(rows[-1], flush=True)
     verdict, trace = _mutation(TerminatedJob, MODE_I_MUTATION, budget)
     print("mode I mutation:", verdict, flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=OUT.parent).stdout.strip() or "unknown"
+    commit = head_commit()
     lines = [
         MODE_I_HEADING,
         "",
@@ -274,8 +272,7 @@ STATE_HEADING = "## Switch state per job per mode"
 
 def state_section() -> str:
     """Compute the state table at EPIC's operating point; the section of docs/results/modes.md."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=OUT.parents[2]).stdout.strip()
+    commit = head_commit()
     w = window_for(LINK_BPS, RTT, STATE_CHUNK)
     bdp = LINK_BPS * RTT / 8
     rows = []

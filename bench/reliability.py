@@ -38,7 +38,7 @@ from collections import Counter as Tally
 from pathlib import Path
 
 import numpy as np
-from _report import publish
+from _report import head_commit, publish
 
 from inagg.host import allreduce
 from inagg.host.roce import contribution
@@ -304,8 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=600.0)
     args = ap.parse_args(argv)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = head_commit()
     log = tempfile.NamedTemporaryFile("w+", prefix="inagg-reliability-", suffix=".log")  # the service's stderr
     serve, address = _serve(args.jobs * args.workers + 40, log)
     rss: list[tuple[float, int]] = []

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from _report import head_commit
 from inagg.host.checker import Violation
 from inagg.host.collectives import exponent as collective_exponent
 from inagg.host.collectives import reference, tree_operations
@@ -61,8 +61,7 @@ BUDGET = 30_000
 
 def _machine() -> str:
     load = os.getloadavg()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=OUT.parents[2]).stdout.strip()
+    commit = head_commit()
     return (f"on {platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}, commit "
             f"{commit}, one core of a machine shared with other jobs (load average {load[0]:.1f} / "
             f"{load[1]:.1f} / {load[2]:.1f} at the start)")
