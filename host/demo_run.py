@@ -97,6 +97,10 @@ class DemoConfig:
         mode = Mode(self.mode)
         return dataclasses.replace(p, jobs=tuple(dataclasses.replace(j, mode=mode) for j in p.jobs))
 
+    def chunks(self, lanes: int) -> int:
+        """The chunks of one worker's all-reduce at ``lanes`` lanes a chunk: its agreement round's and its data's."""
+        return agreement_chunks(lanes) + -(-(self.size // 4) // lanes)
+
     def faults(self) -> Faults:
         return Faults(loss=self.loss, dup=self.dup, reorder=self.reorder, corrupt=self.corrupt)
 
@@ -197,7 +201,7 @@ def _run_inside(backend: Backend, cfg, p, data, progress):
     inputs = {w.port: data[job.job][r] for job in p.jobs for r, w in enumerate(job.workers)}
     lanes = p.switch.lanes
     # Every worker's chunks: the memory transport counts the results the workers took, netns the results sent.
-    total = len(inputs) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
+    total = len(inputs) * cfg.chunks(lanes)
     try:
         with _progress_bar(progress, total) as bar:
             tick = None if bar is None else (lambda done: bar(min(done, total)))
@@ -231,7 +235,7 @@ def _run_memory(backend: Backend, cfg, p, data, progress):
         for r, w in enumerate(job.workers):
             ops[w.port] = AllReduce(kind(p.switch, job, r, timing=timing), data[job.job][r])
     lanes = p.switch.lanes
-    total = len(ops) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
+    total = len(ops) * cfg.chunks(lanes)
     with Controller(switch, p), pcap_writer(cfg.pcap) as capture, _progress_bar(progress, total) as bar:
         net = MemoryNetwork(switch, faults=cfg.faults(), seed=cfg.seed, capture=capture)
         tick = None if bar is None else (lambda now: bar(sum(op.worker.stats["results"] for op in ops.values())))
@@ -269,7 +273,7 @@ def _run_tree(cfg: DemoConfig, progress: bool) -> dict:
     muxes = {r: RankMux(rank_ops) for r, rank_ops in per_rank.items()}
     every = [op for job_ops in ops.values() for op in job_ops.values()]
     lanes = tp.plans[0].switch.lanes
-    total = len(every) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
+    total = len(every) * cfg.chunks(lanes)
     with TreeController(switches, tp), pcap_writer(cfg.pcap) as capture, _progress_bar(progress, total) as bar:
         net = TreeNetwork(tp.tree, switches, faults=cfg.faults(), seed=cfg.seed, capture=capture)
         tick = None if bar is None else (lambda now: bar(sum(op.worker.stats["results"] for op in every)))
@@ -354,7 +358,7 @@ def _run_netns(backend: Backend, cfg, p, data, progress):
             go.set()
             outcomes = {}
             lanes = p.switch.lanes
-            total = len(p.jobs) * (agreement_chunks(lanes) + -(-(cfg.size // 4) // lanes))
+            total = len(p.jobs) * cfg.chunks(lanes)
             with _progress_bar(progress, total) as bar:
                 for port, conn in conns.items():
                     while bar is not None and not conn.poll(0.1):
