@@ -23,12 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from inagg.models import arith, wire
 from inagg.models.frame import AETH, Opcode, layout
 from inagg.models.job import JobSpec, Mode, SwitchSpec
-from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, IMM_FP32, Counter, encode_imm, qp_udp_sport
+from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter, encode_imm, qp_udp_sport
 from inagg.models.rc import PSN_MOD, Ack, Address, Packet, Syndrome, encode, psn_add, psn_diff
 from inagg.models.tree import TreeCounter
 
@@ -137,7 +135,7 @@ class TranslatedJob:
         c = self.switch.spec.chunk_bytes
         # A child switch's partial with promoted lanes carries their promotion bits after the lanes.
         promoted = r.opcode == Opcode.RC_RDMA_WRITE_ONLY_IMM and worker in self.spec.subswitches
-        kind, size = (RC_RESULT, c + c // 32) if promoted else (RC_CONTRIBUTION, c)
+        kind, size = (RC_RESULT, self.switch.partial_bytes) if promoted else (RC_CONTRIBUTION, c)
         bad = wire.check_receiver(r, kind, size, qpn_ok=True, rkey_ok=r.rkey == self.spec.rkey,
                                   va_ok=r.va is not None and r.va % c == 0 and r.va // c < CHUNK_MOD
                                   and (not promoted or r.imm == encode_imm(r.va // c, True)))
@@ -281,12 +279,8 @@ class TranslatedJob:
         RC WRITE ONLY WITH IMMEDIATE (FP32 | chunk) whose promotion bits follow the lanes (section 10)."""
         self.switch.tree_counters[event] += 1
         c = self.switch.spec.chunk_bytes
-        payload = e.lanes.words.astype(">u4").tobytes()
-        opcode, imm = Opcode.RC_RDMA_WRITE_ONLY, None
-        if e.lanes.promoted.any():
-            self.switch.tree_counters[TreeCounter.UP_PROMOTED] += 1
-            opcode, imm = Opcode.RC_RDMA_WRITE_ONLY_IMM, encode_imm(e.chunk, True)
-            payload += np.packbits(e.lanes.promoted).tobytes()
+        payload, imm = self.switch._partial(e.lanes, e.chunk)
+        opcode = Opcode.RC_RDMA_WRITE_ONLY if imm is None else Opcode.RC_RDMA_WRITE_ONLY_IMM
         pkt = Packet(opcode, e.psn, payload, True, e.chunk * c, len(payload), imm)
         return [(self.spec.parent.port, encode(pkt, self.up))]
 
@@ -443,8 +437,7 @@ class AugmentedJob(TranslatedJob):
         self.parent_nak = False
         self.parent_expected = psn_add(r.psn, 1)
         self._partials_acked(r.psn)  # the parent made the result: it holds every partial up to it
-        e.lanes.words[:] = np.frombuffer(r.payload, ">u4")
-        e.lanes.promoted[:] = bool(r.imm & IMM_FP32)
+        self.switch._take_result(e.lanes, r)
         e.held = True
         tree[TreeCounter.RX_PARENT] += 1
         return [self._ack_parent(r.psn)] + self._completed(e)

@@ -334,20 +334,36 @@ class ModelSwitch(SwitchBackend):
         if not job.data_in >> worker & 1:
             return CONTRIBUTION, 0
         if opcode == RESULT.opcode and worker in job.spec.subswitches:
-            return RESULT, c + c // 32
+            return RESULT, self.partial_bytes
         return CONTRIBUTION, c
+
+    @property
+    def partial_bytes(self) -> int:
+        """DMA length of a child switch's partial with promoted lanes: the lanes, then a bit per lane."""
+        c = self.spec.chunk_bytes
+        return c + c // 32
+
+    def _partial(self, lanes: arith.LaneState, chunk: int) -> tuple[bytes, int | None]:
+        """A partial's payload and ImmDt (docs/protocol.md section 10): the lane words; with promoted lanes also
+        their promotion bits after them and an ImmDt of FP32 | chunk (``UP_PROMOTED`` counted), else None."""
+        payload = lanes.words.astype(">u4").tobytes()
+        if not lanes.promoted.any():
+            return payload, None
+        self.tree_counters[TreeCounter.UP_PROMOTED] += 1
+        return payload + np.packbits(lanes.promoted).tobytes(), encode_imm(chunk, True)
+
+    @staticmethod
+    def _take_result(lanes: arith.LaneState, r: wire.RoceFrame) -> None:
+        """Load a parent's result into a slot's lanes: every lane FP32 when its ImmDt says so."""
+        lanes.words[:] = np.frombuffer(r.payload, ">u4")
+        lanes.promoted[:] = bool(r.imm & IMM_FP32)
 
     def _up(self, job: _Job, slot: Slot, event: TreeCounter) -> list[tuple[int, bytes]]:
         """Send ``slot``'s partial to the parent as a contribution of this switch."""
         up, c = job.spec.parent, self.spec.chunk_bytes
         self.tree_counters[event] += 1
-        opcode, imm, payload = Opcode.UC_RDMA_WRITE_ONLY, None, b""
-        if job.up_data:
-            payload = slot.lanes.words.astype(">u4").tobytes()
-            if slot.lanes.promoted.any():
-                self.tree_counters[TreeCounter.UP_PROMOTED] += 1
-                opcode, imm = Opcode.UC_RDMA_WRITE_ONLY_IMM, encode_imm(slot.chunk, True)
-                payload += np.packbits(slot.lanes.promoted).tobytes()
+        payload, imm = self._partial(slot.lanes, slot.chunk) if job.up_data else (b"", None)
+        opcode = Opcode.UC_RDMA_WRITE_ONLY if imm is None else Opcode.UC_RDMA_WRITE_ONLY_IMM
         frame = wire.build(
             eth_dst=wire.mac_bytes(up.mac), eth_src=self._mac, ip_src=self._ip, ip_dst=wire.ip_bytes(up.ip),
             udp_sport=qp_udp_sport(up.result_qpn), opcode=opcode, dest_qpn=up.qpn, psn=slot.chunk,
@@ -373,8 +389,7 @@ class ModelSwitch(SwitchBackend):
             self.tree_counters[TreeCounter.DUP_PARENT] += 1
             return []
         if r.payload:
-            slot.lanes.words[:] = np.frombuffer(r.payload, ">u4")
-            slot.lanes.promoted[:] = bool(r.imm & IMM_FP32)
+            self._take_result(slot.lanes, r)
         slot.state = SlotState.DONE
         self.tree_counters[TreeCounter.RX_PARENT] += 1
         return [self._result(job, w, slot) for w in range(len(spec.workers))]
