@@ -85,9 +85,9 @@ class Traffic:
         self._heap: list = []
         self._seq = 0
         self._timers: dict[int, float | None] = {}
-        # A switch with timers of its own (the model's Mode III, DataPlane.deadline) runs on this clock.
-        self._switch_clock = None if switch is None else switch.on_timer
-        self._switch_due: float | None = None
+        # A switch with timers of its own (the model's Modes I and III, DataPlane.deadline) runs on this
+        # clock: per switch (the one switch is -1, a tree's by index) its timer event on the heap.
+        self._switch_due: dict[int, float] = {}
 
     @property
     def next_time(self) -> float:
@@ -160,28 +160,34 @@ class Traffic:
                 self._seq += 1
                 heapq.heappush(self._heap, (d, self._seq, _TIMER, port, None))
 
-    def _switch_timer(self, now: float, due: float, port) -> None:
-        """The switch's timer event due at ``due``, unless it was re-armed since."""
-        if due == self._switch_due:
-            self._switch_due = None
-            self.from_switch(now, self._switch_clock(now))
-            self._arm_switch()
+    def _switch_of(self, key: int) -> DataPlane:
+        """The switch a timer key names: the one switch here (-1)."""
+        return self.switch
 
-    def _arm_switch(self) -> None:
-        d = self.switch.deadline
-        if d is not None and d != self._switch_due:
-            self._switch_due = d
+    def _emit(self, now: float, key: int, frames: list[tuple[int, bytes]]) -> None:
+        """Put what the switch ``key`` sent on the link."""
+        self.from_switch(now, frames)
+
+    def _switch_timer(self, now: float, due: float, key: int) -> None:
+        """Switch ``key``'s timer event due at ``due``, unless it was re-armed since."""
+        if due == self._switch_due.get(key):
+            del self._switch_due[key]
+            self._emit(now, key, self._switch_of(key).on_timer(now))
+            self._arm_switch(key)
+
+    def _arm_switch(self, key: int = -1) -> None:
+        d = self._switch_of(key).deadline
+        if d is not None and d != self._switch_due.get(key):
+            self._switch_due[key] = d
             self._seq += 1
-            heapq.heappush(self._heap, (d, self._seq, _SWITCH_TIMER, -1, None))
+            heapq.heappush(self._heap, (d, self._seq, _SWITCH_TIMER, key, None))
 
     def _to_switch(self, now: float, batch: list[tuple[int, bytes]]) -> None:
         """Hand the switch ``batch``, frames due at ``now``; a switch with a clock sees it first."""
         self.to_switch += len(batch)
-        if self._switch_clock is not None:
-            self.from_switch(now, self._switch_clock(now))
+        self.from_switch(now, self.switch.on_timer(now))
         self.from_switch(now, self.switch.receive_batch(batch))
-        if self._switch_clock is not None:
-            self._arm_switch()
+        self._arm_switch()
 
     def _deliver(self, now: float, kind: int, port: int, frame: bytes) -> None:
         if kind == _TO_SWITCH:
@@ -288,12 +294,9 @@ class TreeTraffic(Traffic):
                  capture: Callable[[float, bytes], None] | None = None):
         super().__init__(None, endpoints, None, latency=latency, capture=capture)
         self.tree, self.switches, self.links = tree, switches, links
-        self._tree_due: dict[int, float] = {}  # per switch: its timer event on the heap (Mode III)
 
     def _link(self, kind: int, port) -> LossyLink:
-        if kind != _TO_SWITCH:
-            return self.links[self.tree.leaf_of(port)]
-        if isinstance(port, int):
+        if kind != _TO_SWITCH or isinstance(port, int):  # a rank's hop: to it, or from it to its leaf switch
             return self.links[self.tree.leaf_of(port)]
         s, p = port
         if p == self.tree.switches[s].uplink_port:
@@ -308,11 +311,14 @@ class TreeTraffic(Traffic):
         for port, frame in batch:
             s, p = self.tree.leaf_of(port) if isinstance(port, int) else port
             sw = self.switches[s]
-            self._send(now, s, sw.on_timer(now))
-            self._send(now, s, sw.receive(p, frame))
-            self._arm_tree_switch(s)
+            self._emit(now, s, sw.on_timer(now))
+            self._emit(now, s, sw.receive(p, frame))
+            self._arm_switch(s)
 
-    def _send(self, now: float, s: int, frames: list[tuple[int, bytes]]) -> None:
+    def _switch_of(self, key: int) -> DataPlane:
+        return self.switches[key]
+
+    def _emit(self, now: float, s: int, frames: list[tuple[int, bytes]]) -> None:
         """Put what switch ``s`` sent on the links of its ports."""
         for q, g in frames:
             node, far = self.tree.peer(s, q)
@@ -321,18 +327,6 @@ class TreeTraffic(Traffic):
             else:
                 self._put(now, _TO_HOST, node.index, [g])
 
-    def _arm_tree_switch(self, s: int) -> None:
-        d = self.switches[s].deadline
-        if d is not None and d != self._tree_due.get(s):
-            self._tree_due[s] = d
-            self._seq += 1
-            heapq.heappush(self._heap, (d, self._seq, _SWITCH_TIMER, s, None))
-
-    def _switch_timer(self, now: float, due: float, port) -> None:
-        if due == self._tree_due.get(port):
-            del self._tree_due[port]
-            self._send(now, port, self.switches[port].on_timer(now))
-            self._arm_tree_switch(port)
 
 
 class TreeNetwork:
