@@ -118,7 +118,7 @@ def reduce_scatter(array: np.ndarray, group: Group, *, clock: Callable[[], float
     """This rank's part (``numpy.array_split`` of the flat sum into ``group.size`` parts) of the sum over the ranks."""
     a = np.asarray(array)
     op = run(ReduceScatter(group.worker, a.ravel(), rank=group.index), group, clock=clock)
-    group.last_exponent = op.allreduce.exponent
+    group.last_exponent = op.exponent
     return op.result()
 
 

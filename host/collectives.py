@@ -46,7 +46,8 @@ from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import AllReduce, LengthMismatchError, ProtocolError, Timing, Worker, padded_rows
 
 __all__ = ["Reduce", "Broadcast", "Barrier", "ReduceScatter", "AllGather", "collective_worker", "tree_operations",
-           "sends_data", "receives_data", "EmptyContributions", "CompletionParser", "operation", "reference", "exponent"]
+           "sends_data", "receives_data", "EmptyContributions", "CompletionParser", "operation", "reference",
+           "exponent"]
 
 
 def sends_data(job: JobSpec, worker: int) -> bool:
@@ -127,16 +128,20 @@ def _float32(array: np.ndarray, name: str) -> np.ndarray:
     return a
 
 
+def _check(op, worker: Worker, rank) -> None:
+    """Refuse a worker whose job runs another collective than ``op``'s, or a rank outside the job."""
+    if worker.job.collective is not op.collective:
+        raise ValueError(f"{type(op).__name__} needs a {op.collective.value} job, not {worker.job.collective.value}")
+    if not isinstance(rank, int) or not 0 <= rank < worker.job.ranks:
+        raise ValueError(f"rank must be an integer in 0..{worker.job.ranks - 1}, not {rank!r}")
+
+
 class _Operation:
     """One batch of chunks through a :class:`~inagg.host.worker.Worker`: the sans-IO interface of
     :class:`~inagg.host.worker.AllReduce`; a subclass gives the lanes and reads the results."""
 
     def __init__(self, worker: Worker, rank: int):
-        if worker.job.collective is not self.collective:
-            raise ValueError(f"{type(self).__name__} needs a {self.collective.value} job, not "
-                             f"{worker.job.collective.value}")
-        if not isinstance(rank, int) or not 0 <= rank < worker.job.ranks:
-            raise ValueError(f"rank must be an integer in 0..{worker.job.ranks - 1}, not {rank!r}")
+        _check(self, worker, rank)
         self.worker, self.rank, self.ranks = worker, rank, worker.job.ranks
         self._result = None
         self._started = self._done = False
@@ -302,17 +307,15 @@ class ReduceScatter:
     collective = Collective.REDUCE_SCATTER
 
     def __init__(self, worker: Worker, data: np.ndarray, *, rank: int | None = None):
-        if worker.job.collective is not self.collective:
-            raise ValueError(f"ReduceScatter needs a reduce-scatter job, not {worker.job.collective.value}")
         self.rank = worker.rank if rank is None else rank
-        if not isinstance(self.rank, int) or not 0 <= self.rank < worker.job.ranks:
-            raise ValueError(f"rank must be an integer in 0..{worker.job.ranks - 1}, not {self.rank!r}")
+        _check(self, worker, self.rank)
         self.allreduce = AllReduce(worker, _float32(data, "reduce_scatter"))
         self.worker = worker
         self.start, self.receive, self.on_timer = self.allreduce.start, self.allreduce.receive, self.allreduce.on_timer
 
     done = property(lambda self: self.allreduce.done)
     deadline = property(lambda self: self.allreduce.deadline)
+    exponent = property(lambda self: self.allreduce.exponent)
 
     def result(self) -> np.ndarray:
         return np.array_split(self.allreduce.result(), self.worker.job.ranks)[self.rank]
@@ -362,8 +365,6 @@ def tree_operations(tp, data, *, timing: Timing | None = None) -> dict[int, dict
 
 def exponent(op) -> int | None:
     """The scale exponent a finished operation's sums were taken at (None when it sums nothing)."""
-    if isinstance(op, ReduceScatter):
-        return op.allreduce.exponent
     return getattr(op, "exponent", None)
 
 
