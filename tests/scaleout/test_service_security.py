@@ -22,20 +22,26 @@ SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)  # 64 lanes a chunk
 QUICK = Timing(timeout=0.05, max_timeout=0.5, tries=12)
 
 
-def _run(ticket, data):
-    """One run of a training script: every rank joins ``ticket`` afresh, all-reduces its array, leaves."""
-    groups = [join(ticket, r, timing=QUICK) for r in range(len(data))]
-    out = [None] * len(data)
+def _allreduce_all(groups, data):
+    """Every rank's all-reduce of its array at once, one thread each: its sum, or the exception it raised."""
+    out = [None] * len(groups)
 
     def rank(r):
         try:
             out[r] = allreduce(data[r], groups[r])
-        except Exception as e:  # inspected below
+        except Exception as e:  # the caller inspects it
             out[r] = e
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(data))]
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(groups))]
     [t.start() for t in threads]
     [t.join() for t in threads]
+    return out
+
+
+def _run(ticket, data):
+    """One run of a training script: every rank joins ``ticket`` afresh, all-reduces its array, leaves."""
+    groups = [join(ticket, r, timing=QUICK) for r in range(len(data))]
+    out = _allreduce_all(groups, data)
     for g in groups:
         g.port.close()
     return out
@@ -69,15 +75,6 @@ def test_a_new_incarnation_tells_the_old_runs_watching_ranks_and_keeps_moves_in_
         new.port.close()
 
 
-def _allreduce_all(groups, data):
-    out = [None] * len(groups)
-    threads = [threading.Thread(target=lambda r: out.__setitem__(r, allreduce(data[r], groups[r])), args=(r,))
-               for r in range(len(groups))]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    return out
-
-
 def test_a_worker_contributes_only_as_the_rank_its_endpoint_attached_as():
     """Row 6: another rank's QPN from a rank's own endpoint, and another job's QPN with its leaked R_Key, are
     dropped by the service (``foreign_qpn``) before the switch sees them; the victim's sums stay exact."""
@@ -105,7 +102,7 @@ def test_a_timeout_from_slot_rule_drops_names_them():
         ticket = owner.create_job(2, window=4)  # R = 8 slots
         groups = [join(ticket, r, timing=QUICK) for r in range(2)]
         data = [np.ones(20 * SPEC.lanes, np.float32)] * 2
-        _allreduce_all(groups, data)
+        assert all(isinstance(got, np.ndarray) for got in _allreduce_all(groups, data))
         again = Group(ticket.switch, groups[1].job, 1, groups[1].port, timing=Timing(0.02, max_timeout=0.02, tries=3))
         again.diagnose = groups[1].diagnose
         with pytest.raises(ChunkTimeoutError, match=r"job \d+ worker 1: no result for chunk 0 after 3 tries \(the "
