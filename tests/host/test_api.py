@@ -1,42 +1,28 @@
 """``inagg.host.allreduce`` on threads over the in-process fabric, in real time."""
 
-import threading
-
 import numpy as np
 import pytest
 
 from inagg import host
-from inagg.host.controller import Controller, plan
+from inagg.host.controller import plan
 from inagg.host.link import Faults
-from inagg.models.switch import ModelSwitch
 
 PLAN = plan([3], window=4, chunk_bytes=256)
 SW, JOB = PLAN.switch, PLAN.jobs[0]
 FAST = host.Timing(timeout=0.02, max_timeout=0.1, tries=20)
 
 
-def run_ranks(arrays, faults=None, timing=FAST, ranks=None):
-    sw = ModelSwitch(SW)
-    Controller(sw, PLAN).configure()
-    out, errors = {}, {}
-    with host.MemoryFabric(sw, faults=faults, seed=5) as fabric:
-        groups = [host.Group(SW, JOB, r, fabric.port(w.port), timing=timing) for r, w in enumerate(JOB.workers)]
-
-        def rank(r):
-            try:
-                out[r] = [host.allreduce(a, groups[r]) for a in arrays[r]]
-            except Exception as e:  # collected for the test to inspect
-                errors[r] = e
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in (ranks or range(len(arrays)))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    return out, errors
+@pytest.fixture
+def run_ranks(on_threads):
+    """``run_ranks(arrays, faults=None, timing=FAST, ranks=None)``: rank r all-reduces each array of
+    ``arrays[r]`` in turn; ``(sums, errors)`` by rank."""
+    def run(arrays, faults=None, timing=FAST, ranks=None):
+        return on_threads(PLAN, timing, lambda r, g: [host.allreduce(a, g) for a in arrays[r]],
+                          ranks=ranks, faults=faults)
+    return run
 
 
-def test_repeated_allreduce_keeps_shape_and_sums():
+def test_repeated_allreduce_keeps_shape_and_sums(run_ranks):
     rng = np.random.default_rng(0)
     arrays = [[rng.standard_normal((7, 50)).astype(np.float32), rng.standard_normal(130).astype(np.float32)]
               for _ in range(3)]
@@ -49,7 +35,7 @@ def test_repeated_allreduce_keeps_shape_and_sums():
             assert np.allclose(out[r][call], ref, atol=1e-5)
 
 
-def test_missing_rank_times_out_naming_chunk_and_worker():
+def test_missing_rank_times_out_naming_chunk_and_worker(run_ranks):
     timing = host.Timing(timeout=0.01, max_timeout=0.01, tries=3)
     arrays = [[np.ones(10, np.float32)]] * 3
     _, errors = run_ranks(arrays, timing=timing, ranks=[0, 1])
@@ -58,7 +44,7 @@ def test_missing_rank_times_out_naming_chunk_and_worker():
                               "another worker of the job is missing)")
 
 
-def test_mismatched_lengths_are_detected():
+def test_mismatched_lengths_are_detected(run_ranks):
     _, errors = run_ranks([[np.ones(n, np.float32)] for n in (5, 5, 6)])
     assert set(errors) == {0, 1, 2} and all(isinstance(e, host.LengthMismatchError) for e in errors.values())
 

@@ -1,7 +1,5 @@
 """The all-reduce's non-finite round and the exact int32 sum, on threads over the in-process fabric."""
 
-import threading
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,37 +7,19 @@ from hypothesis import strategies as st
 
 from inagg import host
 from inagg.host.api import run
-from inagg.host.controller import Controller, plan
+from inagg.host.controller import plan
 from inagg.host.exact import ExactSum, SumOverflowError
 from inagg.host.link import Faults
 from inagg.host.worker import AllReduce
-from inagg.models.switch import ModelSwitch
 
 PLAN = plan([3], window=4, chunk_bytes=256)
-SW, JOB = PLAN.switch, PLAN.jobs[0]
 FAST = host.Timing(timeout=0.02, max_timeout=0.1, tries=20)
 
 
-def run_ops(make, arrays, faults=None):
+def run_ops(on_threads, make, arrays, faults=None):
     """``make(worker, array)`` on each rank, driven to its end; the ops, or the errors they raised, by rank."""
-    sw = ModelSwitch(SW)
-    Controller(sw, PLAN).configure()
-    out = {}
-    with host.MemoryFabric(sw, faults=faults, seed=3) as fabric:
-        groups = [host.Group(SW, JOB, r, fabric.port(w.port), timing=FAST) for r, w in enumerate(JOB.workers)]
-
-        def rank(r):
-            try:
-                out[r] = run(make(groups[r].worker, arrays[r]), groups[r])
-            except Exception as e:  # collected for the test to inspect
-                out[r] = e
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    return out
+    ops, errors = on_threads(PLAN, FAST, lambda r, g: run(make(g.worker, arrays[r]), g), faults=faults, seed=3)
+    return {**ops, **errors}
 
 
 def propagating(worker, data):
@@ -51,13 +31,13 @@ SPECIALS = st.sampled_from([np.inf, -np.inf, np.nan])
 
 @settings(max_examples=8, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 199), SPECIALS), max_size=12))
-def test_nonfinite_values_land_where_an_ieee_sum_puts_them(placed):
+def test_nonfinite_values_land_where_an_ieee_sum_puts_them(on_threads, placed):
     rng = np.random.default_rng(len(placed))
     arrays = [rng.standard_normal(200).astype(np.float32) for _ in range(3)]
     for r, i, v in placed:
         arrays[r][i] = v
     want = arrays[0] + arrays[1] + arrays[2]  # float32, IEEE: inf + -inf is NaN, NaN wins
-    out = run_ops(propagating, arrays, Faults(loss=0.05, dup=0.05))
+    out = run_ops(on_threads, propagating, arrays, Faults(loss=0.05, dup=0.05))
     odd = ~np.isfinite(want)
     for r in range(3):
         op = out[r]
@@ -75,18 +55,18 @@ def test_without_propagation_a_nonfinite_value_is_refused_before_sending():
         AllReduce(None, data)
 
 
-def test_exact_sum_is_the_int32_sum():
+def test_exact_sum_is_the_int32_sum(on_threads):
     rng = np.random.default_rng(1)
     arrays = [rng.integers(-2**28, 2**28, 300, dtype=np.int32) for _ in range(3)]
-    out = run_ops(ExactSum, arrays)
+    out = run_ops(on_threads, ExactSum, arrays)
     for r in range(3):
         assert out[r].result().dtype == np.int32
         assert np.array_equal(out[r].result(), arrays[0] + arrays[1] + arrays[2])
 
 
-def test_exact_sum_out_of_int32_range_fails_every_rank():
+def test_exact_sum_out_of_int32_range_fails_every_rank(on_threads):
     arrays = [np.array([2**30, 1], np.int32)] * 3
-    out = run_ops(ExactSum, arrays)
+    out = run_ops(on_threads, ExactSum, arrays)
     for r in range(3):
         assert isinstance(out[r], SumOverflowError)
         assert str(out[r]) == (f"job 1 worker {r}: an int32 sum overflowed (the switch promoted it to float32); "

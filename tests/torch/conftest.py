@@ -8,6 +8,7 @@ reads while the ranks run fills and stops them, and a read of it has no deadline
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,6 +90,17 @@ class Process:
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
+
+
+@pytest.fixture
+def unused_address():
+    """``address()``: ``"127.0.0.1:PORT"`` with a TCP port that nothing listens on (for a process group's
+    rendezvous, or a switch address that refuses)."""
+    def address() -> str:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return "127.0.0.1:%d" % s.getsockname()[1]
+    return address
 
 
 @pytest.fixture

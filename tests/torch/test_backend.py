@@ -4,7 +4,6 @@ import contextlib
 import json
 import logging
 import re
-import socket
 import time
 
 import pytest
@@ -20,19 +19,13 @@ from inagg.host.service import ENV_SWITCH, SwitchGoneError, SwitchService  # noq
 from inagg.models.job import SwitchSpec  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
-def _one_rank(monkeypatch, switch=None):
+def _one_rank(monkeypatch, rendezvous, switch=None):
     """A one-rank "inagg" default group, through a service in this process with the backend ``switch``."""
     spec = SwitchSpec(ports=1, slots=64)
     with SwitchService(spec, vxlan=("127.0.0.1", 0), switch=switch and switch(spec)) as service:
         monkeypatch.setenv(ENV_SWITCH, "%s:%d" % service.control_address)
-        dist.init_process_group("inagg", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        dist.init_process_group("inagg", init_method=f"tcp://{rendezvous}", rank=0, world_size=1)
         try:
             yield dist.distributed_c10d._get_default_group(), service
         finally:
@@ -40,8 +33,8 @@ def _one_rank(monkeypatch, switch=None):
 
 
 @pytest.fixture
-def one_rank(monkeypatch):
-    with _one_rank(monkeypatch) as (pg, _):
+def one_rank(monkeypatch, unused_address):
+    with _one_rank(monkeypatch, unused_address()) as (pg, _):
         yield pg
 
 
@@ -67,8 +60,9 @@ def test_what_the_switch_does_not_do_runs_on_gloo_counted_and_logged_once_per_ki
     assert torch.equal(t, torch.tensor([3.0, -1.0]))
 
 
-def test_an_int32_sum_out_of_range_raises_through_the_work_and_breaks_the_group(monkeypatch, promoting_switch):
-    with _one_rank(monkeypatch, promoting_switch):
+def test_an_int32_sum_out_of_range_raises_through_the_work_and_breaks_the_group(monkeypatch, promoting_switch,
+                                                                                  unused_address):
+    with _one_rank(monkeypatch, unused_address(), promoting_switch):
         t = torch.tensor([7, 8], dtype=torch.int32)
         work = dist.all_reduce(t, async_op=True)
         with pytest.raises(SumOverflowError, match=r"^job \d+ worker 0: an int32 sum overflowed"):
@@ -78,8 +72,8 @@ def test_an_int32_sum_out_of_range_raises_through_the_work_and_breaks_the_group(
             dist.barrier()
 
 
-def test_a_stopped_service_fails_ddp_backward_with_the_inagg_error_itself(monkeypatch):
-    with _one_rank(monkeypatch) as (pg, service):
+def test_a_stopped_service_fails_ddp_backward_with_the_inagg_error_itself(monkeypatch, unused_address):
+    with _one_rank(monkeypatch, unused_address()) as (pg, service):
         ddp = DDP(nn.Linear(3, 2))
         ddp(torch.ones(4, 3)).sum().backward()
         assert torch.equal(ddp.module.weight.grad, torch.full((2, 3), 4.0))
@@ -92,8 +86,9 @@ def test_a_stopped_service_fails_ddp_backward_with_the_inagg_error_itself(monkey
         assert isinstance(pg.failure, SwitchGoneError)
 
 
-def test_a_failed_call_outside_backward_raises_from_wait_and_names_its_type_in_the_future(monkeypatch):
-    with _one_rank(monkeypatch) as (pg, service):
+def test_a_failed_call_outside_backward_raises_from_wait_and_names_its_type_in_the_future(monkeypatch,
+                                                                                          unused_address):
+    with _one_rank(monkeypatch, unused_address()) as (pg, service):
         service.stop()
         t = torch.ones(3)
         work = dist.all_reduce(t, async_op=True)

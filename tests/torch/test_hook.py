@@ -3,7 +3,6 @@
 import copy
 import json
 import math
-import socket
 import warnings
 from types import SimpleNamespace
 
@@ -21,28 +20,20 @@ from inagg.host.torch import InaggFallbackWarning, allreduce_hook, group_from_pr
 from inagg.host.worker import ChunkTimeoutError, Timing  # noqa: E402
 from inagg.models.job import SwitchSpec  # noqa: E402
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
-def world(monkeypatch):
+def world(monkeypatch, unused_address):
     """A one-rank gloo world in this process; no switch address in the environment."""
     for var in (ENV_SWITCH, "LOCAL_WORLD_SIZE", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://{unused_address()}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 
 
-def _closed_address() -> str:
-    return f"127.0.0.1:{_free_port()}"
-
-
-def test_unreachable_switch_fails_setup_with_the_address(world):
-    addr = _closed_address()
+def test_unreachable_switch_fails_setup_with_the_address(world, unused_address):
+    addr = unused_address()
     with pytest.raises(SwitchUnavailableError, match=f"cannot reach the inagg switch service at {addr}"):
         group_from_process_group(switch=addr)
 
@@ -82,11 +73,11 @@ def _step(ddp: DDP) -> None:
     ddp(torch.ones(4, 3)).sum().backward()
 
 
-def test_fallback_warns_once_and_uses_the_process_group(world):
+def test_fallback_warns_once_and_uses_the_process_group(world, unused_address):
     torch.manual_seed(0)
     ddp = DDP(nn.Linear(3, 2))
     with pytest.warns(InaggFallbackWarning, match="gradients are all-reduced by the process group instead") as w:
-        state = group_from_process_group(switch=_closed_address(), fallback=True)
+        state = group_from_process_group(switch=unused_address(), fallback=True)
     assert len(w) == 1 and state.group is None
     ddp.register_comm_hook(state, allreduce_hook)
     with warnings.catch_warnings():
