@@ -48,6 +48,14 @@ SCALEUP_ALPHA = 0.25e-6
 ENDPOINT_ALPHA = 1.0e-6
 
 
+#: From this many hosts on, a torus step is costed by the compiled kernel (:mod:`.torus`), below it
+#: by the same algorithm in numpy (:meth:`Topology._torus_step_cost`). The kernel takes 0.4x the
+#: CPU time of numpy per step, but loading numba and the kernel costs a process 0.25 s of CPU:
+#: a 4,096-rank Swing-bw point went from 0.10 to 0.34 s, a 65,536-rank one saves about 1 s.
+#: At 16,384 hosts the two are about even.
+COMPILED_TORUS_HOSTS = 16384
+
+
 @functools.cache
 def _torus_kernel():
     """:func:`.torus.step_cost`, imported on a torus's first step: numba's import and loading the
@@ -90,6 +98,7 @@ class Topology:
     endpoint_alpha: float = ENDPOINT_ALPHA
     dims: tuple[int, ...] = ()
     shape: tuple[int, ...] = ()
+    _lines: tuple | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
     def nlinks(self) -> int:
@@ -119,18 +128,21 @@ class Topology:
         A link's load is the bytes of every transfer that crosses it. On a
         torus the routes are runs along ring lines, so the loads come from
         difference arrays and each run's busiest link from a sparse table
-        (work proportional to transfers + links, whatever the path lengths);
-        elsewhere from the routes themselves (:meth:`route`).
+        (work proportional to transfers + links, whatever the path lengths;
+        compiled from :data:`COMPILED_TORUS_HOSTS` hosts on); elsewhere from
+        the routes themselves (:meth:`route`).
         """
-        if self.kind == "torus":  # compiled (torus.py): contiguous arrays of its one type
-            kernel = _torus_kernel()
-            c = kernel(*(np.ascontiguousarray(x, dtype=t) for x, t in (
+        if self.kind == "torus" and self.nhosts >= COMPILED_TORUS_HOSTS:
+            # compiled (torus.py), on contiguous arrays of its one type
+            c = _torus_kernel()(*(np.ascontiguousarray(x, dtype=t) for x, t in (
                 (src, np.int64), (dst, np.int64), (nbytes, np.float64), (self.dims, np.int64),
                 (self.link_alpha, np.float64), (self.link_beta, np.float64))))
             return StepCost(*c)
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         nbytes = np.asarray(nbytes, dtype=float)
+        if self.kind == "torus":
+            return self._torus_step_cost(src, dst, nbytes)
         ptr, links = self.route(src, dst)
         lens = np.diff(ptr)
         who = np.repeat(np.arange(len(src)), lens)
@@ -141,6 +153,91 @@ class Topology:
         ideal = np.bincount(first, weights=nbytes, minlength=self.nlinks) * self.link_beta
         return StepCost(np.bincount(who, weights=self.link_alpha[links], minlength=len(src)), wait,
                         float(load.max()), float(ideal.max()))
+
+    def _torus_lines(self) -> dict:
+        """Per dimension and direction: link beta as an ``(outer, size, inner)`` array (the dimension in
+        the middle) and the link alphas' prefix sums over two turns of each ring line. Kept between
+        calls (a schedule costs one step per call) against a copy of the link arrays, so changed link
+        parameters are never stale."""
+        cached = self._lines
+        if cached is not None and np.array_equal(cached[0], self.link_alpha) and np.array_equal(
+                cached[1], self.link_beta):
+            return cached[2]
+        dims, D, p = self.dims, len(self.dims), self.nhosts
+        beta = self.link_beta.reshape(p, D, 2)
+        alpha = self.link_alpha.reshape(p, D, 2)
+        lines = {}
+        for d in range(D):
+            shape = (math.prod(dims[:d]), dims[d], math.prod(dims[d + 1:]))
+            for neg in (0, 1):
+                a = alpha[:, d, neg].reshape(shape)
+                prefix = np.zeros((shape[0], 2 * shape[1] + 1, shape[2]))
+                np.cumsum(np.concatenate([a, a], axis=1), axis=1, out=prefix[:, 1:])
+                lines[d, neg] = (shape, beta[:, d, neg].reshape(shape).copy(), prefix)
+        self._lines = (self.link_alpha.copy(), self.link_beta.copy(), lines)
+        return lines
+
+    def _torus_step_cost(self, src, dst, nbytes):
+        dims, D = self.dims, len(self.dims)
+        lines = self._torus_lines()
+        cs = np.unravel_index(src, dims)
+        cd = np.unravel_index(dst, dims)
+        cur = list(cs)
+        alpha_path = np.zeros(len(src))
+        wait = np.zeros(len(src))
+        byte_term = 0.0
+        first = np.full(len(src), -1, dtype=np.int64)
+        for d in range(D):
+            size = dims[d]
+            delta = (cd[d] - cs[d]) % size
+            plus = delta <= size // 2  # a tie (exactly half way) goes the + way
+            hops = np.where(plus, delta, size - delta)
+            moving = hops > 0
+            start = np.ravel_multi_index(tuple(cur), dims)
+            todo = (first < 0) & moving
+            first[todo] = (start[todo] * D + d) * 2 + (~plus[todo])
+            for neg in (0, 1):
+                (outer, _, inner), beta, prefix = lines[d, neg]
+                t = np.flatnonzero(moving & (~plus if neg else plus))
+                if not len(t):
+                    continue
+                h, w = hops[t], nbytes[t]
+                # the run's links leave nodes a, a+1, ..., a+h-1 along the line (mod size)
+                a = (cs[d][t] - h + 1) % size if neg else cs[d][t]
+                end = a + h  # < 2 size: the run on a line of two turns needs no wrap-around case
+                # flat index of the line's node at coordinate 0 in an (outer, size, inner) array
+                base = start[t] - cur[d][t] * inner
+                o = base // (size * inner)
+                # difference array along the two turns of every line, then fold the second turn back
+                base2 = base + o * (size * inner)
+                diff = np.bincount(np.concatenate([base2 + a * inner, base2 + end * inner]),
+                                   weights=np.concatenate([w, -w]), minlength=outer * 2 * size * inner)
+                turns = np.cumsum(diff.reshape(outer, 2 * size, inner), axis=1)
+                load = turns[:, :size]
+                load += turns[:, size:]
+                load *= beta
+                byte_term = max(byte_term, float(load.max()))
+                # sparse table: level j holds the max over 2^j consecutive links, so any run is two lookups
+                nlev = int(h.max()).bit_length()
+                table = np.empty((nlev, outer, size, inner))
+                table[0] = load
+                for lev in range(1, nlev):
+                    half = 1 << (lev - 1)
+                    prev, cur_lev = table[lev - 1], table[lev]
+                    np.maximum(prev[:, :size - half], prev[:, half:], out=cur_lev[:, :size - half])
+                    np.maximum(prev[:, size - half:], prev[:, :half], out=cur_lev[:, size - half:])
+                j = np.frexp(h)[1] - 1  # floor(log2(h)), exact for integers
+                flat = table.reshape(-1)
+                lev_base = base + j * (outer * size * inner)
+                busiest = np.maximum(flat[lev_base + a * inner], flat[lev_base + ((end - (1 << j)) % size) * inner])
+                wait[t] = np.maximum(wait[t], busiest)
+                pflat = prefix.reshape(-1)
+                # prefix is (outer, 2 size + 1, inner)
+                pbase = base + o * ((size + 1) * inner)
+                alpha_path[t] += pflat[pbase + end * inner] - pflat[pbase + a * inner]
+            cur[d] = cd[d]
+        ideal = np.bincount(first, weights=nbytes, minlength=self.nlinks) * self.link_beta
+        return StepCost(alpha_path, wait, byte_term, float(ideal.max()))
 
     def _route_torus(self, src, dst):
         dims = self.dims

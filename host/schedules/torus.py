@@ -12,9 +12,10 @@ transfer-sized temporary (39 ms of CPU per step of a 65,536-rank Swing
 schedule); here it is one call.
 
 Compiled for exactly its argument types when this module is imported (or
-loaded from numba's on-disk cache, ``cache=True``); :mod:`.topology`
-imports it on a torus's first step, so neither importing the package nor
-any other topology pays for numba.
+loaded from numba's on-disk cache, ``cache=True``). :mod:`.topology`
+imports it on the first step of a torus of at least
+:data:`~.topology.COMPILED_TORUS_HOSTS` hosts, where it pays for loading
+numba; smaller tori keep the numpy version of the same algorithm.
 """
 
 from __future__ import annotations
