@@ -51,9 +51,9 @@ ENDPOINT_ALPHA = 1.0e-6
 #: From this many hosts on, a torus step is costed by the compiled kernel (:mod:`.torus`), below it
 #: by the same algorithm in numpy (:meth:`Topology._torus_step_cost`). The kernel takes 0.4x the
 #: CPU time of numpy per step, but loading numba and the kernel costs a process 0.25 s of CPU:
-#: a 4,096-rank Swing-bw point went from 0.10 to 0.34 s, a 65,536-rank one saves about 1 s.
-#: At 16,384 hosts the two are about even.
-COMPILED_TORUS_HOSTS = 16384
+#: a 4,096-rank Swing-bw point went from 0.10 to 0.34 s and a 16,384-rank one from 0.61 to
+#: 0.70 s, while a 65,536-rank one saves about 1 s.
+COMPILED_TORUS_HOSTS = 32768
 
 
 @functools.cache
