@@ -50,9 +50,14 @@ def _too_large(what: str) -> ValueError:
 def _bvn():
     """The compiled kernels (:mod:`.bvn`), imported on the first plan: numba's import and loading the
     kernels from its cache (or compiling them, seconds the first time on a machine) stay out of
-    every plan's time and out of ``import inagg.host.schedules``."""
+    every plan's time and out of ``import inagg.host.schedules``. A plan of each kind runs here on
+    a 2 x 2 matrix: a numba function's first call costs about 230 us more than the next ones and
+    numpy's first reduction 70 us, which made the first plan of a process (the one ``inagg
+    alltoall`` shows) 254 us instead of 20."""
     from inagg.host.schedules import bvn
 
+    for repairs in (True, False):
+        _plan(bvn, *_servers(np.ones((2, 2), np.int64), 1), repairs)
     return bvn
 
 
@@ -207,7 +212,13 @@ def fast_plan(m: np.ndarray, gpus_per_server: int, method: str = "auto") -> Fast
     bvn = _bvn()
     t0 = time.perf_counter()
     m, g, servers = _servers(m, gpus_per_server)
-    repairs = _repairs(method, servers)
+    perms, weights, L, b = _plan(bvn, m, g, servers, _repairs(method, servers))
+    dt = time.perf_counter() - t0
+    return FastPlan(g, perms, weights, L, dt, b)
+
+
+def _plan(bvn, m: np.ndarray, g: int, servers: int, repairs: bool) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """:func:`fast_plan` on validated input: ``(perms, weights, L, server matrix)``."""
     b = np.empty((servers, servers), np.int64)
     a = np.empty((servers, servers + 1), np.int64)
     if repairs:
@@ -215,14 +226,11 @@ def fast_plan(m: np.ndarray, gpus_per_server: int, method: str = "auto") -> Fast
         k, L = bvn.plan(m, g, b, a, perms, weights)  # all of it in one compiled call
         if k < 0:
             raise _too_large("traffic matrix")
-        perms, weights = perms[:k], weights[:k]
-    else:
-        if not bvn.server_sums(m, g, b):
-            raise _too_large("traffic matrix")
-        L = int(bvn.pad(b, a))
-        perms, weights = _max_weight_stages(a[:, :servers], L)
-    dt = time.perf_counter() - t0
-    return FastPlan(g, perms, weights, L, dt, b)
+        return perms[:k], weights[:k], L, b
+    if not bvn.server_sums(m, g, b):
+        raise _too_large("traffic matrix")
+    L = int(bvn.pad(b, a))
+    return (*_max_weight_stages(a[:, :servers], L), L, b)
 
 
 def direct(counts: np.ndarray) -> Schedule:
