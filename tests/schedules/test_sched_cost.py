@@ -49,7 +49,7 @@ def test_clos_pins_spines_by_destination():
     ptr, links = topo.route(np.array([0, 1]), np.array([4, 6]))
     # host 0 -> host 4 (index 0 under leaf 1) uses spine 0; host 1 -> host 6 (index 2) spine 0 too
     assert list(np.diff(ptr)) == [4, 4]
-    N, L, U = 8, 2, 2
+    N, U = 8, 2  # hosts, spines (2 leaves)
     assert links[1] == 2 * N + 0 * U + 0 and links[5] == 2 * N + 0 * U + 0
 
 
