@@ -43,7 +43,7 @@ def server_sums(m, g, b):
                 x = m[i, j]
                 acc += x
                 total += x
-                if total < 0:
+                if x < 0 or total < 0:  # x < 0: an unsigned entry of 2^63 or more, wrapped
                     return False
                 j += 1
             b[s, t] += acc
@@ -75,7 +75,7 @@ def pad(b, a):
             rows[i] += x
             cols[j] += x
             total += x
-            if total < 0:
+            if x < 0 or total < 0:  # x < 0: an unsigned entry of 2^63 or more, wrapped
                 return -1
         a[i, n] = 0
     if n == 0:

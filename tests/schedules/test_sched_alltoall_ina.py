@@ -97,6 +97,8 @@ def test_fast_input_errors():
             F.fast_plan(edge + np.eye(2, dtype=np.int64)[::-1], 1, method)
     with pytest.raises(ValueError, match=r"^traffic matrix too large"):
         F.server_matrix(np.full((4, 4), 2 ** 59), 2)
+    with pytest.raises(ValueError, match=r"^traffic matrix too large"):  # not wrapped to a negative int64
+        F.fast_plan(np.array([[0, 2 ** 63], [0, 0]], dtype=np.uint64), 1)
     with pytest.raises(ValueError, match=r"^server matrix too large: its entries add up past 2\^63 - 1$"):
         F.birkhoff(np.array([[0, 2 ** 62, 2 ** 62], [0, 0, 0], [0, 0, 0]]), "repair")
 
