@@ -58,9 +58,10 @@ COMPILED_TORUS_HOSTS = 32768
 
 @functools.cache
 def _torus_kernel():
-    """:func:`.torus.step_cost`, imported on a torus's first step: numba's import and loading the
-    kernel from its cache (or compiling it, seconds the first time on a machine) stay out of
-    ``import inagg.host.schedules`` and out of the other topologies."""
+    """:func:`.torus.step_cost`, imported on the first step of a torus of
+    :data:`COMPILED_TORUS_HOSTS` hosts or more: numba's import and loading the kernel from its cache
+    (or compiling it, seconds the first time on a machine) stay out of ``import inagg.host.schedules``,
+    the smaller tori and the other topologies."""
     from inagg.host.schedules import torus
 
     return torus.step_cost
