@@ -39,7 +39,26 @@ def _matrix(m, what: str) -> np.ndarray:
         raise TypeError(f"{what} must hold integers (bytes or chunks), not {a.dtype}")
     if a.size and a.min() < 0:
         raise ValueError(f"{what} must be non-negative")
-    return a.astype(np.int64, copy=False)
+    return np.ascontiguousarray(a, dtype=np.int64)  # the compiled kernels' one type
+
+
+def _too_large(what: str) -> ValueError:
+    return ValueError(f"{what} too large: its entries add up past 2^63 - 1")
+
+
+@functools.cache
+def _bvn():
+    """The compiled kernels (:mod:`.bvn`), imported on the first plan: numba's import and loading the
+    kernels from its cache (or compiling them, seconds the first time on a machine) stay out of
+    every plan's time and out of ``import inagg.host.schedules``. A plan of each kind runs here on
+    a 2 x 2 matrix: a numba function's first call costs about 230 us more than the next ones and
+    numpy's first reduction 70 us, which made the first plan of a process (the one ``inagg
+    alltoall`` shows) 254 us instead of 20."""
+    from inagg.host.schedules import bvn
+
+    for repairs in (True, False):
+        _plan(bvn, *_servers(np.ones((2, 2), np.int64), 1), repairs)
+    return bvn
 
 
 def zipf_matrix(gpus: int, skew: float = 0.8, *, mean_bytes: int = 1 << 20, seed: int = 0) -> np.ndarray:
@@ -58,65 +77,22 @@ def zipf_matrix(gpus: int, skew: float = 0.8, *, mean_bytes: int = 1 << 20, seed
     return m
 
 
-def server_matrix(m: np.ndarray, gpus_per_server: int) -> np.ndarray:
-    """Bytes from server s to server t (t != s; the diagonal stays inside servers)."""
-    b = _server_sums(m, gpus_per_server)
-    b.flat[::len(b) + 1] = 0
-    return b
-
-
-def _server_sums(m: np.ndarray, gpus_per_server: int) -> np.ndarray:
-    """:func:`server_matrix` with the diagonal (bytes inside each server) left in."""
+def _servers(m, gpus_per_server) -> tuple[np.ndarray, int, int]:
+    """The validated traffic matrix, the GPUs per server and the server count."""
     m = _matrix(m, "traffic matrix")
     g = check_int(gpus_per_server, "gpus_per_server")
     if g < 1 or m.shape[0] % g:
         raise ValueError(f"{m.shape[0]} GPUs are not a whole number of servers of {gpus_per_server}")
-    n = m.shape[0]
-    # rows of a server first (contiguous memory), then runs of g columns: faster than one
-    # reduction over both axes of a (s, g, s, g) view, and than .sum's wrapper on tiny arrays
-    return np.add.reduceat(np.add.reduce(m.reshape(n // g, g, n), 1), _starts(n, g), axis=1)
+    return m, g, m.shape[0] // g
 
 
-@functools.lru_cache(maxsize=16)
-def _starts(n: int, g: int) -> np.ndarray:
-    """First GPU of every server (cached: a tiny array costs as much to build as to use)."""
-    starts = np.arange(0, n, g)
-    starts.flags.writeable = False
-    return starts
-
-
-def _pad(b: list[list[int]]) -> tuple[list[list[int]], int]:
-    """Add non-negative padding in place so every row and column sums to the largest line sum L."""
-    n = len(b)
-    if not n:
-        return b, 0
-    rows = list(map(sum, b))
-    cols = list(map(sum, zip(*b)))
-    L = max(max(rows), max(cols))
-    # North-west corner rule (the total row and column deficits are equal): fill cell (i, j)
-    # with what row i or column j still lacks, whichever is less, and move past that line.
-    # Every cell it fills that was empty costs about one more stage. The walk stays near
-    # its own diagonal, and a server matrix's diagonal is empty (traffic inside a server),
-    # so the columns go rotated by half: n // 2, ..., n - 1, 0, ..., n // 2 - 1. On Zipf
-    # matrices that takes 6.5 stages instead of 8.5 at 4 servers, 42 instead of 48 at 8.
-    order = [*range(n // 2, n), *range(n // 2)]
-    i = j = 0
-    ri, cj = L - rows[0], L - cols[order[0]]
-    while True:
-        if ri < cj:
-            b[i][order[j]] += ri
-            cj -= ri
-            i += 1
-            if i == n:
-                return b, L
-            ri = L - rows[i]
-        else:
-            b[i][order[j]] += cj
-            ri -= cj
-            j += 1
-            if j == n:
-                return b, L
-            cj = L - cols[order[j]]
+def server_matrix(m: np.ndarray, gpus_per_server: int) -> np.ndarray:
+    """Bytes from server s to server t (t != s; the diagonal stays inside servers)."""
+    m, g, servers = _servers(m, gpus_per_server)
+    b = np.empty((servers, servers), np.int64)
+    if not _bvn().server_sums(m, g, b):
+        raise _too_large("traffic matrix")
+    return b
 
 
 #: From this many servers on, each stage is a maximum-weight matching. Below it, on the Zipf
@@ -127,99 +103,22 @@ def _pad(b: list[list[int]]) -> tuple[list[list[int]], int]:
 MAX_WEIGHT_SERVERS = 12
 
 
-def _repaired_stages(a: list[list[int]], L: int) -> tuple[list[int], list[int]]:
-    """Stages from one perfect matching, repaired after each stage (Kuhn's augmenting paths).
-
-    Returns the stages' permutations one after the other in one flat list, and their weights.
-    Pure Python on purpose: the matrix has a few servers per side, and a numpy call costs
-    more than a whole stage of this work. For the same reason no stage subtracts its weight
-    from the matched entries: row r's matched entry runs out when the stage weights reach
-    ``ends[r]``, and its remainder is written back into ``a`` only when a repair moves the
-    row to another column, so ``a`` holds every unmatched entry exactly.
-    """
-    if not L:
-        return [], []
-    n = len(a)
-    for row in a:
-        row.append(0)  # column n, never in the support: where an unmatched row points
-    match = [n] * n  # column of every row
-    owner = [-1] * n  # row of every column
-    ends = [0] * n
-    done = 0  # weight of the stages so far
-
-    def augment(r: int, seen: list[bool]) -> bool:
-        row = a[r]
-        for c, x in enumerate(row):  # a free column first: the shortest path
-            if x and owner[c] < 0:
-                break
-        else:
-            for c, x in enumerate(row):
-                if x and not seen[c]:
-                    seen[c] = True
-                    if augment(owner[c], seen):
-                        break
-            else:
-                return False
-        row[match[r]] = ends[r] - done
-        ends[r] = done + x
-        match[r] = c
-        owner[c] = r
-        return True
-
-    lost = []
-    for r, row in enumerate(a):  # greedy first, augmenting paths for the rows it leaves out
-        for c, x in enumerate(row):
-            if x and owner[c] < 0:
-                ends[r] = x
-                match[r] = c
-                owner[c] = r
-                break
-        else:
-            lost.append(r)
-    perms, weights = [], []
-    while True:
-        for r in lost:
-            if not augment(r, [False] * n):  # a balanced matrix has one on its support (Koenig)
-                raise AssertionError("no perfect matching in the support of a balanced matrix")
-        end = min(ends)
-        perms += match
-        weights.append(end - done)
-        done = end
-        if done == L:
-            return perms, weights
-        r = ends.index(end)
-        if ends.count(end) == 1:
-            # The usual case: one entry ran out and its column c0 is the only free one. A
-            # path r -> c -> owner of c -> c0 nearly always repairs it; search that first.
-            lost = ()
-            c0 = match[r]
-            row = a[r]
-            row[c0] = 0
-            for c, x in enumerate(row):
-                if x:
-                    o = owner[c]
-                    y = a[o][c0]
-                    if y:
-                        a[o][c] = ends[o] - done
-                        ends[o] = done + y
-                        match[o] = c0
-                        owner[c0] = o
-                        ends[r] = done + x
-                        match[r] = c
-                        owner[c] = r
-                        break
-            else:
-                owner[c0] = -1
-                lost = (r,)
-        else:
-            lost = [q for q, e in enumerate(ends) if e == end]
-            for q in lost:
-                a[q][match[q]] = 0
-                owner[match[q]] = -1
+def _repairs(method: str, servers: int) -> bool:
+    """Whether ``method`` (see :func:`birkhoff`) takes the repaired stages at this size."""
+    if method not in ("auto", "repair", "max-weight"):
+        raise ValueError(f"method must be 'auto', 'repair' or 'max-weight', not {method!r}")
+    return method == "repair" or (method == "auto" and servers < MAX_WEIGHT_SERVERS)
 
 
-def _max_weight_stages(a: list[list[int]], L: int) -> tuple[list[np.ndarray], list[float]]:
-    """Stages that are each the permutation of largest total weight on the support.
+def _stage_arrays(servers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Room for the repaired stages: each empties an entry of the padded matrix for good."""
+    most = max(servers * servers, 1)
+    return np.empty((most, servers), np.int64), np.empty(most, np.int64)
+
+
+def _max_weight_stages(a: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stages that are each the permutation of largest total weight on the support of the padded
+    matrix ``a``.
 
     Costs are the negated entries with empty ones priced out (``big`` is more
     than any matching on the support weighs), as exact integers in float64.
@@ -228,8 +127,7 @@ def _max_weight_stages(a: list[list[int]], L: int) -> tuple[list[np.ndarray], li
     big = float(L) * n + 1.0
     if big >= 2.0 ** 53:
         raise ValueError(f"server matrix too large for exact planning: line sum {L} x {n} servers >= 2^53")
-    cost = np.array(a, dtype=np.float64)
-    cost = np.where(cost > 0, -cost, big)
+    cost = np.where(a > 0, -a.astype(np.float64), big)
     rows = np.arange(n)
     perms, weights = [], []
     left = float(L)
@@ -242,7 +140,7 @@ def _max_weight_stages(a: list[list[int]], L: int) -> tuple[list[np.ndarray], li
         perms.append(match)
         weights.append(w)
         left -= w
-    return perms, weights
+    return np.array(perms, dtype=np.int64).reshape(len(weights), n), np.array(weights, dtype=np.int64)
 
 
 def birkhoff(b, method: str = "auto") -> tuple[np.ndarray, np.ndarray, int]:
@@ -256,65 +154,44 @@ def birkhoff(b, method: str = "auto") -> tuple[np.ndarray, np.ndarray, int]:
     ``"auto"`` (max-weight from :data:`MAX_WEIGHT_SERVERS` servers on).
     """
     b = _matrix(b, "server matrix")
-    perms, weights, L = _decompose(b.tolist(), method)
-    return _perm_array(perms, len(weights), len(b)), np.array(weights, dtype=np.int64), L
-
-
-def _decompose(a: list[list[int]], method: str) -> tuple[list, list, int]:
-    """:func:`birkhoff` on a validated matrix as lists, which it pads in place; stages as lists."""
-    if method not in ("auto", "repair", "max-weight"):
-        raise ValueError(f"method must be 'auto', 'repair' or 'max-weight', not {method!r}")
-    a, L = _pad(a)
-    if method == "max-weight" or (method == "auto" and len(a) >= MAX_WEIGHT_SERVERS):
-        perms, weights = _max_weight_stages(a, L)
-    else:
-        perms, weights = _repaired_stages(a, L)
-    return perms, weights, L
-
-
-def _perm_array(perms: list, stages: int, servers: int) -> np.ndarray:
-    """Stage permutations, one flat list or one array per stage, as a (stages, servers) array."""
-    return np.array(perms, dtype=np.int64).reshape(stages, servers)
+    n = len(b)
+    repairs = _repairs(method, n)
+    bvn = _bvn()
+    a = np.empty((n, n + 1), np.int64)
+    L = int(bvn.pad(b, a))
+    if L < 0:
+        raise _too_large("server matrix")
+    if not repairs:
+        return (*_max_weight_stages(a[:, :n], L), L)
+    perms, weights = _stage_arrays(n)
+    k = bvn.repair(a, L, perms, weights)
+    return perms[:k], weights[:k], L
 
 
 class FastPlan:
     """A FAST plan: stages (``perms[k]``, ``weights[k]``), their scale-out time, and the bound they meet.
 
-    ``compute_s`` is the planning time, until every stage is known (as Python
-    integers). The arrays ``perms``, ``weights`` and ``server_bytes`` are built
-    on first access: at four servers each costs about as much as a stage.
+    ``compute_s`` is the planning time: from the traffic matrix to the stage
+    arrays.
     """
 
-    def __init__(self, servers: int, gpus_per_server: int, perms: list, weights: list, lower_bound_bytes: int,
-                 compute_s: float, server_sums: np.ndarray):
-        self.servers = servers
+    def __init__(self, gpus_per_server: int, perms: np.ndarray, weights: np.ndarray, lower_bound_bytes: int,
+                 compute_s: float, server_bytes: np.ndarray):
+        self.servers = len(server_bytes)
         self.gpus_per_server = gpus_per_server
+        #: ``perms[k, s]``: the server s sends to in stage k (itself: idle).
+        self.perms = perms
+        #: Bytes every busy server sends in each stage.
+        self.weights = weights
         self.lower_bound_bytes = lower_bound_bytes
         self.compute_s = compute_s
-        self._perms = perms
-        self._weights = weights
-        self._sums = server_sums
+        #: The server-to-server byte matrix the plan covers (:func:`server_matrix`).
+        self.server_bytes = server_bytes
 
     def __repr__(self) -> str:
         return (f"FastPlan(servers={self.servers}, gpus_per_server={self.gpus_per_server}, "
-                f"stages={len(self._weights)}, lower_bound_bytes={self.lower_bound_bytes}, "
+                f"stages={len(self.weights)}, lower_bound_bytes={self.lower_bound_bytes}, "
                 f"compute_s={self.compute_s:.3g})")
-
-    @functools.cached_property
-    def perms(self) -> np.ndarray:
-        """``perms[k, s]``: the server s sends to in stage k (itself: idle)."""
-        return _perm_array(self._perms, len(self._weights), self.servers)
-
-    @functools.cached_property
-    def weights(self) -> np.ndarray:
-        """Bytes every busy server sends in each stage."""
-        return np.array(self._weights, dtype=np.int64)
-
-    @functools.cached_property
-    def server_bytes(self) -> np.ndarray:
-        """The server-to-server byte matrix the plan covers (:func:`server_matrix`)."""
-        self._sums.flat[::self.servers + 1] = 0
-        return self._sums
 
     @property
     def stages(self) -> list[tuple[np.ndarray, int]]:
@@ -332,14 +209,28 @@ class FastPlan:
 
 def fast_plan(m: np.ndarray, gpus_per_server: int, method: str = "auto") -> FastPlan:
     """Plan a skewed all-to-all with FAST (see the module docstring); ``method`` as in :func:`birkhoff`."""
+    bvn = _bvn()
     t0 = time.perf_counter()
-    b = _server_sums(m, gpus_per_server)
-    a = b.tolist()
-    for s, row in enumerate(a):
-        row[s] = 0
-    perms, weights, L = _decompose(a, method)
+    m, g, servers = _servers(m, gpus_per_server)
+    perms, weights, L, b = _plan(bvn, m, g, servers, _repairs(method, servers))
     dt = time.perf_counter() - t0
-    return FastPlan(len(a), int(gpus_per_server), perms, weights, L, dt, b)
+    return FastPlan(g, perms, weights, L, dt, b)
+
+
+def _plan(bvn, m: np.ndarray, g: int, servers: int, repairs: bool) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """:func:`fast_plan` on validated input: ``(perms, weights, L, server matrix)``."""
+    b = np.empty((servers, servers), np.int64)
+    a = np.empty((servers, servers + 1), np.int64)
+    if repairs:
+        perms, weights = _stage_arrays(servers)
+        k, L = bvn.plan(m, g, b, a, perms, weights)  # all of it in one compiled call
+        if k < 0:
+            raise _too_large("traffic matrix")
+        return perms[:k], weights[:k], L, b
+    if not bvn.server_sums(m, g, b):
+        raise _too_large("traffic matrix")
+    L = int(bvn.pad(b, a))
+    return (*_max_weight_stages(a[:, :servers], L), L, b)
 
 
 def direct(counts: np.ndarray) -> Schedule:

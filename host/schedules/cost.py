@@ -24,7 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from inagg.host.schedules.ir import Schedule
+from inagg.host.schedules.ir import Schedule, group_steps
 from inagg.host.schedules.topology import Topology
 
 __all__ = ["Cost", "evaluate", "allreduce_lower_bound", "ina_lower_bound"]
@@ -85,34 +85,25 @@ def evaluate(schedule: Schedule, topo: Topology, size_bytes: float, *, repeat: i
     nodes = _nodes(schedule, topo)
     per_chunk = float(size_bytes) / schedule.size_chunks if schedule.size_chunks else 0.0
     if schedule.nswitches == 0 and schedule.only_transfers:
-        # GPU ranks only, all transfers (the large schedules): no row to drop, no copy of the columns
-        xfer, step = None, schedule.step
+        # GPU ranks only, all transfers (the large schedules): the schedule's own grouping, which
+        # check_symbolic shares, and no copy of the columns
+        groups = [rows for _, rows in schedule.rows_by_step()]
+        # chunks sent per node, summed step by step while the step's rows are at hand (exact: integers)
+        sent_chunks = np.zeros(schedule.nnodes)
     else:
         xfer = np.flatnonzero(schedule.is_transfer)
         # transfers between two nodes mapped onto the same topology node (none in practice) are free
         xfer = xfer[nodes[schedule.src[xfer]] != nodes[schedule.dst[xfer]]]
-        step = schedule.step[xfer]
-    # one step at a time: memory stays at one step's transfers, whatever the schedule's length;
-    # numpy's stable sort is a radix sort on 16-bit keys
-    narrow = step.astype(np.int16) if len(step) and step.max() < 2 ** 15 else step
-    order = np.argsort(narrow, kind="stable")
-    if xfer is not None:
+        # one step at a time: memory stays at one step's transfers, whatever the schedule's length
+        order, _, bounds = group_steps(schedule.step[xfer])
         order = xfer[order]
-    if len(step) and step.max() < 2 * len(step) + 1024:  # rows per step by counting: no gather, no diff
-        per_step = np.bincount(narrow)
-        steps = np.flatnonzero(per_step)
-        sizes = per_step[steps]
-    else:
-        steps, sizes = np.unique(step, return_counts=True)
-    bounds = np.zeros(len(steps) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=bounds[1:])
-    times = np.zeros(len(steps))
-    byte_terms = np.zeros(len(steps))
-    ideal_terms = np.zeros(len(steps))
-    # chunks sent per node, summed step by step while the step's rows are at hand (exact: integers)
-    sent_chunks = np.zeros(schedule.nnodes) if xfer is None else None
-    for i in range(len(steps)):
-        rows = order[bounds[i]:bounds[i + 1]]
+        groups = [order[a:b] for a, b in zip(bounds.tolist(), bounds[1:].tolist())]
+        sent_chunks = None
+    steps = len(groups)
+    times = np.zeros(steps)
+    byte_terms = np.zeros(steps)
+    ideal_terms = np.zeros(steps)
+    for i, rows in enumerate(groups):
         src, count = schedule.src[rows], schedule.count[rows]
         if sent_chunks is not None:
             sent_chunks += np.bincount(src, weights=count, minlength=schedule.nnodes)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inagg.host.schedules.ir import Buffer, Collective, Row, Schedule
+from inagg.host.schedules.ir import Buffer, Collective, Row, Schedule, group_steps
 
 __all__ = ["ScheduleError", "execute", "expected", "make_inputs", "check", "check_symbolic", "initial_buffers"]
 
@@ -361,13 +361,15 @@ def check_symbolic(schedule: Schedule, *, peers: int = 2, sources: int | None = 
     """
     if peers < 1:
         raise ValueError(f"peers must be at least 1, not {peers}")
-    x = schedule.is_transfer
-    src, dst, step = schedule.src[x], schedule.dst[x], schedule.step[x]
-    nch = int(schedule.channel.max(initial=0)) + 1
-    channel = schedule.channel[x]
-    order = np.argsort(step.astype(np.int16) if len(step) and step.max() < 2 ** 15 else step, kind="stable")
-    cuts = np.flatnonzero(np.diff(step[order], prepend=-1))
-    groups = np.split(order, cuts[1:]) if len(order) else []
+    src, dst, step, channel = schedule.src, schedule.dst, schedule.step, schedule.channel
+    nch = int(channel.max(initial=0)) + 1
+    if schedule.only_transfers:  # the large schedules: the grouping evaluate shares, no copy of the columns
+        groups = [rows for _, rows in schedule.rows_by_step()]
+    else:
+        x = schedule.is_transfer
+        src, dst, step, channel = src[x], dst[x], step[x], channel[x]
+        order, _, bounds = group_steps(step)
+        groups = [order[a:b] for a, b in zip(bounds.tolist(), bounds[1:].tolist())]
     r = schedule.nranks
     for g in groups:
         for label, node in (("sends", src[g]), ("receives", dst[g])):

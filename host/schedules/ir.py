@@ -64,6 +64,7 @@ __all__ = [
     "Op",
     "Schedule",
     "ScheduleBuilder",
+    "group_steps",
 ]
 
 
@@ -167,6 +168,26 @@ def _join(parts: list[np.ndarray], dtype) -> np.ndarray:
             pos += k
         return out
     return np.concatenate(parts, dtype=dtype, casting="unsafe")
+
+
+def group_steps(step: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(order, steps, bounds)``: the rows of step ``steps[i]`` are ``order[bounds[i]:bounds[i + 1]]``,
+    steps ascending, rows in their order within a step.
+
+    Steps below 2^15 are sorted as 16-bit keys (numpy's stable sort is then a radix sort), and
+    dense steps are counted, not found by a pass over the sorted steps: at 65,536 ranks a
+    schedule has millions of rows and a handful of steps."""
+    narrow = step.astype(np.int16) if len(step) and step.max() < 2 ** 15 else step
+    order = np.argsort(narrow, kind="stable")
+    if len(step) and step.max() < 2 * len(step) + 1024:
+        per_step = np.bincount(narrow)
+        steps = np.flatnonzero(per_step)
+        sizes = per_step[steps]
+    else:
+        steps, sizes = np.unique(step, return_counts=True)
+    bounds = np.zeros(len(steps) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    return order, steps, bounds
 
 
 def _as_index_array(x, what: str) -> np.ndarray:
@@ -451,11 +472,8 @@ class Schedule:
     def rows_by_step(self) -> list[tuple[int, np.ndarray]]:
         """``(step, row indices)`` for every step, ascending (row order kept)."""
         if self._order is None:
-            order = np.argsort(self.step, kind="stable")
-            steps = self.step[order]
-            cuts = np.flatnonzero(np.diff(steps)) + 1
-            groups = np.split(order, cuts)
-            self._order = [(int(self.step[g[0]]), g) for g in groups if len(g)]
+            order, steps, bounds = group_steps(self.step)
+            self._order = [(s, order[a:b]) for s, a, b in zip(steps.tolist(), bounds.tolist(), bounds[1:].tolist())]
         return self._order
 
     def chunks(self, row: int) -> tuple[np.ndarray, np.ndarray]:

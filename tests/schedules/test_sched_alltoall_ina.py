@@ -89,6 +89,18 @@ def test_fast_input_errors():
     with pytest.raises(ValueError, match="too large for exact planning"):
         F.birkhoff(np.array([[0, 2 ** 52], [2 ** 52, 0]]), "max-weight")
     assert F.birkhoff(np.array([[0, 2 ** 52], [2 ** 52, 0]]), "repair")[2] == 2 ** 52
+    # int64 sums in the compiled kernels: one byte past 2^63 - 1 is refused, not wrapped
+    edge = np.array([[0, 2 ** 62], [2 ** 62 - 1, 0]])
+    assert F.fast_plan(edge, 1).lower_bound_bytes == 2 ** 62
+    for method in ("repair", "max-weight"):
+        with pytest.raises(ValueError, match=r"^traffic matrix too large: its entries add up past 2\^63 - 1$"):
+            F.fast_plan(edge + np.eye(2, dtype=np.int64)[::-1], 1, method)
+    with pytest.raises(ValueError, match=r"^traffic matrix too large"):
+        F.server_matrix(np.full((4, 4), 2 ** 59), 2)
+    with pytest.raises(ValueError, match=r"^traffic matrix too large"):  # not wrapped to a negative int64
+        F.fast_plan(np.array([[0, 2 ** 63], [0, 0]], dtype=np.uint64), 1)
+    with pytest.raises(ValueError, match=r"^server matrix too large: its entries add up past 2\^63 - 1$"):
+        F.birkhoff(np.array([[0, 2 ** 62, 2 ** 62], [0, 0, 0], [0, 0, 0]]), "repair")
 
 
 COLLS = [Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST, Collective.REDUCE_SCATTER,

@@ -49,7 +49,7 @@ def test_clos_pins_spines_by_destination():
     ptr, links = topo.route(np.array([0, 1]), np.array([4, 6]))
     # host 0 -> host 4 (index 0 under leaf 1) uses spine 0; host 1 -> host 6 (index 2) spine 0 too
     assert list(np.diff(ptr)) == [4, 4]
-    N, L, U = 8, 2, 2
+    N, U = 8, 2  # hosts, spines (2 leaves)
     assert links[1] == 2 * N + 0 * U + 0 and links[5] == 2 * N + 0 * U + 0
 
 
@@ -83,10 +83,12 @@ def test_evaluate_input_errors():
         evaluate(s, T.parse("ring:4"), 1)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "compiled"])
 @pytest.mark.parametrize("spec", ["ring:7", "ring:8", "torus:4x6", "torus:3x4x2", "torus:1x5", "torus:16x2"])
-def test_torus_step_cost_matches_the_routes(spec):
+def test_torus_step_cost_matches_the_routes(spec, compiled, monkeypatch):
     # the run-based loads (difference arrays, sparse-table maxima) against the link-by-link routes,
-    # with a different alpha and beta on every link
+    # with a different alpha and beta on every link; numpy below COMPILED_TORUS_HOSTS, numba from it
+    monkeypatch.setattr(T, "COMPILED_TORUS_HOSTS", 0 if compiled else 1 << 62)
     rng = np.random.default_rng(1)
     topo = T.parse(spec)
     topo.link_alpha = rng.uniform(1, 2, topo.nlinks)
@@ -106,6 +108,18 @@ def test_torus_step_cost_matches_the_routes(spec):
         assert fast.alpha_path == pytest.approx(np.bincount(who, weights=topo.link_alpha[links], minlength=len(src)))
         assert fast.byte_term == pytest.approx(load.max())
         assert fast.ideal_term == pytest.approx(first.max())
+
+
+def test_compiled_torus_step_cost_refuses_bad_transfers(monkeypatch):
+    # the kernel reads arrays unchecked, so it checks its input itself
+    monkeypatch.setattr(T, "COMPILED_TORUS_HOSTS", 0)
+    topo = T.parse("torus:4x4")
+    with pytest.raises(ValueError, match="^a transfer's node is not on the torus$"):
+        topo.step_cost([0, 3], [1, 16], [1.0, 1.0])
+    with pytest.raises(ValueError, match="^a route needs two different nodes$"):
+        topo.step_cost([0, 5], [1, 5], [1.0, 1.0])
+    with pytest.raises(ValueError, match="^src, dst and nbytes must have one entry per transfer$"):
+        topo.step_cost([0, 1], [1, 2], [1.0])
 
 
 @pytest.mark.parametrize("n,spec", [(16, "ring:16"), (17, "ring:17"), (24, "torus:4x6")])
