@@ -341,9 +341,8 @@ def tree_operations(tp, data, *, timing: Timing | None = None) -> dict[int, dict
 
     ``data[j][r]`` is rank ``r``'s array in the ``j``-th job of the plan. A UC
     job runs its collective (:func:`operation`; Reduce's ``amax`` is the
-    largest magnitude of any rank's data in that job); a Mode II or III job
-    an AllReduce over an RC queue pair (:class:`~inagg.host.rc_worker.RcWorker`),
-    the only collective those modes run: another one is a ``ValueError``.
+    largest magnitude of any rank's data in that job) over a UC worker, a
+    Mode II or III job over an RC queue pair (:class:`~inagg.host.rc_worker.RcWorker`).
     """
     jobs = tp.plans[0].jobs
     if len(data) != len(jobs):
@@ -355,10 +354,8 @@ def tree_operations(tp, data, *, timing: Timing | None = None) -> dict[int, dict
         p = tp.plans[s]
         ops[r] = {}
         for j, job in enumerate(p.jobs):
-            if job.mode in RC_MODES:  # AllReduce only: JobSpec refuses another collective in an RC mode
-                op = AllReduce(RcWorker(p.switch, job, w, timing=timing), data[j][r])
-            else:
-                op = operation(collective_worker(p.switch, job, w, timing=timing), data[j][r], rank=r, amax=amax[j])
+            worker = (RcWorker if job.mode in RC_MODES else collective_worker)(p.switch, job, w, timing=timing)
+            op = operation(worker, data[j][r], rank=r, amax=amax[j])
             ops[r][job.workers[w].qpn] = op
     return ops
 

@@ -98,15 +98,21 @@ def test_mode_i_refuses_a_tree():
 
 
 @pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
-def test_the_rc_modes_take_a_tree_and_refuse_another_collective(mode):
+def test_the_rc_modes_take_a_tree_and_every_collective(mode):
     job = make_job(Mode.UC)
     uplink = Uplink(port=3, mac="02:00:00:00:01:00", ip="10.0.1.0", qpn=0x400000, rkey=1, result_qpn=0x200,
                     result_rkey=2, result_va=0)
     assert dataclasses.replace(job, parent=uplink, subswitches={1}, mode=mode).mode is mode
-    for other in (Collective.BARRIER, Collective.REDUCE_SCATTER):
-        with pytest.raises(ValueError, match=rf"^mode {mode.name} runs AllReduce only \(on one switch or a tree\), "
-                                             rf"not {other.value}$"):
-            dataclasses.replace(job, collective=other, mode=mode)
+    for other in Collective:
+        root = 0 if other.rooted else None
+        sw = ModelSwitch(SwitchSpec(slots=16))
+        sw.add_job(dataclasses.replace(job, collective=other, root=root, mode=mode))
+        assert sw.modes[job.job].spec.collective is other
+
+
+def test_mode_i_refuses_another_collective():
+    with pytest.raises(ValueError, match=r"^mode TERMINATED \(I\) runs AllReduce only, not barrier$"):
+        dataclasses.replace(make_job(Mode.UC), collective=Collective.BARRIER, mode=Mode.TERMINATED)
 
 
 # -- Mode II ---------------------------------------------------------------------------
