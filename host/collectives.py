@@ -1,4 +1,5 @@
-"""The six collectives as sans-IO operations over the UC protocol (``docs/protocol.md`` section 11).
+"""The six collectives as sans-IO operations over the UC protocol and EPIC's Modes II and III (``docs/protocol.md``
+sections 11 and 11.1).
 
 The switch's job says which collective runs (``JobSpec.collective``) and so
 which children send lanes up and which get lanes down; a child that sends no
@@ -29,7 +30,10 @@ bound on ``|x|`` on every rank; values beyond it are refused before anything
 is sent.
 
 :func:`tree_operations` builds every rank's operation of every job of a tree
-plan, over UC or, for EPIC's Modes II and III, over an RC queue pair.
+plan, over UC or, for EPIC's Modes II and III, over an RC queue pair
+(:class:`~inagg.host.rc_worker.RcWorker`): the same operations, whose
+worker sends no contribution where the collective has a rank send nothing
+and takes no result where it has it get none (section 11.1).
 """
 
 from __future__ import annotations

@@ -8,13 +8,17 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
+from inagg.host.checker import Violation
 from inagg.host.collectives import exponent, reference, tree_operations
 from inagg.host.controller import TreeController, plan_tree
 from inagg.host.link import Faults
 from inagg.host.memnet import TreeNetwork
 from inagg.host.rc_worker import RcRetryError, RcWorker
+from inagg.host.tree_checker import TreeScope, check_tree
 from inagg.host.worker import Timing
+from inagg.models import rc
 from inagg.models.job import Collective, Mode
+from inagg.models.modes import AugmentedJob, TranslatedJob
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
 from inagg.models.tree import Tree, TreeCounter
@@ -119,3 +123,39 @@ def test_random_trees_collectives_modes_and_faults_give_exact_results_or_a_clear
     except RcRetryError:
         return  # a clear error, naming the worker and the PSN
     assert all(same(got[r], want[r]) for r in got)
+
+
+# -- the model checker on EPIC's scope -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", _RC)
+@pytest.mark.parametrize("collective", [Collective.REDUCE, Collective.BROADCAST])
+def test_the_tree_checker_explores_reduce_and_broadcast(collective, mode):
+    r = check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=mode, reorder=False, quiet=True,
+                             collective=collective, root=1))
+    assert r.final_states == 1 and r.states > 50
+
+
+def test_the_tree_checker_finds_a_mode_iii_broadcast_result_freed_at_the_first_ack(monkeypatch):
+    monkeypatch.setattr(AugmentedJob, "free_on_first_ack", True)
+    with pytest.raises(Violation, match=r"switch \d no longer holds result PSN 0, which its child \d lacks"):
+        check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False,
+                             collective=Collective.BROADCAST))
+
+
+def test_the_tree_checker_finds_a_mode_ii_reduce_that_reflects_the_root_ack_to_the_root_alone(monkeypatch):
+    # The AllReduce rule (reflect each host's ACK to that host) in a Reduce: the other ranks are never released.
+    monkeypatch.setattr(TranslatedJob, "_ack_down", lambda self, ack, children: [
+        (self.spec.workers[v].port, rc.encode(ack, self.to[v])) for v in children if v == self.spec.root])
+    with pytest.raises(Violation, match=r"RC retry count exceeded|missing results"):
+        check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.TRANSLATED, reorder=False, quiet=True,
+                             collective=Collective.REDUCE))
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(collective=Collective.REDUCE), r"reduce is checked in Modes II and III \(RC\), not in the UC mode"),
+    (dict(collective=Collective.BARRIER, mode=Mode.TRANSLATED), r"collective must be ALLREDUCE, REDUCE or BROADCAST"),
+    (dict(collective=Collective.REDUCE, mode=Mode.TRANSLATED, root=4), r"root must be a rank in 0\.\.3, not 4"),
+])
+def test_tree_scopes_refuse_what_the_checker_does_not_run(kw, message):
+    with pytest.raises(ValueError, match=message):
+        TreeScope("2x2", **kw)
