@@ -64,21 +64,12 @@ COLLECTIVE_MUTATION = TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.A
                                 collective=Collective.BROADCAST)
 
 
-def _row(scope: Scope, budget: int) -> str:
-    head = f"| {scope.mode.value} | {scope.window} | {scope.chunks} | {scope.faults} |"
+def _row(scope: Scope | TreeScope, budget: int, checker=check, lead: str = "") -> str:
+    """One table row: ``lead`` (the first columns), the scope, and what ``checker`` found in ``budget`` states."""
+    head = f"{lead}| {scope.mode.value} | {scope.window} | {scope.chunks} | {scope.faults} |"
     t0 = time.perf_counter()
     try:
-        r = check(scope, max_states=budget)
-    except RuntimeError:
-        return f"{head} > {budget:,} (budget) | | | {time.perf_counter() - t0:.0f} s |"
-    return f"{head} {r.states:,} | {r.transitions:,} | {r.final_states} | {r.seconds:.1f} s |"
-
-
-def _tree_row(scope: TreeScope, budget: int) -> str:
-    head = f"| {scope.collective.value} | {scope.mode.value} | {scope.window} | {scope.chunks} | {scope.faults} |"
-    t0 = time.perf_counter()
-    try:
-        r = check_tree(scope, max_states=budget)
+        r = checker(scope, max_states=budget)
     except RuntimeError:
         return f"{head} > {budget:,} (budget) | | | {time.perf_counter() - t0:.0f} s |"
     return f"{head} {r.states:,} | {r.transitions:,} | {r.final_states} | {r.seconds:.1f} s |"
@@ -89,7 +80,7 @@ def collectives_section(budget: int, command: str) -> str:
     load = os.getloadavg()
     rows = []
     for s in COLLECTIVE_SCOPES:
-        rows.append(_tree_row(s, budget))
+        rows.append(_row(s, budget, check_tree, f"| {s.collective.value} "))
         print(rows[-1], flush=True)
     verdict, trace = _mutation(AugmentedJob, COLLECTIVE_MUTATION, budget, check_tree)
     lines = [
