@@ -107,8 +107,8 @@ def collectives_section(budget: int, command: str) -> str:
     ]
     s = COLLECTIVE_MUTATION
     lines += ["### Mutation: a Mode III Broadcast result freed at the first child's ACK", "",
-              "`AugmentedJob.free_on_first_ack` on a Broadcast (a switch off the root rank's side frees the result",
-              f"it took from its parent when one child ACKed it). Scope: 2x2, mode {s.mode.value}, window {s.window}, "
+              "`AugmentedJob.free_on_first_ack` on a Broadcast (a switch frees a result when its first child ACKed",
+              f"it, before the slowest one). Scope: 2x2, mode {s.mode.value}, window {s.window}, "
               f"{s.chunks} packet per rank, no loss, links in order, timers at any time. Result: {verdict}.", ""]
     if trace:
         lines += ["```", *trace.splitlines(), "```", ""]
