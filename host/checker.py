@@ -198,7 +198,7 @@ def check(scope: Scope = Scope(), *, timing: Timing | None = None, max_states: i
     return CheckResult(scope, *counts, time.perf_counter() - start)
 
 
-def _explore(init, successors, expect: np.ndarray, max_states: int, invariant=None) -> tuple[int, int, int, int]:
+def _explore(init, successors, expect: np.ndarray | list[np.ndarray], max_states: int, invariant=None) -> tuple[int, int, int, int]:
     """Breadth-first search from ``init`` over ``successors(state, trace)``; (states, transitions, final
     states, depth). ``invariant(state, trace)``, when given, checks every state; a state without
     successors must be a correct final state (:func:`_check_final`)."""
@@ -335,12 +335,14 @@ def _check_results_held(s: _State, trace: tuple) -> None:
                                 + "\n  ".join(trace))
 
 
-def _check_final(s: _State, expect: np.ndarray, trace: tuple) -> None:
+def _check_final(s: _State, expect: np.ndarray | list[np.ndarray], trace: tuple) -> None:
+    """Every worker done with ``expect`` (one array for all, or a list of one per worker)."""
     for r, w in enumerate(s.workers):
+        want = expect[r] if isinstance(expect, list) else expect
         if not w.done:
             raise Violation(f"run ends with worker {r} missing results\ntrace:\n  " + "\n  ".join(trace))
         words, fp32, _ = w.results()
         got = np.where(fp32[:, None], words.view(np.float32), words.view(np.int32).astype(np.float32)) \
             if fp32.any() else words.view(np.int32)
-        if fp32.any() != (expect.dtype == np.float32) or not np.array_equal(got, expect):
+        if fp32.any() != (want.dtype == np.float32) or not np.array_equal(got, want):
             raise Violation(f"worker {r} ends with a wrong aggregate\ntrace:\n  " + "\n  ".join(trace))

@@ -17,6 +17,13 @@ It has :class:`~inagg.host.worker.Worker`'s interface (``submit``,
 :class:`~inagg.host.worker.AllReduce` runs on it unchanged, and ``fork`` /
 ``fingerprint`` for the model checker. Both PSN spaces start at 0: the
 first chunk the QP carries has PSN 0, its result too.
+
+The job's collective says whether this host sends its chunks and whether it
+gets results (:func:`inagg.models.modes.flow`): in a Reduce only the root
+rank gets results, and the others are done when every chunk is ACKed (the
+root rank's ACK, passed on by the switches); in a Broadcast only the root
+rank sends, and is done when its chunks are ACKed too (when every rank has
+them). The endpoint is the same QP either way.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from collections import Counter as Tally
 
 import numpy as np
 
-from inagg.models import rc, wire
+from inagg.models import modes, rc, wire
 from inagg.models.frame import Opcode
 from inagg.models.job import JobSpec, Mode, SwitchSpec
 from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter, decode_imm, qp_udp_sport
@@ -59,6 +66,12 @@ class RcWorker:
         if job.mode not in RC_MODES:
             raise ValueError(f"RcWorker runs Modes I, II and III (RC queue pairs), not {job.mode.name}")
         self.switch, self.job, self.rank = switch, job, rank
+        senders, receivers = modes.flow(job)
+        self.sends, self.receives = bool(senders >> rank & 1), bool(receivers >> rank & 1)
+        # When the senders are not the receivers (Reduce, Broadcast), a sender's chunks are ACKed only once the
+        # ranks that depend on them have them, so it keeps its timer until then (an AllReduce host is done with
+        # its results: its ACKs follow from them).
+        self._wait_acks = self.sends and senders != receivers
         self.timing = timing or Timing()
         self.window = job.window
         w = job.workers[rank]
@@ -84,8 +97,10 @@ class RcWorker:
 
     @property
     def done(self) -> bool:
-        """True when every chunk of the current batch has its result."""
-        return self._got == self._k
+        """True when every chunk of the current batch has its result and, when the collective's senders are
+        not its receivers, every chunk this host sends is ACKed."""
+        acked = self.requester.completed - self._posted_base == self._k
+        return (not self.receives or self._got == self._k) and (acked or not self._wait_acks)
 
     @property
     def deadline(self) -> float | None:
@@ -142,7 +157,7 @@ class RcWorker:
     def _place(self, m: rc.Message) -> None:
         chunk30, fp32, saturated = decode_imm(m.imm)
         i = (chunk30 - self.base) & IMM_CHUNK_MASK
-        if i >= self._posted or i != self._got:
+        if i >= (self._posted if self.sends else self._k) or i != self._got or not self.receives:
             # RC delivers each result once, in PSN order: anything else is a switch that broke the protocol.
             self.stats["unexpected"] += 1
             return
@@ -158,6 +173,8 @@ class RcWorker:
 
         The requester's window decides what goes out; posting ahead of it
         only saves a call per ACK, and posting lazily quantizes lazily."""
+        if not self.sends:
+            return []  # Broadcast but the root rank: the results come without a contribution
         stop = min(self._k, self.requester.completed - self._posted_base + 2 * self.window)
         out = []
         c = self.switch.chunk_bytes

@@ -20,7 +20,8 @@ every PSN that a child still lacks, in a slot that is not free: the rule
 could break rather than only at the end of a run.
 
 Every explored run must end with every rank holding the exact sum of every
-chunk and no rank giving up. As there, the state graph is acyclic, so this
+chunk (Reduce: the root rank; Broadcast: the root rank's chunks on every
+rank, the others holding nothing) and no rank giving up. As there, the state graph is acyclic, so this
 also proves that every run terminates. States that differ only in
 counters are merged, and in the UC mode also states that differ only in
 result PSNs (which count resends there; RC endpoints read them).
@@ -35,7 +36,7 @@ import numpy as np
 
 from inagg.models import arith
 from inagg.models.frame import Opcode
-from inagg.models.job import Mode
+from inagg.models.job import Collective, Mode
 from inagg.models.modes import AugmentedJob
 from inagg.models.rc import psn_add, psn_diff
 from inagg.models.switch import ModelSwitch
@@ -56,8 +57,9 @@ _RESULT_OPCODE = Opcode.UC_RDMA_WRITE_ONLY_IMM  # a UC result (its PSN is masked
 @dataclass(frozen=True)
 class TreeScope:
     """What :func:`check_tree` explores: the tree ``spec``, ``chunks`` per rank, ``window``, ``faults`` losses,
-    the job's ``mode`` (UC, TRANSLATED or AUGMENTED), whether links ``reorder`` frames, and whether timers
-    fire only when nothing is in flight (``quiet``)."""
+    the job's ``mode`` (UC, TRANSLATED or AUGMENTED), whether links ``reorder`` frames, whether timers
+    fire only when nothing is in flight (``quiet``), and in Modes II and III the ``collective`` (with its
+    ``root`` rank for Reduce and Broadcast; Barrier, ReduceScatter and AllGather are AllReduces there)."""
 
     spec: str = "2x2"
     chunks: int = 1
@@ -66,6 +68,8 @@ class TreeScope:
     mode: Mode = Mode.UC
     reorder: bool = True
     quiet: bool = False
+    collective: Collective = Collective.ALLREDUCE
+    root: int = 0
 
     def __post_init__(self) -> None:
         tree = Tree.parse(self.spec)
@@ -79,6 +83,12 @@ class TreeScope:
             raise ValueError(f"faults must be an integer in 0..2, not {self.faults!r}")
         if self.mode not in (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED):  # Mode I runs on one switch only
             raise ValueError(f"mode must be UC, TRANSLATED or AUGMENTED, not {self.mode!r}")
+        if self.collective not in (Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST):
+            raise ValueError(f"collective must be ALLREDUCE, REDUCE or BROADCAST, not {self.collective!r}")
+        if self.collective is not Collective.ALLREDUCE and self.mode is Mode.UC:
+            raise ValueError(f"{self.collective.value} is checked in Modes II and III (RC), not in the UC mode")
+        if not isinstance(self.root, int) or not 0 <= self.root < tree.ranks:
+            raise ValueError(f"root must be a rank in 0..{tree.ranks - 1}, not {self.root!r}")
 
 
 class _State:
@@ -112,13 +122,18 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
                max_states: int = 2_000_000) -> CheckResult:
     """Explore every run of ``scope``; raises :class:`~inagg.host.checker.Violation` with a trace on a bad state."""
     start = time.perf_counter()
-    tp = plan_tree(scope.spec, window=scope.window, chunk_bytes=256, mode=scope.mode)
+    tp = plan_tree(scope.spec, window=scope.window, chunk_bytes=256, mode=scope.mode, collective=scope.collective,
+                   root=scope.root)
     tree = tp.tree
     timing = timing or Timing(timeout=1.0, backoff=2.0, max_timeout=4.0, tries=scope.faults + 3)
     lanes = tp.plans[0].switch.lanes
     data = [(np.arange(scope.chunks * lanes, dtype=np.int32).reshape(scope.chunks, lanes) % 7 + 10 * r + 1)
             for r in range(tree.ranks)]
     expect = np.stack([arith.aggregate(np.stack([d[c] for d in data])) for c in range(scope.chunks)])
+    if scope.collective is Collective.REDUCE:  # the sum on the root rank; nothing on the others
+        expect = [expect if r == scope.root else np.zeros_like(expect) for r in range(tree.ranks)]
+    elif scope.collective is Collective.BROADCAST:
+        expect = [data[scope.root]] * tree.ranks
 
     init = _State()
     # A Mode III switch's timers are shorter than the ranks': the hop repairs a loss first.
@@ -191,6 +206,8 @@ def _check_results_held(s: _State, tree: Tree, trace: tuple) -> None:
             if not isinstance(m, AugmentedJob):
                 continue
             for w, child in enumerate(tree.switches[i].children):
+                if not m.receivers >> w & 1:
+                    continue  # Reduce: a child off the root rank's side gets no result
                 q = (s.switches[child.index].modes[m.spec.job].parent_expected if child.switch
                      else s.workers[child.index].responder.expected)
                 while psn_diff(q, m.next_result) < 0:

@@ -225,11 +225,10 @@ class JobSpec:
         _check_tree_fields(self)
         if not isinstance(self.mode, Mode):
             raise TypeError(f"mode must be a Mode ({', '.join(m.name for m in Mode)}), not {self.mode!r}")
-        if self.mode is not Mode.UC and self.collective is not Collective.ALLREDUCE:
-            # The RC modes run AllReduce, on one switch or a tree; the other collectives run over UC
-            # until the two are joined (issue #17).
-            raise ValueError(f"mode {self.mode.name} runs AllReduce only (on one switch or a tree), "
-                             f"not {self.collective.value}")
+        if self.mode is Mode.TERMINATED and self.collective is not Collective.ALLREDUCE:
+            # Mode I's switch makes every result from its own PSN space for every host; models/terminated.py
+            # builds AllReduce only.
+            raise ValueError(f"mode TERMINATED (I) runs AllReduce only, not {self.collective.value}")
         if self.mode is Mode.TERMINATED and (self.parent is not None or self.subswitches):
             # Mode I's switch is every host's RC endpoint; a switch of a tree would be a host's endpoint and its
             # parent's requester at once, which models/terminated.py does not build (issue #17).

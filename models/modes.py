@@ -17,6 +17,15 @@ switch below the root (a job with a ``parent``) sends its completed
 partial upward instead, as an RC contribution of its own with the same
 PSN, and sends the result that comes back down to every child unchanged.
 Every child's first contribution has PSN 0.
+
+The job's collective (``docs/protocol.md`` section 11) says which children
+send lanes up and which get results down (:func:`flow`): Reduce sends the
+result towards the root rank only, and the root rank's ACK releases the
+senders (Mode II: sent up to the top switch and from there to every child;
+Mode III: every hop ACKs on its own). Broadcast takes lanes from the root
+rank's side only and sends the result to every child; in Mode II each
+switch sends the lowest ACK point of its children towards the root rank
+(:class:`TranslatedBroadcast`), in Mode III every hop ACKs on its own.
 """
 
 from __future__ import annotations
@@ -25,13 +34,13 @@ from dataclasses import dataclass
 
 from inagg.models import arith, wire
 from inagg.models.frame import AETH, Opcode, layout
-from inagg.models.job import JobSpec, Mode, SwitchSpec
+from inagg.models.job import Collective, JobSpec, Mode, SwitchSpec
 from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter, encode_imm, qp_udp_sport
 from inagg.models.rc import PSN_MOD, Ack, Address, Packet, Syndrome, encode, psn_add, psn_diff
 from inagg.models.tree import TreeCounter
 
-__all__ = ["MODES", "HOP_TIMEOUT", "worker_addresses", "ack_of", "RC_CONTRIBUTION", "RC_RESULT", "Entry",
-           "TranslatedJob", "AugmentedJob", "open_job"]
+__all__ = ["MODES", "HOP_TIMEOUT", "worker_addresses", "ack_of", "RC_CONTRIBUTION", "RC_RESULT", "Entry", "flow",
+           "TranslatedJob", "TranslatedBroadcast", "AugmentedJob", "open_job"]
 
 MODES = (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED)
 """The modes :class:`~inagg.models.switch.ModelSwitch` implements."""
@@ -60,6 +69,25 @@ def ack_of(r: wire.RoceFrame, counters) -> Ack | None:
     return Ack(r.psn, a["syndrome"], a["msn"])
 
 
+def flow(spec: JobSpec) -> tuple[int, int]:
+    """(senders, receivers) of a Mode II/III job, as worker bitmaps: who sends lanes up, who gets results down.
+
+    Reduce: every child sends, only the child on the root rank's side gets
+    the result (none below the top switch off the root rank's side).
+    Broadcast: only that child sends (none off the root rank's side), every
+    child gets the result. Every other collective is an AllReduce on the
+    switch (Barrier, ReduceScatter and AllGather are derived from it on the
+    hosts).
+    """
+    everyone = (1 << len(spec.workers)) - 1
+    root = 0 if spec.root is None else 1 << spec.root
+    if spec.collective is Collective.REDUCE:
+        return everyone, root
+    if spec.collective is Collective.BROADCAST:
+        return root, everyone
+    return everyone, everyone
+
+
 @dataclass
 class Entry:
     """One slot of a Mode II/III job: a chunk's lanes while it aggregates, then its result."""
@@ -67,7 +95,8 @@ class Entry:
     lanes: arith.LaneState
     chunk: int = 0
     psn: int = 0
-    bitmap: int = 0      # children whose contribution is in; empty: the slot is free
+    bitmap: int = 0      # children whose contribution is in (Mode III Broadcast off the root rank's side: the
+                         # receivers, while the slot holds a result); empty: the slot is free
     count: int = 0
     done: bool = False   # every child is in: the root made the result, a switch below it sent its partial up
     held: bool = False   # the lanes are the result (the root's, or the parent's in Mode III)
@@ -93,6 +122,8 @@ class TranslatedJob:
         self.switch, self.spec = switch, spec
         n = len(spec.workers)
         self.all = (1 << n) - 1
+        self.senders, self.receivers = flow(spec)
+        self.need = self.senders.bit_count()  # contributions that complete a slot
         self.expected = [0] * n
         self.entries = [Entry(arith.LaneState(switch.spec.lanes)) for _ in range(spec.slots)]
         self.to = worker_addresses(switch.spec, spec)
@@ -129,6 +160,10 @@ class TranslatedJob:
     def receive(self, worker: int, r: wire.RoceFrame) -> list[tuple[int, bytes]]:
         """One checked frame (``wire.parse``) addressed to ``worker``'s switch QPN."""
         count = self.switch.counters
+        if not (self.receivers if r.opcode == Opcode.RC_ACK else self.senders) >> worker & 1:
+            # The collective has this child send nothing up (or get no result to ACK): section 11.
+            self.switch.tree_counters[TreeCounter.DROP_NO_DATA] += 1
+            return []
         if r.opcode == Opcode.RC_ACK:
             ack = ack_of(r, self.switch.counters)
             return [] if ack is None else self._result_ack(worker, ack)
@@ -167,7 +202,7 @@ class TranslatedJob:
         e.bitmap |= 1 << w
         e.count += 1
         count[Counter.RX_CONTRIB] += 1
-        if e.count < len(self.spec.workers):
+        if e.count < self.need:
             return out
         e.done = True
         if self.up is not None:
@@ -208,7 +243,8 @@ class TranslatedJob:
 
     def _behind(self, w: int, psn: int, chunk: int, e: Entry) -> list[tuple[int, bytes]]:
         """Mode II step 4: the root sends the result again to this child, a switch below it its partial to
-        the parent, when the slot still holds it."""
+        the parent, when the slot still holds it. When the senders are not the receivers (Reduce, Broadcast)
+        the result goes again to every child that gets results: the sender cannot tell which lost it."""
         count = self.switch.counters
         if e.psn != psn or e.chunk != chunk or not e.bitmap >> w & 1 and not e.done:
             count[Counter.DROP_STALE] += 1
@@ -218,8 +254,9 @@ class TranslatedJob:
             return []  # the result goes to every child when the slot completes
         if self.up is not None:
             return self._up(e, TreeCounter.UP_RESENDS)
-        count[Counter.TX_RESENDS] += 1
-        return [self._result(w, e)]
+        to = [w] if self.senders == self.receivers else self._receiving()
+        count[Counter.TX_RESENDS] += len(to)
+        return [self._result(v, e) for v in to]
 
     def _busy(self, e: Entry) -> list[tuple[int, bytes]]:
         # Mode II: the window keeps an in-order PSN off a slot that is not empty (section 6.2,
@@ -236,29 +273,59 @@ class TranslatedJob:
     def _completed(self, e: Entry) -> list[tuple[int, bytes]]:
         payload, fp32, saturated = self.switch._lanes_out(e.lanes)  # once for every worker's copy
         imm = encode_imm(e.chunk, fp32, saturated)
-        return [self._result_frame(v, e.psn, e.chunk, payload, imm) for v in range(len(self.spec.workers))]
+        return [self._result_frame(v, e.psn, e.chunk, payload, imm) for v in self._receiving()]
+
+    def _receiving(self) -> list[int]:
+        """The children that get results, in worker-index order."""
+        return [v for v in range(len(self.spec.workers)) if self.receivers >> v & 1]
 
     def _partial_done(self, e: Entry) -> list[tuple[int, bytes]]:
         """Section 10.1: a switch below the root sends its completed partial to the parent."""
         return self._up(e, TreeCounter.UP_PARTIALS)
 
     def _parent_result(self, r: wire.RoceFrame, chunk30: int) -> list[tuple[int, bytes]]:
-        """Mode II on a tree: the parent's result goes to every child unchanged; nothing is kept."""
-        e = self._waiting(r, chunk30)
-        if e is None:
+        """Mode II on a tree: the parent's result goes to every child that gets results, unchanged; nothing is
+        kept. A switch whose children send nothing (Broadcast off the root rank's side) has no partial to
+        match it with and sends every result on."""
+        if not self.receivers:
+            self.switch.tree_counters[TreeCounter.DROP_NO_DATA] += 1  # Reduce off the root rank's side
             return []
+        if self.need:
+            e = self._waiting(r, chunk30)
+            if e is None:
+                return []
+            chunk = e.chunk
+        else:
+            chunk = chunk30
         self.switch.tree_counters[TreeCounter.RX_PARENT] += 1
-        return [self._result_frame(v, r.psn, e.chunk, r.payload, r.imm) for v in range(len(self.spec.workers))]
+        return [self._result_frame(v, r.psn, chunk, r.payload, r.imm) for v in self._receiving()]
 
     def _parent_ack(self, ack: Ack) -> list[tuple[int, bytes]]:
-        # Mode II: a child switch is no requester of its partials, so its parent sends it no ACK.
+        """Mode II: Reduce's root-rank ACK from the parent goes to every child; any other ACK from the parent
+        is ``DROP_BAD_OPCODE`` (a child switch is no requester of its partials, so nobody ACKs them)."""
+        if self.spec.collective is Collective.REDUCE:
+            return self._ack_down(ack, range(len(self.spec.workers)))
         self.switch.counters[Counter.DROP_BAD_OPCODE] += 1
         return []
 
     def _result_ack(self, w: int, ack: Ack) -> list[tuple[int, bytes]]:
-        """Mode II step 5: the host's ACK (or NAK) of a result goes back to it as the ACK of its contribution."""
+        """Mode II step 5: the host's ACK (or NAK) of a result goes back to it as the ACK of its contribution.
+        Reduce: only the root rank ACKs results, and its ACK is every sender's: it goes up to the top switch,
+        which sends it to every child (section 11)."""
+        if self.spec.collective is Collective.REDUCE:
+            if self.up is not None:
+                self.switch.tree_counters[TreeCounter.ACK_UP] += 1
+                return [(self.spec.parent.port, encode(ack, self.up))]
+            return self._ack_down(ack, range(len(self.spec.workers)))
         self.switch.counters[Counter.ACK_REFLECTED] += 1
         return [(self.spec.workers[w].port, encode(ack, self.to[w]))]
+
+    def _ack_down(self, ack: Ack, children) -> list[tuple[int, bytes]]:
+        """``ack`` unchanged (PSN, syndrome, MSN) to each of ``children``: a rank's contribution QP, a child
+        switch's result QPN (``ACK_DOWN`` each)."""
+        out = [(self.spec.workers[v].port, encode(ack, self.to[v])) for v in children]
+        self.switch.tree_counters[TreeCounter.ACK_DOWN] += len(out)
+        return out
 
     # -- frames out --------------------------------------------------------
 
@@ -283,6 +350,66 @@ class TranslatedJob:
         opcode = Opcode.RC_RDMA_WRITE_ONLY if imm is None else Opcode.RC_RDMA_WRITE_ONLY_IMM
         pkt = Packet(opcode, e.psn, payload, True, e.chunk * c, len(payload), imm)
         return [(self.spec.parent.port, encode(pkt, self.up))]
+
+
+class TranslatedBroadcast(TranslatedJob):
+    """Mode II Broadcast (``docs/protocol.md`` section 11): the children's ACKs of the results are gathered.
+
+    Per child the switch keeps its ACK point, the oldest result PSN it has
+    not ACKed. The lowest point goes towards the root rank: to the parent,
+    or from the top switch down the root rank's side, every switch on that
+    path passing it to its child on that side (:meth:`_parent_ack`), so that
+    the root rank's requester takes it as the ACK of its contribution: the
+    root rank's window moves when every rank has the result, end to end.
+    """
+
+    def __init__(self, switch, spec: JobSpec):
+        super().__init__(switch, spec)
+        self.acked = [0] * len(spec.workers)
+        self.forwarded = 0  # the ACK point last sent towards the root rank
+
+    def fork(self, switch) -> "TranslatedBroadcast":
+        t = super().fork(switch)
+        t.acked = list(self.acked)
+        return t
+
+    def state(self) -> tuple:
+        return super().state() + (tuple(self.acked), self.forwarded)
+
+    def _result_ack(self, w: int, ack: Ack) -> list[tuple[int, bytes]]:
+        """A child's ACK of ``q`` moves its point to ``q + 1`` (a NAK sequence error of ``q``: to ``q``). A
+        lower aggregate than before goes towards the root rank as an ACK of ``low - 1``; a NAK of the lowest
+        point as a NAK of it (the root rank goes back N); an ACK that moves nothing (a re-ACK of a result sent
+        again) sends the aggregate again, which repairs a lost aggregate ACK. Another NAK goes on unchanged:
+        the root rank's QP fails with it."""
+        if ack.nak and ack.syndrome != Syndrome.NAK_SEQ:
+            return self._toward_root(ack)
+        point = ack.psn if ack.nak else psn_add(ack.psn, 1)
+        moved = psn_diff(point, self.acked[w]) > 0
+        if moved:
+            self.acked[w] = point
+        low = min(self.acked, key=lambda p: psn_diff(p, self.forwarded))
+        if ack.nak and low == ack.psn:
+            out = Ack(low, Syndrome.NAK_SEQ, low)
+        elif low != self.forwarded or not moved:
+            out = Ack(psn_add(low, -1), Syndrome.ACK, low)  # MSN: every result is one message
+        else:
+            return []
+        self.forwarded = low
+        return self._toward_root(out)
+
+    def _toward_root(self, ack: Ack) -> list[tuple[int, bytes]]:
+        if self.up is not None:
+            self.switch.tree_counters[TreeCounter.ACK_UP] += 1
+            return [(self.spec.parent.port, encode(ack, self.up))]
+        return self._ack_down(ack, [self.spec.root])
+
+    def _parent_ack(self, ack: Ack) -> list[tuple[int, bytes]]:
+        """The gathered ACK on its way down to the root rank: to the child on its side (none: ``DROP_BAD_OPCODE``)."""
+        if self.spec.root is None:
+            self.switch.counters[Counter.DROP_BAD_OPCODE] += 1
+            return []
+        return self._ack_down(ack, [self.spec.root])
 
 
 class AugmentedJob(TranslatedJob):
@@ -400,6 +527,12 @@ class AugmentedJob(TranslatedJob):
 
     def _partials_acked(self, upto: int) -> None:
         if psn_diff(upto, self.up_start) >= 0 and psn_diff(upto, self.up_next) < 0:
+            if not self.receivers:
+                # Reduce off the root rank's side: no result comes back, the parent holds the partial now.
+                psn = self.up_start
+                while psn_diff(psn, upto) <= 0:
+                    self.entries[psn % len(self.entries)].bitmap = 0
+                    psn = psn_add(psn, 1)
             self.up_start = psn_add(upto, 1)
             self.up_timer = None if self.up_start == self.up_next else self.switch.now + self.timeout
 
@@ -431,9 +564,9 @@ class AugmentedJob(TranslatedJob):
             self.parent_nak = True
             count[Counter.NAK_SENT] += 1
             return [self._ack_parent(self.parent_expected, Syndrome.NAK_SEQ)]
-        e = self._waiting(r, chunk30)
+        e = self._waiting(r, chunk30) if self.need else self._claim(r, chunk30)
         if e is None:
-            return []  # not ACKed: a parent that follows the rules never sends it
+            return []  # not ACKed: the parent sends it again
         self.parent_nak = False
         self.parent_expected = psn_add(r.psn, 1)
         self._partials_acked(r.psn)  # the parent made the result: it holds every partial up to it
@@ -441,6 +574,19 @@ class AugmentedJob(TranslatedJob):
         e.held = True
         tree[TreeCounter.RX_PARENT] += 1
         return [self._ack_parent(r.psn)] + self._completed(e)
+
+    def _claim(self, r: wire.RoceFrame, chunk30: int) -> Entry | None:
+        """Broadcast below the top switch off the root rank's side: the in-order result takes its slot, which
+        stays taken until every child ACKed it; a slot still taken is ``DROP_BUFFER_BUSY`` (not ACKed)."""
+        if not self.receivers:
+            self.switch.tree_counters[TreeCounter.DROP_NO_DATA] += 1  # Reduce off the root rank's side
+            return None
+        e = self.entries[r.psn % len(self.entries)]
+        if e.bitmap:
+            self.switch.counters[Counter.DROP_BUFFER_BUSY] += 1
+            return None
+        e.chunk, e.psn, e.bitmap, e.count, e.done, e.acked = chunk30, r.psn, self.receivers, 0, True, 0
+        return e
 
     def _ack_parent(self, psn: int, syndrome: int = Syndrome.ACK) -> tuple[int, bytes]:
         # The MSN counts the results taken from the parent.
@@ -453,7 +599,7 @@ class AugmentedJob(TranslatedJob):
     def _completed(self, e: Entry) -> list[tuple[int, bytes]]:
         self.next_result = psn_add(e.psn, 1)
         due = self.switch.now + self.timeout
-        self.timers = [due if t is None else t for t in self.timers]
+        self.timers = [due if t is None and self.receivers >> v & 1 else t for v, t in enumerate(self.timers)]
         return super()._completed(e)
 
     def _result_ack(self, w: int, ack: Ack) -> list[tuple[int, bytes]]:
@@ -465,7 +611,7 @@ class AugmentedJob(TranslatedJob):
             while psn_diff(psn, upto) <= 0:
                 e = self.entries[psn % len(self.entries)]
                 e.acked |= bit
-                if e.acked == self.all or self.free_on_first_ack:
+                if e.acked == self.receivers or self.free_on_first_ack:
                     e.bitmap = 0  # the slowest child has it: the slot is free
                 psn = psn_add(psn, 1)
             self.acked[w] = psn
@@ -493,7 +639,7 @@ def open_job(switch, spec: JobSpec, *, hop_timeout: float = HOP_TIMEOUT) -> Tran
         # PSN mod 2W names a slot only while 2W divides the PSN space, across a wrap too.
         raise ValueError(f"job {spec.job}: a Mode II/III job has at most 2**24 slots, not {spec.slots}")
     if spec.mode is Mode.TRANSLATED:
-        return TranslatedJob(switch, spec)
+        return (TranslatedBroadcast if spec.collective is Collective.BROADCAST else TranslatedJob)(switch, spec)
     if spec.mode is Mode.AUGMENTED:
         return AugmentedJob(switch, spec, hop_timeout)
     raise ValueError(f"job {spec.job}: mode {spec.mode.name} is not one of this module's (TRANSLATED, AUGMENTED)")

@@ -30,7 +30,7 @@ __all__ = ["JobState", "STATE_OF", "TIMER_BITS", "job_state", "window_for"]
 TIMER_BITS = 32
 # Fields of a job's objects that are its configuration (fixed when the job is installed), not protocol state.
 _CONFIG = frozenset({"spec", "switch", "all", "to", "up", "timeout", "data_in", "data_out", "up_data",
-                     "down_data"})
+                     "down_data", "senders", "receivers", "need"})
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def _widths(n: int) -> tuple[dict[str, int], dict[str, int]]:
             "held": 1}
     job = {"result_psn": PSN_BITS, "expected": PSN_BITS, "acked": PSN_BITS, "nak_sent": 1, "timers": TIMER_BITS,
            "next_result": PSN_BITS, "up_start": PSN_BITS, "up_next": PSN_BITS, "up_timer": TIMER_BITS,
-           "parent_expected": PSN_BITS, "parent_nak": 1}
+           "parent_expected": PSN_BITS, "parent_nak": 1, "forwarded": PSN_BITS}
     return slot, job
 
 

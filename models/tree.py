@@ -42,6 +42,12 @@ class TreeCounter(enum.IntEnum):
     DUP_PARENT = 4        # results from the parent for a chunk that has its result already (dropped)
     DROP_PARENT_STALE = 5 # results from the parent for a chunk this switch is not waiting for (dropped)
     TX_COMPLETIONS = 6    # payload-less results (completions) sent to children that get no data
+    ACK_UP = 7            # Mode II Reduce/Broadcast: an ACK sent to the parent (the root rank's, or the lowest
+                          # ACK point of the children)
+    ACK_DOWN = 8          # Mode II Reduce/Broadcast: an ACK sent to a child (the root rank's to every child, or
+                          # the gathered one to the child on the root rank's side)
+    DROP_NO_DATA = 9      # Modes II/III: a frame the collective has nobody send (a contribution from a child that
+                          # sends nothing, an ACK from one that gets no result, a result off the root's side)
 
 
 @dataclass(frozen=True)

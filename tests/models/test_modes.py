@@ -98,15 +98,21 @@ def test_mode_i_refuses_a_tree():
 
 
 @pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
-def test_the_rc_modes_take_a_tree_and_refuse_another_collective(mode):
+def test_the_rc_modes_take_a_tree_and_every_collective(mode):
     job = make_job(Mode.UC)
     uplink = Uplink(port=3, mac="02:00:00:00:01:00", ip="10.0.1.0", qpn=0x400000, rkey=1, result_qpn=0x200,
                     result_rkey=2, result_va=0)
     assert dataclasses.replace(job, parent=uplink, subswitches={1}, mode=mode).mode is mode
-    for other in (Collective.BARRIER, Collective.REDUCE_SCATTER):
-        with pytest.raises(ValueError, match=rf"^mode {mode.name} runs AllReduce only \(on one switch or a tree\), "
-                                             rf"not {other.value}$"):
-            dataclasses.replace(job, collective=other, mode=mode)
+    for other in Collective:
+        root = 0 if other.rooted else None
+        sw = ModelSwitch(SwitchSpec(slots=16))
+        sw.add_job(dataclasses.replace(job, collective=other, root=root, mode=mode))
+        assert sw.modes[job.job].spec.collective is other
+
+
+def test_mode_i_refuses_another_collective():
+    with pytest.raises(ValueError, match=r"^mode TERMINATED \(I\) runs AllReduce only, not barrier$"):
+        dataclasses.replace(make_job(Mode.UC), collective=Collective.BARRIER, mode=Mode.TERMINATED)
 
 
 # -- Mode II ---------------------------------------------------------------------------
@@ -539,3 +545,68 @@ def test_mode_i_counts_bad_contributions():
     assert sw.counters[Counter.DROP_BAD_RKEY] == 1
     assert ack(sw, job, 0, Ack(0)) == []                      # an ACK of a result never sent is ignored
     assert sw.modes[job.job].responders[0].expected == 0 and sw.counters[Counter.RX_CONTRIB] == 0
+
+
+# -- Reduce and Broadcast in Modes II and III (section 11.1) ------------------------------------------------------
+
+def rooted(mode, collective, root=1, n=3):
+    sw = ModelSwitch(SwitchSpec(ports=4, slots=8, chunk_bytes=CHUNK), hop_timeout=1.0)
+    job = dataclasses.replace(make_job(mode, n=n), collective=collective, root=root)
+    sw.add_job(job)
+    return sw, job
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+def test_a_reduce_sends_the_result_to_the_root_child_only(mode):
+    sw, job = rooted(mode, Collective.REDUCE)
+    for w in (0, 2):
+        send(sw, job, w, 0)
+    out = [o for o in send(sw, job, 1, 0) if isinstance(o[2], Packet)]
+    assert [(p, q) for p, q, _ in out] == [(1, 0x101)]
+    assert (np.frombuffer(out[0][2].payload, ">i4") == lanes(0, 0) + lanes(1, 0) + lanes(2, 0)).all()
+    assert sw.counters[Counter.TX_RESULTS] == 1
+
+
+def test_mode_ii_reduce_sends_the_root_ranks_ack_to_every_child_and_drops_any_other():
+    sw, job = rooted(Mode.TRANSLATED, Collective.REDUCE)
+    for w in range(3):
+        send(sw, job, w, 0)
+    out = ack(sw, job, 1, Ack(0, Syndrome.ACK, 1))
+    assert [(p, q, a) for p, q, a in out] == [(w, 0x100 + w, Ack(0, Syndrome.ACK, 1)) for w in range(3)]
+    assert sw.tree_counters[TreeCounter.ACK_DOWN] == 3 and sw.counters[Counter.ACK_REFLECTED] == 0
+    assert ack(sw, job, 0, Ack(0, Syndrome.ACK, 1)) == []  # rank 0 gets no result: it has nothing to ACK
+    assert sw.tree_counters[TreeCounter.DROP_NO_DATA] == 1
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+def test_a_broadcast_completes_with_the_root_child_and_drops_anyone_elses_lanes(mode):
+    sw, job = rooted(mode, Collective.BROADCAST)
+    assert send(sw, job, 0, 0) == [] and sw.tree_counters[TreeCounter.DROP_NO_DATA] == 1
+    out = [o for o in send(sw, job, 1, 0) if isinstance(o[2], Packet)]
+    assert [(p, q) for p, q, _ in out] == [(w, 0x100 + w) for w in range(3)]
+    assert all((np.frombuffer(pkt.payload, ">i4") == lanes(1, 0)).all() for _, _, pkt in out)
+    assert sw.counters[Counter.COMPLETED] == 1 and sw.counters[Counter.RX_CONTRIB] == 1
+
+
+def test_mode_ii_broadcast_sends_the_lowest_ack_point_to_the_root_child():
+    sw, job = rooted(Mode.TRANSLATED, Collective.BROADCAST)
+    send(sw, job, 1, 0)
+    send(sw, job, 1, 1)
+    assert ack(sw, job, 0, Ack(1, Syndrome.ACK, 2)) == []         # rank 2 has ACKed nothing: the lowest point is 0
+    assert ack(sw, job, 2, Ack(0, Syndrome.ACK, 1)) == []
+    assert ack(sw, job, 1, Ack(1, Syndrome.ACK, 2)) == [(1, 0x101, Ack(0, Syndrome.ACK, 1))]
+    assert ack(sw, job, 2, Ack(0, Syndrome.ACK, 1)) == [(1, 0x101, Ack(0, Syndrome.ACK, 1))]  # a re-ACK: again
+    assert ack(sw, job, 2, Ack(1, Syndrome.NAK_SEQ, 1)) == [(1, 0x101, Ack(1, Syndrome.NAK_SEQ, 1))]
+    assert ack(sw, job, 2, Ack(1, Syndrome.ACK, 2)) == [(1, 0x101, Ack(1, Syndrome.ACK, 2))]
+    assert sw.tree_counters[TreeCounter.ACK_DOWN] == 4
+
+
+def test_mode_iii_reduce_times_out_and_frees_for_the_root_child_only():
+    sw, job = rooted(Mode.AUGMENTED, Collective.REDUCE)
+    for w in range(3):
+        send(sw, job, w, 0)
+    m = sw.modes[job.job]
+    assert m.timers[1] is not None and m.timers[0] is None and m.timers[2] is None
+    assert [q for _, q, _ in decoded(sw.on_timer(1.0))] == [0x101]
+    ack(sw, job, 1, Ack(0, Syndrome.ACK, 1))
+    assert m.entries[0].bitmap == 0 and m.timers[1] is None  # the only receiver ACKed: the slot is free
