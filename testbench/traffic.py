@@ -184,6 +184,7 @@ def bad_frames(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> list
         ("ip options", edit(refresh=False, ipv4__ihl=6), Counter.DROP_BAD_HEADER),
         ("ip checksum", edit(refresh=False, ipv4__checksum=ip["checksum"] ^ 0x100), Counter.DROP_BAD_HEADER),
         ("ip fragment", _fix_ip(edit(refresh=False, ipv4__flag_df=0, ipv4__flag_mf=1)), Counter.DROP_BAD_HEADER),
+        ("ip reserved flag", edit(ipv4__flag_rsvd=1), Counter.DROP_BAD_HEADER),
         ("tcp", bytes(Ether(dst=sw, src=w0.mac) / IP(src=w0.ip, dst=spec.ip) / TCP(dport=4791) / payload),
          Counter.DROP_NON_ROCE),
         ("truncated", good[:-20], Counter.DROP_BAD_LENGTH),
