@@ -135,6 +135,9 @@ class JobTable(wiring.Component):
         Jobs the table holds.
     readers:
         Number of read ports.
+    modes:
+        The ``MODE_CODES`` codes a ``CTRL`` write may set; a write of any
+        other is refused (``w_ok`` low) and leaves the register as it was.
 
     Members
     -------
@@ -151,8 +154,8 @@ class JobTable(wiring.Component):
         The region (``SLOT_BASE``, ``SLOTS``) of job ``region_job``.
     """
 
-    def __init__(self, jobs: int, readers: int):
-        self._jobs = jobs
+    def __init__(self, jobs: int, readers: int, modes: frozenset[int]):
+        self._jobs, self._modes = jobs, modes
         self.index_bits = max(1, (jobs - 1).bit_length())
         super().__init__({
             "job_rd": In(JobRead()).array(readers),
@@ -182,11 +185,14 @@ class JobTable(wiring.Component):
             ]
         m.d.comb += [self.region_base.eq(regs["SLOT_BASE"][self.region_job]),
                      self.region_slots.eq(regs["SLOTS"][self.region_job])]
+        # A job of a mode this build does not implement is never enabled: its CTRL write is refused.
+        mode_ok = register_view(rm.JOB_CTRL, bus.w_data[:rm.JOB_CTRL.width]).mode.matches(*self._modes)
         with m.Switch(bus.w_offset):
             for name, reg in regs.items():
                 with m.Case(rm.JOB_REGISTERS[name].offset):
-                    m.d.comb += bus.w_ok.eq(1)
-                    with m.If(bus.w_en):
+                    ok = mode_ok if name == "CTRL" else Const(1, 1)
+                    m.d.comb += bus.w_ok.eq(ok)
+                    with m.If(bus.w_en & ok):
                         m.d.sync += reg[bus.w_index].eq(bus.w_data)
         with m.Switch(bus.r_offset):
             for name, reg in regs.items():
@@ -320,7 +326,8 @@ class Control(wiring.Component):
     ----------
     geometry : SwitchGeometry
         The switch's geometry, reported in ``GEOMETRY``, ``JOBS`` and
-        ``EXCEPTION``; the tables hold ``jobs`` jobs of ``workers`` workers,
+        ``EXCEPTION``, and its register map's modes in ``MODES`` (a ``CTRL``
+        write of another is refused); the tables hold ``jobs`` jobs of ``workers`` workers,
         and with an exception path its engine's counters are read at
         ``EXC_BASE``.
     job_readers:
@@ -396,7 +403,8 @@ class Control(wiring.Component):
         pkey = Signal(SwitchConfig.members["pkey"], init=DEFAULT_PKEY)
         m.d.comb += [self.switch.mac.eq(mac), self.switch.ip.eq(ip), self.switch.pkey.eq(pkey)]
 
-        m.submodules.jobs = job_table = JobTable(jobs, len(self.job_rd))
+        m.submodules.jobs = job_table = JobTable(jobs, len(self.job_rd),
+                                                 frozenset(rm.MODE_CODES[mode] for mode in self.regmap.modes))
         m.submodules.workers = worker_table = WorkerTable(entries, len(self.worker_rd), self.port_bits)
         m.submodules.counters = counters = Counters(len(self.events))
         for rd, port in zip(self.job_rd, job_table.job_rd):
@@ -487,7 +495,7 @@ class Control(wiring.Component):
                                         ("JOBS", Const(self.regmap.jobs_value(), 32)), ("MAC_HI", mac[32:]),
                                         ("MAC_LO", mac[:32]), ("IP", ip), ("PKEY", pkey),
                                         ("EXCEPTION", Const(rm.RegMap.exception(g.exception), 32)),
-                                        ("TEARDOWN", td_status)):
+                                        ("TEARDOWN", td_status), ("MODES", Const(self.regmap.modes_value(), 32))):
                         with m.Case(rm.SWITCH_REGISTERS[name].offset):
                             m.d.sync += rdata.eq(value)
                     with m.Default():

@@ -3,8 +3,9 @@
 Slot ``s`` holds one chunk: its lanes in the lane memory (``beats`` words
 of ``width`` bits at ``s * beats``, each with one promotion bit per lane,
 :func:`lane_word_layout`) and its state in the metadata memory: ``state``
-(FREE, AGG, DONE), the key (``job``, ``chunk``), the worker ``bitmap`` and
-``count``. A contribution streams through the pipeline one beat per cycle,
+(FREE, AGG, DONE), the key (``job``, ``chunk``), the worker ``bitmap``,
+``count`` and the ``first`` bit (the slot has not completed since it was
+FREE: a second chunk then restarts it). A contribution streams through the pipeline one beat per cycle,
 never stalling once started:
 
 * **A** reads, on a frame's first beat, the slot's metadata.
@@ -74,9 +75,10 @@ __all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "Outcome", "Sl
 
 
 def meta_layout(workers: int) -> data.StructLayout:
-    """A slot's state, key, worker bitmap and count; ``guest``: another job's key diverted from it while held."""
+    """A slot's state, key, worker bitmap and count; ``first``: the slot has not completed since it was FREE
+    (``docs/protocol.md`` section 3, "Liveness"); ``guest``: another job's key diverted from it while held."""
     return data.StructLayout({"state": 2, "job": QPN_JOB_BITS, "chunk": 32, "bitmap": workers,
-                              "count": range(MAX_WORKERS + 1), "guest": 1})
+                              "count": range(MAX_WORKERS + 1), "first": 1, "guest": 1})
 
 
 SweepRequest = data.StructLayout({"start": 1, "job": QPN_JOB_BITS, "first": 17, "count": 17, "check": 1})
@@ -179,6 +181,11 @@ class SlotRules(wiring.Component):
             m.d.comb += out.collision.eq(1)
         with m.Elif(meta.chunk == desc.chunk):
             m.d.comb += proceed.eq(1)
+        with m.Elif(meta.first):
+            # A slot that never completed meets a second chunk: one of the two is a stray, which must
+            # not hold the slot for good; the workers' retransmissions bring the right one back
+            # (protocol.md "Liveness").
+            m.d.comb += [fresh.eq(1), proceed.eq(1)]
         with m.Elif(ahead[31]):
             m.d.comb += out.stale.eq(1)
         with m.Elif((ahead != desc.slots) | (meta.state != SlotState.DONE)):
@@ -197,6 +204,7 @@ class SlotRules(wiring.Component):
             new.state.eq(Mux(complete, SlotState.DONE, SlotState.AGG)), new.job.eq(desc.job),
             new.chunk.eq(desc.chunk), new.bitmap.eq(bitmap | (Const(1, self._workers) << desc.worker)[:self._workers]),
             new.count.eq(count + 1), new.guest.eq(meta.guest),
+            new.first.eq(~complete & ((meta.state == SlotState.FREE) | meta.first)),
             out.add.eq(add), out.store.eq(add & (count == 0)), out.dup.eq(dup), out.resend.eq(dup & done_before),
             out.complete.eq(complete),
         ]

@@ -249,7 +249,8 @@ class FrameChecks(wiring.Component):
             (f("ethernet.ether_type") != ETH_TYPE_IPV4, Counter.DROP_NON_ROCE),
             (n < ETH_LEN + IPV4_LEN, Counter.DROP_BAD_LENGTH),
             ((f("ipv4.version") != IPV4["version"].value) | (f("ipv4.ihl") != IPV4["ihl"].value)
-             | (f("ipv4.flag_mf") != 0) | (f("ipv4.frag_offset") != 0) | (fold2 != 0xFFFF),
+             | (f("ipv4.flag_rsvd") != 0) | (f("ipv4.flag_mf") != 0) | (f("ipv4.frag_offset") != 0)
+             | (fold2 != 0xFFFF),
              Counter.DROP_BAD_HEADER),
             (f("ipv4.protocol") != IP_PROTO_UDP, Counter.DROP_NON_ROCE),
             ((total < IPV4_LEN + UDP_LEN) | (end > n), Counter.DROP_BAD_LENGTH),

@@ -29,7 +29,7 @@ from typing import Protocol
 
 from inagg.models.job import Collective, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
 from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_JOBS, MAX_WORKERS, switch_qpn
-from inagg.models.regmap import TEARDOWN, RegMap
+from inagg.models.regmap import MODE_CODES, TEARDOWN, RegMap
 from inagg.models.tree import Tree
 
 __all__ = ["Plan", "plan", "ConfigTarget", "Controller", "RegisterTarget", "register_writes", "worker_mac",
@@ -277,8 +277,12 @@ class RegisterTarget:
     The first :meth:`add_job` also writes the switch-wide registers (MAC, IP,
     P_Key) of ``spec``; :meth:`remove_job` writes the job's number to
     ``TEARDOWN``, which removes it as ``ModelSwitch.remove_job`` does (its
-    enable bit and its slots cleared). With ``read(address)`` given,
-    :meth:`remove_job` also waits until the gateware is done and raises
+    enable bit and its slots cleared). A job the register map cannot hold
+    (its mode among them: ``RegMap.modes``) is refused with ``ValueError``
+    before anything is written. With ``read(address)`` given, :meth:`add_job`
+    also reads the job's ``CTRL`` back and raises :class:`RuntimeError` when
+    the switch refused it (a mode the build lacks, named from ``MODES``), and
+    :meth:`remove_job` waits until the gateware is done and raises
     :class:`RuntimeError` when it refused the teardown; without it the caller
     must poll ``TEARDOWN`` before giving the job's region to another job.
     """
@@ -295,6 +299,15 @@ class RegisterTarget:
             self._switch_written = True
         for addr, value in writes:
             self._write(addr, value)
+        if self._read is None:
+            return
+        want = self.regmap.ctrl(job)
+        got = self._read(self.regmap.job(job.job, "CTRL"))
+        if got != want:
+            modes = RegMap.decode_modes(self._read(self.regmap.switch("MODES")))
+            raise RuntimeError(f"the switch refused job {job.job}: its CTRL reads 0x{got:08X}, not 0x{want:08X}; "
+                               f"the job asks for mode {job.mode.name}, the switch takes "
+                               f"{', '.join(m.name for m in sorted(modes, key=MODE_CODES.get)) or 'none'} (MODES)")
 
     def remove_job(self, job: int) -> None:
         addr = self.regmap.switch("TEARDOWN")

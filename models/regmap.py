@@ -20,13 +20,17 @@ are build parameters), read back from ``JOBS``::
     0x001C  PKEY        RW  P_Key contributions must carry (resets to 0xFFFF)
     0x0020  EXCEPTION   RO  log2 table (0: no exception path), stash, max_kicks
     0x0024  TEARDOWN    RW  write a job number: tear the job down; read busy, refused
+    0x0028  MODES       RO  the transport modes the switch takes, one bit per MODE_CODES code
     0x0100  counter c   RO  protocol.Counter c at 0x100 + 4 c
     0x0200  exc stat i  RO  the exception engine's counters (EXC_STATS) at 0x200 + 4 i
     0x1000  job j       RW  registers at 0x1000 + 0x20 j   (JOB_REGISTERS)
     0x8000  worker      WO  registers at 0x8000 + 0x40 (j * workers + w)   (WORKER_REGISTERS)
 
-A job's ``CTRL`` register enables it: the controller writes the other
-registers of a job and of its workers first and ``CTRL`` last. Writing a job
+A job's ``CTRL`` register enables it and sets its worker count and its
+transport mode (:data:`MODE_CODES`): the controller writes the other
+registers of a job and of its workers first and ``CTRL`` last. The switch
+refuses (SLVERR, the register unchanged) a ``CTRL`` write whose mode it does
+not implement (``MODES``), so a job of such a mode is never enabled. Writing a job
 number to ``TEARDOWN`` removes the job as ``ModelSwitch.remove_job`` does
 (its ``CTRL`` enable bit clears, its slots and overflow slots are freed);
 the controller polls ``TEARDOWN`` until its ``busy`` field clears
@@ -43,13 +47,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec
+from inagg.models.job import ExceptionSpec, JobSpec, Mode, SwitchSpec
 from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter
 from inagg.models.wire import ip_bytes, mac_bytes
 
 __all__ = ["Field", "Register", "ID_VALUE", "TEARDOWN_BUSY", "TEARDOWN_REFUSED",
            "SWITCH_REGISTERS", "JOB_REGISTERS", "WORKER_REGISTERS", "GEOMETRY", "JOBS", "EXCEPTION", "TEARDOWN",
-           "JOB_CTRL", "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE",
+           "MODES", "MODE_CODES", "JOB_CTRL", "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE",
            "WORKER_STRIDE", "RegMap"]
 
 _ACCESS = ("RO", "WO", "RW")
@@ -182,6 +186,9 @@ TEARDOWN = _reg("TEARDOWN", 0x24, "RW", "tear a job down (SLVERR while busy, or 
                                         "refused: a slot of the job hosts overflow keys of other jobs)",
                 Field("job", 0, 32, "WO", "job number"), Field("busy", 0, 1, "RO", "busy"),
                 Field("refused", 1, 1, "RO", "last teardown refused"))
+MODE_CODES = {Mode.UC: 0, Mode.TERMINATED: 1, Mode.TRANSLATED: 2, Mode.AUGMENTED: 3}
+"""The code of each transport mode in ``JOB.CTRL``'s ``mode`` field and its bit in ``MODES``."""
+MODES = _reg("MODES", 0x28, "RO", "transport modes the switch takes (bit c: MODE_CODES code c)", bits=len(MODE_CODES))
 SWITCH_REGISTERS = {r.name: r for r in (
     _reg("ID", 0x00, "RO", 'identifies the register map: "inAG"'),
     GEOMETRY,
@@ -192,6 +199,7 @@ SWITCH_REGISTERS = {r.name: r for r in (
     _reg("PKEY", 0x1C, "RW", "P_Key that contributions must carry; resets to 0xFFFF", bits=16),
     EXCEPTION,
     TEARDOWN,
+    MODES,
 )}
 TEARDOWN_BUSY = TEARDOWN.field("busy").mask
 """``TEARDOWN`` read: a teardown is running; frames wait at the ports meanwhile."""
@@ -212,8 +220,9 @@ EXC_STATS = {
 }
 
 JOB_BASE, JOB_STRIDE = 0x1000, 0x20
-JOB_CTRL = _reg("CTRL", 0x00, "RW", "the job's state",
-                Field("enable", 0, 1, "RW", "job enabled"), Field("workers", 8, 7, "RW", "worker count"))
+JOB_CTRL = _reg("CTRL", 0x00, "RW", "the job's state (a write of a mode the switch lacks: SLVERR, unchanged)",
+                Field("enable", 0, 1, "RW", "job enabled"), Field("workers", 8, 7, "RW", "worker count"),
+                Field("mode", 16, 2, "RW", "transport mode (MODE_CODES)"))
 JOB_REGISTERS = {r.name: r for r in (
     JOB_CTRL,
     _reg("RKEY", 0x04, "RW", "R_Key of the job's contributions"),
@@ -242,10 +251,15 @@ def _mac_words(mac: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class RegMap:
-    """Addresses of one switch geometry: ``jobs`` jobs of up to ``workers`` workers each."""
+    """Addresses of one switch geometry: ``jobs`` jobs of up to ``workers`` workers each.
+
+    ``modes``: the transport modes the switch implements (``MODES``; the
+    RTL's only one is ``Mode.UC``); :meth:`job_writes` refuses a job of any other.
+    """
 
     jobs: int
     workers: int
+    modes: frozenset[Mode] = frozenset({Mode.UC})
 
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, int) or not 1 <= self.jobs <= MAX_JOBS:
@@ -254,6 +268,8 @@ class RegMap:
             raise ValueError(f"workers must be an integer in 1..{MAX_WORKERS}, not {self.workers!r}")
         if JOB_BASE + self.jobs * JOB_STRIDE > WORKER_BASE:
             raise ValueError(f"{self.jobs} jobs do not fit the job register block")
+        if not isinstance(self.modes, frozenset) or not self.modes or not self.modes <= set(MODE_CODES):
+            raise ValueError(f"modes must be a non-empty frozenset of Mode, not {self.modes!r}")
 
     @classmethod
     def from_jobs(cls, value: int) -> "RegMap":
@@ -300,6 +316,16 @@ class RegMap:
         """The JOBS value of a switch with this map (:meth:`from_jobs` inverted)."""
         return JOBS.encode(jobs=self.jobs, workers=self.workers)
 
+    def modes_value(self) -> int:
+        """The MODES value of a switch with this map (:meth:`decode_modes` inverted)."""
+        return MODES.encode(value=sum(1 << MODE_CODES[m] for m in self.modes))
+
+    @staticmethod
+    def decode_modes(value: int) -> frozenset[Mode]:
+        """The modes a MODES value names."""
+        bits = MODES.decode(value)["value"]
+        return frozenset(m for m, code in MODE_CODES.items() if bits >> code & 1)
+
     def job(self, job: int, register: str) -> int:
         if not 0 <= job < self.jobs:
             raise ValueError(f"job must be in 0..{self.jobs - 1}, not {job!r}")
@@ -333,9 +359,9 @@ class RegMap:
 
         Raises ``ValueError`` for a job this switch cannot hold
         (:meth:`~inagg.models.job.SwitchSpec.check_job` with this map's job
-        and worker counts).
+        and worker counts and modes).
         """
-        spec.check_job(job, jobs=self.jobs, workers=self.workers)
+        spec.check_job(job, jobs=self.jobs, workers=self.workers, modes=sorted(self.modes, key=MODE_CODES.get))
         out = []
         for w, ws in enumerate(job.workers):
             hi, lo = _mac_words(ws.mac)
@@ -346,8 +372,13 @@ class RegMap:
                     for name, v in values.items()]
         values = {"RKEY": job.rkey, "SLOT_BASE": job.slot_base, "SLOTS": job.slots}
         out += [(self.job(job.job, name), JOB_REGISTERS[name].encode(value=v)) for name, v in values.items()]
-        out.append((self.job(job.job, "CTRL"), JOB_CTRL.encode(enable=1, workers=len(job.workers))))
+        out.append((self.job(job.job, "CTRL"), self.ctrl(job)))
         return out
+
+    @staticmethod
+    def ctrl(job: JobSpec) -> int:
+        """The CTRL value that enables ``job``."""
+        return JOB_CTRL.encode(enable=1, workers=len(job.workers), mode=MODE_CODES[job.mode])
 
     def markdown(self) -> str:
         """The register map as the Markdown tables of ``docs/rtl.md``."""

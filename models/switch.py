@@ -102,16 +102,10 @@ class ModelSwitch(SwitchBackend):
     """The reference switch (see the module docstring), a :class:`~inagg.models.backend.SwitchBackend`.
 
     ``hop_timeout`` is the ACK timeout of a result on the hop (Modes I and III).
-    ``first_generation=False`` keeps rule 3a of ``docs/protocol.md``
-    section 3 for slots in their first generation too, as the RTL and the
-    P4 programs still do ("Liveness"): the testbenches compare the RTL with
-    that model until the gateware has the rule.
     """
 
-    def __init__(self, spec: SwitchSpec | None = None, *, hop_timeout: float = modes.HOP_TIMEOUT,
-                 first_generation: bool = True):
+    def __init__(self, spec: SwitchSpec | None = None, *, hop_timeout: float = modes.HOP_TIMEOUT):
         self.spec = spec or SwitchSpec()
-        self.first_generation = first_generation
         # Jobs of EPIC's modes (models/modes.py, models/terminated.py), by job number, and the clock of their timers.
         self.modes: dict[int, modes.TranslatedJob | terminated.TerminatedJob] = {}
         self.hop_timeout = hop_timeout
@@ -245,7 +239,7 @@ class ModelSwitch(SwitchBackend):
             slot.start(spec.job, chunk)
             slot.first = True
         elif slot.chunk != chunk:
-            if not (slot.first and self.first_generation):
+            if not slot.first:
                 ahead = (chunk - slot.chunk) % CHUNK_MOD
                 if ahead >= _HALF:
                     return self._count(Counter.DROP_STALE)

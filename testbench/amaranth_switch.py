@@ -66,7 +66,7 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     geometry = SwitchGeometry.for_spec(spec, width=width, jobs=n_jobs, workers=workers)
     dut = Switch(geometry, divert_frames=divert_frames)
     regmap = geometry.regmap
-    model = ModelSwitch(spec, first_generation=False)  # the RTL's slot rules (docs/rtl.md)
+    model = ModelSwitch(spec)
     for job in jobs:
         model.add_job(job)
     sent = {p: [f for q, f in traffic if q == p] for p in range(spec.ports)}

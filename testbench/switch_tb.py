@@ -41,7 +41,7 @@ class SwitchTB:
         for model in (*self.src, *self.snk, self.axil.write_if, self.axil.read_if):
             model.log.setLevel(logging.WARNING)  # they log every frame and access at INFO
         self.regmap: rm.RegMap | None = None
-        self.model = ModelSwitch(spec, first_generation=False)  # the RTL's slot rules (docs/rtl.md)
+        self.model = ModelSwitch(spec)
         self.sent: dict[int, list[bytes]] = {p: [] for p in range(self.ports)}
         self.order: list[int] = []
         self.received: dict[int, list[bytes]] = {p: [] for p in range(self.ports)}

@@ -12,7 +12,7 @@ from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
 from inagg.models.frame import CONTRIBUTION, HEADERS, IPV4
 from inagg.models.protocol import CHUNK_MOD, CONTRIB_HDR_LEN, ICRC_LEN, IPV4_LEN, Counter, Opcode, qp_udp_sport
 
-__all__ = ["make_job", "contribution", "lanes", "bad_frames", "lossy", "windowed", "interleave"]
+__all__ = ["make_job", "contribution", "lanes", "bad_frames", "strays", "lossy", "windowed", "interleave"]
 
 
 def make_job(spec: SwitchSpec, job: int, workers: int, slot_base: int, slots: int, *, ports=None,
@@ -46,6 +46,25 @@ def contribution(spec: SwitchSpec, job: JobSpec, worker: int, chunk: int, values
                   payload=np.asarray(values, ">i4").tobytes(), pkey=spec.pkey)
     fields.update(overrides)
     return wire.build(**fields)
+
+
+def strays(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> tuple[list[tuple[int, bytes]], dict]:
+    """Stray chunks on FREE slots, the job's first region of chunks, then the strays again, all on port 0.
+
+    Slot liveness (``docs/protocol.md`` section 3, issue 21 row 6): worker
+    0's strays, far ahead of or behind the job's chunks, take slots 1 to 3 of
+    ``job`` (a region of 4 or more slots, chunks from 0) while they are FREE;
+    the job's own chunks take them back, since they never completed, and
+    complete. Sent again once the slots completed, the strays are dropped.
+    Returns the (port, frame) traffic and the counters it must end with.
+    """
+    stray = [(1 + CHUNK_MOD // 2) % CHUNK_MOD, (2 - 3 * job.slots) % CHUNK_MOD, 3 + 5 * job.slots]
+    late = [contribution(spec, job, 0, c, lanes(rng, spec)) for c in stray]
+    own = [contribution(spec, job, w, c, lanes(rng, spec)) for c in range(job.slots) for w in range(len(job.workers))]
+    # Each stray is stale or beyond the window once its slot holds the job's chunk.
+    counts = {Counter.COMPLETED: job.slots, Counter.RX_CONTRIB: len(stray) + len(own),
+              Counter.DROP_STALE: 2, Counter.DROP_WINDOW: 1}
+    return [(0, f) for f in late + own + late], counts
 
 
 def lossy(frames: list, pyrng: random.Random, *, loss: float, dup: float) -> tuple[list, list]:
@@ -165,6 +184,7 @@ def bad_frames(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> list
         ("ip options", edit(refresh=False, ipv4__ihl=6), Counter.DROP_BAD_HEADER),
         ("ip checksum", edit(refresh=False, ipv4__checksum=ip["checksum"] ^ 0x100), Counter.DROP_BAD_HEADER),
         ("ip fragment", _fix_ip(edit(refresh=False, ipv4__flag_df=0, ipv4__flag_mf=1)), Counter.DROP_BAD_HEADER),
+        ("ip reserved flag", edit(ipv4__flag_rsvd=1), Counter.DROP_BAD_HEADER),
         ("tcp", bytes(Ether(dst=sw, src=w0.mac) / IP(src=w0.ip, dst=spec.ip) / TCP(dport=4791) / payload),
          Counter.DROP_NON_ROCE),
         ("truncated", good[:-20], Counter.DROP_BAD_LENGTH),

@@ -453,6 +453,8 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
             } else if (hdr.ipv4.version != 4 || hdr.ipv4.ihl != 5 || hdr.ipv4.flag_mf == 1
                     || hdr.ipv4.frag_offset != 0 || meta.csum_err) {
                 meta.event = CNT_DROP_BAD_HEADER;
+            } else if (hdr.ipv4.flag_rsvd == 1) {
+                meta.event = CNT_DROP_BAD_HEADER;
             } else if (hdr.ipv4.protocol != IP_PROTO_UDP) {
                 meta.event = CNT_DROP_NON_ROCE;
             /* A gateway takes 4 bytes + 12 bits of PHV: an OR of tests on

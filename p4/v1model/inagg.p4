@@ -204,7 +204,7 @@ control InaggIngress(inout headers_t hdr, inout metadata_t meta,
         if (!hdr.eth.isValid()) { drop(CNT_DROP_BAD_LENGTH); exit; }
         if (hdr.eth.ether_type != ETHERTYPE_IPV4) { drop(CNT_DROP_NON_ROCE); exit; }
         if (!hdr.ipv4.isValid()) { drop(CNT_DROP_BAD_LENGTH); exit; }
-        if (hdr.ipv4.version != 4 || hdr.ipv4.ihl != 5 || hdr.ipv4.flag_mf == 1
+        if (hdr.ipv4.version != 4 || hdr.ipv4.ihl != 5 || hdr.ipv4.flag_rsvd == 1 || hdr.ipv4.flag_mf == 1
                 || hdr.ipv4.frag_offset != 0 || sm.checksum_error == 1) {
             drop(CNT_DROP_BAD_HEADER); exit;
         }

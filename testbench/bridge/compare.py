@@ -49,7 +49,7 @@ class LiveCompare:
     matched: int = 0
 
     def __post_init__(self) -> None:
-        self.model = ModelSwitch(self.spec, first_generation=False)  # the RTL's slot rules (docs/rtl.md)
+        self.model = ModelSwitch(self.spec)
         for job in self.jobs:
             self.model.add_job(job)
         self._sent = [deque() for _ in range(self.spec.ports)]

@@ -338,8 +338,7 @@ class RtlSwitch(SwitchBackend):
         self._check()
         if job.job in self._jobs:  # the registers would take it and overwrite the running job
             raise ValueError(f"job {job.job} is configured already")
-        self._target.add_job(job)  # validates before it queues a write
-        self._registers(WRITE, self._take_writes())
+        self._target.add_job(job)  # validates, writes, and reads the job's CTRL back (which sends the writes)
         self._jobs[job.job] = job
 
     def remove_job(self, job: int) -> None:

@@ -68,8 +68,7 @@ class Reference:
     """
 
     def __init__(self, table: int, max_kicks: int, stash: int, jobs: int, slots: int):
-        self.switch = ModelSwitch(SwitchSpec(ports=1, slots=slots, exception=ExceptionSpec(table, max_kicks, stash)),
-                                  first_generation=False)  # the RTL's slot rules (docs/rtl.md)
+        self.switch = ModelSwitch(SwitchSpec(ports=1, slots=slots, exception=ExceptionSpec(table, max_kicks, stash)))
         worker = WorkerSpec(port=0, mac="02:00:00:00:00:01", ip="10.0.0.1", qpn=1, rkey=0, result_va=0)
         self._jobs = [JobSpec(job=j, rkey=j, slot_base=0, slots=slots, workers=(worker,)) for j in range(jobs)]
         for spec in self._jobs:

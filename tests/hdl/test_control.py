@@ -1,12 +1,20 @@
 """The register block: AXI4-Lite decode, SLVERR, job-table reads, and counters fed by many sources at once."""
 
+import dataclasses
+
+import pytest
 from amaranth.sim import Simulator
 
 from inagg.hdl.control import Control, register_layout
+from inagg.host.controller import RegisterTarget
 from inagg.models import regmap as rm
 from inagg.models.geometry import SwitchGeometry
+from inagg.models.job import Mode, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.testbench.axil_sim import axil_read, axil_write
+from inagg.testbench.traffic import make_job
+
+_SLVERR = 0b10
 
 
 def _control():
@@ -54,6 +62,42 @@ def test_registers_and_errors():
     assert seen == {"entry": (1, 3, 0x1234_5678), "beyond": 0, "port": 1}
 
 
+
+
+def test_a_mode_the_build_lacks_is_refused_and_read_back():
+    """Issue 18, mode per job: a CTRL write of a mode the build lacks is SLVERR and changes nothing; the
+    controller, told by a register map that claims the mode, reads CTRL back and names MODES."""
+    dut = _control()
+    claims = rm.RegMap(2, 4, modes=frozenset({Mode.UC, Mode.TRANSLATED}))
+    spec = SwitchSpec(ports=2, slots=16, chunk_bytes=256)
+    uc = make_job(spec, 1, 3, 0, 4)
+    rc = dataclasses.replace(uc, mode=Mode.TRANSLATED)
+    ctrl = claims.job(1, "CTRL")
+    seen, regs = {}, {}
+
+    async def bench(ctx):
+        seen["rc"] = [await axil_write(ctx, dut.axil, a, v) for a, v in claims.job_writes(rc, spec)]
+        regs[ctrl], _ = await axil_read(ctx, dut.axil, ctrl)
+        regs[claims.switch("MODES")], _ = await axil_read(ctx, dut.axil, claims.switch("MODES"))
+        ctx.set(dut.job_rd[0].index, 1)
+        seen["rc enabled"] = ctx.get(dut.job_rd[0].entry.valid)
+        seen["uc"] = await axil_write(ctx, dut.axil, ctrl, claims.ctrl(uc))
+        seen["uc enabled"] = ctx.get(dut.job_rd[0].entry.valid)
+        seen["again"] = await axil_write(ctx, dut.axil, ctrl, claims.ctrl(dataclasses.replace(uc, mode=Mode.AUGMENTED)))
+        seen["kept"] = (await axil_read(ctx, dut.axil, ctrl))[0], ctx.get(dut.job_rd[0].entry.valid)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["rc"][:-1] == [0] * (len(seen["rc"]) - 1) and seen["rc"][-1] == _SLVERR
+    assert regs == {ctrl: 0, claims.switch("MODES"): 1} and seen["rc enabled"] == 0
+    assert (seen["uc"], seen["uc enabled"]) == (0, 1)
+    assert seen["again"] == _SLVERR and seen["kept"] == (claims.ctrl(uc), 1)
+    target = RegisterTarget(lambda a, v: None, claims, spec, read=regs.__getitem__)
+    with pytest.raises(RuntimeError, match=r"^the switch refused job 1: its CTRL reads 0x00000000, not 0x00020301; "
+                                           r"the job asks for mode TRANSLATED, the switch takes UC \(MODES\)$"):
+        target.add_job(rc)
 
 
 def test_result_psns_per_reader():
@@ -111,6 +155,7 @@ def test_result_psns_per_reader():
 
 def test_register_layouts_follow_the_declarations():
     ctrl = register_layout(rm.JOB_CTRL)
-    assert ctrl.size == 15 and ctrl["workers"].offset == 8 and ctrl["workers"].shape.width == 7
+    assert ctrl.size == 18 and ctrl["workers"].offset == 8 and ctrl["workers"].shape.width == 7
+    assert ctrl["mode"].offset == 16 and ctrl["mode"].shape.width == 2
     assert {name for name, _ in register_layout(rm.TEARDOWN, "RO")} == {"busy", "refused"}
     assert {name for name, _ in register_layout(rm.TEARDOWN, "WO")} == {"job"}

@@ -8,7 +8,7 @@ from inagg.hdl.ingress import IngressPort
 from inagg.models.job import SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.testbench.streams import put_frame
-from inagg.testbench.traffic import contribution, lanes, make_job
+from inagg.testbench.traffic import bad_frames, contribution, lanes, make_job
 
 SPEC = SwitchSpec(ports=1, slots=16, chunk_bytes=256)
 JOB = make_job(SPEC, 1, 2, 4, 4)
@@ -73,6 +73,18 @@ def test_takes_good_drops_bad(width):
     assert [slot for slot, _ in out] == [JOB.slot_base + 5 % JOB.slots] * 2
     assert events == [[Counter.RX_FRAMES], [Counter.RX_FRAMES, Counter.DROP_BAD_ICRC],
                       [Counter.RX_FRAMES, Counter.DROP_BAD_LENGTH], [Counter.RX_FRAMES]]
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_reserved_ip_flag_is_a_bad_header(width):
+    """Check 4 (protocol.md section 1.2): DF may be set, the reserved flag bit may not, whatever else is right."""
+    rng = np.random.default_rng(width)
+    flagged = next(f for name, f, _ in bad_frames(SPEC, JOB, rng) if name == "ip reserved flag")
+    good = contribution(SPEC, JOB, 1, 5, lanes(rng, SPEC))
+    assert flagged[20] & 0xC0 == 0xC0 and good[20] & 0xC0 == 0x40  # the flags: reserved and DF, DF only
+    out, events, _, _ = _run(width, [flagged, good])
+    assert [payload for _, payload in out] == [good[70:70 + 256]]
+    assert events == [[Counter.RX_FRAMES, Counter.DROP_BAD_HEADER], [Counter.RX_FRAMES]]
 
 
 def test_full_buffer_holds_the_port():

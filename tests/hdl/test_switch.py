@@ -12,7 +12,7 @@ from inagg.models.geometry import SwitchGeometry
 from inagg.models.job import ExceptionSpec, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.testbench.amaranth_switch import cycle, simulate
-from inagg.testbench.traffic import bad_frames, contribution, lanes, make_job
+from inagg.testbench.traffic import bad_frames, contribution, lanes, make_job, strays
 
 CHUNK = 256
 
@@ -69,6 +69,17 @@ def test_back_to_back_on_one_slot():
     run = simulate(spec, [job], t, width=512)
     run.assert_matches()
     assert run.counters[Counter.COMPLETED] == 2
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_a_stray_chunk_on_a_free_slot_does_not_hold_it(width):
+    """Slot liveness (protocol.md section 3): strays take FREE slots, the job's chunks take them back."""
+    spec = _spec()
+    job = make_job(spec, 1, 2, 0, 4)
+    traffic, counts = strays(spec, job, np.random.default_rng(width))
+    run = simulate(spec, [job], traffic, width=width)
+    run.assert_matches()
+    assert {c: run.counters[c] for c in counts} == counts
 
 
 @pytest.mark.parametrize("kwargs, message", [

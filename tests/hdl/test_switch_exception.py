@@ -108,7 +108,7 @@ def test_replay_feeds_a_diverted_frame_where_it_came_back():
     sent = {p: [contribution(spec, job, p, 0, lanes(rng, spec)) for job in (host, guest)] for p in (0, 1)}
 
     def model():
-        m = ModelSwitch(spec, first_generation=False)  # the RTL's slot rules (docs/rtl.md)
+        m = ModelSwitch(spec)
         m.add_job(host)
         m.add_job(guest)
         return m

@@ -34,7 +34,7 @@ def _run(spec, jobs, script, *, pause=None):
                  **({} if exc is None else dict(exc_table=exc.table, exc_max_kicks=exc.max_kicks,
                                                 exc_stash=exc.stash)))
     regmap = rm.RegMap(JOBS, WORKERS)
-    model = ModelSwitch(spec, first_generation=False)  # the RTL's slot rules (docs/rtl.md)
+    model = ModelSwitch(spec)
     for job in jobs:
         model.add_job(job)
     queues = {p: [] for p in range(spec.ports)}

@@ -61,10 +61,12 @@ def test_register_target_waits_for_the_teardown_and_reports_a_refusal():
 
     p = plan([2])
     rm = RegMap(jobs=2, workers=2)
-    reads = iter([TEARDOWN_BUSY, TEARDOWN_BUSY, 0, TEARDOWN_BUSY, TEARDOWN_REFUSED])
+    reads = iter([rm.ctrl(p.jobs[0]), TEARDOWN_BUSY, TEARDOWN_BUSY, 0, TEARDOWN_BUSY, TEARDOWN_REFUSED])
     seen = []
     target = RegisterTarget(lambda a, v: None, rm, p.switch, read=lambda a: seen.append(a) or next(reads))
     target.add_job(p.jobs[0])
+    assert seen == [rm.job(1, "CTRL")]  # read back: the switch took the job
+    seen.clear()
     target.remove_job(1)
     assert seen == [rm.switch("TEARDOWN")] * 3
     with pytest.raises(RuntimeError, match=r"refused to tear job 1 down \(TEARDOWN 0x00000002\)"):

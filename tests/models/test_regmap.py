@@ -5,17 +5,17 @@ from pathlib import Path
 import pytest
 
 from inagg.models import regmap as rm
-from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
+from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
 from inagg.models.protocol import Counter
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "rtl.md"
 
 
-def _job(job=1, workers=2, port=0, slot_base=4, slots=4):
+def _job(job=1, workers=2, port=0, slot_base=4, slots=4, mode=Mode.UC):
     ws = tuple(WorkerSpec(port=port, mac=f"02:00:00:00:00:{w + 1:02x}", ip=f"10.0.0.{w + 1}", qpn=0x100 + w,
                           rkey=0xAB00 + w, result_va=0x1_0000_0000 * (w + 1) + 0x40, result_psn=7 + w)
                for w in range(workers))
-    return JobSpec(job=job, rkey=0xC0DE, slot_base=slot_base, slots=slots, workers=ws)
+    return JobSpec(job=job, rkey=0xC0DE, slot_base=slot_base, slots=slots, workers=ws, mode=mode)
 
 
 def test_addresses():
@@ -49,10 +49,23 @@ def test_job_writes_put_ctrl_last_and_split_fields():
     (_job(workers=9), r"^job 1 has 9 workers, the switch at most 8$"),
     (_job(slot_base=16, slots=4), r"^job 1's slots 16\.\.19 exceed the switch's 16 slots$"),
     (_job(port=2), r"^worker port 2 does not exist: the switch has 2 ports$"),
+    (_job(mode=Mode.TRANSLATED), r"^job 1 asks for mode TRANSLATED \(II\); this switch implements UC \(uc\)$"),
 ])
 def test_job_writes_refuse_what_the_switch_cannot_hold(job, message):
     with pytest.raises(ValueError, match=message):
         rm.RegMap(jobs=4, workers=8).job_writes(job, SwitchSpec(ports=2, slots=16, chunk_bytes=256))
+
+
+def test_a_jobs_mode_goes_into_its_ctrl_and_modes_name_the_switchs():
+    """Issue 18, mode per job: CTRL carries the job's mode (MODE_CODES); MODES names what the switch takes."""
+    both = rm.RegMap(jobs=4, workers=8, modes=frozenset({Mode.UC, Mode.TRANSLATED}))
+    writes = both.job_writes(_job(mode=Mode.TRANSLATED), SwitchSpec(ports=2, slots=16, chunk_bytes=256))
+    assert writes[-1] == (both.job(1, "CTRL"), 1 | 2 << 8 | rm.MODE_CODES[Mode.TRANSLATED] << 16)
+    assert rm.JOB_CTRL.decode(writes[-1][1])["mode"] == 2
+    assert both.modes_value() == 0b101 and rm.RegMap.decode_modes(0b101) == both.modes
+    assert rm.RegMap(4, 8).modes_value() == 1 and rm.RegMap.decode_modes(0b1010) == {Mode.TERMINATED, Mode.AUGMENTED}
+    assert sorted(rm.MODE_CODES.values()) == list(range(len(Mode)))  # one code a mode, each fits the field
+    assert rm.JOB_CTRL.field("mode").width == rm.MODES.width.bit_length() - 1 == 2
 
 
 @pytest.mark.parametrize("jobs, workers, message", [
@@ -65,13 +78,19 @@ def test_geometry_is_checked(jobs, workers, message):
         rm.RegMap(jobs=jobs, workers=workers)
 
 
+@pytest.mark.parametrize("modes", [frozenset(), {Mode.UC}, frozenset({"uc"})])
+def test_modes_are_checked(modes):
+    with pytest.raises(ValueError, match=r"^modes must be a non-empty frozenset of Mode, not "):
+        rm.RegMap(jobs=4, workers=8, modes=modes)
+
+
 def test_docs_hold_the_register_map():
     assert rm.RegMap(4, 8).markdown() in DOCS.read_text()
 
 
 def test_fields_encode_and_decode_at_their_bits():
     assert rm.JOB_CTRL.encode(enable=1, workers=5) == 1 | 5 << 8
-    assert rm.JOB_CTRL.decode(0x0701) == {"enable": 1, "workers": 7}
+    assert rm.JOB_CTRL.decode(0x20701) == {"enable": 1, "workers": 7, "mode": 2}
     assert rm.GEOMETRY.field("log2_slots").bits == "[20:16]" and rm.TEARDOWN.field("busy").bits == "[0]"
     assert rm.TEARDOWN_BUSY == 1 and rm.TEARDOWN_REFUSED == 2
     assert rm.JOB_REGISTERS["SLOTS"].width == 17 and rm.WORKER_REGISTERS["QPN"].encode(value=0xABCDEF) == 0xABCDEF
@@ -84,7 +103,7 @@ def test_fields_encode_and_decode_at_their_bits():
 @pytest.mark.parametrize("call, error, message", [
     (lambda: rm.JOB_CTRL.encode(workers=128), ValueError, r"^workers must be an integer in 0\.\.127, not 128$"),
     (lambda: rm.JOB_CTRL.encode(enable=True), ValueError, r"^enable must be an integer in 0\.\.1, not True$"),
-    (lambda: rm.JOB_CTRL.encode(valid=1), ValueError, r"^register CTRL has no field 'valid'; it has enable, workers$"),
+    (lambda: rm.JOB_CTRL.encode(valid=1), ValueError, r"^register CTRL has no field 'valid'; it has enable, workers, mode$"),
     (lambda: rm.Field("x", 30, 4), ValueError, r"^Field x must lie within bits 31:0, not 30\+4$"),
     (lambda: rm.Field("1x", 0, 4), TypeError, r"^Field name must be an identifier, not '1x'$"),
     (lambda: rm.Field("x", 0, 4, "RX"), ValueError, r"^Field access must be one of \('RO', 'WO', 'RW'\), not 'RX'$"),

@@ -226,16 +226,6 @@ def test_a_stray_chunk_on_a_free_slot_does_not_hold_it(stray):
     assert sw.counters[Counter.RX_CONTRIB] == 3
 
 
-def test_the_rtls_slot_rules_keep_a_stray_as_before():
-    """``first_generation=False``, the model the testbenches compare the RTL with: the stray keeps the slot."""
-    sw, job = _setup(n=2, slots=4)
-    sw.first_generation = False
-    sw.receive(0, contrib(sw, job, 0, 2**31 + 1, ones()))
-    for _ in range(3):
-        sw.receive(0, contrib(sw, job, 1, 1, ones()))
-    assert sw.fast[1].chunk == 2**31 + 1 and sw.counters[Counter.DROP_STALE] == 3
-
-
 def snapshot(sw):
     slots = sw.fast + sw.overflow
     return ([(s.state, s.job, s.chunk, s.bitmap, s.count, s.lanes.words.tobytes(), s.lanes.promoted.tobytes())

@@ -19,7 +19,7 @@ from inagg.models.protocol import Counter
 from inagg.models.switch import _Job
 from inagg.testbench.sim import parameters, stimulus
 from inagg.testbench.switch_tb import SwitchTB
-from inagg.testbench.traffic import bad_frames, contribution, interleave, lanes, make_job, windowed
+from inagg.testbench.traffic import bad_frames, contribution, interleave, lanes, make_job, strays, windowed
 
 PARAMS = {**parameters(), **stimulus()}
 
@@ -90,6 +90,19 @@ async def bad_input(dut):
     for name, _, counter in bad:
         assert counters[counter] > 0, name
     assert counters[Counter.COMPLETED] == 1
+
+
+@cocotb.test()
+async def stray_chunks(dut):
+    """Stray chunks on FREE slots do not hold them: the job's chunks take them back and complete."""
+    tb = await _tb(dut)
+    job = make_job(tb.spec, 1, 2, 4, 4)
+    await tb.configure([job])
+    traffic, counts = strays(tb.spec, job, np.random.default_rng(12))
+    await tb.send_all(traffic)
+    await tb.check()
+    counters = await tb.counters()
+    assert {c: counters[c] for c in counts} == counts
 
 
 @cocotb.test()
