@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections import deque
+from collections import Counter as Tally, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,6 +153,7 @@ def _fork_switch(sw: ModelSwitch) -> ModelSwitch:
     t.jobs = {k: dataclasses.replace(j, result_psn=list(j.result_psn)) for k, j in sw.jobs.items()}
     t.counters = dict(sw.counters)
     t.tree_counters = dict(sw.tree_counters)
+    t.resent = Tally(sw.resent)
     t.modes = {k: m.fork(t) for k, m in sw.modes.items()}
     return t
 

@@ -13,6 +13,7 @@ from inagg.models import quant
 from inagg.models.backend import DEFAULT_BACKEND, Backend, MissingTool, load_backend
 from inagg.models.job import Mode
 from inagg.models.protocol import Counter
+from inagg.models.tree import TreeCounter
 
 from inagg.host.controller import Controller, TreeController, plan, plan_tree_jobs
 from inagg.host.link import Faults
@@ -20,7 +21,7 @@ from inagg.host.memnet import MemoryNetwork, RankMux, TreeNetwork
 from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import AllReduce, Timing, Worker, agreement_chunks
 
-__all__ = ["DemoConfig", "RtlUnavailable", "run_demo", "result_bound", "format_summary", "pcap_writer"]
+__all__ = ["DemoConfig", "RtlUnavailable", "run_demo", "result_bound", "format_summary", "pcap_writer", "repairs"]
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,6 @@ def _run_tree(cfg: DemoConfig, progress: bool) -> dict:
     """
     from inagg.host.collectives import tree_operations
     from inagg.models.switch import ModelSwitch
-    from inagg.models.tree import TreeCounter
 
     tp = cfg.tree_plan()
     jobs = [job.job for job in tp.plans[0].jobs]
@@ -298,8 +298,53 @@ def _run_tree(cfg: DemoConfig, progress: bool) -> dict:
     summary["collective"] = cfg.collective
     summary["tree"] = {"spec": tp.tree.spec, "switches": len(switches),
                        "counters": {c.name: tree[c] for c in TreeCounter},
-                       "misaddressed": sum(m.dropped for m in muxes.values())}
+                       "misaddressed": sum(m.dropped for m in muxes.values()),
+                       "repairs": repairs(tp.tree, switches, net.links, muxes)}
     return summary
+
+
+def repairs(tree, switches, links, ranks) -> list[dict]:
+    """Where a tree's losses were repaired: per hop, what its link lost and the frames sent again across it.
+
+    ``switches`` are the tree's model switches, ``links`` its
+    :class:`~inagg.host.memnet.TreeNetwork`'s, ``ranks`` each rank's
+    :class:`~inagg.host.memnet.RankMux`. A frame sent again is **end to end**
+    when a rank's own timer sent it (every resend of a UC worker), when a
+    rank's Go-Back-N followed a NAK its responder sent and its switch
+    reflected (Mode II), or when a switch passed a rank's resend on (a
+    result again to a child, ``TX_RESENDS``; a partial again to the parent,
+    ``UP_RESENDS`` in UC and Mode II). It is **on the hop** when an end of
+    the hop resent it by itself (Mode III, ``HOP_RESENDS``): a switch after
+    its child's or parent's NAK or on its own timer, or a rank after its
+    switch's NAK. Each hop's row adds what both of its ends sent on it.
+    """
+    e2e_rank, hop_rank = Tally(), Tally()
+    for r, mux in ranks.items():
+        for op in mux.ops.values():
+            w = op.worker
+            timed = w.stats["resent"]
+            # RcWorker counts its timer's resends; its requester every resend, after a NAK too.
+            naked = w.requester.stats["resent"] - timed if isinstance(w, RcWorker) else 0
+            e2e_rank[r] += timed
+            (hop_rank if w.job.mode is Mode.AUGMENTED else e2e_rank)[r] += naked
+    rows = []
+    for s in tree.switches:
+        for p, child in enumerate(s.children):
+            up = switches[s.index].resent
+            e2e = up[p, Counter.TX_RESENDS]
+            hop = up[p, Counter.HOP_RESENDS]
+            if child.switch:
+                below = switches[child.index].resent
+                uplink = tree.switches[child.index].uplink_port
+                e2e += below[uplink, TreeCounter.UP_RESENDS]
+                hop += below[uplink, Counter.HOP_RESENDS]
+            else:
+                e2e += e2e_rank[child.index]
+                hop += hop_rank[child.index]
+            lower = f"s{child.index}" if child.switch else f"rank {child.index}"
+            rows.append({"hop": f"s{s.index}:{p} - {lower}", "lost": links[s.index, p].stats["lost"],
+                         "repaired_end_to_end": e2e, "repaired_on_hop": hop})
+    return rows
 
 
 def _exact(cfg: DemoConfig, data: list[np.ndarray], ops: list) -> bool:
@@ -510,6 +555,9 @@ def format_summary(s: dict) -> None:
     if "tree" in s:
         counts = {**s["tree"]["counters"], "misaddressed (no QP of the rank)": s["tree"]["misaddressed"]}
         t.add_row("tree", ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none")
+    tables = [t]
+    if "tree" in s:
+        tables.append(_repairs_table(s["tree"]["repairs"]))
     if "rtl" in s:
         r = s["rtl"]
         t.add_row("rtl", f"{r['width']}-bit beats, {r['cycles']:,} cycles simulated ({r['simulated_time_s'] * 1e3:.3f} ms "
@@ -524,4 +572,19 @@ def format_summary(s: dict) -> None:
                 t.add_row("", line)
         if "waves" in r:
             t.add_row("waves", r["waves"])
-    Console().print(t)
+    Console().print(*tables)
+
+
+def _repairs_table(rows: list[dict]):
+    """The table of :func:`repairs`, one row per hop and their total."""
+    from rich.table import Table
+
+    t = Table(title="where losses were repaired (frames sent again)", title_justify="left")
+    t.add_column("hop")
+    keys = ("lost", "repaired_end_to_end", "repaired_on_hop")
+    for name in ("lost", "end to end", "on the hop"):
+        t.add_column(name, justify="right")
+    for row in rows:
+        t.add_row(row["hop"], *(str(row[k]) for k in keys))
+    t.add_row("total", *(str(sum(row[k] for row in rows)) for k in keys), style="bold")
+    return t

@@ -217,8 +217,10 @@ class TranslatedJob:
         if not e.done:
             return []  # the result goes to every child when the slot completes
         if self.up is not None:
+            self.switch.resent[self.spec.parent.port, TreeCounter.UP_RESENDS] += 1
             return self._up(e, TreeCounter.UP_RESENDS)
         count[Counter.TX_RESENDS] += 1
+        self.switch.resent[self.spec.workers[w].port, Counter.TX_RESENDS] += 1
         return [self._result(w, e)]
 
     def _busy(self, e: Entry) -> list[tuple[int, bytes]]:
@@ -411,6 +413,7 @@ class AugmentedJob(TranslatedJob):
             out += self._up(self.entries[psn % len(self.entries)], TreeCounter.UP_RESENDS)
             psn = psn_add(psn, 1)
         self.switch.counters[Counter.HOP_RESENDS] += len(out)
+        self.switch.resent[self.spec.parent.port, Counter.HOP_RESENDS] += len(out)
         self.up_timer = self.switch.now + self.timeout if out else None
         return out
 
@@ -483,6 +486,7 @@ class AugmentedJob(TranslatedJob):
             out.append(self._result(w, e))
             psn = psn_add(psn, 1)
         self.switch.counters[Counter.HOP_RESENDS] += len(out)
+        self.switch.resent[self.spec.workers[w].port, Counter.HOP_RESENDS] += len(out)
         self.timers[w] = self.switch.now + self.timeout if out else None
         return out
 

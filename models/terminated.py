@@ -245,6 +245,7 @@ class TerminatedJob:
             self.switch.counters[Counter.QP_ERRORS] += 1
             return []
         self.switch.counters[Counter.HOP_RESENDS] += q.stats["resent"] - resent
+        self.switch.resent[self.spec.workers[w].port, Counter.HOP_RESENDS] += q.stats["resent"] - resent
         self._release()
         return [f for p in pkts if (f := self._send(w, p)) is not None]
 

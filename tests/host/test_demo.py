@@ -179,6 +179,31 @@ def test_demo_rc_modes_on_a_tree_are_exact_under_loss(capsys, mode):
 
 
 @pytest.mark.parametrize("mode", ["uc", "II", "III"])
+def test_demo_tells_where_a_tree_repaired_its_losses(capsys, mode):
+    rc, out = run_cli(capsys, "--tree", "2x2", "--mode", mode, "--size", "32KiB", "--loss", "0.03", "--seed", "4",
+                      "--json")
+    s = json.loads(out.out)
+    rows = s["tree"]["repairs"]
+    assert rc == 0 and s["ok"] and [r["hop"] for r in rows] == ["s0:0 - s1", "s0:1 - s2", "s1:0 - rank 0",
+                                                                "s1:1 - rank 1", "s2:0 - rank 2", "s2:1 - rank 3"]
+    assert sum(r["lost"] for r in rows) == s["drops"]["link"]["lost"] > 0
+    hop, e2e = (sum(r[k] for r in rows) for k in ("repaired_on_hop", "repaired_end_to_end"))
+    if mode == "III":  # every hop ACKs, NAKs and times out on its own; the ranks' timers stay a backstop
+        assert hop >= s["switch_counters"]["HOP_RESENDS"] > 0 and hop > e2e
+    else:              # only the ranks' timers (or reflected NAKs) repair a loss, and the switches pass it on
+        assert hop == s["switch_counters"]["HOP_RESENDS"] == 0 and e2e >= s["packets"]["retransmissions"] > 0
+
+
+def test_demo_table_shows_where_losses_were_repaired(capsys):
+    rc, out = run_cli(capsys, "--tree", "2x2", "--mode", "III", "--size", "8KiB", "--loss", "0.05", "--no-progress")
+    assert rc == 0 and "where losses were repaired" in out.out
+    cells = r"[ │]+(\d+)[ │]+(\d+)[ │]+(\d+)"
+    assert re.search(r"s0:1 - s2" + cells, out.out)
+    total = re.search("total" + cells, out.out)
+    assert int(total[1]) > 0 and int(total[3]) > 0
+
+
+@pytest.mark.parametrize("mode", ["uc", "II", "III"])
 def test_demo_runs_several_jobs_on_a_tree_exactly(capsys, mode):
     rc, out = run_cli(capsys, "--tree", "2x2", "--jobs", "2", "--mode", mode, "--size", "8KiB", "--window", "4",
                       "--loss", "0.02", "--seed", "5", "--json")
