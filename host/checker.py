@@ -61,7 +61,10 @@ _AETH = layout(Opcode.RC_ACK).offset("aeth")
 
 
 class Violation(AssertionError):
-    """A reachable state breaks the protocol's guarantees; the message holds the trace."""
+    """A reachable state breaks the protocol's guarantees; the message holds the trace, ``states`` how many
+    distinct states the search had reached when it found the bad one."""
+
+    states: int | None = None
 
 
 @dataclass(frozen=True)
@@ -206,23 +209,27 @@ def _explore(init, successors, expect: np.ndarray, max_states: int, invariant=No
     seen = {init.key()}
     frontier = deque([(init, ())])
     transitions = finals = max_depth = 0
-    while frontier:
-        s, trace = frontier.popleft()
-        max_depth = max(max_depth, s.depth)
-        if invariant is not None:
-            invariant(s, trace)
-        succ = list(successors(s, trace))
-        if not succ:
-            _check_final(s, expect, trace)
-            finals += 1
-        for t, label in succ:
-            transitions += 1
-            k = t.key()
-            if k not in seen:
-                seen.add(k)
-                if len(seen) > max_states:
-                    raise RuntimeError(f"more than {max_states} states: choose a smaller scope")
-                frontier.append((t, trace + (label,)))
+    try:
+        while frontier:
+            s, trace = frontier.popleft()
+            max_depth = max(max_depth, s.depth)
+            if invariant is not None:
+                invariant(s, trace)
+            succ = list(successors(s, trace))
+            if not succ:
+                _check_final(s, expect, trace)
+                finals += 1
+            for t, label in succ:
+                transitions += 1
+                k = t.key()
+                if k not in seen:
+                    seen.add(k)
+                    if len(seen) > max_states:
+                        raise RuntimeError(f"more than {max_states} states: choose a smaller scope")
+                    frontier.append((t, trace + (label,)))
+    except Violation as e:
+        e.states = len(seen)
+        raise
     return len(seen), transitions, finals, max_depth
 
 

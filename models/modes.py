@@ -85,9 +85,14 @@ class TranslatedJob:
     the job: its spec, counters and lane arithmetic. A job with a
     ``parent`` is a switch below the root of a tree: a child of its parent
     like a host, with the uplink's result QPN as its QP.
+
+    ``shadow_skew`` is a test-only mutation: the shadow wipe of step 2 lands
+    that many slots past the shadow slot, an off-by-one in the "2W slots
+    indexed by PSN mod 2W" rule; :mod:`inagg.host.tree_checker` must find it.
     """
 
     mode = Mode.TRANSLATED
+    shadow_skew = 0
 
     def __init__(self, switch, spec: JobSpec):
         self.switch, self.spec = switch, spec
@@ -231,7 +236,7 @@ class TranslatedJob:
 
     def _in_order(self, w: int, psn: int) -> list[tuple[int, bytes]]:
         """Mode II step 2: wipe this child's bit in the shadow slot, W PSNs ahead."""
-        shadow = self.entries[(psn + len(self.entries) // 2) % len(self.entries)]
+        shadow = self.entries[(psn + len(self.entries) // 2 + self.shadow_skew) % len(self.entries)]
         shadow.bitmap &= ~(1 << w)
         return []
 
