@@ -142,8 +142,9 @@ def test_demo_on_a_tree_under_faults(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--tree", "2x4", "--workers", "4"], "tree 2x4 has 8 ranks, not 4 workers"),
-    (["--tree", "2x4", "--switch", "fast"], "--tree and --collective run on model switches over the memory "
-                                            "network"),
+    (["--tree", "2x4", "--switch", "fast"], "--tree and --collective run on model switches"),
+    (["--tree", "2x2", "--net", "netns", "--pcap", "x.pcap"], "--pcap captures one switch's ports in namespaces, "
+                                                              "not a tree's"),
     (["--tree", "2x0"], r"tree spec '2x0': a switch has 1..64 children, not 0"),
 ])
 def test_demo_refuses_bad_trees(capsys, argv, message):
