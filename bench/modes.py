@@ -122,8 +122,8 @@ def tree_mutations_section(budget: int, command: str) -> str:
             continue
         steps = str(v).split("\ntrace:\n", 1)[1].count("\n") + 1
         rows.append(f"{head} {v.states:,} | {seconds:.2f} s | {steps} |")
-        traces += [f"{what}:", "", "```", str(v), "```", ""]
         print(rows[-1], flush=True)
+        traces += [f"{what}:", "", "```", str(v), "```", ""]
     return "\n".join([
         TREE_MUTATIONS_HEADING,
         "",

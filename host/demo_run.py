@@ -329,40 +329,32 @@ def _run_tree_netns(cfg: DemoConfig, tp, per_rank: dict):
 
     netns.require_root()
     ctx = mp.get_context("fork")  # the children inherit the plan and the ranks' operations
-    procs, switch_conns, rank_conns = [], [], []
-    try:
-        with netns.TreeTopology(tp) as topo:
-            stop = ctx.Event()
-            for s in range(len(tp.plans)):
-                parent, child = ctx.Pipe()
-                switch_conns.append(parent)
-                procs.append(ctx.Process(target=_tree_switch_proc, name=f"inagg-switch{s}",
-                                         args=(topo, s, cfg.faults(), cfg.seed, stop, child)))
-                procs[-1].start()
-            for conn in switch_conns:
-                _reply(conn)  # ready
-            go = ctx.Event()
-            for r, rank_ops in per_rank.items():
-                parent, child = ctx.Pipe()
-                rank_conns.append(parent)
-                procs.append(ctx.Process(target=_tree_rank_proc, name=f"inagg-rank{r}",
-                                         args=(topo.rank_ns(r), topo.rank_if, RankMux(rank_ops), go, stop, child)))
-                procs[-1].start()
-            for conn in rank_conns:
-                _reply(conn)  # ready
-            start = time.perf_counter()
-            go.set()
-            muxes = {r: _reply(conn) for r, conn in zip(per_rank, rank_conns)}
-            wall = time.perf_counter() - start
-            stop.set()
-            ends = [_reply(conn) for conn in switch_conns]
-            for proc in procs:
-                proc.join()
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join()
+    switch_conns, rank_conns = [], []
+    with netns.TreeTopology(tp) as topo, _children() as procs:
+        stop = ctx.Event()
+        for s in range(len(tp.plans)):
+            parent, child = ctx.Pipe()
+            switch_conns.append(parent)
+            procs.append(ctx.Process(target=_tree_switch_proc, name=f"inagg-switch{s}",
+                                     args=(topo, s, cfg.faults(), cfg.seed, stop, child)))
+            procs[-1].start()
+        for conn in switch_conns:
+            _reply(conn)  # ready
+        go = ctx.Event()
+        for r, rank_ops in per_rank.items():
+            parent, child = ctx.Pipe()
+            rank_conns.append(parent)
+            procs.append(ctx.Process(target=_tree_rank_proc, name=f"inagg-rank{r}",
+                                     args=(topo.rank_ns(r), topo.rank_if, RankMux(rank_ops), go, stop, child)))
+            procs[-1].start()
+        for conn in rank_conns:
+            _reply(conn)  # ready
+        start = time.perf_counter()
+        go.set()
+        muxes = {r: _reply(conn) for r, conn in zip(per_rank, rank_conns)}
+        wall = time.perf_counter() - start
+        stop.set()
+        ends = [_reply(conn) for conn in switch_conns]
     switches = [sw for sw, _ in ends]
     lost = {(s, p): stats.get("lost", 0) for s, (_, per_port) in enumerate(ends) for p, stats in per_port.items()}
     link = sum((Tally(stats) for _, per_port in ends for stats in per_port.values()), Tally())
@@ -370,6 +362,23 @@ def _run_tree_netns(cfg: DemoConfig, tp, per_rank: dict):
                    sum(sum(op.worker.stats["results"] for op in mux.ops.values()) for mux in muxes.values()),
                    wall, dict(link))
     return muxes, switches, lost, moved
+
+
+@contextlib.contextmanager
+def _children():
+    """A list for the child processes a run starts: each is joined on the way out, and after an error or
+    Ctrl-C first terminated."""
+    procs: list = []
+    try:
+        yield procs
+    except BaseException:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        raise
+    finally:
+        for proc in procs:
+            proc.join()
 
 
 def _reply(conn):
@@ -502,55 +511,41 @@ def _run_netns(backend: Backend, cfg, p, data, progress):
     # fork: the children inherit the tensors instead of receiving them pickled.
     ctx = mp.get_context("fork")
     timing = _NETNS_TIMING
-    procs = []
-    try:
-        with netns.Topology(p) as topo:
-            stop = ctx.Event()
-            completed = ctx.Value("q", 0, lock=False)  # chunks the switch completed, for the progress bar
-            sw_conn, child = ctx.Pipe()
-            procs.append(ctx.Process(target=_switch_proc, name="inagg-switch",
-                                     args=(backend, topo, p, cfg.faults(), cfg.seed, cfg.pcap, stop, completed,
-                                           child)))
-            procs[0].start()
-            if sw_conn.recv() != "ready":
-                raise RuntimeError("the switch process did not start")
-            conns = {}
-            go = ctx.Event()  # released when every worker has its socket: no start-up skew hits the timers
-            for job in p.jobs:
-                for r, w in enumerate(job.workers):
-                    parent, child = ctx.Pipe()
-                    conns[w.port] = parent
-                    procs.append(ctx.Process(target=_worker_proc, name=f"inagg-worker{w.port}",
-                                             args=(topo.worker_ns(w.port), topo.worker_if, p.switch, job, r,
-                                                   data[job.job][r], timing, go, child)))
-                    procs[-1].start()
-            for conn in conns.values():
-                kind, value = conn.recv()
-                if kind == "error":
-                    raise value
-            start = time.perf_counter()
-            go.set()
-            outcomes = {}
-            lanes = p.switch.lanes
-            total = len(p.jobs) * cfg.chunks(lanes)
-            with _progress_bar(progress, total) as bar:
-                for port, conn in conns.items():
-                    while bar is not None and not conn.poll(0.1):
-                        bar(completed.value)
-                    kind, value = conn.recv()
-                    if kind == "error":
-                        raise value
-                    outcomes[port] = value
-            wall = time.perf_counter() - start
-            stop.set()
-            counters, link = sw_conn.recv()
-            for proc in procs:
-                proc.join()
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join()
+    with netns.Topology(p) as topo, _children() as procs:
+        stop = ctx.Event()
+        completed = ctx.Value("q", 0, lock=False)  # chunks the switch completed, for the progress bar
+        sw_conn, child = ctx.Pipe()
+        procs.append(ctx.Process(target=_switch_proc, name="inagg-switch",
+                                 args=(backend, topo, p, cfg.faults(), cfg.seed, cfg.pcap, stop, completed,
+                                       child)))
+        procs[0].start()
+        if sw_conn.recv() != "ready":
+            raise RuntimeError("the switch process did not start")
+        conns = {}
+        go = ctx.Event()  # released when every worker has its socket: no start-up skew hits the timers
+        for job in p.jobs:
+            for r, w in enumerate(job.workers):
+                parent, child = ctx.Pipe()
+                conns[w.port] = parent
+                procs.append(ctx.Process(target=_worker_proc, name=f"inagg-worker{w.port}",
+                                         args=(topo.worker_ns(w.port), topo.worker_if, p.switch, job, r,
+                                               data[job.job][r], timing, go, child)))
+                procs[-1].start()
+        for conn in conns.values():
+            _reply(conn)  # ready
+        start = time.perf_counter()
+        go.set()
+        outcomes = {}
+        lanes = p.switch.lanes
+        total = len(p.jobs) * cfg.chunks(lanes)
+        with _progress_bar(progress, total) as bar:
+            for port, conn in conns.items():
+                while bar is not None and not conn.poll(0.1):
+                    bar(completed.value)
+                outcomes[port] = _reply(conn)
+        wall = time.perf_counter() - start
+        stop.set()
+        counters, link = sw_conn.recv()
     moved = _Moved(counters[Counter.RX_FRAMES], counters[Counter.TX_RESULTS], wall, link)
     return outcomes, counters, moved
 

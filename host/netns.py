@@ -17,6 +17,7 @@ side in both directions (this kernel has no netem).
 
 from __future__ import annotations
 
+import abc
 import os
 import selectors
 import socket
@@ -55,7 +56,68 @@ def enter(name: str) -> None:
     netns.setns(name)
 
 
-class Topology:
+class _Namespaces(abc.ABC):
+    """Namespaces joined by veth pairs: :meth:`create` makes what :meth:`_layout` names and :meth:`destroy`
+    removes every namespace made (their veths go with them), also when :meth:`create` fails part way; a
+    ``with`` block does both."""
+
+    _created: list[str]
+
+    @abc.abstractmethod
+    def _layout(self) -> tuple[list[str], list[tuple[tuple[str, str, str], tuple[str, str, str]]]]:
+        """The namespaces to make, and the veth pairs: ``((namespace, interface, MAC), (namespace, ...))``."""
+
+    def create(self):
+        from pyroute2 import IPRoute, NetNS, netns
+
+        names, pairs = self._layout()
+        try:
+            for name in names:
+                netns.create(name)
+                self._created.append(name)
+                _disable_ipv6(name)
+            ends: dict[str, list[tuple[str, str, str]]] = {}  # namespace -> (interface now, its name, MAC)
+            with IPRoute() as ipr:
+                for n, ((near_ns, near_if, near_mac), (far_ns, far_if, far_mac)) in enumerate(pairs):
+                    # The far end is made here under a name unique in this namespace, then moved and
+                    # renamed: far ends may share a name (every rank's eth0).
+                    tmp = f"inagg{os.getpid() % 100000}x{n}"[:15]
+                    ipr.link("add", ifname=tmp, kind="veth", peer={"ifname": near_if, "net_ns_fd": near_ns})
+                    ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=far_ns)
+                    ends.setdefault(near_ns, []).append((near_if, near_if, near_mac))
+                    ends.setdefault(far_ns, []).append((tmp, far_if, far_mac))
+            for ns_name, links in ends.items():
+                with NetNS(ns_name) as ns:
+                    for now, name, mac in links:
+                        i = ns.link_lookup(ifname=now)[0]
+                        if now != name:
+                            ns.link("set", index=i, ifname=name)
+                        ns.link("set", index=i, address=mac, mtu=_MTU)
+                        ns.link("set", index=i, state="up")
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def destroy(self) -> None:
+        """Remove every namespace this topology created (their veths go with them)."""
+        from pyroute2 import netns
+
+        while self._created:
+            name = self._created.pop()
+            try:
+                netns.remove(name)
+            except OSError:
+                pass  # already gone
+
+    def __enter__(self):
+        return self.create()
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+
+class Topology(_Namespaces):
     """Namespaces and veth pairs for every worker port of a :class:`~inagg.host.controller.Plan`."""
 
     def __init__(self, plan: Plan, *, tag: str | None = None):
@@ -75,24 +137,14 @@ class Topology:
 
     worker_if = "eth0"
 
-    def create(self) -> "Topology":
+    def _layout(self):
         macs = {w.port: w.mac for j in self.plan.jobs for w in j.workers}
         pairs = [((self.switch_ns, self.switch_if(p), self.plan.switch.mac), (self.worker_ns(p), self.worker_if,
                                                                               macs[p])) for p in self.ports]
-        return _create(self, [self.switch_ns] + [self.worker_ns(p) for p in self.ports], pairs)
-
-    def destroy(self) -> None:
-        """Remove every namespace this topology created (their veths go with them)."""
-        _destroy(self._created)
-
-    def __enter__(self) -> "Topology":
-        return self.create()
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
+        return [self.switch_ns] + [self.worker_ns(p) for p in self.ports], pairs
 
 
-class TreeTopology:
+class TreeTopology(_Namespaces):
     """Namespaces and veth pairs for a :class:`~inagg.host.controller.TreePlan`: one namespace per switch and
     per rank, one veth pair per hop of the tree.
 
@@ -117,12 +169,12 @@ class TreeTopology:
     switch_if = staticmethod(Topology.switch_if)
     rank_if = Topology.worker_if
 
-    def create(self) -> "TreeTopology":
+    def _layout(self):
         tp = self.plan
         tree = tp.tree
         pairs = []
         for s in tree.switches:
-            upper = (self.switch_ns(s.index), self.switch_if, tp.plans[s.index].switch.mac)
+            mac = tp.plans[s.index].switch.mac
             for p, child in enumerate(s.children):
                 if child.switch:
                     c = tree.switches[child.index]
@@ -130,65 +182,8 @@ class TreeTopology:
                 else:
                     leaf, w = tp.rank(child.index)
                     far = (self.rank_ns(child.index), self.rank_if, tp.plans[leaf].jobs[0].workers[w].mac)
-                pairs.append(((upper[0], upper[1](p), upper[2]), far))
-        names = [self.switch_ns(s.index) for s in tree.switches] + [self.rank_ns(r) for r in range(tree.ranks)]
-        return _create(self, names, pairs)
-
-    def destroy(self) -> None:
-        """Remove every namespace this topology created (their veths go with them)."""
-        _destroy(self._created)
-
-    def __enter__(self) -> "TreeTopology":
-        return self.create()
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
-
-
-def _create(topo, names: list[str], pairs: list[tuple[tuple[str, str, str], tuple[str, str, str]]]):
-    """Create the namespaces ``names`` of ``topo`` (recorded in ``topo._created``) and one veth pair per entry
-    of ``pairs``, ``((namespace, interface, MAC), (namespace, interface, MAC))``; everything goes again on an
-    error."""
-    from pyroute2 import IPRoute, NetNS, netns
-
-    try:
-        for name in names:
-            netns.create(name)
-            topo._created.append(name)
-            _disable_ipv6(name)
-        ends: dict[str, list[tuple[str, str, str]]] = {}  # namespace -> (interface now, its name, MAC)
-        with IPRoute() as ipr:
-            for n, ((near_ns, near_if, near_mac), (far_ns, far_if, far_mac)) in enumerate(pairs):
-                # The far end is made here under a name unique in this namespace, then moved and renamed:
-                # far ends may share a name (every rank's eth0).
-                tmp = f"inagg{os.getpid() % 100000}x{n}"[:15]
-                ipr.link("add", ifname=tmp, kind="veth", peer={"ifname": near_if, "net_ns_fd": near_ns})
-                ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=far_ns)
-                ends.setdefault(near_ns, []).append((near_if, near_if, near_mac))
-                ends.setdefault(far_ns, []).append((tmp, far_if, far_mac))
-        for ns_name, links in ends.items():
-            with NetNS(ns_name) as ns:
-                for now, name, mac in links:
-                    i = ns.link_lookup(ifname=now)[0]
-                    if now != name:
-                        ns.link("set", index=i, ifname=name)
-                    ns.link("set", index=i, address=mac, mtu=_MTU)
-                    ns.link("set", index=i, state="up")
-    except BaseException:
-        _destroy(topo._created)
-        raise
-    return topo
-
-
-def _destroy(created: list[str]) -> None:
-    from pyroute2 import netns
-
-    while created:
-        name = created.pop()
-        try:
-            netns.remove(name)
-        except OSError:
-            pass  # already gone
+                pairs.append(((self.switch_ns(s.index), self.switch_if(p), mac), far))
+        return [self.switch_ns(s.index) for s in tree.switches] + [self.rank_ns(r) for r in range(tree.ranks)], pairs
 
 
 def _disable_ipv6(name: str) -> None:
