@@ -108,9 +108,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "devices)")
     p.add_argument("--mode", choices=("uc", "I", "II", "III"), default="uc",
                    help="uc: UC queue pairs, hosts keep reliability (default; every switch); I: EPIC's Mode I, "
-                        "the switch is every host's RC endpoint (one switch); II: Mode II, RC end to end, the switch "
+                        "the switch is every host's RC endpoint; II: Mode II, RC end to end, the switch "
                         "reflects ACKs; III: Mode III, RC with reliability on the hop (I, II and III: AllReduce on "
-                        "model switches, memory network; II and III also on a --tree, there also with --net netns)")
+                        "model switches, memory network, one switch or a --tree; a --tree also with --net netns)")
     p.add_argument("--width", type=int, default=512, choices=(64, 256, 512),
                    help="--switch rtl: beat width of the RTL in bits (default 512)")
     p.add_argument("--waves", metavar="FILE.fst",

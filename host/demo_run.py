@@ -447,9 +447,11 @@ def repairs(tree, resent, lost, ranks) -> list[dict]:
     reflected (Mode II), or when a switch passed a rank's resend on (a
     result again to a child, ``TX_RESENDS``; a partial again to the parent,
     ``UP_RESENDS`` in UC and Mode II). It is **on the hop** when an end of
-    the hop resent it by itself (Mode III, ``HOP_RESENDS``): a switch after
-    its child's or parent's NAK or on its own timer, or a rank after its
-    switch's NAK. Each hop's row adds what both of its ends sent on it.
+    the hop resent it by itself (Modes I and III, ``HOP_RESENDS``): a switch
+    after its child's or parent's NAK or on its own timer, or a rank after
+    its switch's NAK; in Mode I also on its own timer (its RC peer is its
+    switch, so its timer is the hop's). Each hop's row adds what both of its
+    ends sent on it.
     """
     e2e_rank, hop_rank = Tally(), Tally()
     for r, mux in ranks.items():
@@ -458,8 +460,8 @@ def repairs(tree, resent, lost, ranks) -> list[dict]:
             timed = w.stats["resent"]
             # RcWorker counts its timer's resends; its requester every resend, after a NAK too.
             naked = w.requester.stats["resent"] - timed if isinstance(w, RcWorker) else 0
-            e2e_rank[r] += timed
-            (hop_rank if w.job.mode is Mode.AUGMENTED else e2e_rank)[r] += naked
+            (hop_rank if w.job.mode is Mode.TERMINATED else e2e_rank)[r] += timed
+            (hop_rank if w.job.mode in (Mode.TERMINATED, Mode.AUGMENTED) else e2e_rank)[r] += naked
     rows = []
     for s in tree.switches:
         for p, child in enumerate(s.children):

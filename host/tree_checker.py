@@ -77,8 +77,8 @@ class TreeScope:
             raise ValueError(f"window must be a power of two >= 1, not {self.window!r}")
         if not isinstance(self.faults, int) or not 0 <= self.faults <= 2:
             raise ValueError(f"faults must be an integer in 0..2, not {self.faults!r}")
-        if self.mode not in (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED):  # Mode I runs on one switch only
-            raise ValueError(f"mode must be UC, TRANSLATED or AUGMENTED, not {self.mode!r}")
+        if not isinstance(self.mode, Mode):
+            raise ValueError(f"mode must be a Mode (UC, TERMINATED, TRANSLATED or AUGMENTED), not {self.mode!r}")
 
 
 class _State:

@@ -230,10 +230,6 @@ class JobSpec:
             # until the two are joined (issue #17).
             raise ValueError(f"mode {self.mode.name} runs AllReduce only (on one switch or a tree), "
                              f"not {self.collective.value}")
-        if self.mode is Mode.TERMINATED and (self.parent is not None or self.subswitches):
-            # Mode I's switch is every host's RC endpoint; a switch of a tree would be a host's endpoint and its
-            # parent's requester at once, which models/terminated.py does not build (issue #17).
-            raise ValueError("mode TERMINATED (I) runs on one switch, not in a tree")
 
     @property
     def window(self) -> int:
