@@ -500,7 +500,7 @@ def _same(got: np.ndarray | None, want: np.ndarray | None) -> bool:
 # Real time in namespaces: a Python switch queues a window of every worker, so a round trip takes tens of ms.
 # On a tree, Mode III's hop timer is shorter than the ranks' ACK timeout: the hop repairs a loss first.
 _NETNS_TIMING = Timing(timeout=0.3, max_timeout=2.0, tries=20)
-_NETNS_HOP_TIMEOUT = 0.1
+_NETNS_HOP_TIMEOUT = 0.25
 
 
 def _run_netns(backend: Backend, cfg, p, data, progress):
