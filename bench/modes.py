@@ -6,15 +6,19 @@ timeout round) and the mutations (a result freed before the slowest rank
 ACKed it, in Mode III and in Mode I), and writes ``docs/results/modes.md``.
 A scope that passes the state budget is reported as such, not left out.
 ``--mode-i`` measures Mode I alone and replaces its section of the page.
+``--tree-mutations`` runs the tree checker on the test-only mutations
+(buffer recycling, an off-by-one shadow wipe) and replaces that section.
 ``--completion`` instead measures, in virtual time, how long an AllReduce
 takes on a 2x4 tree of model switches per mode (UC, II, III) and loss rate
 on every hop, and replaces that section of the page; ``--state`` computes
 the switch state per job per mode and replaces that section;
 ``--collectives`` model-checks Reduce and Broadcast in Modes II and III on
 EPIC's tree (:func:`inagg.host.tree_checker.check_tree`) and replaces that
-section. A run of the checker keeps those three sections as they are.
+section; ``--tree-mutations`` runs the tree checker on the test-only
+mutations and replaces that section. A run of the checker keeps those
+sections as they are.
 
-    nice -n 10 .venv/bin/python bench/modes.py [--budget STATES] [--mode-i | --completion | --state | --collectives]
+    nice -n 10 .venv/bin/python bench/modes.py [--budget STATES] [--mode-i | --completion | --state | --collectives | --tree-mutations]
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from inagg.host.memnet import TreeNetwork
 from inagg.host.tree_checker import TreeScope, check_tree
 from inagg.host.worker import Timing
 from inagg.models.job import Collective, Mode
-from inagg.models.modes import HOP_TIMEOUT, AugmentedJob
+from inagg.models.modes import HOP_TIMEOUT, AugmentedJob, TranslatedJob
 from inagg.models.protocol import CHUNK_MOD, MAX_WORKERS, QPN_JOB_BITS
 from inagg.models.rc import PSN_BITS
 from inagg.models.state import STATE_OF, TIMER_BITS, job_state, window_for
@@ -115,18 +119,85 @@ def collectives_section(budget: int, command: str) -> str:
     return "\n".join(lines)
 
 
+def _found(job: type, attr: str, value, run, scope, budget: int) -> Violation | None:
+    """What the checker ``run`` (``check`` or ``check_tree``) finds in ``scope`` while the test-only mutation
+    ``job.attr = value`` is in place; ``RuntimeError`` when the budget runs out first."""
+    old = vars(job)[attr]
+    setattr(job, attr, value)
+    try:
+        run(scope, max_states=budget)
+    except Violation as v:
+        return v
+    finally:
+        setattr(job, attr, old)
+    return None
+
+
 def _mutation(job: type, scope: Scope, budget: int, checker=check) -> tuple[str, str]:
-    job.free_on_first_ack = True
     t0 = time.perf_counter()
     try:
-        checker(scope, max_states=budget)
-    except Violation as v:
-        return f"found in {time.perf_counter() - t0:.2f} s", str(v)
+        v = _found(job, "free_on_first_ack", True, checker, scope, budget)
     except RuntimeError:
         return f"not found within {budget:,} states ({time.perf_counter() - t0:.0f} s)", ""
-    finally:
-        job.free_on_first_ack = False
-    return "NOT FOUND: the checker missed the bug", ""
+    if v is None:
+        return "NOT FOUND: the checker missed the bug", ""
+    return f"found in {time.perf_counter() - t0:.2f} s", str(v)
+
+
+# The mutations on a tree, on EPIC's scope (a root over two switches of two ranks each, links in order):
+# (what it breaks, the job class, its test-only attribute and mutated value, the scope).
+TREE_MUTATIONS = [
+    ("a result freed at the first child's ACK (buffer recycling)", AugmentedJob, "free_on_first_ack", True,
+     TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False)),
+    ("the shadow wipe one slot off, (p + W + 1) mod 2W", TranslatedJob, "shadow_skew", 1,
+     TreeScope("2x2", chunks=3, window=1, faults=0, mode=Mode.TRANSLATED, reorder=False, quiet=True)),
+]
+TREE_MUTATIONS_HEADING = "## Mutations on a tree"
+
+
+def tree_mutations_section(budget: int, command: str) -> str:
+    """Run the tree checker on each of TREE_MUTATIONS; the section of docs/results/modes.md."""
+    load = os.getloadavg()
+    rows, traces = [], []
+    for what, job, attr, value, scope in TREE_MUTATIONS:
+        head = (f"| {what} | `{job.__name__}.{attr} = {value}` | {scope.mode.value} | {scope.spec} | {scope.chunks} "
+                f"| {scope.window} | {scope.faults} |")
+        t0 = time.perf_counter()
+        try:
+            v = _found(job, attr, value, check_tree, scope, budget)
+        except RuntimeError:
+            rows.append(f"{head} not found within {budget:,} states | {time.perf_counter() - t0:.1f} s | |")
+            continue
+        seconds = time.perf_counter() - t0
+        if v is None:
+            rows.append(f"{head} NOT FOUND: every run ended correctly | {seconds:.1f} s | |")
+            continue
+        steps = str(v).split("\ntrace:\n", 1)[1].count("\n") + 1
+        rows.append(f"{head} {v.states:,} | {seconds:.2f} s | {steps} |")
+        print(rows[-1], flush=True)
+        traces += [f"{what}:", "", "```", str(v), "```", ""]
+    return "\n".join([
+        TREE_MUTATIONS_HEADING,
+        "",
+        f"Measured with `{command}` at commit {head_commit()} on {platform.machine()}, Python "
+        f"{platform.python_version()}, 2 cores shared with other jobs (load average {load[0]:.1f} at the start).",
+        "",
+        "`inagg.host.tree_checker` (`docs/results/tree.md`) with a test-only mutation of the model switch in",
+        "place, on EPIC's scope: a root over two switches of two ranks each, links in order (timers quiet for",
+        "Mode II). States: distinct states reached when the checker stopped at the first bad one (breadth",
+        "first, so its trace is a shortest one); trace: its steps. `tests/host/test_tree_checker.py` checks",
+        "both mutations in CI (the shadow wipe on a 2x1 tree).",
+        "",
+        "| mutation | switch | mode | tree | packets per rank | window | losses | states | time | trace steps |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        "The shadow wipe clears a child's bit in slot `(p + W) mod 2W` when its PSN `p` is taken in order",
+        "(`docs/protocol.md` section 6.2): one slot off, the slot that PSN `p + W` needs keeps the bits of",
+        "`p - W`, so `p + W` is `DROP_WINDOW` at every try and the ranks run out of retries.",
+        "",
+        *traces,
+    ]).rstrip("\n") + "\n"
 
 
 # The completion-time runs: one AllReduce of ELEMENTS float32 per rank on TREE, WINDOW chunks of 1 KiB
@@ -260,8 +331,15 @@ def main() -> None:
     ap.add_argument("--collectives", action="store_true",
                     help="model-check Reduce and Broadcast in Modes II and III on a tree instead (replaces that "
                          "section)")
+    ap.add_argument("--tree-mutations", action="store_true",
+                    help="run the tree checker on the test-only mutations instead (replaces that section)")
     args = ap.parse_args()
     command = f"nice -n 10 .venv/bin/python bench/modes.py --budget {args.budget}"
+    if args.tree_mutations:
+        _replace_section(TREE_MUTATIONS_HEADING,
+                         text := tree_mutations_section(args.budget, command + " --tree-mutations"))
+        print(text, end="")
+        return
     if args.state:
         _replace_section(STATE_HEADING, text := state_section())
         print(text, end="")
@@ -314,7 +392,8 @@ def main() -> None:
     lines += _mode_i_section(args.budget, command)
     old = OUT.read_text() if OUT.exists() else ""
     # The sections measured by their own options are kept as they are.
-    lines += [old[_section(old, h)].rstrip("\n") + "\n" for h in (COMPLETION_HEADING, STATE_HEADING, COLLECTIVES_HEADING)
+    lines += [old[_section(old, h)].rstrip("\n") + "\n"
+              for h in (COMPLETION_HEADING, STATE_HEADING, COLLECTIVES_HEADING, TREE_MUTATIONS_HEADING)
               if h in old]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines))

@@ -51,6 +51,8 @@ MODE_SCOPES = [
     TreeScope("2x2", chunks=2, window=2, faults=0, mode=Mode.TRANSLATED, reorder=False, quiet=True),
     TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False, quiet=True),
     TreeScope("2x2", chunks=2, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False, quiet=True),
+    TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.TERMINATED, reorder=False, quiet=True),
+    TreeScope("2x2", chunks=2, window=1, faults=0, mode=Mode.TERMINATED, reorder=False, quiet=True),
     TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.TRANSLATED),
     TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED),
 ]
@@ -97,7 +99,8 @@ def report_modes() -> str:
         MODES_HEADING,
         "",
         "The same checker with RC ranks (`RcWorker`) and model switches in EPIC's Modes II and III",
-        "(`docs/protocol.md` section 10.1), AllReduce, on EPIC's scope: a root over two switches of two",
+        "(`docs/protocol.md` section 10.1), and Mode I (section 10.2: every connection ends at the next",
+        "switch), AllReduce, on EPIC's scope: a root over two switches of two",
         "ranks each, window 1 (and 2), at most one loss at a time. \"In order\": each link delivers in sending",
         "order (EPIC's default, `MAX_OUT_OF_ORDER = 0`), any link may go next; \"quiet\": a due timer",
         "fires only when nothing is in flight (EPIC's `StrictRetxCondition`). Every scope ends with every",

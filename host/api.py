@@ -24,7 +24,7 @@ from inagg.host.link import Faults, HeldFrames, LossyLink
 from inagg.host.worker import AllReduce, ChunkTimeoutError, Timing
 
 __all__ = ["Port", "Group", "allreduce", "reduce", "broadcast", "barrier", "reduce_scatter", "allgather", "run",
-           "MemoryFabric", "Collective"]
+           "drive", "MemoryFabric", "Collective"]
 
 
 class Port(Protocol):
@@ -134,7 +134,13 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
     A :class:`~inagg.host.worker.ChunkTimeoutError` carries the cause
     ``group.diagnose`` finds, when the group has one.
     """
-    port = group.port
+    return drive(op, group.port, clock=clock, diagnose=group.diagnose)
+
+
+def drive(op, port: Port, *, clock: Callable[[], float] = time.monotonic,
+          diagnose: Callable[[ChunkTimeoutError], str | None] | None = None):
+    """Drive the sans-IO endpoint ``op`` to its end over ``port`` (what :func:`run` does for a group's
+    operation); ``diagnose`` as :attr:`Group.diagnose`. Returns ``op``."""
     for f in op.start(clock()):
         port.send(f)
     while not op.done:
@@ -146,7 +152,7 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
             try:
                 out += op.on_timer(now)
             except ChunkTimeoutError as e:
-                if group.diagnose is None or (cause := group.diagnose(e)) is None:
+                if diagnose is None or (cause := diagnose(e)) is None:
                     raise
                 raise ChunkTimeoutError(e.job, e.rank, e.chunk, e.tries, cause) from None
         for f in out:

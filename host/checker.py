@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections import deque
+from collections import Counter as Tally, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,7 +61,10 @@ _AETH = layout(Opcode.RC_ACK).offset("aeth")
 
 
 class Violation(AssertionError):
-    """A reachable state breaks the protocol's guarantees; the message holds the trace."""
+    """A reachable state breaks the protocol's guarantees; the message holds the trace, ``states`` how many
+    distinct states the search had reached when it found the bad one."""
+
+    states: int | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,7 @@ def _fork_switch(sw: ModelSwitch) -> ModelSwitch:
     t.jobs = {k: dataclasses.replace(j, result_psn=list(j.result_psn)) for k, j in sw.jobs.items()}
     t.counters = dict(sw.counters)
     t.tree_counters = dict(sw.tree_counters)
+    t.resent = Tally(sw.resent)
     t.modes = {k: m.fork(t) for k, m in sw.modes.items()}
     return t
 
@@ -205,23 +209,27 @@ def _explore(init, successors, expect: np.ndarray | list[np.ndarray], max_states
     seen = {init.key()}
     frontier = deque([(init, ())])
     transitions = finals = max_depth = 0
-    while frontier:
-        s, trace = frontier.popleft()
-        max_depth = max(max_depth, s.depth)
-        if invariant is not None:
-            invariant(s, trace)
-        succ = list(successors(s, trace))
-        if not succ:
-            _check_final(s, expect, trace)
-            finals += 1
-        for t, label in succ:
-            transitions += 1
-            k = t.key()
-            if k not in seen:
-                seen.add(k)
-                if len(seen) > max_states:
-                    raise RuntimeError(f"more than {max_states} states: choose a smaller scope")
-                frontier.append((t, trace + (label,)))
+    try:
+        while frontier:
+            s, trace = frontier.popleft()
+            max_depth = max(max_depth, s.depth)
+            if invariant is not None:
+                invariant(s, trace)
+            succ = list(successors(s, trace))
+            if not succ:
+                _check_final(s, expect, trace)
+                finals += 1
+            for t, label in succ:
+                transitions += 1
+                k = t.key()
+                if k not in seen:
+                    seen.add(k)
+                    if len(seen) > max_states:
+                        raise RuntimeError(f"more than {max_states} states: choose a smaller scope")
+                    frontier.append((t, trace + (label,)))
+    except Violation as e:
+        e.states = len(seen)
+        raise
     return len(seen), transitions, finals, max_depth
 
 

@@ -4,7 +4,8 @@ N workers per job (default 4) each all-reduce a random float32 tensor
 (default 16 MiB) through the fast software switch, the reference model switch
 (``--switch model``) or, with ``--switch rtl``,
 the Verilated RTL switch cycle by cycle (``docs/emulation.md``), over the
-in-memory network (default) or Linux network namespaces, with optional loss, duplication,
+in-memory network (default) or Linux network namespaces (a tree of model
+switches too: a namespace per switch and per rank), with optional loss, duplication,
 reordering and corruption. The run checks every worker's result against a
 float64 numpy reference, element by element, within the bound of
 ``docs/host.md`` ("Error bound"), prints a summary (or JSON) and exits 1 when
@@ -97,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--corrupt", type=_rate_arg, default=0.0, help="rate of frames with one bit flipped (default 0)")
     p.add_argument("--net", choices=("memory", "netns"), default="memory",
                    help="memory: one process, virtual time (default); netns: a Linux namespace per worker and "
-                        "for the switch, veth pairs, AF_PACKET (needs root)")
+                        "for the switch (with --tree per switch and per rank), veth pairs, AF_PACKET (needs root)")
     p.add_argument("--switch", choices=("fast", "model", "rtl"), default=None,
                    help="fast: the compiled software switch (the default for a UC AllReduce on one switch); "
                         "model: the reference numpy model switch (the default for --mode I/II/III, --tree and "
@@ -107,9 +108,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "devices)")
     p.add_argument("--mode", choices=("uc", "I", "II", "III"), default="uc",
                    help="uc: UC queue pairs, hosts keep reliability (default; every switch); I: EPIC's Mode I, "
-                        "the switch is every host's RC endpoint (one switch); II: Mode II, RC end to end, the switch "
-                        "reflects ACKs; III: Mode III, RC with reliability on the hop (model switches, memory network; "
-                        "I: AllReduce on one switch; II and III: every --collective, also on a --tree)")
+                        "the switch is every host's RC endpoint; II: Mode II, RC end to end, the switch "
+                        "reflects ACKs; III: Mode III, RC with reliability on the hop (model switches, memory network, "
+                        "one switch or a --tree, a --tree also with --net netns; I: AllReduce; II and III: every "
+                        "--collective)")
     p.add_argument("--width", type=int, default=512, choices=(64, 256, 512),
                    help="--switch rtl: beat width of the RTL in bits (default 512)")
     p.add_argument("--waves", metavar="FILE.fst",
@@ -118,7 +120,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="--switch rtl: run the model switch on the same traffic and report every frame that differs")
     p.add_argument("--tree", metavar="SPEC",
                    help="run on a tree of model switches: fan-out per level, root first (4: one switch of four "
-                        "ranks; 2x4: a root over two switches of four ranks each); faults hit every hop")
+                        "ranks; 2x4: a root over two switches of four ranks each); faults hit every hop; the "
+                        "summary tells per hop where losses were repaired (end to end or on the hop)")
     p.add_argument("--collective", default="allreduce",
                    choices=("allreduce", "reduce", "broadcast", "barrier", "reduce-scatter", "allgather"),
                    help="the collective the ranks run (default allreduce); every other one runs on model switches "

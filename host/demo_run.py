@@ -13,6 +13,7 @@ from inagg.models import quant
 from inagg.models.backend import DEFAULT_BACKEND, Backend, MissingTool, load_backend
 from inagg.models.job import Mode
 from inagg.models.protocol import Counter
+from inagg.models.tree import TreeCounter
 
 from inagg.host.controller import Controller, TreeController, plan, plan_tree_jobs
 from inagg.host.link import Faults
@@ -20,7 +21,7 @@ from inagg.host.memnet import MemoryNetwork, RankMux, TreeNetwork
 from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import AllReduce, Timing, Worker, agreement_chunks
 
-__all__ = ["DemoConfig", "RtlUnavailable", "run_demo", "result_bound", "format_summary", "pcap_writer"]
+__all__ = ["DemoConfig", "RtlUnavailable", "run_demo", "result_bound", "format_summary", "pcap_writer", "repairs"]
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,9 @@ class DemoConfig:
             # collectives run on the reference model switch.
             reference = modes[self.mode] is not Mode.UC or self.tree is not None or self.collective != "allreduce"
             object.__setattr__(self, "switch", "model" if reference else DEFAULT_BACKEND)
-        if modes[self.mode] is not Mode.UC and (self.switch, self.net) != ("model", "memory"):
-            raise ValueError(f"mode {self.mode} runs on the model switch over the memory network only")
+        if modes[self.mode] is not Mode.UC and (self.switch != "model" or self.net != "memory" and self.tree is None):
+            raise ValueError(f"mode {self.mode} runs on the model switch, over the memory network or with --tree "
+                             "in namespaces")
         if not isinstance(self.size, int) or self.size < 0 or self.size % 4:
             raise ValueError(f"size must be a non-negative multiple of 4 bytes, not {self.size!r}")
         if self.net not in ("memory", "netns"):
@@ -79,8 +81,10 @@ class DemoConfig:
         # plan() or tree_plan(), and Faults(), validate the rest with their own messages.
         if self.tree is not None:
             ranks = self.tree_plan().tree.ranks
-            if (self.net, self.switch) != ("memory", "model"):
-                raise ValueError("--tree and --collective run on model switches over the memory network")
+            if self.switch != "model":
+                raise ValueError("--tree and --collective run on model switches")
+            if self.net == "netns" and self.pcap is not None:
+                raise ValueError("--pcap captures one switch's ports in namespaces, not a tree's")
             if self.workers != ranks:
                 raise ValueError(f"tree {self.tree} has {ranks} ranks, not {self.workers} workers")
         else:
@@ -251,38 +255,32 @@ def _groups(p) -> dict[int, list[int]]:
 
 
 def _run_tree(cfg: DemoConfig, progress: bool) -> dict:
-    """The jobs on a tree of model switches over the memory network; outcomes keyed by (job, rank).
+    """The jobs on a tree of model switches, over the memory network or in namespaces; outcomes keyed by
+    (job, rank).
 
     Every job spans every rank: rank ``r`` runs one operation per job behind a :class:`RankMux`.
     """
     from inagg.host.collectives import tree_operations
-    from inagg.models.switch import ModelSwitch
-    from inagg.models.tree import TreeCounter
 
     tp = cfg.tree_plan()
     jobs = [job.job for job in tp.plans[0].jobs]
     data = {job: _tensors(cfg, j) for j, job in enumerate(jobs)}
-    switches = [ModelSwitch(q.switch) for q in tp.plans]
-    timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
-    per_rank = tree_operations(tp, [data[job] for job in jobs], timing=timing)
+    if cfg.net == "netns":
+        per_rank = tree_operations(tp, [data[job] for job in jobs], timing=_NETNS_TIMING)
+        muxes, switches, lost, moved = _run_tree_netns(cfg, tp, per_rank)
+    else:
+        per_rank = tree_operations(tp, [data[job] for job in jobs], timing=Timing(timeout=200e-6,
+                                                                                  max_timeout=20e-3, tries=30))
+        muxes, switches, lost, moved = _run_tree_memory(cfg, tp, per_rank, progress)
+    counters, tree = Tally(), Tally()
+    for sw in switches:
+        counters.update(sw.counters)
+        tree.update(sw.tree_counters)
     # ops[job][r]: the plan lists a switch's jobs in the same order everywhere, so a rank's j-th op is job j's.
     ops: dict[int, dict[int, object]] = {job: {} for job in jobs}
-    for r, rank_ops in per_rank.items():
-        for job, op in zip(jobs, rank_ops.values()):
+    for r, mux in muxes.items():
+        for job, op in zip(jobs, mux.ops.values()):
             ops[job][r] = op
-    muxes = {r: RankMux(rank_ops) for r, rank_ops in per_rank.items()}
-    every = [op for job_ops in ops.values() for op in job_ops.values()]
-    lanes = tp.plans[0].switch.lanes
-    total = len(every) * cfg.chunks(lanes)
-    with TreeController(switches, tp), pcap_writer(cfg.pcap) as capture, _progress_bar(progress, total) as bar:
-        net = TreeNetwork(tp.tree, switches, faults=cfg.faults(), seed=cfg.seed, capture=capture)
-        tick = None if bar is None else (lambda now: bar(sum(op.worker.stats["results"] for op in every)))
-        stats = net.run(muxes, progress=tick)
-        counters, tree = Tally(), Tally()
-        for sw in switches:
-            counters.update(sw.counters)
-            tree.update(sw.tree_counters)
-    moved = _Moved(stats.to_switch, stats.to_hosts, stats.wall_time, stats.link)
     exact = all(_exact(cfg, data[job], list(ops[job].values())) for job in jobs)
     if cfg.collective == "allreduce":
         outcomes = {(job, r): _Outcome(op.result(), op.exponent, op.worker.stats)
@@ -298,8 +296,190 @@ def _run_tree(cfg: DemoConfig, progress: bool) -> dict:
     summary["collective"] = cfg.collective
     summary["tree"] = {"spec": tp.tree.spec, "switches": len(switches),
                        "counters": {c.name: tree[c] for c in TreeCounter},
-                       "misaddressed": sum(m.dropped for m in muxes.values())}
+                       "misaddressed": sum(m.dropped for m in muxes.values()),
+                       "repairs": repairs(tp.tree, [sw.resent for sw in switches], lost, muxes)}
     return summary
+
+
+def _run_tree_memory(cfg: DemoConfig, tp, per_rank: dict, progress: bool):
+    """The tree over the memory network: (each rank's mux, the switches, lost frames per hop, what moved)."""
+    from inagg.models.switch import ModelSwitch
+
+    switches = [ModelSwitch(q.switch) for q in tp.plans]
+    muxes = {r: RankMux(rank_ops) for r, rank_ops in per_rank.items()}
+    every = [op for mux in muxes.values() for op in mux.ops.values()]
+    total = len(every) * cfg.chunks(tp.plans[0].switch.lanes)
+    with TreeController(switches, tp), pcap_writer(cfg.pcap) as capture, _progress_bar(progress, total) as bar:
+        net = TreeNetwork(tp.tree, switches, faults=cfg.faults(), seed=cfg.seed, capture=capture)
+        tick = None if bar is None else (lambda now: bar(sum(op.worker.stats["results"] for op in every)))
+        stats = net.run(muxes, progress=tick)
+    lost = {hop: link.stats["lost"] for hop, link in net.links.items()}
+    return muxes, switches, lost, _Moved(stats.to_switch, stats.to_hosts, stats.wall_time, stats.link)
+
+
+def _run_tree_netns(cfg: DemoConfig, tp, per_rank: dict):
+    """The tree in Linux namespaces (:class:`~inagg.host.netns.TreeTopology`): a process per switch and per
+    rank, a veth pair per hop; each hop's faults applied by its upper switch, both ways, as
+    :class:`~inagg.host.memnet.TreeNetwork` applies them once per hop. Returns what :func:`_run_tree_memory`
+    does: the ranks' muxes and the switches, as they ended, from their processes."""
+    import multiprocessing as mp
+    import time
+
+    from inagg.host import netns
+
+    netns.require_root()
+    ctx = mp.get_context("fork")  # the children inherit the plan and the ranks' operations
+    switch_conns, rank_conns = [], []
+    with netns.TreeTopology(tp) as topo, _children() as procs:
+        stop = ctx.Event()
+        for s in range(len(tp.plans)):
+            parent, child = ctx.Pipe()
+            switch_conns.append(parent)
+            procs.append(ctx.Process(target=_tree_switch_proc, name=f"inagg-switch{s}",
+                                     args=(topo, s, cfg.faults(), cfg.seed, stop, child)))
+            procs[-1].start()
+        for conn in switch_conns:
+            _reply(conn)  # ready
+        go = ctx.Event()
+        for r, rank_ops in per_rank.items():
+            parent, child = ctx.Pipe()
+            rank_conns.append(parent)
+            procs.append(ctx.Process(target=_tree_rank_proc, name=f"inagg-rank{r}",
+                                     args=(topo.rank_ns(r), topo.rank_if, RankMux(rank_ops), go, stop, child)))
+            procs[-1].start()
+        for conn in rank_conns:
+            _reply(conn)  # ready
+        start = time.perf_counter()
+        go.set()
+        muxes = {r: _reply(conn) for r, conn in zip(per_rank, rank_conns)}
+        wall = time.perf_counter() - start
+        stop.set()
+        ends = [_reply(conn) for conn in switch_conns]
+    switches = [sw for sw, _ in ends]
+    lost = {(s, p): stats.get("lost", 0) for s, (_, per_port) in enumerate(ends) for p, stats in per_port.items()}
+    link = sum((Tally(stats) for _, per_port in ends for stats in per_port.values()), Tally())
+    moved = _Moved(sum(sw.counters[Counter.RX_FRAMES] for sw in switches),
+                   sum(sum(op.worker.stats["results"] for op in mux.ops.values()) for mux in muxes.values()),
+                   wall, dict(link))
+    return muxes, switches, lost, moved
+
+
+@contextlib.contextmanager
+def _children():
+    """A list for the child processes a run starts: each is joined on the way out, and after an error or
+    Ctrl-C first terminated."""
+    procs: list = []
+    try:
+        yield procs
+    except BaseException:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        raise
+    finally:
+        for proc in procs:
+            proc.join()
+
+
+def _reply(conn):
+    """A child process's answer: its value, or the exception it sent, raised here."""
+    kind, value = conn.recv()
+    if kind == "error":
+        raise value
+    return value
+
+
+def _tree_switch_proc(topo, s: int, faults: Faults, seed: int, stop, conn) -> None:
+    """Switch ``s`` of the tree in its namespace until ``stop``; sends back the switch and its ports' fault
+    counts. The ports to its children cross a link of ``faults`` each (seeded by the hop, as in
+    TreeNetwork); its uplink none (the parent's port applies that hop's)."""
+    from inagg.host import netns
+    from inagg.host.link import LossyLink
+    from inagg.models.switch import ModelSwitch
+
+    try:
+        netns.enter(topo.switch_ns(s))
+        p = topo.plan.plans[s]
+        switch = ModelSwitch(p.switch, hop_timeout=_NETNS_HOP_TIMEOUT)
+        Controller(switch, p).configure()
+        node = topo.plan.tree.switches[s]
+        ports = {q: netns.PacketPort(topo.switch_if(q)) for q in range(node.ports)}
+        links = {q: LossyLink(faults, [seed, s, q]) for q in range(len(node.children))}
+        conn.send(("ok", "ready"))
+        netns.serve_switch(switch, ports, links=links, stop=stop.is_set)
+        conn.send(("ok", (switch, {q: dict(link.stats) for q, link in links.items()})))
+    except Exception as e:  # the parent raises it
+        conn.send(("error", e))
+
+
+def _tree_rank_proc(ns: str, ifname: str, mux: RankMux, go, stop, conn) -> None:
+    """A rank in its namespace: runs its operations (one per job), sends them back when done, and answers
+    frames (re-ACKs, duplicate results) until ``stop``, as a finished rank does on the memory network."""
+    import time
+
+    from inagg.host import netns
+    from inagg.host.api import drive
+
+    try:
+        netns.enter(ns)
+        port = netns.PacketPort(ifname)
+        conn.send(("ok", "ready"))
+        go.wait()
+        drive(mux, port)
+        conn.send(("ok", mux))
+        while not stop.is_set():
+            frame = port.recv(0.05)
+            for f in mux.receive(time.monotonic(), frame) if frame is not None else ():
+                port.send(f)
+    except Exception as e:  # the parent raises it
+        conn.send(("error", e))
+
+
+def repairs(tree, resent, lost, ranks) -> list[dict]:
+    """Where a tree's losses were repaired: per hop, what its link lost and the frames sent again across it.
+
+    ``resent`` is each switch's :attr:`~inagg.models.switch.ModelSwitch.resent`
+    (in tree order), ``lost`` the frames lost per hop (keyed by the hop's
+    upper (switch, port)), ``ranks`` each rank's
+    :class:`~inagg.host.memnet.RankMux`. A frame sent again is **end to end**
+    when a rank's own timer sent it (every resend of a UC worker), when a
+    rank's Go-Back-N followed a NAK its responder sent and its switch
+    reflected (Mode II), or when a switch passed a rank's resend on (a
+    result again to a child, ``TX_RESENDS``; a partial again to the parent,
+    ``UP_RESENDS`` in UC and Mode II). It is **on the hop** when an end of
+    the hop resent it by itself (Modes I and III, ``HOP_RESENDS``): a switch
+    after its child's or parent's NAK or on its own timer, or a rank after
+    its switch's NAK; in Mode I also on its own timer (its RC peer is its
+    switch, so its timer is the hop's). Each hop's row adds what both of its
+    ends sent on it.
+    """
+    e2e_rank, hop_rank = Tally(), Tally()
+    for r, mux in ranks.items():
+        for op in mux.ops.values():
+            w = op.worker
+            timed = w.stats["resent"]
+            # RcWorker counts its timer's resends; its requester every resend, after a NAK too.
+            naked = w.requester.stats["resent"] - timed if isinstance(w, RcWorker) else 0
+            (hop_rank if w.job.mode is Mode.TERMINATED else e2e_rank)[r] += timed
+            (hop_rank if w.job.mode in (Mode.TERMINATED, Mode.AUGMENTED) else e2e_rank)[r] += naked
+    rows = []
+    for s in tree.switches:
+        for p, child in enumerate(s.children):
+            up = resent[s.index]
+            e2e = up[p, Counter.TX_RESENDS]
+            hop = up[p, Counter.HOP_RESENDS]
+            if child.switch:
+                below = resent[child.index]
+                uplink = tree.switches[child.index].uplink_port
+                e2e += below[uplink, TreeCounter.UP_RESENDS]
+                hop += below[uplink, Counter.HOP_RESENDS]
+            else:
+                e2e += e2e_rank[child.index]
+                hop += hop_rank[child.index]
+            lower = f"s{child.index}" if child.switch else f"rank {child.index}"
+            rows.append({"hop": f"s{s.index}:{p} - {lower}", "lost": lost[s.index, p],
+                         "repaired_end_to_end": e2e, "repaired_on_hop": hop})
+    return rows
 
 
 def _exact(cfg: DemoConfig, data: list[np.ndarray], ops: list) -> bool:
@@ -317,6 +497,12 @@ def _same(got: np.ndarray | None, want: np.ndarray | None) -> bool:
     return got.shape == want.shape and np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+# Real time in namespaces: a Python switch queues a window of every worker, so a round trip takes tens of ms.
+# On a tree, Mode III's hop timer is shorter than the ranks' ACK timeout: the hop repairs a loss first.
+_NETNS_TIMING = Timing(timeout=0.3, max_timeout=2.0, tries=20)
+_NETNS_HOP_TIMEOUT = 0.25
+
+
 def _run_netns(backend: Backend, cfg, p, data, progress):
     import multiprocessing as mp
     import time
@@ -326,57 +512,42 @@ def _run_netns(backend: Backend, cfg, p, data, progress):
     netns.require_root()
     # fork: the children inherit the tensors instead of receiving them pickled.
     ctx = mp.get_context("fork")
-    # Real time: the Python switch queues a window of every worker, so a round trip takes tens of ms.
-    timing = Timing(timeout=0.3, max_timeout=2.0, tries=20)
-    procs = []
-    try:
-        with netns.Topology(p) as topo:
-            stop = ctx.Event()
-            completed = ctx.Value("q", 0, lock=False)  # chunks the switch completed, for the progress bar
-            sw_conn, child = ctx.Pipe()
-            procs.append(ctx.Process(target=_switch_proc, name="inagg-switch",
-                                     args=(backend, topo, p, cfg.faults(), cfg.seed, cfg.pcap, stop, completed,
-                                           child)))
-            procs[0].start()
-            if sw_conn.recv() != "ready":
-                raise RuntimeError("the switch process did not start")
-            conns = {}
-            go = ctx.Event()  # released when every worker has its socket: no start-up skew hits the timers
-            for job in p.jobs:
-                for r, w in enumerate(job.workers):
-                    parent, child = ctx.Pipe()
-                    conns[w.port] = parent
-                    procs.append(ctx.Process(target=_worker_proc, name=f"inagg-worker{w.port}",
-                                             args=(topo.worker_ns(w.port), topo.worker_if, p.switch, job, r,
-                                                   data[job.job][r], timing, go, child)))
-                    procs[-1].start()
-            for conn in conns.values():
-                kind, value = conn.recv()
-                if kind == "error":
-                    raise value
-            start = time.perf_counter()
-            go.set()
-            outcomes = {}
-            lanes = p.switch.lanes
-            total = len(p.jobs) * cfg.chunks(lanes)
-            with _progress_bar(progress, total) as bar:
-                for port, conn in conns.items():
-                    while bar is not None and not conn.poll(0.1):
-                        bar(completed.value)
-                    kind, value = conn.recv()
-                    if kind == "error":
-                        raise value
-                    outcomes[port] = value
-            wall = time.perf_counter() - start
-            stop.set()
-            counters, link = sw_conn.recv()
-            for proc in procs:
-                proc.join()
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join()
+    timing = _NETNS_TIMING
+    with netns.Topology(p) as topo, _children() as procs:
+        stop = ctx.Event()
+        completed = ctx.Value("q", 0, lock=False)  # chunks the switch completed, for the progress bar
+        sw_conn, child = ctx.Pipe()
+        procs.append(ctx.Process(target=_switch_proc, name="inagg-switch",
+                                 args=(backend, topo, p, cfg.faults(), cfg.seed, cfg.pcap, stop, completed,
+                                       child)))
+        procs[0].start()
+        if sw_conn.recv() != "ready":
+            raise RuntimeError("the switch process did not start")
+        conns = {}
+        go = ctx.Event()  # released when every worker has its socket: no start-up skew hits the timers
+        for job in p.jobs:
+            for r, w in enumerate(job.workers):
+                parent, child = ctx.Pipe()
+                conns[w.port] = parent
+                procs.append(ctx.Process(target=_worker_proc, name=f"inagg-worker{w.port}",
+                                         args=(topo.worker_ns(w.port), topo.worker_if, p.switch, job, r,
+                                               data[job.job][r], timing, go, child)))
+                procs[-1].start()
+        for conn in conns.values():
+            _reply(conn)  # ready
+        start = time.perf_counter()
+        go.set()
+        outcomes = {}
+        lanes = p.switch.lanes
+        total = len(p.jobs) * cfg.chunks(lanes)
+        with _progress_bar(progress, total) as bar:
+            for port, conn in conns.items():
+                while bar is not None and not conn.poll(0.1):
+                    bar(completed.value)
+                outcomes[port] = _reply(conn)
+        wall = time.perf_counter() - start
+        stop.set()
+        counters, link = sw_conn.recv()
     moved = _Moved(counters[Counter.RX_FRAMES], counters[Counter.TX_RESULTS], wall, link)
     return outcomes, counters, moved
 
@@ -510,6 +681,9 @@ def format_summary(s: dict) -> None:
     if "tree" in s:
         counts = {**s["tree"]["counters"], "misaddressed (no QP of the rank)": s["tree"]["misaddressed"]}
         t.add_row("tree", ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none")
+    tables = [t]
+    if "tree" in s:
+        tables.append(_repairs_table(s["tree"]["repairs"]))
     if "rtl" in s:
         r = s["rtl"]
         t.add_row("rtl", f"{r['width']}-bit beats, {r['cycles']:,} cycles simulated ({r['simulated_time_s'] * 1e3:.3f} ms "
@@ -524,4 +698,19 @@ def format_summary(s: dict) -> None:
                 t.add_row("", line)
         if "waves" in r:
             t.add_row("waves", r["waves"])
-    Console().print(t)
+    Console().print(*tables)
+
+
+def _repairs_table(rows: list[dict]):
+    """The table of :func:`repairs`, one row per hop and their total."""
+    from rich.table import Table
+
+    t = Table(title="where losses were repaired (frames sent again)", title_justify="left")
+    t.add_column("hop")
+    keys = ("lost", "repaired_end_to_end", "repaired_on_hop")
+    for name in ("lost", "end to end", "on the hop"):
+        t.add_column(name, justify="right")
+    for row in rows:
+        t.add_row(row["hop"], *(str(row[k]) for k in keys))
+    t.add_row("total", *(str(sum(row[k] for row in rows)) for k in keys), style="bold")
+    return t

@@ -17,17 +17,19 @@ side in both directions (this kernel has no netem).
 
 from __future__ import annotations
 
+import abc
 import os
 import selectors
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections import Counter as Tally
+from collections.abc import Callable, Mapping
 
 from inagg.host.controller import Plan
 from inagg.host.link import Faults, HeldFrames, LossyLink
 
-__all__ = ["NetnsUnavailable", "Topology", "PacketPort", "serve_switch", "enter", "require_root"]
+__all__ = ["NetnsUnavailable", "Topology", "TreeTopology", "PacketPort", "serve_switch", "enter", "require_root"]
 
 _ETH_P_ALL = 0x0003
 _PACKET_OUTGOING = 4
@@ -54,7 +56,68 @@ def enter(name: str) -> None:
     netns.setns(name)
 
 
-class Topology:
+class _Namespaces(abc.ABC):
+    """Namespaces joined by veth pairs: :meth:`create` makes what :meth:`_layout` names and :meth:`destroy`
+    removes every namespace made (their veths go with them), also when :meth:`create` fails part way; a
+    ``with`` block does both."""
+
+    _created: list[str]
+
+    @abc.abstractmethod
+    def _layout(self) -> tuple[list[str], list[tuple[tuple[str, str, str], tuple[str, str, str]]]]:
+        """The namespaces to make, and the veth pairs: ``((namespace, interface, MAC), (namespace, ...))``."""
+
+    def create(self):
+        from pyroute2 import IPRoute, NetNS, netns
+
+        names, pairs = self._layout()
+        try:
+            for name in names:
+                netns.create(name)
+                self._created.append(name)
+                _disable_ipv6(name)
+            ends: dict[str, list[tuple[str, str, str]]] = {}  # namespace -> (interface now, its name, MAC)
+            with IPRoute() as ipr:
+                for n, ((near_ns, near_if, near_mac), (far_ns, far_if, far_mac)) in enumerate(pairs):
+                    # The far end is made here under a name unique in this namespace, then moved and
+                    # renamed: far ends may share a name (every rank's eth0).
+                    tmp = f"inagg{os.getpid() % 100000}x{n}"[:15]
+                    ipr.link("add", ifname=tmp, kind="veth", peer={"ifname": near_if, "net_ns_fd": near_ns})
+                    ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=far_ns)
+                    ends.setdefault(near_ns, []).append((near_if, near_if, near_mac))
+                    ends.setdefault(far_ns, []).append((tmp, far_if, far_mac))
+            for ns_name, links in ends.items():
+                with NetNS(ns_name) as ns:
+                    for now, name, mac in links:
+                        i = ns.link_lookup(ifname=now)[0]
+                        if now != name:
+                            ns.link("set", index=i, ifname=name)
+                        ns.link("set", index=i, address=mac, mtu=_MTU)
+                        ns.link("set", index=i, state="up")
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def destroy(self) -> None:
+        """Remove every namespace this topology created (their veths go with them)."""
+        from pyroute2 import netns
+
+        while self._created:
+            name = self._created.pop()
+            try:
+                netns.remove(name)
+            except OSError:
+                pass  # already gone
+
+    def __enter__(self):
+        return self.create()
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+
+class Topology(_Namespaces):
     """Namespaces and veth pairs for every worker port of a :class:`~inagg.host.controller.Plan`."""
 
     def __init__(self, plan: Plan, *, tag: str | None = None):
@@ -74,51 +137,53 @@ class Topology:
 
     worker_if = "eth0"
 
-    def create(self) -> "Topology":
-        from pyroute2 import IPRoute, NetNS, netns
+    def _layout(self):
+        macs = {w.port: w.mac for j in self.plan.jobs for w in j.workers}
+        pairs = [((self.switch_ns, self.switch_if(p), self.plan.switch.mac), (self.worker_ns(p), self.worker_if,
+                                                                              macs[p])) for p in self.ports]
+        return [self.switch_ns] + [self.worker_ns(p) for p in self.ports], pairs
 
-        try:
-            for name in [self.switch_ns] + [self.worker_ns(p) for p in self.ports]:
-                netns.create(name)
-                self._created.append(name)
-                _disable_ipv6(name)
-            macs = {w.port: w.mac for j in self.plan.jobs for w in j.workers}
-            with IPRoute() as ipr:
-                for p in self.ports:
-                    tmp = f"inagg{os.getpid() % 100000}x{p}"[:15]
-                    ipr.link("add", ifname=tmp, kind="veth",
-                             peer={"ifname": self.switch_if(p), "net_ns_fd": self.switch_ns})
-                    ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=self.worker_ns(p))
-                    with NetNS(self.worker_ns(p)) as ns:
-                        i = ns.link_lookup(ifname=tmp)[0]
-                        ns.link("set", index=i, ifname=self.worker_if, address=macs[p], mtu=_MTU)
-                        ns.link("set", index=i, state="up")
-            with NetNS(self.switch_ns) as ns:
-                for p in self.ports:
-                    i = ns.link_lookup(ifname=self.switch_if(p))[0]
-                    ns.link("set", index=i, address=self.plan.switch.mac, mtu=_MTU)
-                    ns.link("set", index=i, state="up")
-        except BaseException:
-            self.destroy()
-            raise
-        return self
 
-    def destroy(self) -> None:
-        """Remove every namespace this topology created (their veths go with them)."""
-        from pyroute2 import netns
+class TreeTopology(_Namespaces):
+    """Namespaces and veth pairs for a :class:`~inagg.host.controller.TreePlan`: one namespace per switch and
+    per rank, one veth pair per hop of the tree.
 
-        while self._created:
-            name = self._created.pop()
-            try:
-                netns.remove(name)
-            except OSError:
-                pass  # already gone
+    Switch ``s``'s port ``p`` is ``sw<p>`` in :meth:`switch_ns` ``(s)``
+    (its uplink too: the port after its children's), with the switch's
+    MAC; rank ``r``'s end is ``eth0`` in :meth:`rank_ns` ``(r)``, with the
+    rank's MAC of the plan.
+    """
 
-    def __enter__(self) -> "Topology":
-        return self.create()
+    def __init__(self, plan, *, tag: str | None = None):
+        require_root()
+        self.plan = plan
+        self._prefix = f"inagg-{tag or uuid.uuid4().hex[:6]}"
+        self._created: list[str] = []
 
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
+    def switch_ns(self, s: int) -> str:
+        return f"{self._prefix}-s{s}"
+
+    def rank_ns(self, r: int) -> str:
+        return f"{self._prefix}-r{r}"
+
+    switch_if = staticmethod(Topology.switch_if)
+    rank_if = Topology.worker_if
+
+    def _layout(self):
+        tp = self.plan
+        tree = tp.tree
+        pairs = []
+        for s in tree.switches:
+            mac = tp.plans[s.index].switch.mac
+            for p, child in enumerate(s.children):
+                if child.switch:
+                    c = tree.switches[child.index]
+                    far = (self.switch_ns(c.index), self.switch_if(c.uplink_port), tp.plans[c.index].switch.mac)
+                else:
+                    leaf, w = tp.rank(child.index)
+                    far = (self.rank_ns(child.index), self.rank_if, tp.plans[leaf].jobs[0].workers[w].mac)
+                pairs.append(((self.switch_ns(s.index), self.switch_if(p), mac), far))
+        return [self.switch_ns(s.index) for s in tree.switches] + [self.rank_ns(r) for r in range(tree.ranks)], pairs
 
 
 def _disable_ipv6(name: str) -> None:
@@ -183,25 +248,37 @@ class PacketPort:
 
 
 def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None = None, seed: int = 0,
-                 stop: Callable[[], bool], capture: Callable[[float, bytes], None] | None = None) -> dict:
-    """Run ``switch`` (a ModelSwitch) on ``ports`` until ``stop()`` is true; returns the link's fault counts.
+                 stop: Callable[[], bool], capture: Callable[[float, bytes], None] | None = None,
+                 links: Mapping[int, LossyLink] | None = None) -> dict:
+    """Run ``switch`` (a ModelSwitch) on ``ports`` until ``stop()`` is true; returns the links' fault counts.
 
-    Every frame crosses the lossy link on its way in and again on its way out;
-    frames the link holds back are released when their delay has passed.
+    Every frame crosses the lossy link of its port on its way in and again on
+    its way out; frames a link holds back are released when their delay has
+    passed. By default every port crosses one link of ``faults`` and
+    ``seed``; ``links`` names each port's own instead (a port it does not
+    name has none: on a tree the upper end of each hop applies its faults).
+    The switch's timers (Mode III's) run on the monotonic clock: it sees the
+    time before every frame, and its due timers fire between frames.
     """
-    link = LossyLink(faults, seed)
+    if links is None:
+        links = dict.fromkeys(ports, LossyLink(faults, seed))
+    clean = LossyLink()
     held = HeldFrames()
     sel = selectors.DefaultSelector()
     for p, port in ports.items():
         sel.register(port, selectors.EVENT_READ, p)
 
     def cross(direction: int, port: int, frame: bytes) -> None:
-        held.cross(link, direction, port, frame, arrive)
+        held.cross(links.get(port, clean), direction, port, frame, arrive)
+
+    def send(frames: list[tuple[int, bytes]]) -> None:
+        for out_port, out in frames:
+            cross(1, out_port, out)
 
     def arrive(direction: int, port: int, frame: bytes) -> None:
         if direction == 0:
-            for out_port, out in switch.receive(port, frame):
-                cross(1, out_port, out)
+            send(switch.on_timer(time.monotonic()))
+            send(switch.receive(port, frame))
         else:
             if capture is not None:
                 capture(time.time(), frame)
@@ -209,7 +286,8 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
 
     try:
         while not stop():
-            wait = held.wait(0.05)
+            due = switch.deadline
+            wait = held.wait(0.05 if due is None else min(0.05, max(0.0, due - time.monotonic())))
             for key, _ in sel.select(wait):
                 p = key.data
                 while (frame := ports[p].recv_nowait()) is not None:
@@ -218,6 +296,7 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
                     cross(0, p, frame)
             for direction, port, f in held.due():
                 arrive(direction, port, f)
+            send(switch.on_timer(time.monotonic()))
     finally:
         sel.close()
-    return dict(link.stats)
+    return dict(sum((link.stats for link in {id(k): k for k in links.values()}.values()), Tally()))

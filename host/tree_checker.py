@@ -81,12 +81,12 @@ class TreeScope:
             raise ValueError(f"window must be a power of two >= 1, not {self.window!r}")
         if not isinstance(self.faults, int) or not 0 <= self.faults <= 2:
             raise ValueError(f"faults must be an integer in 0..2, not {self.faults!r}")
-        if self.mode not in (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED):  # Mode I runs on one switch only
-            raise ValueError(f"mode must be UC, TRANSLATED or AUGMENTED, not {self.mode!r}")
+        if not isinstance(self.mode, Mode):
+            raise ValueError(f"mode must be a Mode (UC, TERMINATED, TRANSLATED or AUGMENTED), not {self.mode!r}")
         if self.collective not in (Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST):
             raise ValueError(f"collective must be ALLREDUCE, REDUCE or BROADCAST, not {self.collective!r}")
-        if self.collective is not Collective.ALLREDUCE and self.mode is Mode.UC:
-            raise ValueError(f"{self.collective.value} is checked in Modes II and III (RC), not in the UC mode")
+        if self.collective is not Collective.ALLREDUCE and self.mode not in (Mode.TRANSLATED, Mode.AUGMENTED):
+            raise ValueError(f"{self.collective.value} is checked in Modes II and III, not in mode {self.mode.value}")
         if not isinstance(self.root, int) or not 0 <= self.root < tree.ranks:
             raise ValueError(f"root must be a rank in 0..{tree.ranks - 1}, not {self.root!r}")
 

@@ -229,10 +229,6 @@ class JobSpec:
             # Mode I's switch makes every result from its own PSN space for every host; models/terminated.py
             # builds AllReduce only.
             raise ValueError(f"mode TERMINATED (I) runs AllReduce only, not {self.collective.value}")
-        if self.mode is Mode.TERMINATED and (self.parent is not None or self.subswitches):
-            # Mode I's switch is every host's RC endpoint; a switch of a tree would be a host's endpoint and its
-            # parent's requester at once, which models/terminated.py does not build (issue #17).
-            raise ValueError("mode TERMINATED (I) runs on one switch, not in a tree")
 
     @property
     def window(self) -> int:

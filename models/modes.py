@@ -114,9 +114,14 @@ class TranslatedJob:
     the job: its spec, counters and lane arithmetic. A job with a
     ``parent`` is a switch below the root of a tree: a child of its parent
     like a host, with the uplink's result QPN as its QP.
+
+    ``shadow_skew`` is a test-only mutation: the shadow wipe of step 2 lands
+    that many slots past the shadow slot, an off-by-one in the "2W slots
+    indexed by PSN mod 2W" rule; :mod:`inagg.host.tree_checker` must find it.
     """
 
     mode = Mode.TRANSLATED
+    shadow_skew = 0
 
     def __init__(self, switch, spec: JobSpec):
         self.switch, self.spec = switch, spec
@@ -253,9 +258,12 @@ class TranslatedJob:
         if not e.done:
             return []  # the result goes to every child when the slot completes
         if self.up is not None:
+            self.switch.resent[self.spec.parent.port, TreeCounter.UP_RESENDS] += 1
             return self._up(e, TreeCounter.UP_RESENDS)
         to = [w] if self.senders == self.receivers else self._receiving()
         count[Counter.TX_RESENDS] += len(to)
+        for v in to:
+            self.switch.resent[self.spec.workers[v].port, Counter.TX_RESENDS] += 1
         return [self._result(v, e) for v in to]
 
     def _busy(self, e: Entry) -> list[tuple[int, bytes]]:
@@ -266,7 +274,7 @@ class TranslatedJob:
 
     def _in_order(self, w: int, psn: int) -> list[tuple[int, bytes]]:
         """Mode II step 2: wipe this child's bit in the shadow slot, W PSNs ahead."""
-        shadow = self.entries[(psn + len(self.entries) // 2) % len(self.entries)]
+        shadow = self.entries[(psn + len(self.entries) // 2 + self.shadow_skew) % len(self.entries)]
         shadow.bitmap &= ~(1 << w)
         return []
 
@@ -544,6 +552,7 @@ class AugmentedJob(TranslatedJob):
             out += self._up(self.entries[psn % len(self.entries)], TreeCounter.UP_RESENDS)
             psn = psn_add(psn, 1)
         self.switch.counters[Counter.HOP_RESENDS] += len(out)
+        self.switch.resent[self.spec.parent.port, Counter.HOP_RESENDS] += len(out)
         self.up_timer = self.switch.now + self.timeout if out else None
         return out
 
@@ -629,6 +638,7 @@ class AugmentedJob(TranslatedJob):
             out.append(self._result(w, e))
             psn = psn_add(psn, 1)
         self.switch.counters[Counter.HOP_RESENDS] += len(out)
+        self.switch.resent[self.spec.workers[w].port, Counter.HOP_RESENDS] += len(out)
         self.timers[w] = self.switch.now + self.timeout if out else None
         return out
 

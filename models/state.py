@@ -184,9 +184,14 @@ def _terminated_state(workers: int, window: int, chunk_bytes: int) -> JobState:
     # keeps only how many it holds (0..R).
     r = len(j.slots)
     job_w = {"order": r * (r - 1).bit_length() + r.bit_length(), "released": 32}
+    # A switch below the root of a tree is its parent's RC peer: one more requester and responder, counted
+    # once (none at the one switch of section 9's table).
+    up = [e for e in (j.up_requester, j.up_responder) if e is not None]
     per_child, once = _field_bits(j, {k: v for k, v in vars(j).items()
-                                      if k not in ("slots", "responders", "requesters")}, job_w)
+                                      if k not in ("slots", "responders", "requesters", "up_requester",
+                                                   "up_responder")}, job_w)
     assert per_child == 0, "a Mode I job's per-QP state is in its responders and requesters"
+    once += sum(_endpoint_bits(e, rc_w) for e in up)
     return JobState(Mode.TERMINATED, workers, r, lane_bytes * r, slot_bits, qp_bits, once)
 
 

@@ -22,6 +22,7 @@ result timers run on the clock a driver gives :meth:`ModelSwitch.on_timer`.
 from __future__ import annotations
 
 import enum
+from collections import Counter as Tally
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,6 +118,9 @@ class ModelSwitch(SwitchBackend):
         self.jobs: dict[int, _Job] = {}
         self.counters = {c: 0 for c in Counter}
         self.tree_counters = {c: 0 for c in TreeCounter}
+        # Frames sent again, by (port, the counter that counted them: TX_RESENDS, UP_RESENDS or HOP_RESENDS):
+        # where a tree's losses were repaired, per hop (the demo's table, docs/host.md).
+        self.resent: Tally = Tally()
         self._uplinks: dict[int, int] = {}  # result QPN from a parent -> job
         exc = self.spec.exception
         if exc is not None:
@@ -257,6 +261,7 @@ class ModelSwitch(SwitchBackend):
             if slot.state != SlotState.DONE:
                 return []
             self.counters[Counter.TX_RESENDS] += 1
+            self.resent[spec.workers[worker].port, Counter.TX_RESENDS] += 1
             return [self._result(job, worker, slot)]
         if payload:
             self._add(slot.lanes, payload, promoted, first=not slot.bitmap & job.data_in)
@@ -356,6 +361,8 @@ class ModelSwitch(SwitchBackend):
         """Send ``slot``'s partial to the parent as a contribution of this switch."""
         up, c = job.spec.parent, self.spec.chunk_bytes
         self.tree_counters[event] += 1
+        if event is TreeCounter.UP_RESENDS:
+            self.resent[up.port, event] += 1
         payload, imm = self._partial(slot.lanes, slot.chunk) if job.up_data else (b"", None)
         opcode = Opcode.UC_RDMA_WRITE_ONLY if imm is None else Opcode.UC_RDMA_WRITE_ONLY_IMM
         frame = wire.build(

@@ -1,4 +1,4 @@
-"""EPIC's Mode I (connection terminated) in the model switch, for an AllReduce job on one switch.
+"""EPIC's Mode I (connection terminated) in the model switch, for an AllReduce job on one switch or a tree.
 
 The switch is the RC endpoint of every host: each host's QP ends at the
 switch, whose responder takes the host's contributions and whose requester
@@ -18,6 +18,12 @@ requester's (next PSN, oldest unACKed PSN, results ACKed, retry count,
 timer, and the headers of the results not yet ACKed: a result's lanes
 stay in its slot, read again for every retransmission, so the slot is
 their only copy).
+
+On a tree (``docs/protocol.md`` section 10.2) a switch below the root is
+also an RC endpoint towards its parent, as a host is: the requester of its
+partials (one QP, its own PSN space from 0) and the responder of the
+results the parent sends it; a result it takes is posted to every child's
+requester as the root posts its own.
 """
 
 from __future__ import annotations
@@ -26,13 +32,12 @@ import dataclasses
 from collections import deque
 from dataclasses import dataclass
 
-import numpy as np
-
 from inagg.models import arith, rc, wire
 from inagg.models.frame import RETH, Opcode, SegmentOpcode
 from inagg.models.job import JobSpec, Mode
-from inagg.models.modes import ack_of, worker_addresses
-from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter, encode_imm
+from inagg.models.modes import RC_RESULT, ack_of, worker_addresses
+from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter, encode_imm, qp_udp_sport
+from inagg.models.tree import TreeCounter
 
 __all__ = ["MODES", "RESULT_RETRIES", "Slot", "TerminatedJob", "open_job"]
 
@@ -55,6 +60,7 @@ class Slot:
     bitmap: int = 0      # workers whose contribution is in
     count: int = 0
     done: bool = False   # the result is out; the slot is free again when every host ACKed it
+    # Below a tree's root, every child in and not done: the partial is up, the slot waits for the result.
 
     @property
     def free(self) -> bool:
@@ -92,6 +98,15 @@ class TerminatedJob:
         self.order: deque[int] = deque()   # slots whose result is out and not ACKed by every host, in posting order
         self.released = 0                  # results every host ACKed (the requesters count theirs in ``completed``)
         self.to = worker_addresses(switch.spec, spec)
+        # Below a tree's root: the QP to the parent, requester of the partials and responder of the results.
+        up = spec.parent
+        self.up = None if up is None else rc.Address(
+            eth_dst=wire.mac_bytes(up.mac), eth_src=wire.mac_bytes(switch.spec.mac),
+            ip_src=wire.ip_bytes(switch.spec.ip), ip_dst=wire.ip_bytes(up.ip), udp_sport=qp_udp_sport(up.result_qpn),
+            dest_qpn=up.qpn, rkey=up.rkey, pkey=switch.spec.pkey)
+        self.up_requester: rc.Requester | None = None if up is None else rc.Requester(
+            window=spec.slots, mtu=switch.partial_bytes, timeout=timeout, retries=retries)
+        self.up_responder = None if up is None else rc.Responder()
 
     def fork(self, switch) -> "TerminatedJob":
         """An independent copy of the job's state, held by ``switch`` (the model checker branches with it)."""
@@ -100,6 +115,8 @@ class TerminatedJob:
         t.switch, t.slots, t.order = switch, [s.copy() for s in self.slots], deque(self.order)
         t.responders = [r.copy() for r in self.responders]
         t.requesters = [None if q is None else q.copy() for q in self.requesters]
+        t.up_requester = None if self.up_requester is None else self.up_requester.copy()
+        t.up_responder = None if self.up_responder is None else self.up_responder.copy()
         return t
 
     def state(self) -> tuple:
@@ -108,22 +125,27 @@ class TerminatedJob:
         return (tuple((s.chunk, s.bitmap, s.count, s.done, s.lanes.words.tobytes(),
                        s.lanes.promoted.tobytes()) for s in self.slots),
                 tuple(self.order), self.released, tuple(r.state() for r in self.responders),
-                tuple(None if q is None else q.state(now) for q in self.requesters))
+                tuple(None if q is None else q.state(now) for q in self.requesters),
+                None if self.up_requester is None else self.up_requester.state(now),
+                None if self.up_responder is None else self.up_responder.state())
 
     # -- the clock of the result requesters ------------------------------------
 
     @property
     def deadline(self) -> float | None:
-        """The earliest ACK timer of a result QP, or None."""
-        armed = [d for q in self.requesters if q is not None and (d := q.deadline) is not None]
+        """The earliest ACK timer of a result QP (or of the partials' QP to the parent), or None."""
+        armed = [d for q in (*self.requesters, self.up_requester) if q is not None and (d := q.deadline) is not None]
         return min(armed) if armed else None
 
     def on_timer(self, now: float) -> list[tuple[int, bytes]]:
-        """Step 6: Go-Back-N on every result QP whose ACK timer ran out by ``now``."""
+        """Step 6: Go-Back-N on every result QP (and the partials' QP) whose ACK timer ran out by ``now``."""
         out = []
         for w, q in enumerate(self.requesters):
             if q is not None and q.deadline is not None and q.deadline <= now:
                 out += self._requester(w, lambda q: q.on_timer(now))
+        q = self.up_requester
+        if q is not None and q.deadline is not None and q.deadline <= now:
+            out += self._uplink(lambda q: q.on_timer(now))
         return out
 
     # -- frames in -------------------------------------------------------------
@@ -137,18 +159,26 @@ class TerminatedJob:
         if r.opcode == Opcode.RC_ACK:
             ack = ack_of(r, count)
             return [] if ack is None else self._requester(worker, lambda q: q.receive(self.switch.now, ack))
-        pkt = self._request(r)
+        pkt = self._request(worker, r)
         if isinstance(pkt, Counter):
             count[pkt] += 1
             return []
         return self._contribution(worker, pkt)
 
-    def _request(self, r: wire.RoceFrame) -> rc.Packet | Counter:
+    def _request(self, worker: int, r: wire.RoceFrame) -> rc.Packet | Counter:
         """Step 1: the RC packet of a contribution frame, or the counter of its first failed check.
 
         ``wire.parse`` reads the RETH of single-packet opcodes only: a WRITE
-        FIRST's RETH is still at the head of its payload."""
+        FIRST's RETH is still at the head of its payload. A child switch's
+        partial with promoted lanes is a WRITE ONLY WITH IMMEDIATE (section 10.2)."""
         c = self.switch.spec.chunk_bytes
+        if r.opcode == Opcode.RC_RDMA_WRITE_ONLY_IMM and worker in self.spec.subswitches:
+            bad = wire.check_receiver(r, RC_RESULT, self.switch.partial_bytes, qpn_ok=True,
+                                      rkey_ok=r.rkey == self.spec.rkey,
+                                      va_ok=r.va is not None and r.va % c == 0 and r.va // c < CHUNK_MOD
+                                      and r.imm == encode_imm(r.va // c, True))
+            return bad if bad is not None else rc.Packet(Opcode.RC_RDMA_WRITE_ONLY_IMM, r.psn, r.payload, r.ackreq,
+                                                         r.va, r.dma_len, r.imm)
         if r.opcode not in _REQUESTS:
             return Counter.DROP_BAD_OPCODE
         op = Opcode(r.opcode) if r.opcode == Opcode.RC_RDMA_WRITE_ONLY else SegmentOpcode(r.opcode)
@@ -199,11 +229,13 @@ class TerminatedJob:
                 count[Counter.NAK_SENT if a.nak else Counter.ACK_SENT] += 1
         out = [(self.spec.workers[w].port, rc.encode(a, self.to[w])) for a in acks]
         if seg is not None:
-            out += self._add(w, chunk, slot, seg.payload)
+            out += self._add(w, chunk, slot, seg.payload, pkt.opcode == Opcode.RC_RDMA_WRITE_ONLY_IMM)
         return out
 
-    def _add(self, w: int, chunk: int, slot: Slot, payload: bytes) -> list[tuple[int, bytes]]:
-        """Step 2: add one packet's lanes; a complete slot posts its result to every host's requester."""
+    def _add(self, w: int, chunk: int, slot: Slot, payload: bytes, promoted: bool = False) -> list[tuple[int, bytes]]:
+        """Step 2: add one packet's lanes (a child switch's partial with ``promoted`` lanes: section 10's
+        merge); a complete slot posts its result to every host's requester, or below the root its partial
+        to the parent."""
         count = self.switch.counters
         if slot.free:
             slot.chunk, slot.count = chunk, 0
@@ -211,16 +243,26 @@ class TerminatedJob:
             # The host sent this chunk again as a new message: RC took it, aggregation must not.
             count[Counter.DUP_CONTRIB] += 1
             return []
-        self.switch._accumulate(slot.lanes, np.frombuffer(payload, ">i4").astype(np.int32), first=slot.count == 0)
+        self.switch._add(slot.lanes, payload, promoted, first=slot.count == 0)
         slot.bitmap |= 1 << w
         slot.count += 1
         count[Counter.RX_CONTRIB] += 1
         if slot.count < len(self.spec.workers):
             return []
+        if self.up is not None:
+            self.switch.tree_counters[TreeCounter.UP_PARTIALS] += 1
+            # A promoted partial is one WRITE ONLY WITH IMMEDIATE (section 10). Its header goes to the
+            # requester; _send_up reads the lanes from the slot for every transmission.
+            imm = encode_imm(chunk, True) if slot.lanes.promoted.any() else None
+            return self._uplink(lambda q: q.post(self.switch.now, b"", chunk * self.switch.spec.chunk_bytes, imm))
+        count[Counter.COMPLETED] += 1
+        return self._post_result(chunk, slot)
+
+    def _post_result(self, chunk: int, slot: Slot) -> list[tuple[int, bytes]]:
+        """The result in ``slot`` (the root's, or the parent's below it) to every child's requester."""
         slot.done = True
         _, fp32, saturated = self.switch._lanes_out(slot.lanes)
-        count[Counter.COMPLETED] += 1
-        count[Counter.PROMOTED] += fp32 or saturated
+        self.switch.counters[Counter.PROMOTED] += fp32 or saturated
         self.order.append(chunk % len(self.slots))
         c, imm = self.switch.spec.chunk_bytes, encode_imm(chunk, fp32, saturated)
         out = []
@@ -245,6 +287,7 @@ class TerminatedJob:
             self.switch.counters[Counter.QP_ERRORS] += 1
             return []
         self.switch.counters[Counter.HOP_RESENDS] += q.stats["resent"] - resent
+        self.switch.resent[self.spec.workers[w].port, Counter.HOP_RESENDS] += q.stats["resent"] - resent
         self._release()
         return [f for p in pkts if (f := self._send(w, p)) is not None]
 
@@ -276,9 +319,82 @@ class TerminatedJob:
         return self.spec.workers[w].port, rc.encode(dataclasses.replace(p, payload=payload, length=len(payload)),
                                                     self.to[w])
 
+    # -- below a tree's root: the switch is the parent's RC peer, as a host is ----------
+
+    def from_parent(self, r: wire.RoceFrame) -> list[tuple[int, bytes]]:
+        """A checked frame to the uplink's result QPN: the parent's ACK/NAK of partials, or a result."""
+        count = self.switch.counters
+        if self.up_requester is None:
+            count[Counter.DROP_QP_ERROR] += 1  # the QP to the parent is in the error state
+            return []
+        if r.opcode == Opcode.RC_ACK:
+            ack = ack_of(r, count)
+            return [] if ack is None else self._uplink(lambda q: q.receive(self.switch.now, ack))
+        up, c = self.spec.parent, self.switch.spec.chunk_bytes
+        chunk30 = (r.imm or 0) & IMM_CHUNK_MASK
+        bad = wire.check_receiver(r, RC_RESULT, c, qpn_ok=True, rkey_ok=r.rkey == up.result_rkey,
+                                  va_ok=r.va == up.result_va + (chunk30 & (self.spec.slots - 1)) * c)
+        if bad is not None:
+            count[bad] += 1
+            return []
+        pkt = rc.Packet(Opcode.RC_RDMA_WRITE_ONLY_IMM, r.psn, r.payload, r.ackreq, r.va, r.dma_len, r.imm)
+        slot = self.slots[chunk30 % len(self.slots)]
+        waiting = slot.count == len(self.spec.workers) and not slot.done and slot.chunk & IMM_CHUNK_MASK == chunk30
+        if rc.psn_diff(r.psn, self.up_responder.expected) == 0 and not waiting:
+            self.switch.tree_counters[TreeCounter.DROP_PARENT_STALE] += 1  # not taken, not ACKed
+            return []
+        seg, acks = self.up_responder.take(pkt)
+        if seg is None:
+            d = rc.psn_diff(r.psn, self.up_responder.expected)
+            if d < 0:
+                self.switch.tree_counters[TreeCounter.DUP_PARENT] += 1
+            else:
+                count[Counter.DROP_PSN_AHEAD] += 1
+        for a in acks:
+            count[Counter.NAK_SENT if a.nak else Counter.ACK_SENT] += 1
+        out = [(self.spec.parent.port, rc.encode(a, self.up)) for a in acks]
+        if seg is None:
+            return out
+        # The parent made result j from every child's partial j: this switch's partial j is in, ACK or not.
+        out += self._uplink(lambda q: q.receive(self.switch.now, rc.Ack(r.psn, rc.Syndrome.ACK, 0)))
+        self.switch._take_result(slot.lanes, r)
+        self.switch.tree_counters[TreeCounter.RX_PARENT] += 1
+        return out + self._post_result(slot.chunk, slot)
+
+    def _uplink(self, call) -> list[tuple[int, bytes]]:
+        """Run ``call`` on the partials' requester, send what it returns; a QP error there is counted."""
+        q = self.up_requester
+        if q is None:
+            return []
+        resent = q.stats["resent"]
+        try:
+            pkts = call(q)
+        except rc.RcError:
+            self.up_requester = None
+            self.switch.counters[Counter.QP_ERRORS] += 1
+            return []
+        n = q.stats["resent"] - resent
+        self.switch.counters[Counter.HOP_RESENDS] += n
+        self.switch.tree_counters[TreeCounter.UP_RESENDS] += n
+        self.switch.resent[self.spec.parent.port, Counter.HOP_RESENDS] += n
+        return [f for p in pkts if (f := self._send_up(p)) is not None]
+
+    def _send_up(self, p: rc.Packet) -> tuple[int, bytes] | None:
+        """The frame of partial packet ``p``: its header from the requester, its lanes from the slot, while the
+        slot holds the partial (once the parent's result is in, the parent has the partial)."""
+        chunk = p.va // self.switch.spec.chunk_bytes
+        slot = self.slots[chunk % len(self.slots)]
+        if slot.chunk != chunk or slot.done or slot.count < len(self.spec.workers):
+            return None
+        payload, _ = self.switch._partial(slot.lanes, chunk)
+        return self.spec.parent.port, rc.encode(dataclasses.replace(p, payload=payload, length=len(payload)), self.up)
+
 
 def open_job(switch, spec: JobSpec, *, hop_timeout: float) -> TerminatedJob:
     """The state of a Mode I job on ``switch``; ``hop_timeout`` is its result requesters' ACK timeout."""
     if spec.mode is not Mode.TERMINATED:
         raise ValueError(f"job {spec.job}: mode {spec.mode.name} is not Mode I (TERMINATED)")
+    if spec.slots > rc.PSN_MOD:
+        # The j-th result has PSN j mod 2**24 on every QP and the parent's: 2**24 slots at most.
+        raise ValueError(f"job {spec.job}: a Mode I job has at most 2**24 slots, not {spec.slots}")
     return TerminatedJob(switch, spec, hop_timeout)

@@ -142,8 +142,9 @@ def test_demo_on_a_tree_under_faults(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--tree", "2x4", "--workers", "4"], "tree 2x4 has 8 ranks, not 4 workers"),
-    (["--tree", "2x4", "--switch", "fast"], "--tree and --collective run on model switches over the memory "
-                                            "network"),
+    (["--tree", "2x4", "--switch", "fast"], "--tree and --collective run on model switches"),
+    (["--tree", "2x2", "--net", "netns", "--pcap", "x.pcap"], "--pcap captures one switch's ports in namespaces, "
+                                                              "not a tree's"),
     (["--tree", "2x0"], r"tree spec '2x0': a switch has 1..64 children, not 0"),
 ])
 def test_demo_refuses_bad_trees(capsys, argv, message):
@@ -168,14 +169,41 @@ def test_demo_collective_table_and_bad_root(capsys):
     assert rc == 2 and "root must be a rank in 0..1, not 2" in out.err
 
 
-@pytest.mark.parametrize("mode", ["II", "III"])
+@pytest.mark.parametrize("mode", ["I", "II", "III"])
 def test_demo_rc_modes_on_a_tree_are_exact_under_loss(capsys, mode):
     rc, out = run_cli(capsys, "--tree", "2x4", "--mode", mode, "--size", "32KiB", "--loss", "0.02", "--dup", "0.02",
                       "--reorder", "0.02", "--seed", "3", "--json")
     s = json.loads(out.out)
     assert rc == 0 and s["ok"] and s["mode"] == mode and s["tree"]["spec"] == "2x4"
     assert s["drops"]["link"]["lost"] > 0 and s["tree"]["counters"]["UP_PARTIALS"] > 0
-    assert s["switch_counters"]["HOP_RESENDS" if mode == "III" else "ACK_REFLECTED"] > 0
+    assert s["switch_counters"]["ACK_REFLECTED" if mode == "II" else "HOP_RESENDS"] > 0
+
+
+@pytest.mark.parametrize("mode", ["uc", "I", "II", "III"])
+def test_demo_tells_where_a_tree_repaired_its_losses(capsys, mode):
+    rc, out = run_cli(capsys, "--tree", "2x2", "--mode", mode, "--size", "32KiB", "--loss", "0.03", "--seed", "4",
+                      "--json")
+    s = json.loads(out.out)
+    rows = s["tree"]["repairs"]
+    assert rc == 0 and s["ok"] and [r["hop"] for r in rows] == ["s0:0 - s1", "s0:1 - s2", "s1:0 - rank 0",
+                                                                "s1:1 - rank 1", "s2:0 - rank 2", "s2:1 - rank 3"]
+    assert sum(r["lost"] for r in rows) == s["drops"]["link"]["lost"] > 0
+    hop, e2e = (sum(r[k] for r in rows) for k in ("repaired_on_hop", "repaired_end_to_end"))
+    if mode == "I":    # every connection ends at the next switch: every resend is the hop's
+        assert hop >= s["switch_counters"]["HOP_RESENDS"] > 0 and e2e == 0
+    elif mode == "III":  # every hop ACKs, NAKs and times out on its own; the ranks' timers stay a backstop
+        assert hop >= s["switch_counters"]["HOP_RESENDS"] > 0 and hop > e2e
+    else:              # only the ranks' timers (or reflected NAKs) repair a loss, and the switches pass it on
+        assert hop == s["switch_counters"]["HOP_RESENDS"] == 0 and e2e >= s["packets"]["retransmissions"] > 0
+
+
+def test_demo_table_shows_where_losses_were_repaired(capsys):
+    rc, out = run_cli(capsys, "--tree", "2x2", "--mode", "III", "--size", "8KiB", "--loss", "0.05", "--no-progress")
+    assert rc == 0 and "where losses were repaired" in out.out
+    cells = r"[ │]+(\d+)[ │]+(\d+)[ │]+(\d+)"
+    assert re.search(r"s0:1 - s2" + cells, out.out)
+    total = re.search("total" + cells, out.out)
+    assert int(total[1]) > 0 and int(total[3]) > 0
 
 
 @pytest.mark.parametrize("mode", ["uc", "II", "III"])

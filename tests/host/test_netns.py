@@ -6,7 +6,7 @@ import os
 import pytest
 
 from inagg import cli
-from inagg.host.controller import plan
+from inagg.host.controller import plan, plan_tree
 
 pytestmark = pytest.mark.netns
 
@@ -88,4 +88,43 @@ def test_without_root_the_message_points_to_the_memory_transport(monkeypatch):
 def test_demo_without_root_exits_with_the_message(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert cli.main(["demo", "--net", "netns", "--size", "4KiB"]) == 1
+    assert "use the memory transport (--net memory)" in capsys.readouterr().err
+
+
+@needs_root
+def test_tree_topology_has_a_namespace_per_node_and_is_torn_down_also_on_errors():
+    from pyroute2 import NetNS
+
+    from inagg.host.netns import TreeTopology
+
+    before = namespaces()
+    tp = plan_tree("2x2")
+    with pytest.raises(KeyboardInterrupt):
+        with TreeTopology(tp) as topo:
+            assert namespaces() - before == {topo.switch_ns(s) for s in range(3)} | {topo.rank_ns(r) for r in range(4)}
+            with NetNS(topo.switch_ns(1)) as ns:  # two children and the uplink, with the switch's MAC
+                links = {x.get_attr("IFLA_IFNAME"): x.get_attr("IFLA_ADDRESS") for x in ns.get_links()}
+            assert links == {"lo": "00:00:00:00:00:00", **dict.fromkeys(("sw0", "sw1", "sw2"), tp.plans[1].switch.mac)}
+            raise KeyboardInterrupt
+    assert namespaces() == before
+
+
+@needs_root
+@pytest.mark.parametrize("mode", ["uc", "I", "II", "III"])
+def test_demo_runs_a_tree_in_namespaces_exactly_under_loss(capsys, mode):
+    before = namespaces()
+    rc = cli.main(["demo", "--net", "netns", "--tree", "2x2", "--mode", mode, "--size", "32KiB", "--loss", "0.02",
+                   "--seed", "1", "--json"])
+    s = json.loads(capsys.readouterr().out)
+    assert rc == 0 and s["ok"] and s["exact"] and s["net"] == "netns" and s["tree"]["switches"] == 3
+    rows = s["tree"]["repairs"]
+    assert sum(r["lost"] for r in rows) == s["drops"]["link"]["lost"] > 0
+    hop = sum(r["repaired_on_hop"] for r in rows)
+    assert hop > 0 if mode in ("I", "III") else hop == 0
+    assert namespaces() == before
+
+
+def test_a_tree_in_namespaces_needs_root(monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cli.main(["demo", "--net", "netns", "--tree", "2x2", "--mode", "II", "--size", "4KiB"]) == 1
     assert "use the memory transport (--net memory)" in capsys.readouterr().err

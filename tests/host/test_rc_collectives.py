@@ -152,7 +152,8 @@ def test_the_tree_checker_finds_a_mode_ii_reduce_that_reflects_the_root_ack_to_t
 
 
 @pytest.mark.parametrize("kw,message", [
-    (dict(collective=Collective.REDUCE), r"reduce is checked in Modes II and III \(RC\), not in the UC mode"),
+    (dict(collective=Collective.REDUCE), r"reduce is checked in Modes II and III, not in mode uc"),
+    (dict(collective=Collective.BROADCAST, mode=Mode.TERMINATED), r"broadcast is checked in Modes II and III, not in mode I"),
     (dict(collective=Collective.BARRIER, mode=Mode.TRANSLATED), r"collective must be ALLREDUCE, REDUCE or BROADCAST"),
     (dict(collective=Collective.REDUCE, mode=Mode.TRANSLATED, root=4), r"root must be a rank in 0\.\.3, not 4"),
 ])

@@ -127,4 +127,8 @@ def test_demo_runs_each_mode_under_faults(mode, capsys):
 
 def test_demo_refuses_a_mode_the_setup_cannot_run(capsys):
     assert cli.main(["demo", "--mode", "III", "--switch", "rtl"]) == 2
-    assert "mode III runs on the model switch over the memory network only" in capsys.readouterr().err
+    assert "mode III runs on the model switch, over the memory network or with --tree in namespaces" in \
+        capsys.readouterr().err
+    assert cli.main(["demo", "--mode", "II", "--net", "netns"]) == 2
+    assert "mode II runs on the model switch, over the memory network or with --tree in namespaces" in \
+        capsys.readouterr().err

@@ -17,6 +17,7 @@ from inagg.models.tree import TreeCounter
     (TreeScope("2x1", chunks=2, window=1, faults=1, mode=Mode.TRANSLATED, reorder=False, quiet=True), 562),
     (TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.TRANSLATED), 313),
     (TreeScope("2x1", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False, quiet=True), 1012),
+    (TreeScope("2x1", chunks=1, window=1, faults=1, mode=Mode.TERMINATED, reorder=False, quiet=True), 1040),
 ], ids=str)
 def test_every_run_on_a_tree_ends_with_the_exact_sum(scope, states):
     r = check_tree(scope)
@@ -39,7 +40,7 @@ def test_a_switch_that_does_not_resend_its_partial_is_found(monkeypatch):
     (dict(chunks=5), "chunks must be an integer in 1..4, not 5"),
     (dict(window=3), "window must be a power of two >= 1, not 3"),
     (dict(faults=3), "faults must be an integer in 0..2, not 3"),
-    (dict(mode=Mode.TERMINATED), "mode must be UC, TRANSLATED or AUGMENTED, not <Mode.TERMINATED: 'I'>"),
+    (dict(mode="I"), r"mode must be a Mode \(UC, TERMINATED, TRANSLATED or AUGMENTED\), not 'I'"),
 ])
 def test_tree_scope_is_validated(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -51,6 +52,16 @@ def test_a_mode_iii_tree_that_frees_a_result_before_the_slowest_child_acked_it_i
     with pytest.raises(Violation, match=r"^switch \d no longer holds result PSN 0, which its child \d lacks\ntrace:"
                                         r"(.|\n)*<- ACK PSN 0$"):
         check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False))
+
+
+def test_a_mode_ii_tree_whose_shadow_wipe_is_one_slot_off_is_found(monkeypatch):
+    scope = TreeScope("2x1", chunks=3, window=1, faults=0, mode=Mode.TRANSLATED, reorder=False, quiet=True)
+    assert check_tree(scope).final_states == 1  # the scope reuses a slot: PSN 2 takes PSN 0's
+    monkeypatch.setattr(TranslatedJob, "shadow_skew", 1)
+    with pytest.raises(Violation, match=r"^job 1 worker \d: RC retry count exceeded: PSN 2 unacknowledged(.|\n)*"
+                                        r"trace:\n  s1:0 <- contribution PSN 0\n(.|\n)*<- contribution PSN 2\n") as e:
+        check_tree(scope)
+    assert e.value.states > 1
 
 
 def test_a_mode_ii_switch_that_does_not_resend_its_partial_is_found(monkeypatch):

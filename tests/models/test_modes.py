@@ -89,12 +89,16 @@ def test_the_model_switch_takes_every_mode():
         assert (job.job in sw.modes) == (mode is not Mode.UC)
 
 
-def test_mode_i_refuses_a_tree():
+def test_mode_i_below_a_root_is_its_parents_rc_peer():
     uplink = Uplink(port=3, mac="02:00:00:00:01:00", ip="10.0.1.0", qpn=0x400000, rkey=1, result_qpn=0x200,
                     result_rkey=2, result_va=0)
-    for tree in ({"parent": uplink}, {"subswitches": {1}}):
-        with pytest.raises(ValueError, match=r"^mode TERMINATED \(I\) runs on one switch, not in a tree$"):
-            dataclasses.replace(make_job(Mode.UC), mode=Mode.TERMINATED, **tree)
+    sw = ModelSwitch(SwitchSpec())
+    sw.add_job(dataclasses.replace(make_job(Mode.UC), mode=Mode.TERMINATED, parent=uplink))
+    job = next(iter(sw.modes.values()))
+    # One QP to the parent: the requester of the partials (its own PSN space) and the responder of the results.
+    assert job.up_requester.next_psn == 0 and job.up_responder.expected == 0 and job.deadline is None
+    root = dataclasses.replace(make_job(Mode.UC), mode=Mode.TERMINATED, subswitches=frozenset({1}))
+    assert root.subswitches == {1} and root.parent is None
 
 
 @pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
