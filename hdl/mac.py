@@ -34,7 +34,8 @@ from amaranth.lib.wiring import In, Out
 from inagg.hdl.axis import beat_layout, beat_signature, check_width
 
 __all__ = ["PREAMBLE", "SFD", "MIN_FRAME", "MAX_FRAME", "IFG", "RX_COUNTERS", "TX_COUNTERS", "GMIISignature",
-           "BYTE_LAYOUT", "byte_signature", "GMIIReceiver", "GMIITransmitter", "FrameBuffer", "Upsizer", "Downsizer", "MAC"]
+           "BYTE_LAYOUT", "byte_signature", "GMIIReceiver", "GMIITransmitter", "FrameBuffer", "Upsizer", "Downsizer", "MAC",
+           "flat_members", "connect_flat", "MACTop"]
 
 PREAMBLE, SFD = 0x55, 0xD5
 #: Shortest and longest frame on the wire, FCS included (IEEE 802.3 clause 3.2.7; 1,522: with a VLAN tag).
@@ -485,10 +486,63 @@ class MAC(wiring.Component):
         wiring.connect(m, downsizer.o, tx_mac.i)
         wiring.connect(m, tx_mac.gmii, wiring.flipped(self.gmii_tx))
 
-        strobes = {"rx_good": (rx_mac.good, "rx"), "rx_fcs_errors": (rx_mac.fcs_error, "rx"),
+        # A frame the receiver passes and the buffer then loses counts as lost only: each frame counts once.
+        strobes = {"rx_good": (rx_mac.good & ~rx_buffer.overflow, "rx"), "rx_fcs_errors": (rx_mac.fcs_error, "rx"),
                    "rx_runts": (rx_mac.runt, "rx"), "rx_long": (rx_mac.long, "rx"),
                    "rx_overflow": (rx_buffer.overflow, "rx"), "tx_frames": (tx_mac.sent, "tx"),
                    "tx_long": (tx_cdc.r_rdy & tx_buffer.i.ready & beat.last & too_long, "tx")}
         for name, (strobe, domain) in strobes.items():
             m.d.comb += getattr(self, name).eq(_gray_counter(m, strobe, domain, self.counter_width, name))
+        return m
+
+
+def flat_members(width: int, counter_width: int) -> dict:
+    """The switch-side ports of a MAC top under AXI-Stream names, and one output per counter.
+
+    ``s_axis_tdata/tkeep/tlast/tvalid/tready`` (frames to send) and
+    ``m_axis_*`` (frames received), as cocotbext-axi's
+    ``AxiStreamBus.from_prefix`` finds them; :func:`connect_flat` wires them.
+    """
+    members = {}
+    for d, prefix in ((In, "s_axis"), (Out, "m_axis")):
+        members.update({f"{prefix}_tdata": d(width), f"{prefix}_tkeep": d(width // 8), f"{prefix}_tlast": d(1),
+                        f"{prefix}_tvalid": d(1), f"{prefix}_tready": d(1).flip()})
+    members.update({name: Out(counter_width) for name in RX_COUNTERS + TX_COUNTERS})
+    return members
+
+
+def connect_flat(m: Module, top, mac) -> None:
+    """Wire the ports of :func:`flat_members` on ``top`` to ``mac``'s streams ``s``, ``m`` and its counters."""
+    m.d.comb += [mac.s.payload.data.eq(top.s_axis_tdata), mac.s.payload.keep.eq(top.s_axis_tkeep),
+                 mac.s.payload.last.eq(top.s_axis_tlast), mac.s.valid.eq(top.s_axis_tvalid),
+                 top.s_axis_tready.eq(mac.s.ready),
+                 top.m_axis_tdata.eq(mac.m.payload.data), top.m_axis_tkeep.eq(mac.m.payload.keep),
+                 top.m_axis_tlast.eq(mac.m.payload.last), top.m_axis_tvalid.eq(mac.m.valid),
+                 mac.m.ready.eq(top.m_axis_tready)]
+    m.d.comb += [getattr(top, name).eq(getattr(mac, name)) for name in RX_COUNTERS + TX_COUNTERS]
+
+
+class MACTop(wiring.Component):
+    """:class:`MAC` with flat, conventional port names: the Verilog top that Verilator and cocotb drive.
+
+    Ports ``gmii_rxd/rx_dv/rx_er`` and ``gmii_txd/tx_en/tx_er`` (cocotbext-eth's
+    ``GmiiSource``/``GmiiSink``), those of :func:`flat_members`, and the
+    clocks and resets ``rx_clk``/``rx_rst``, ``tx_clk``/``tx_rst`` and
+    ``clk``/``rst`` (the switch's domain). Parameters: :class:`MAC`'s.
+    """
+
+    def __init__(self, width: int = 64, **params):
+        self.mac = MAC(width, **params)
+        super().__init__({"gmii_rxd": In(8), "gmii_rx_dv": In(1), "gmii_rx_er": In(1),
+                          "gmii_txd": Out(8), "gmii_tx_en": Out(1), "gmii_tx_er": Out(1),
+                          **flat_members(width, self.mac.counter_width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mac = mac = self.mac
+        m.d.comb += [mac.gmii_rx.data.eq(self.gmii_rxd), mac.gmii_rx.en.eq(self.gmii_rx_dv),
+                     mac.gmii_rx.er.eq(self.gmii_rx_er),
+                     self.gmii_txd.eq(mac.gmii_tx.data), self.gmii_tx_en.eq(mac.gmii_tx.en),
+                     self.gmii_tx_er.eq(mac.gmii_tx.er)]
+        connect_flat(m, self, mac)
         return m

@@ -2,6 +2,7 @@
 
 import gc
 import random
+import re
 import warnings
 import zlib
 
@@ -149,14 +150,9 @@ def test_transmitter_pads_appends_fcs_and_keeps_the_gap():
                 return
 
     run(dut, [watch, feed])
-    bursts, gaps, run_ = [], [], []
     text = "".join("x" if b is not None else "." for b in wire)
-    at = 0
-    for piece in text.split("."):
-        if piece:
-            bursts.append(bytes(wire[at:at + len(piece)]))
-        at += len(piece) + 1
-    gaps = [len(g) for g in text.strip(".").split("x") if g]
+    bursts = [bytes(wire[m.start():m.end()]) for m in re.finditer("x+", text)]
+    gaps = [len(g) for g in re.findall(r"(?<=x)\.+(?=x)", text)]
     assert all(g >= IFG for g in gaps) and min(gaps) == IFG  # back to back at line rate
     assert text.index("x") >= IFG  # the gap after reset too
     assert bursts == [on_wire(f + bytes(max(0, 60 - len(f)))) for f in frames]
