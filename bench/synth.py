@@ -78,7 +78,7 @@ def _mac():
     class OneClockMAC(wiring.Component):
         def __init__(self):
             self.mac = MAC(64)
-            super().__init__(self.mac.signature.members)
+            super().__init__(dict(self.mac.signature.members))
 
         def elaborate(self, platform):
             m = Module()
