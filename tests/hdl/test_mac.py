@@ -44,6 +44,19 @@ async def drive_gmii(ctx, gmii, wire: bytes, *, domain="sync", er_at=None, gap=I
     await ctx.tick(domain).repeat(gap)
 
 
+async def put_bytes(ctx, stream, frame: bytes, stall=None):
+    """Send ``frame`` on a byte stream; ``stall()`` true: an idle cycle first (again until it is false)."""
+    for i, b in enumerate(frame):
+        while stall is not None and stall():
+            ctx.set(stream.valid, 0)
+            await ctx.tick()
+        ctx.set(stream.valid, 1)
+        ctx.set(stream.payload.data, b)
+        ctx.set(stream.payload.last, i == len(frame) - 1)
+        await ctx.tick().until(stream.ready)
+    ctx.set(stream.valid, 0)
+
+
 def refused(make, message):
     """``make()`` raises ValueError matching ``message``; the half-made component is never elaborated."""
     with warnings.catch_warnings():
@@ -134,12 +147,7 @@ def test_transmitter_pads_appends_fcs_and_keeps_the_gap():
 
     async def feed(ctx):
         for frame in frames:
-            for i, b in enumerate(frame):
-                ctx.set(dut.i.valid, 1)
-                ctx.set(dut.i.payload.data, b)
-                ctx.set(dut.i.payload.last, i == len(frame) - 1)
-                await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
+            await put_bytes(ctx, dut.i, frame)
 
     async def watch(ctx):
         async for _, _, en, data, er, done in ctx.tick().sample(dut.gmii.en, dut.gmii.data, dut.gmii.er, dut.sent):
@@ -216,15 +224,7 @@ def test_upsizer_then_downsizer_round_trip(width):
 
     async def feed(ctx):
         for frame in frames:
-            for i, b in enumerate(frame):
-                while stall.random() < 0.2:
-                    ctx.set(up.i.valid, 0)
-                    await ctx.tick()
-                ctx.set(up.i.valid, 1)
-                ctx.set(up.i.payload.data, b)
-                ctx.set(up.i.payload.last, i == len(frame) - 1)
-                await ctx.tick().until(up.i.ready)
-            ctx.set(up.i.valid, 0)
+            await put_bytes(ctx, up.i, frame, stall=lambda: stall.random() < 0.2)
 
     async def drain(ctx):
         frame = bytearray()
@@ -249,12 +249,7 @@ def test_upsizer_packs_keep(width):
     beats = []
 
     async def feed(ctx):
-        for i, b in enumerate(frame):
-            ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload.data, b)
-            ctx.set(dut.i.payload.last, i == len(frame) - 1)
-            await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.valid, 0)
+        await put_bytes(ctx, dut.i, frame)
 
     async def drain(ctx):
         ctx.set(dut.o.ready, 1)
