@@ -41,7 +41,7 @@ class RGMIISimTop(wiring.Component):
         m.submodules.core = core = self.core
         connect_flat(m, self, core)
         for domain in ("rx", "tx"):
-            m.domains[f"{domain}_fall"] = ClockDomain(f"{domain}_fall", clk_edge="neg", local=True)
+            m.domains += ClockDomain(f"{domain}_fall", clk_edge="neg", local=True)
             m.d.comb += [ClockSignal(f"{domain}_fall").eq(ClockSignal(domain)),
                          ResetSignal(f"{domain}_fall").eq(ResetSignal(domain))]
         # Receive: the rising edge's sample waits for the falling edge's, and both go in at the next rising edge.
