@@ -64,6 +64,31 @@ def _int_to_fp32():
     return IntToFP32(33)
 
 
+def _mac():
+    """The Ethernet MAC (W = 64) with its receive, transmit and switch domains all on the wrapper's one clock.
+
+    The wrapper has one clock; the crossings then join one domain to itself, which keeps all their logic,
+    and the row's Fmax is the slowest of the three domains' paths.
+    """
+    from amaranth import DomainRenamer, Module
+    from amaranth.lib import wiring
+
+    from inagg.hdl.mac import MAC
+
+    class OneClockMAC(wiring.Component):
+        def __init__(self):
+            self.mac = MAC(64)
+            super().__init__(dict(self.mac.signature.members))
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.mac = mac = DomainRenamer({"rx": "sync", "tx": "sync"})(self.mac)
+            wiring.connect(m, wiring.flipped(self), mac)
+            return m
+
+    return OneClockMAC()
+
+
 def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_table=0, fp32=None):
     """A switch row; ``fp32``: the FP32 units' (conversion, adder) latencies, the switch's defaults if None."""
     latencies = {} if fp32 is None else dict(convert_latency=fp32[0], add_latency=fp32[1])
@@ -101,6 +126,8 @@ CONFIGS = [
     _switch_config(2, 64, 64, 256, fp32=FAST_FP32),
     _switch_config(2, 256, 64, 1024, fp32=FAST_FP32),
     _switch_config(2, 512, 64, 1024, fp32=FAST_FP32),
+    # The Ethernet MAC of the board tops (issue 23), at the GMII byte clock.
+    Config("mac-w64", "Ethernet MAC (GMII, W=64, one clock)", _mac, None, mhz=125.0),
 ]
 QUICK = CONFIGS[:5]
 
