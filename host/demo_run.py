@@ -20,7 +20,7 @@ from inagg.host.memnet import MemoryNetwork, RankMux, TreeNetwork
 from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import AllReduce, Timing, Worker, agreement_chunks
 
-__all__ = ["DemoConfig", "RtlUnavailable", "run_demo", "result_bound", "format_summary", "pcap_writer"]
+__all__ = ["DemoConfig", "MEMORY_TIMING", "RtlUnavailable", "run_demo", "result_bound", "format_summary", "pcap_writer"]
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,10 @@ class _Moved:
     link: dict
 
 
+# The memory network's timing (1 us per hop, no jitter): the first timeout, before any round trip is
+# measured, is about 100 round trips; the estimated one has a floor of 1.5 round trips (docs/protocol.md 3.1).
+MEMORY_TIMING = Timing(timeout=200e-6, max_timeout=20e-3, tries=30, min_timeout=3e-6)
+
 class RtlUnavailable(RuntimeError):
     """The RTL switch cannot be simulated here (a tool is missing); the message says what to install."""
 
@@ -228,7 +232,7 @@ def _run_inside(backend: Backend, cfg, p, data, progress):
 
 def _run_memory(backend: Backend, cfg, p, data, progress):
     switch = backend.open(p.switch)
-    timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
+    timing = MEMORY_TIMING
     ops = {}
     for job in p.jobs:
         kind = RcWorker if job.mode in RC_MODES else Worker
@@ -263,7 +267,7 @@ def _run_tree(cfg: DemoConfig, progress: bool) -> dict:
     jobs = [job.job for job in tp.plans[0].jobs]
     data = {job: _tensors(cfg, j) for j, job in enumerate(jobs)}
     switches = [ModelSwitch(q.switch) for q in tp.plans]
-    timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
+    timing = MEMORY_TIMING
     per_rank = tree_operations(tp, [data[job] for job in jobs], timing=timing)
     # ops[job][r]: the plan lists a switch's jobs in the same order everywhere, so a rank's j-th op is job j's.
     ops: dict[int, dict[int, object]] = {job: {} for job in jobs}

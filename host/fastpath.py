@@ -18,6 +18,7 @@ type and lanes, or the counter of the first check that failed.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +32,7 @@ from inagg.models.protocol import (
     RESULT_HDR_LEN, Counter, qp_udp_sport,
 )
 
-__all__ = ["ContribTemplate", "ResultParser", "Result"]
+__all__ = ["ContribTemplate", "ResultParser", "Result", "ResultBatch", "split_results"]
 
 # The fields a result's checks compare with a value of the receiver's or a fixed one (a router
 # may rewrite TOS, TTL and the identification); va, imm and psn vary per result.
@@ -122,6 +123,37 @@ class Result:
     zero_icrc: bool = False  # taken with an ICRC field of zero (ResultParser's accept_zero_icrc)
 
 
+@dataclass(frozen=True)
+class ResultBatch:
+    """Results that passed every check, one entry per frame (:meth:`ResultParser.parse_batch`)."""
+
+    chunk30: np.ndarray    # int64: the chunk's low 30 bits
+    fp32: np.ndarray       # bool
+    saturated: np.ndarray  # bool
+    words: np.ndarray      # (n, lanes) big-endian uint32 view of the lanes, as in Result.words
+    zero_icrc: np.ndarray  # bool: taken with an ICRC field of zero
+
+    @classmethod
+    def of(cls, results: Sequence[Result], lanes: int) -> "ResultBatch":
+        """The batch of ``results`` (:class:`Result`, each of ``lanes`` lanes)."""
+        words = np.stack([r.words for r in results]) if results else np.zeros((0, lanes), ">u4")
+        return cls(np.array([r.chunk30 for r in results], np.int64), np.array([r.fp32 for r in results], bool),
+                   np.array([r.saturated for r in results], bool), words,
+                   np.array([r.zero_icrc for r in results], bool))
+
+    def extend(self, other: "ResultBatch") -> "ResultBatch":
+        """This batch followed by ``other``."""
+        return ResultBatch(*(np.concatenate([a, b]) for a, b in zip(
+            (self.chunk30, self.fp32, self.saturated, self.words, self.zero_icrc),
+            (other.chunk30, other.fp32, other.saturated, other.words, other.zero_icrc))))
+
+
+def split_results(parsed: Sequence[Result | Counter], lanes: int) -> tuple[ResultBatch, list[Counter]]:
+    """What a parser's ``parse`` gave frame by frame, as ``parse_batch`` gives it: the results, the counters."""
+    return (ResultBatch.of([r for r in parsed if not isinstance(r, Counter)], lanes),
+            [r for r in parsed if isinstance(r, Counter)])
+
+
 class ResultParser:
     """Checks result frames addressed to one worker of one job and extracts their lanes.
 
@@ -164,16 +196,46 @@ class ResultParser:
     def parse(self, frame: bytes | bytearray | memoryview) -> Result | Counter:
         """The result carried by ``frame``, or the counter of the first failed check."""
         f = frame if type(frame) is bytes else bytes(frame)
-        # The whole-result reader takes a result that passes every check; anything else, and a
-        # Tofino's zero ICRC, is sorted by the reference chain.
-        if len(f) >= self.frame_len:
-            *fixed, va, imm, psn = _read_result(f)
-            chunk30 = imm & IMM_CHUNK_MASK
-            if (fixed == self._expect and va == self._va + (chunk30 % self._ring) * self.chunk_bytes
-                    and wire.ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]) == 0 and _icrc.matches(f, self.frame_len)):
-                return Result(chunk30, bool(imm & IMM_FP32), bool(imm & IMM_SATURATED), va, psn,
-                              np.frombuffer(f, ">u4", self._lanes, RESULT_HDR_LEN))
-        return self._checked(f)
+        fast = self._fast(f)
+        if fast is None:
+            return self._checked(f)
+        va, imm, psn = fast
+        return Result(imm & IMM_CHUNK_MASK, bool(imm & IMM_FP32), bool(imm & IMM_SATURATED), va, psn,
+                      np.frombuffer(f, ">u4", self._lanes, RESULT_HDR_LEN))
+
+    def parse_batch(self, frames: Sequence[bytes | bytearray | memoryview]) -> tuple["ResultBatch", list[Counter]]:
+        """The results among ``frames`` as one :class:`ResultBatch`, and the counter of every other frame.
+
+        The same checks as :meth:`parse`, frame by frame (the ICRC is one ``zlib`` call per frame); the
+        lanes and the ImmDt flags of the whole batch are then read as arrays, not one result at a time.
+        """
+        fs = [f if type(f) is bytes else bytes(f) for f in frames]
+        fast = [self._fast(f) for f in fs]
+        on_fast = [f[:self.frame_len] for f, x in zip(fs, fast) if x is not None]
+        imm = np.array([x[1] for x in fast if x is not None], np.int64)
+        words = np.frombuffer(b"".join(on_fast), np.uint8).reshape(len(on_fast), self.frame_len)
+        words = words[:, RESULT_HDR_LEN:RESULT_HDR_LEN + self.chunk_bytes].view(">u4")
+        batch = ResultBatch(imm & IMM_CHUNK_MASK, (imm & IMM_FP32) != 0, (imm & IMM_SATURATED) != 0, words,
+                            np.zeros(len(on_fast), bool))
+        slow = [self._checked(f) for f, x in zip(fs, fast) if x is None]
+        if not slow:
+            return batch, []
+        # The rare frames the reference chain sorts: refused, or taken (a Tofino's zero ICRC).
+        taken, drops = split_results(slow, self._lanes)
+        return batch.extend(taken), drops
+
+    def _fast(self, f: bytes) -> tuple[int, int, int] | None:
+        """(va, imm, psn) of a result for this worker that passes every check, read whole; None for any other frame.
+
+        Anything else, and a Tofino's zero ICRC, is for the reference chain to sort (:meth:`_checked`).
+        """
+        if len(f) < self.frame_len:
+            return None
+        *fixed, va, imm, psn = _read_result(f)
+        if (fixed == self._expect and va == self._va + ((imm & IMM_CHUNK_MASK) % self._ring) * self.chunk_bytes
+                and wire.ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]) == 0 and _icrc.matches(f, self.frame_len)):
+            return va, imm, psn
+        return None
 
     def _checked(self, frame: bytes) -> Result | Counter:
         """:meth:`parse` through the reference chain, check by check."""
