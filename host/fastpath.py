@@ -40,6 +40,26 @@ _EXPECT = ("ethernet.ether_type", "ipv4.version", "ipv4.ihl", "ipv4.flag_mf", "i
            "ipv4.total_len", "udp.dport", "udp.len", "bth.opcode", "bth.pad", "bth.tver", "bth.pkey", "bth.dqpn",
            "reth.rkey", "reth.dma_len")
 _read_result = RESULT.reader(*_EXPECT, "reth.va", "immdt.imm", "bth.psn")
+_read_fixed = RESULT.reader(*_EXPECT)
+_R_VA, _R_IMM = RESULT.span("reth.va")[0], RESULT.span("immdt.imm")[0]
+_R_IP = RESULT.offset("ipv4")
+
+
+def _compared_bits() -> np.ndarray:
+    """A mask of the header bits _EXPECT's fields occupy, found with the reader: a bit is one of them
+    when flipping it changes what the reader returns."""
+    base = _read_fixed(bytes(RESULT_HDR_LEN))
+    mask = np.zeros(RESULT_HDR_LEN, np.uint8)
+    for byte in range(RESULT_HDR_LEN):
+        for bit in range(8):
+            f = bytearray(RESULT_HDR_LEN)
+            f[byte] = 1 << bit
+            if _read_fixed(bytes(f)) != base:
+                mask[byte] |= 1 << bit
+    return mask
+
+
+_COMPARED = _compared_bits()
 # Offsets in a contribution, from the frame description.
 _IP = CONTRIBUTION.offset("ipv4")
 _PSN, _PSN_LEN = CONTRIBUTION.span("bth.psn")
@@ -192,6 +212,13 @@ class ResultParser:
         mine = {"ipv4.total_len": total, "udp.len": total - IPV4_LEN, "bth.opcode": RESULT.opcode,
                 "bth.pkey": switch.pkey, "bth.dqpn": me.qpn, "reth.rkey": me.rkey, "reth.dma_len": switch.chunk_bytes}
         self._expect = [mine[p] if p in mine else RESULT.field(p).value for p in _EXPECT]
+        # The same values as header bytes, for the checks of a whole batch at once (_COMPARED bits only).
+        header = wire.build(eth_dst=wire.mac_bytes(me.mac), eth_src=wire.mac_bytes(switch.mac),
+                            ip_src=wire.ip_bytes(switch.ip), ip_dst=wire.ip_bytes(me.ip), udp_sport=0,
+                            opcode=RESULT.opcode, dest_qpn=me.qpn, psn=0, va=0, rkey=me.rkey,
+                            payload=bytes(switch.chunk_bytes), imm=0, pkey=switch.pkey)[:RESULT_HDR_LEN]
+        assert list(_read_fixed(header)) == self._expect, "the result template disagrees with the checks"
+        self._header = np.frombuffer(header, np.uint8) & _COMPARED
 
     def parse(self, frame: bytes | bytearray | memoryview) -> Result | Counter:
         """The result carried by ``frame``, or the counter of the first failed check."""
@@ -209,15 +236,26 @@ class ResultParser:
         The same checks as :meth:`parse`, frame by frame (the ICRC is one ``zlib`` call per frame); the
         lanes and the ImmDt flags of the whole batch are then read as arrays, not one result at a time.
         """
+        n = self.frame_len
         fs = [f if type(f) is bytes else bytes(f) for f in frames]
-        fast = [self._fast(f) for f in fs]
-        on_fast = [f[:self.frame_len] for f, x in zip(fs, fast) if x is not None]
-        imm = np.array([x[1] for x in fast if x is not None], np.int64)
-        words = np.frombuffer(b"".join(on_fast), np.uint8).reshape(len(on_fast), self.frame_len)
-        words = words[:, RESULT_HDR_LEN:RESULT_HDR_LEN + self.chunk_bytes].view(">u4")
-        batch = ResultBatch(imm & IMM_CHUNK_MASK, (imm & IMM_FP32) != 0, (imm & IMM_SATURATED) != 0, words,
-                            np.zeros(len(on_fast), bool))
-        slow = [self._checked(f) for f, x in zip(fs, fast) if x is None]
+        whole = [i for i, f in enumerate(fs) if len(f) >= n]
+        buf = np.frombuffer(b"".join([fs[i][:n] for i in whole]), np.uint8).reshape(len(whole), n)
+        # _fast's checks on every frame at once, but the ICRC: the compared header fields, the address,
+        # the IPv4 checksum (the ones'-complement sum of the header's 16-bit words is 0xFFFF).
+        imm = buf[:, _R_IMM:_R_IMM + 4].view(">u4")[:, 0].astype(np.int64)
+        va = buf[:, _R_VA:_R_VA + 8].view(">u8")[:, 0]
+        words16 = buf[:, _R_IP:_R_IP + IPV4_LEN].view(">u2").sum(axis=1, dtype=np.uint32)
+        words16 = (words16 & 0xFFFF) + (words16 >> 16)
+        ok = ((((buf[:, :RESULT_HDR_LEN] & _COMPARED) == self._header).all(axis=1))
+              & (va == np.uint64(self._va) + ((imm & IMM_CHUNK_MASK) % self._ring).astype(np.uint64)
+                 * np.uint64(self.chunk_bytes))
+              & (((words16 & 0xFFFF) + (words16 >> 16)) == 0xFFFF))
+        ok[ok] = [_icrc.matches(fs[whole[i]], n) for i in np.flatnonzero(ok).tolist()]
+        imm, buf = imm[ok], buf[ok]
+        batch = ResultBatch(imm & IMM_CHUNK_MASK, (imm & IMM_FP32) != 0, (imm & IMM_SATURATED) != 0,
+                            buf[:, RESULT_HDR_LEN:RESULT_HDR_LEN + self.chunk_bytes].view(">u4"), np.zeros(imm.size, bool))
+        passed = set(np.asarray(whole)[ok].tolist())
+        slow = [self._checked(f) for i, f in enumerate(fs) if i not in passed]
         if not slow:
             return batch, []
         # The rare frames the reference chain sorts: refused, or taken (a Tofino's zero ICRC).

@@ -194,3 +194,16 @@ def test_a_batch_parses_as_each_frame_would(mutations, rank):
                       map(bytes, got.words.astype(">u4")))) == \
         sorted((r.chunk30, r.fp32, r.saturated, r.zero_icrc, r.words.astype(">u4").tobytes()) for r in taken)
     assert got.words.shape == (len(taken), SW.lanes)
+
+
+def test_a_batch_of_good_results_takes_the_array_checks(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a good result went through the check chain")
+
+    parser = ResultParser(SW, JOB, 1)
+    monkeypatch.setattr(wire, "parse", refuse)
+    other = reference_result(1, 2**30 - 1, bytes(SW.chunk_bytes), psn=2**24 - 1)
+    got, drops = parser.parse_batch([GOOD, bytearray(GOOD) + bytes(6), other])
+    assert drops == [] and got.chunk30.tolist() == [6, 6, 2**30 - 1] and got.fp32.tolist() == [True, True, False]
+    with pytest.raises(AssertionError, match="check chain"):
+        parser.parse_batch([GOOD[:-1] + bytes([GOOD[-1] ^ 1])])
