@@ -322,6 +322,7 @@ class ReduceScatter:
         self.allreduce = AllReduce(worker, _float32(data, "reduce_scatter"))
         self.worker = worker
         self.start, self.receive, self.on_timer = self.allreduce.start, self.allreduce.receive, self.allreduce.on_timer
+        self.receive_batch = self.allreduce.receive_batch
 
     done = property(lambda self: self.allreduce.done)
     deadline = property(lambda self: self.allreduce.deadline)

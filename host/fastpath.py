@@ -240,8 +240,8 @@ class ResultParser:
         fs = [f if type(f) is bytes else bytes(f) for f in frames]
         whole = [i for i, f in enumerate(fs) if len(f) >= n]
         buf = np.frombuffer(b"".join([fs[i][:n] for i in whole]), np.uint8).reshape(len(whole), n)
-        # _fast's checks on every frame at once, but the ICRC: the compared header fields, the address,
-        # the IPv4 checksum (the ones'-complement sum of the header's 16-bit words is 0xFFFF).
+        # _fast's checks on every frame at once: the compared header fields, the address, the IPv4
+        # checksum (the ones'-complement sum of the header's 16-bit words is 0xFFFF), then the ICRC.
         imm = buf[:, _R_IMM:_R_IMM + 4].view(">u4")[:, 0].astype(np.int64)
         va = buf[:, _R_VA:_R_VA + 8].view(">u8")[:, 0]
         words16 = buf[:, _R_IP:_R_IP + IPV4_LEN].view(">u2").sum(axis=1, dtype=np.uint32)
@@ -250,7 +250,7 @@ class ResultParser:
               & (va == np.uint64(self._va) + ((imm & IMM_CHUNK_MASK) % self._ring).astype(np.uint64)
                  * np.uint64(self.chunk_bytes))
               & (((words16 & 0xFFFF) + (words16 >> 16)) == 0xFFFF))
-        ok[ok] = [_icrc.matches(fs[whole[i]], n) for i in np.flatnonzero(ok).tolist()]
+        ok[ok] = _icrc.values(buf[ok], n - ICRC_LEN) == buf[ok, n - ICRC_LEN:].view("<u4")[:, 0]
         imm, buf = imm[ok], buf[ok]
         batch = ResultBatch(imm & IMM_CHUNK_MASK, (imm & IMM_FP32) != 0, (imm & IMM_SATURATED) != 0,
                             buf[:, RESULT_HDR_LEN:RESULT_HDR_LEN + self.chunk_bytes].view(">u4"), np.zeros(imm.size, bool))
