@@ -115,23 +115,12 @@ class Traffic:
         if kind == _SWITCH_TIMER:
             self._switch_timer(now, due, port)
             return
-        if kind == _TO_SWITCH:
+        if kind != _TIMER:  # frames: those going the same way at the same time go as one batch
             batch = [(port, frame)]
-            while self._heap and self._heap[0][0] == due and self._heap[0][2] == _TO_SWITCH:
+            while self._heap and self._heap[0][0] == due and self._heap[0][2] == kind:
                 batch.append(heapq.heappop(self._heap)[3:])
             self.in_flight -= len(batch)
-            self._to_switch(now, batch)
-            return
-        if kind == _TO_HOST:
-            batch = [(port, frame)]
-            while self._heap and self._heap[0][0] == due and self._heap[0][2] == _TO_HOST:
-                batch.append(heapq.heappop(self._heap)[3:])
-            self.in_flight -= len(batch)
-            self._to_hosts(now, batch)
-            return
-        if kind != _TIMER:
-            self.in_flight -= 1
-            self._deliver(now, kind, port, frame)
+            (self._to_switch if kind == _TO_SWITCH else self._to_hosts)(now, batch)
             return
         ep = self.endpoints[port]
         if self._timers.get(port) != due:
