@@ -9,6 +9,7 @@ others' load than wall time does; the demo rows give both. The load average is r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import os
@@ -20,11 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from _report import publish
+from _report import head_commit, publish
 
 from inagg.host.controller import plan
 from inagg.host.demo_run import DemoConfig, run_demo
 from inagg.host.fastpath import ContribTemplate
+from inagg.host.memnet import _TO_HOST, Traffic
 from inagg.models.fastswitch import FastSwitch
 from inagg.models.switch import ModelSwitch
 
@@ -64,12 +66,30 @@ def median_of(runs: int, fn) -> float:
     return statistics.median(fn() for _ in range(runs))
 
 
-def demo(switch: str, size: int, runs: int) -> dict:
-    """The median-goodput run of ``make demo`` (4 workers, memory network) on ``switch``, with its CPU time."""
+@contextlib.contextmanager
+def frame_by_frame():
+    """The host path before issue 24's batching: the memory network hands a worker one result per call."""
+    batched = Traffic._to_hosts
+
+    def one_by_one(self, now, batch):
+        for port, frame in batch:
+            self._deliver(now, _TO_HOST, port, frame)
+
+    Traffic._to_hosts = one_by_one
+    try:
+        yield
+    finally:
+        Traffic._to_hosts = batched
+
+
+def demo(switch: str, size: int, runs: int, *, batched: bool = True) -> dict:
+    """The median-goodput run of ``make demo`` (4 workers, memory network) on ``switch``, with its CPU time;
+    ``batched=False``: results handed to the workers one by one."""
     out = []
     for _ in range(runs):
         t0 = time.process_time()
-        s = run_demo(DemoConfig(workers=4, size=size, switch=switch))
+        with contextlib.nullcontext() if batched else frame_by_frame():
+            s = run_demo(DemoConfig(workers=4, size=size, switch=switch))
         s["cpu_time_s"] = time.process_time() - t0  # set-up and check included: an upper bound
         assert s["ok"], "a demo run missed its bound"
         out.append(s)
@@ -107,7 +127,14 @@ def main() -> None:
         rows.append((workers, promote, ref, one, batched))
         print(f"{workers} workers{' promoting' if promote else ''}: model {ref:,.0f}/s, fast receive {one:,.0f}/s, "
               f"fast receive_batch {batched:,.0f}/s", flush=True)
-    demos = {s: demo(s, size, max(3, runs - 2)) for s in ("model", "fast")}
+    demos = {"model": demo("model", size, max(3, runs - 2))}
+    # Old and new host paths alternate, so the machine's load changes hit both alike.
+    old, new = [], []
+    for _ in range(max(3, runs - 2)):
+        old.append(demo("fast", size, 1, batched=False))
+        new.append(demo("fast", size, 1))
+    demos["fast, results one by one (old host path)"] = sorted(old, key=lambda d: d["goodput_gbit_s"])[len(old) // 2]
+    demos["fast, results in batches (new)"] = sorted(new, key=lambda d: d["goodput_gbit_s"])[len(new) // 2]
     for s, d in demos.items():
         print(f"demo {s}: {d['goodput_gbit_s'] * 1e3:.0f} Mb/s, {d['wall_time_s']:.2f} s", flush=True)
     prof = profile_demo(size)
@@ -115,7 +142,8 @@ def main() -> None:
     lines = [
         "# Fast switch: speed against the reference model",
         "",
-        f"Measured with `.venv/bin/python bench/fastswitch.py{' --quick' if args.quick else ''}` on "
+        f"Measured with `.venv/bin/python bench/fastswitch.py{' --quick' if args.quick else ''}` at commit "
+        f"{head_commit()} on "
         f"{platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}, one core of a machine "
         f"with {os.cpu_count()} cores shared with other jobs: load average {load0[0]:.1f} before the run and "
         f"{load1[0]:.1f} after it. Every figure is the median of {runs} runs ({max(3, runs - 2)} for the demo).",
@@ -134,6 +162,8 @@ def main() -> None:
         "",
         "Goodput and frames/s are what `inagg demo` prints (wall time of the all-reduce); the CPU time is the",
         "whole `run_demo` call (tensors, set-up and the check included), so goodput per CPU second is a lower bound.",
+        "The two fast rows run alternately in one run: the memory network hands each worker the results due at",
+        "the same time in one `receive_batch` (parsed and placed as arrays), or one per call as before.",
         "",
         "| switch | wall time | goodput | switch frames/s | ratio | CPU time | goodput per CPU second |",
         "|---|---:|---:|---:|---:|---:|---:|",

@@ -127,10 +127,15 @@ def allgather(array: np.ndarray, group: Group, *, clock: Callable[[], float] = t
     return run(AllGather(group.worker, np.asarray(array).ravel(), rank=group.index), group, clock=clock).result()
 
 
-def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
-    """Drive the sans-IO operation ``op`` (``start``, ``receive``, ``on_timer``, ``deadline``, ``done``) to its end.
+DRAIN = 256
+"""Frames :func:`run` hands an operation at most at once: one that arrived and those queued behind it."""
 
-    ``op`` works on ``group.worker``; its frames go through ``group.port``. Returns ``op``.
+
+def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
+    """Drive the sans-IO operation ``op`` (``start``, ``receive_batch``, ``on_timer``, ``deadline``, ``done``) to its end.
+
+    ``op`` works on ``group.worker``; its frames go through ``group.port``. A frame that arrives
+    goes to ``op`` with those already queued behind it (up to :data:`DRAIN`), in one batch. Returns ``op``.
     A :class:`~inagg.host.worker.ChunkTimeoutError` carries the cause
     ``group.diagnose`` finds, when the group has one.
     """
@@ -147,7 +152,10 @@ def drive(op, port: Port, *, clock: Callable[[], float] = time.monotonic,
         deadline = op.deadline
         frame = port.recv(max(0.0, deadline - clock()) if deadline is not None else 1.0)
         now = clock()
-        out = op.receive(now, frame) if frame is not None else []
+        frames = [] if frame is None else [frame]
+        while frames and len(frames) < DRAIN and (more := port.recv(0.0)) is not None:
+            frames.append(more)
+        out = op.receive_batch(now, frames) if frames else []
         if not op.done and (d := op.deadline) is not None and d <= now:
             try:
                 out += op.on_timer(now)

@@ -12,9 +12,12 @@ checks of its Modes II and III (Mode I too):
   per timeout round (between two advances of the clock), and at most
   ``faults`` in a run.
 * Time is discrete: frames take no time, and the clock advances to the next
-  timer (a worker's, or the Mode III switch's result timer) only when
-  nothing is in flight (timeouts are longer than a round trip). Any timer
-  that is due may fire at any point, also between deliveries.
+  timer (a worker's, or the Mode III switch's result timer) when nothing is
+  in flight (timeouts are longer than a round trip). With ``spurious`` it
+  may also advance while frames are in flight, that many times per run: a
+  timer that fires before the round trip it waits for ends, as an RTT
+  estimate that is too low gives. Any timer that is due may fire at any
+  point, also between deliveries.
 
 Every explored run must end -- no frame in flight, no timer armed -- with
 every worker holding the exact aggregate of every chunk, and no worker may
@@ -81,6 +84,9 @@ class Scope:
     no chunk of this run, is in flight from the start, as a stray or hostile
     frame would be: it may take the slot of chunk 0 at any point, and the
     run must still end exact (``docs/protocol.md`` section 3, "Liveness").
+    ``spurious`` times per run the clock may jump to the next timer with
+    frames still in flight (a retransmission timeout shorter than the round
+    trip: a resend races its original).
     """
 
     workers: int = 2
@@ -90,6 +96,7 @@ class Scope:
     promote: bool = False
     mode: Mode = Mode.UC
     stray: bool = False
+    spurious: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, int) or not 1 <= self.workers <= 4:
@@ -102,6 +109,8 @@ class Scope:
             raise ValueError("promote needs exactly 2 workers (the FP32 sum of more depends on arrival order)")
         if self.mode is not Mode.UC and self.mode not in RC_MODES:
             raise ValueError(f"mode must be UC, TERMINATED, TRANSLATED or AUGMENTED, not {self.mode!r}")
+        if not isinstance(self.spurious, int) or not 0 <= self.spurious <= 3:
+            raise ValueError(f"spurious must be an integer in 0..3, not {self.spurious!r}")
         if self.stray and self.mode is not Mode.UC:
             raise ValueError("stray needs the UC mode (the RC modes check the PSN of every contribution)")
 
@@ -119,14 +128,14 @@ class CheckResult:
 
 
 class _State:
-    __slots__ = ("workers", "switch", "flight", "clock", "faults", "fault_this_round", "depth")
+    __slots__ = ("workers", "switch", "flight", "clock", "faults", "fault_this_round", "depth", "spurious")
 
     def clone(self) -> "_State":
         s = _State()
         s.workers = [w.fork() for w in self.workers]
         s.switch = _fork_switch(self.switch)
         s.flight, s.clock, s.faults = self.flight, self.clock, self.faults
-        s.fault_this_round, s.depth = self.fault_this_round, self.depth + 1
+        s.fault_this_round, s.depth, s.spurious = self.fault_this_round, self.depth + 1, self.spurious
         return s
 
     def key(self) -> tuple:
@@ -138,7 +147,7 @@ class _State:
         flight = tuple(sorted((d, p, f[:_PSN.start] + f[_PSN.stop:-4] if d == _TO_HOST and uc else f)
                               for d, p, f in self.flight))
         return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, modes, flight, self.faults,
-                self.fault_this_round)
+                self.fault_this_round, self.spurious)
 
 
 def _stray(frame: bytes, chunk_bytes: int) -> bytes:
@@ -174,14 +183,18 @@ def _lanes(scope: Scope, lanes: int) -> list[np.ndarray]:
 def check(scope: Scope = Scope(), *, timing: Timing | None = None, max_states: int = 2_000_000) -> CheckResult:
     """Explore every run of ``scope``; raises :class:`Violation` with a trace on the first bad state.
 
-    ``timing`` defaults to more tries than the scope has faults, so that a
-    worker giving up is a violation, not a consequence of the faults.
+    ``timing`` defaults to more tries than the scope has faults and spurious
+    timeouts, so that a worker giving up is a violation, not a consequence
+    of them, and to an estimated timeout whose floor (0.5) is below the
+    first (1.0): round trips take no time here, so after the first result
+    every chunk's first timer is the floor's (``docs/protocol.md`` section 3.1).
     """
     start = time.perf_counter()
     p = plan([scope.workers], window=scope.window, chunk_bytes=256)
     p = dataclasses.replace(p, jobs=(dataclasses.replace(p.jobs[0], mode=scope.mode),))
     job = p.jobs[0]
-    timing = timing or Timing(timeout=1.0, backoff=2.0, max_timeout=4.0, tries=scope.faults + 3)
+    timing = timing or Timing(timeout=1.0, backoff=2.0, max_timeout=4.0, tries=scope.faults + scope.spurious + 3,
+                              min_timeout=0.5)
     data = _lanes(scope, p.switch.lanes)
     rows = [np.stack([d[c] for d in data]) for c in range(scope.chunks)]
     expect = np.stack([arith.aggregate(r) for r in rows])
@@ -196,7 +209,7 @@ def check(scope: Scope = Scope(), *, timing: Timing | None = None, max_states: i
                                for f in w.submit(0.0, data[r])))
     if scope.stray:
         init.flight = tuple(sorted(init.flight + ((_TO_SWITCH, 0, _stray(init.flight[0][2], p.switch.chunk_bytes)),)))
-    init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
+    init.clock, init.faults, init.fault_this_round, init.depth, init.spurious = 0.0, 0, False, 0, 0
     counts = _explore(init, lambda s, trace: _successors(s, scope, trace), expect, max_states,
                       invariant=_check_results_held)
     return CheckResult(scope, *counts, time.perf_counter() - start)
@@ -256,7 +269,7 @@ def _successors(s: _State, scope: Scope, trace: tuple):
                 t.fault_this_round = True
                 yield t, f"{kind} {_describe(frame)} {'from' if d == _TO_SWITCH else 'to'} w{port}"
     yield from _clock(s, trace, lambda r, f: (_TO_SWITCH, r, f), lambda state: [state.switch],
-                      lambda i, q, f: (_TO_HOST, q, f))
+                      lambda i, q, f: (_TO_HOST, q, f), spurious=scope.spurious)
 
 
 def _push(flight: tuple, out) -> tuple:
@@ -264,13 +277,14 @@ def _push(flight: tuple, out) -> tuple:
     return tuple(sorted(flight + tuple(out)))
 
 
-def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None, push=_push, quiet=False):
+def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None, push=_push, quiet=False, spurious=0):
     """The timer steps of state ``s``: a due timer fires (a worker's, or a switch's own: Mode III's
     timers), or the clock advances to the next one when nothing is in flight. ``sent(worker, frame)`` is
     the flight entry of a frame a worker sends; ``switches(state)`` lists a state's switches that may
     keep timers, and ``routed(i, port, frame)`` is the flight entry of a frame switch ``i`` sends;
     ``push(flight, entries)`` puts entries in flight. With ``quiet`` a due timer fires only when nothing
-    is in flight (EPIC's checks retransmit so)."""
+    is in flight (EPIC's checks retransmit so). Up to ``spurious`` times per run (counted in
+    ``s.spurious``) the clock also advances with frames in flight: a timer fires before its round trip ends."""
     if quiet and s.flight:
         return
     due = [r for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock]
@@ -284,7 +298,8 @@ def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None, push=_
         t = s.clone()
         t.flight = push(t.flight, [routed(i, q, f) for q, f in switches(t)[i].on_timer(t.clock)])
         yield t, f"switch {i} timer at {s.clock:g}"
-    if not s.flight and not due and not switch_due:
+    early = spurious > 0 and bool(s.flight) and s.spurious < spurious
+    if (early or not s.flight) and not due and not switch_due:
         deadlines = [dl for w in s.workers if (dl := w.deadline) is not None]
         deadlines += [dl for dl in switch_dls if dl is not None]
         if deadlines:
@@ -292,7 +307,9 @@ def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None, push=_
             t.depth -= 1
             t.clock = min(deadlines)
             t.fault_this_round = False
-            yield t, f"clock -> {t.clock:g}"
+            if early:
+                t.spurious += 1
+            yield t, f"clock -> {t.clock:g}{' with frames in flight' if early else ''}"
 
 
 def _guard(fn, now, frame, trace):

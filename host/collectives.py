@@ -38,6 +38,8 @@ and takes no result where it has it get none (section 11.1).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from inagg.models import quant, wire
@@ -45,7 +47,7 @@ from inagg.models.frame import CONTRIBUTION, RESULT
 from inagg.models.job import Collective, JobSpec, SwitchSpec
 from inagg.models.protocol import ICRC_LEN, IMM_CHUNK_MASK, Counter, qp_udp_sport
 
-from inagg.host.fastpath import Result
+from inagg.host.fastpath import Result, ResultBatch, split_results
 from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import AllReduce, LengthMismatchError, ProtocolError, Timing, Worker, padded_rows
 
@@ -111,6 +113,10 @@ class CompletionParser:
             return bad
         return Result(chunk30, False, False, r.va, r.psn, self._zero)
 
+    def parse_batch(self, frames: Sequence[bytes]) -> tuple[ResultBatch, list[Counter]]:
+        """:meth:`parse` on each frame, returned as :meth:`~inagg.host.fastpath.ResultParser.parse_batch` does."""
+        return split_results([self.parse(f) for f in frames], self._zero.size)
+
 
 def collective_worker(switch: SwitchSpec, job: JobSpec, worker: int, **kw) -> Worker:
     """A :class:`~inagg.host.worker.Worker` (``kw`` its options) that sends and takes what ``job.collective``
@@ -166,6 +172,10 @@ class _Operation:
 
     def receive(self, now: float, frame: bytes) -> list[bytes]:
         return self._check(self.worker.receive(now, frame))
+
+    def receive_batch(self, now: float, frames: Sequence[bytes]) -> list[bytes]:
+        """Frames that arrived together (:meth:`~inagg.host.worker.Worker.receive_batch`)."""
+        return self._check(self.worker.receive_batch(now, frames))
 
     def on_timer(self, now: float) -> list[bytes]:
         return self._check(self.worker.on_timer(now))
@@ -316,6 +326,7 @@ class ReduceScatter:
         self.allreduce = AllReduce(worker, _float32(data, "reduce_scatter"))
         self.worker = worker
         self.start, self.receive, self.on_timer = self.allreduce.start, self.allreduce.receive, self.allreduce.on_timer
+        self.receive_batch = self.allreduce.receive_batch
 
     done = property(lambda self: self.allreduce.done)
     deadline = property(lambda self: self.allreduce.deadline)

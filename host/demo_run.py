@@ -21,7 +21,8 @@ from inagg.host.memnet import MemoryNetwork, RankMux, TreeNetwork
 from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import AllReduce, Timing, Worker, agreement_chunks
 
-__all__ = ["DemoConfig", "RtlUnavailable", "run_demo", "result_bound", "format_summary", "pcap_writer", "repairs"]
+__all__ = ["DemoConfig", "MEMORY_TIMING", "RtlUnavailable", "run_demo", "result_bound", "format_summary",
+           "pcap_writer", "repairs"]
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,11 @@ class _Moved:
     link: dict
 
 
+# The memory network's timing (1 us per hop, no jitter): the first timeout, before any round trip is
+# measured, is about 100 round trips; the estimated one has a floor of 1.5 round trips (docs/protocol.md 3.1).
+MEMORY_TIMING = Timing(timeout=200e-6, max_timeout=20e-3, tries=30, min_timeout=3e-6)
+
+
 class RtlUnavailable(RuntimeError):
     """The RTL switch cannot be simulated here (a tool is missing); the message says what to install."""
 
@@ -232,7 +238,7 @@ def _run_inside(backend: Backend, cfg, p, data, progress):
 
 def _run_memory(backend: Backend, cfg, p, data, progress):
     switch = backend.open(p.switch)
-    timing = Timing(timeout=200e-6, max_timeout=20e-3, tries=30)
+    timing = MEMORY_TIMING
     ops = {}
     for job in p.jobs:
         kind = RcWorker if job.mode in RC_MODES else Worker
@@ -269,8 +275,7 @@ def _run_tree(cfg: DemoConfig, progress: bool) -> dict:
         per_rank = tree_operations(tp, [data[job] for job in jobs], timing=_NETNS_TIMING)
         muxes, switches, lost, moved = _run_tree_netns(cfg, tp, per_rank)
     else:
-        per_rank = tree_operations(tp, [data[job] for job in jobs], timing=Timing(timeout=200e-6,
-                                                                                  max_timeout=20e-3, tries=30))
+        per_rank = tree_operations(tp, [data[job] for job in jobs], timing=MEMORY_TIMING)
         muxes, switches, lost, moved = _run_tree_memory(cfg, tp, per_rank, progress)
     counters, tree = Tally(), Tally()
     for sw in switches:

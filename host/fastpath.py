@@ -18,6 +18,7 @@ type and lanes, or the counter of the first check that failed.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +32,7 @@ from inagg.models.protocol import (
     RESULT_HDR_LEN, Counter, qp_udp_sport,
 )
 
-__all__ = ["ContribTemplate", "ResultParser", "Result"]
+__all__ = ["ContribTemplate", "ResultParser", "Result", "ResultBatch", "split_results"]
 
 # The fields a result's checks compare with a value of the receiver's or a fixed one (a router
 # may rewrite TOS, TTL and the identification); va, imm and psn vary per result.
@@ -39,6 +40,26 @@ _EXPECT = ("ethernet.ether_type", "ipv4.version", "ipv4.ihl", "ipv4.flag_mf", "i
            "ipv4.total_len", "udp.dport", "udp.len", "bth.opcode", "bth.pad", "bth.tver", "bth.pkey", "bth.dqpn",
            "reth.rkey", "reth.dma_len")
 _read_result = RESULT.reader(*_EXPECT, "reth.va", "immdt.imm", "bth.psn")
+_read_fixed = RESULT.reader(*_EXPECT)
+_R_VA, _R_IMM = RESULT.span("reth.va")[0], RESULT.span("immdt.imm")[0]
+_R_IP = RESULT.offset("ipv4")
+
+
+def _compared_bits() -> np.ndarray:
+    """A mask of the header bits _EXPECT's fields occupy, found with the reader: a bit is one of them
+    when flipping it changes what the reader returns."""
+    base = _read_fixed(bytes(RESULT_HDR_LEN))
+    mask = np.zeros(RESULT_HDR_LEN, np.uint8)
+    for byte in range(RESULT_HDR_LEN):
+        for bit in range(8):
+            f = bytearray(RESULT_HDR_LEN)
+            f[byte] = 1 << bit
+            if _read_fixed(bytes(f)) != base:
+                mask[byte] |= 1 << bit
+    return mask
+
+
+_COMPARED = _compared_bits()
 # Offsets in a contribution, from the frame description.
 _IP = CONTRIBUTION.offset("ipv4")
 _PSN, _PSN_LEN = CONTRIBUTION.span("bth.psn")
@@ -122,6 +143,37 @@ class Result:
     zero_icrc: bool = False  # taken with an ICRC field of zero (ResultParser's accept_zero_icrc)
 
 
+@dataclass(frozen=True)
+class ResultBatch:
+    """Results that passed every check, one entry per frame (:meth:`ResultParser.parse_batch`)."""
+
+    chunk30: np.ndarray    # int64: the chunk's low 30 bits
+    fp32: np.ndarray       # bool
+    saturated: np.ndarray  # bool
+    words: np.ndarray      # (n, lanes) big-endian uint32 view of the lanes, as in Result.words
+    zero_icrc: np.ndarray  # bool: taken with an ICRC field of zero
+
+    @classmethod
+    def of(cls, results: Sequence[Result], lanes: int) -> "ResultBatch":
+        """The batch of ``results`` (:class:`Result`, each of ``lanes`` lanes)."""
+        words = np.stack([r.words for r in results]) if results else np.zeros((0, lanes), ">u4")
+        return cls(np.array([r.chunk30 for r in results], np.int64), np.array([r.fp32 for r in results], bool),
+                   np.array([r.saturated for r in results], bool), words,
+                   np.array([r.zero_icrc for r in results], bool))
+
+    def extend(self, other: "ResultBatch") -> "ResultBatch":
+        """This batch followed by ``other``."""
+        return ResultBatch(*(np.concatenate([a, b]) for a, b in zip(
+            (self.chunk30, self.fp32, self.saturated, self.words, self.zero_icrc),
+            (other.chunk30, other.fp32, other.saturated, other.words, other.zero_icrc))))
+
+
+def split_results(parsed: Sequence[Result | Counter], lanes: int) -> tuple[ResultBatch, list[Counter]]:
+    """What a parser's ``parse`` gave frame by frame, as ``parse_batch`` gives it: the results, the counters."""
+    return (ResultBatch.of([r for r in parsed if not isinstance(r, Counter)], lanes),
+            [r for r in parsed if isinstance(r, Counter)])
+
+
 class ResultParser:
     """Checks result frames addressed to one worker of one job and extracts their lanes.
 
@@ -160,20 +212,68 @@ class ResultParser:
         mine = {"ipv4.total_len": total, "udp.len": total - IPV4_LEN, "bth.opcode": RESULT.opcode,
                 "bth.pkey": switch.pkey, "bth.dqpn": me.qpn, "reth.rkey": me.rkey, "reth.dma_len": switch.chunk_bytes}
         self._expect = [mine[p] if p in mine else RESULT.field(p).value for p in _EXPECT]
+        # The same values as header bytes, for the checks of a whole batch at once (_COMPARED bits only).
+        header = wire.build(eth_dst=wire.mac_bytes(me.mac), eth_src=wire.mac_bytes(switch.mac),
+                            ip_src=wire.ip_bytes(switch.ip), ip_dst=wire.ip_bytes(me.ip), udp_sport=0,
+                            opcode=RESULT.opcode, dest_qpn=me.qpn, psn=0, va=0, rkey=me.rkey,
+                            payload=bytes(switch.chunk_bytes), imm=0, pkey=switch.pkey)[:RESULT_HDR_LEN]
+        assert list(_read_fixed(header)) == self._expect, "the result template disagrees with the checks"
+        self._header = np.frombuffer(header, np.uint8) & _COMPARED
 
     def parse(self, frame: bytes | bytearray | memoryview) -> Result | Counter:
         """The result carried by ``frame``, or the counter of the first failed check."""
         f = frame if type(frame) is bytes else bytes(frame)
-        # The whole-result reader takes a result that passes every check; anything else, and a
-        # Tofino's zero ICRC, is sorted by the reference chain.
-        if len(f) >= self.frame_len:
-            *fixed, va, imm, psn = _read_result(f)
-            chunk30 = imm & IMM_CHUNK_MASK
-            if (fixed == self._expect and va == self._va + (chunk30 % self._ring) * self.chunk_bytes
-                    and wire.ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]) == 0 and _icrc.matches(f, self.frame_len)):
-                return Result(chunk30, bool(imm & IMM_FP32), bool(imm & IMM_SATURATED), va, psn,
-                              np.frombuffer(f, ">u4", self._lanes, RESULT_HDR_LEN))
-        return self._checked(f)
+        fast = self._fast(f)
+        if fast is None:
+            return self._checked(f)
+        va, imm, psn = fast
+        return Result(imm & IMM_CHUNK_MASK, bool(imm & IMM_FP32), bool(imm & IMM_SATURATED), va, psn,
+                      np.frombuffer(f, ">u4", self._lanes, RESULT_HDR_LEN))
+
+    def parse_batch(self, frames: Sequence[bytes | bytearray | memoryview]) -> tuple["ResultBatch", list[Counter]]:
+        """The results among ``frames`` as one :class:`ResultBatch`, and the counter of every other frame.
+
+        The same checks as :meth:`parse`, frame by frame (the ICRC is one ``zlib`` call per frame); the
+        lanes and the ImmDt flags of the whole batch are then read as arrays, not one result at a time.
+        """
+        n = self.frame_len
+        fs = [f if type(f) is bytes else bytes(f) for f in frames]
+        whole = [i for i, f in enumerate(fs) if len(f) >= n]
+        buf = np.frombuffer(b"".join([fs[i][:n] for i in whole]), np.uint8).reshape(len(whole), n)
+        # _fast's checks on every frame at once: the compared header fields, the address, the IPv4
+        # checksum (the ones'-complement sum of the header's 16-bit words is 0xFFFF), then the ICRC.
+        imm = buf[:, _R_IMM:_R_IMM + 4].view(">u4")[:, 0].astype(np.int64)
+        va = buf[:, _R_VA:_R_VA + 8].view(">u8")[:, 0]
+        words16 = buf[:, _R_IP:_R_IP + IPV4_LEN].view(">u2").sum(axis=1, dtype=np.uint32)
+        words16 = (words16 & 0xFFFF) + (words16 >> 16)
+        ok = ((((buf[:, :RESULT_HDR_LEN] & _COMPARED) == self._header).all(axis=1))
+              & (va == np.uint64(self._va) + ((imm & IMM_CHUNK_MASK) % self._ring).astype(np.uint64)
+                 * np.uint64(self.chunk_bytes))
+              & (((words16 & 0xFFFF) + (words16 >> 16)) == 0xFFFF))
+        ok[ok] = _icrc.values(buf[ok], n - ICRC_LEN) == buf[ok, n - ICRC_LEN:].view("<u4")[:, 0]
+        imm, buf = imm[ok], buf[ok]
+        batch = ResultBatch(imm & IMM_CHUNK_MASK, (imm & IMM_FP32) != 0, (imm & IMM_SATURATED) != 0,
+                            buf[:, RESULT_HDR_LEN:RESULT_HDR_LEN + self.chunk_bytes].view(">u4"), np.zeros(imm.size, bool))
+        passed = set(np.asarray(whole)[ok].tolist())
+        slow = [self._checked(f) for i, f in enumerate(fs) if i not in passed]
+        if not slow:
+            return batch, []
+        # The rare frames the reference chain sorts: refused, or taken (a Tofino's zero ICRC).
+        taken, drops = split_results(slow, self._lanes)
+        return batch.extend(taken), drops
+
+    def _fast(self, f: bytes) -> tuple[int, int, int] | None:
+        """(va, imm, psn) of a result for this worker that passes every check, read whole; None for any other frame.
+
+        Anything else, and a Tofino's zero ICRC, is for the reference chain to sort (:meth:`_checked`).
+        """
+        if len(f) < self.frame_len:
+            return None
+        *fixed, va, imm, psn = _read_result(f)
+        if (fixed == self._expect and va == self._va + ((imm & IMM_CHUNK_MASK) % self._ring) * self.chunk_bytes
+                and wire.ipv4_checksum(f[ETH_LEN:ETH_LEN + IPV4_LEN]) == 0 and _icrc.matches(f, self.frame_len)):
+            return va, imm, psn
+        return None
 
     def _checked(self, frame: bytes) -> Result | Counter:
         """:meth:`parse` through the reference chain, check by check."""

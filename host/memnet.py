@@ -106,23 +106,21 @@ class Traffic:
 
         Frames due at the switch at the same time, one after the other, reach it in one
         :meth:`~inagg.models.backend.DataPlane.receive_batch`: what it sends is put on the link
-        in the same order as frame by frame, so a run is the same either way.
+        in the same order as frame by frame, so a run is the same either way. Frames due at the
+        endpoints at the same time reach each endpoint that has a ``receive_batch(now, frames)``
+        in one call (:meth:`~inagg.host.worker.AllReduce.receive_batch`), the others one by one.
         """
         due, _, kind, port, frame = heapq.heappop(self._heap)
         now = due if now is None else now
         if kind == _SWITCH_TIMER:
             self._switch_timer(now, due, port)
             return
-        if kind == _TO_SWITCH:
+        if kind != _TIMER:  # frames: those going the same way at the same time go as one batch
             batch = [(port, frame)]
-            while self._heap and self._heap[0][0] == due and self._heap[0][2] == _TO_SWITCH:
+            while self._heap and self._heap[0][0] == due and self._heap[0][2] == kind:
                 batch.append(heapq.heappop(self._heap)[3:])
             self.in_flight -= len(batch)
-            self._to_switch(now, batch)
-            return
-        if kind != _TIMER:
-            self.in_flight -= 1
-            self._deliver(now, kind, port, frame)
+            (self._to_switch if kind == _TO_SWITCH else self._to_hosts)(now, batch)
             return
         ep = self.endpoints[port]
         if self._timers.get(port) != due:
@@ -188,6 +186,21 @@ class Traffic:
         self.from_switch(now, self.switch.on_timer(now))
         self.from_switch(now, self.switch.receive_batch(batch))
         self._arm_switch()
+
+    def _to_hosts(self, now: float, batch: list[tuple[int, bytes]]) -> None:
+        """Hand every endpoint its frames of ``batch``, frames due at ``now``: in one call where it takes a batch."""
+        frames: dict[int, list[bytes]] = {}
+        for port, frame in batch:
+            frames.setdefault(port, []).append(frame)
+        for port, mine in frames.items():
+            ep = self.endpoints.get(port)
+            take = getattr(ep, "receive_batch", None)
+            if take is None:
+                for frame in mine:
+                    self._deliver(now, _TO_HOST, port, frame)
+            else:
+                self.to_hosts += len(mine)
+                self._answer(now, port, ep, lambda t: take(t, mine))
 
     def _deliver(self, now: float, kind: int, port: int, frame: bytes) -> None:
         if kind == _TO_SWITCH:

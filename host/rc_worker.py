@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter as Tally
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -141,6 +142,10 @@ class RcWorker:
         for m in messages:
             self._place(m)
         return [rc.encode(a, self.to) for a in acks]
+
+    def receive_batch(self, now: float, frames: Sequence[bytes]) -> list[bytes]:
+        """:meth:`receive` on each frame in turn: the QP's requester and responder take packets one at a time."""
+        return [out for frame in frames for out in self.receive(now, frame)]
 
     def on_timer(self, now: float) -> list[bytes]:
         """The QP's ACK timeout: Go-Back-N; :class:`RcRetryError` after the last retry."""

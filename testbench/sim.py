@@ -3,7 +3,7 @@
 :func:`build` turns a design (a callable that takes the parameter set and
 returns a :class:`~amaranth.lib.wiring.Component` or Verilog text) into a
 Verilated model in ``sim_build/<design>_<parameters>[_<waves>]`` at the top
-of the repository. The Verilog (generated once per process) is rewritten
+of the repository (or under the folder ``INAGG_SIM_BUILD`` names). The Verilog (generated once per process) is rewritten
 only when it changes, so cocotb's runner reuses the model across test runs
 and processes; a lock file in the folder keeps processes (pytest-xdist
 workers) that want the same build from compiling it at once. Every build
@@ -19,6 +19,8 @@ settings with :func:`stimulus`, the same way for every design.
 ``WAVES=1`` in the environment (cocotb's own switch) builds with VCD
 tracing in a folder of its own and writes ``dump.vcd`` there; a build can
 also ask for a format (``fst`` or ``vcd``) and a run for a file name.
+Whatever Verilator, the compiler and the simulator print goes to standard
+error: standard output is the caller's (``inagg demo --json``).
 
 :func:`build_switch` is the switch top's build on it; the bridge harness's
 is :mod:`inagg.testbench.bridge.build`. Where a design's testbench goes:
@@ -35,17 +37,19 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 from inagg import hdl
 from inagg.testbench import toolchain
 
-__all__ = ["ROOT", "LINT_WAIVERS", "LINT", "WAVE_FORMATS", "PARAMS_ENV", "STIMULUS_ENV", "Public", "Build",
+__all__ = ["ROOT", "BUILD_ROOT_ENV", "LINT_WAIVERS", "LINT", "WAVE_FORMATS", "PARAMS_ENV", "STIMULUS_ENV", "Public", "Build",
            "waves_enabled", "wave_format", "check_fst", "build_dir", "build", "parameters", "stimulus",
            "SWITCH_TOPLEVEL", "build_switch"]
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The environment variable naming the folder of the builds instead of ``sim_build/`` (a test's cold build).
+BUILD_ROOT_ENV = "INAGG_SIM_BUILD"
 LINT_WAIVERS = Path(hdl.__file__).resolve().parent / "lint.vlt"
 #: Verilator's lint options of every build and of the lint test: all warnings, the project's waivers.
 LINT = ("-Wall", str(LINT_WAIVERS))
@@ -183,7 +187,7 @@ class Build:
 def build_dir(design: str, params: Mapping[str, object], waves: str | None = None) -> Path:
     """Where the build of ``design`` with ``params`` lives (``waves``: the waveform format it writes, or None)."""
     name = "_".join([design, *(f"{k}{v}" for k, v in sorted(params.items())), *([waves] if waves else [])])
-    return ROOT / "sim_build" / name
+    return Path(os.environ.get(BUILD_ROOT_ENV) or ROOT / "sim_build") / name
 
 
 _VERILOG: dict[tuple, str] = {}
@@ -241,7 +245,7 @@ def build(design: str, params: Mapping[str, object], source: Callable[..., objec
         files[f"{toplevel}.vlt"] = public.control_file(text, toplevel)
     # The machines this runs on are shared: one compiler process at a time.
     cocotb_runner.MAX_PARALLEL_BUILD_JOBS = 1
-    runner = cocotb_runner.get_runner("verilator")
+    runner = _runner_class()()
     if waves is not None and optimize_traced is not None:
         optimize = optimize_traced
     args = [*LINT, *(["--no-public-flat-rw"] if public is not None else []), *optimize,
@@ -254,6 +258,31 @@ def build(design: str, params: Mapping[str, object], source: Callable[..., objec
         runner.build(sources=[folder / name for name in files], hdl_toplevel=toplevel, build_dir=folder,
                      always=False, build_args=args, waves=waves is not None)
     return Build(runner, folder, toplevel, dict(params), waves)
+
+
+# Where the runner's commands write: file descriptor 2, not sys.stderr, which a caller may have replaced
+# by an object without one.
+STDERR_FD = 2
+
+
+@cache
+def _runner_class() -> type:
+    """cocotb's Verilator runner with every command's output on standard error.
+
+    cocotb's own lets Verilator's, the compiler's and the simulator's output
+    through to standard output, where a caller's document goes (``inagg demo
+    --json`` piped into a JSON reader).
+    """
+    from cocotb_tools import runner as cocotb_runner
+
+    class Verilator(cocotb_runner.Verilator):
+        def _execute(self, cmds, cwd) -> None:
+            if self.log_file is None:
+                self._execute_cmds(cmds, cwd, STDERR_FD)
+            else:
+                super()._execute(cmds, cwd)
+
+    return Verilator
 
 
 SWITCH_TOPLEVEL = "inagg_switch"

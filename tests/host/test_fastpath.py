@@ -172,3 +172,38 @@ def test_good_results_take_the_whole_result_reader(monkeypatch):
     assert (r.chunk30, r.fp32, r.psn) == (6, True, 3)
     with pytest.raises(AssertionError, match="check chain"):
         parser.parse(GOOD[:-1] + bytes([GOOD[-1] ^ 1]))
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, len(GOOD) + 8), st.integers(0, 255),
+                          st.integers(len(GOOD) - 2, len(GOOD) + 8)), max_size=6), st.integers(0, 2))
+def test_a_batch_parses_as_each_frame_would(mutations, rank):
+    # Good frames (with Ethernet padding too), corrupted ones and short ones, mixed in one batch.
+    frames = []
+    for kind, pos, val, cut in mutations:
+        f = bytearray(GOOD + bytes(8))
+        if kind == 1:
+            f[pos % len(f)] = val
+        frames.append(bytes(f[:cut] if kind == 2 else f[:len(GOOD) + pos % 9]))
+    parser = ResultParser(SW, JOB, rank)
+    got, drops = parser.parse_batch(frames)
+    each = [parser.parse(f) for f in frames]
+    assert drops == [r for r in each if isinstance(r, Counter)]
+    # The same results as frame by frame (those the reference chain takes come last).
+    taken = [r for r in each if not isinstance(r, Counter)]
+    assert sorted(zip(got.chunk30.tolist(), got.fp32.tolist(), got.saturated.tolist(), got.zero_icrc.tolist(),
+                      map(bytes, got.words.astype(">u4")))) == \
+        sorted((r.chunk30, r.fp32, r.saturated, r.zero_icrc, r.words.astype(">u4").tobytes()) for r in taken)
+    assert got.words.shape == (len(taken), SW.lanes)
+
+
+def test_a_batch_of_good_results_takes_the_array_checks(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a good result went through the check chain")
+
+    parser = ResultParser(SW, JOB, 1)
+    monkeypatch.setattr(wire, "parse", refuse)
+    other = reference_result(1, 2**30 - 1, bytes(SW.chunk_bytes), psn=2**24 - 1)
+    got, drops = parser.parse_batch([GOOD, bytearray(GOOD) + bytes(6), other])
+    assert drops == [] and got.chunk30.tolist() == [6, 6, 2**30 - 1] and got.fp32.tolist() == [True, True, False]
+    with pytest.raises(AssertionError, match="check chain"):
+        parser.parse_batch([GOOD[:-1] + bytes([GOOD[-1] ^ 1])])

@@ -12,7 +12,7 @@ from inagg.models.tree import TreeCounter
 
 
 @pytest.mark.parametrize("scope, states", [
-    (TreeScope("2x1", chunks=2, window=2, faults=1), 1378),
+    (TreeScope("2x1", chunks=2, window=2, faults=1), 1388),
     (TreeScope("2x2", chunks=1, window=1, faults=0), 49),
     (TreeScope("2x1", chunks=2, window=1, faults=1, mode=Mode.TRANSLATED, reorder=False, quiet=True), 562),
     (TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.TRANSLATED), 313),

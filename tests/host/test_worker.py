@@ -7,7 +7,7 @@ from inagg.host.controller import Controller, plan
 from inagg.host.link import Faults
 from inagg.host.memnet import MemoryNetwork
 from inagg.host.worker import (
-    AllReduce, ChunkTimeoutError, LengthMismatchError, Timing, Worker, agreement_chunks,
+    AllReduce, ChunkTimeoutError, LengthMismatchError, RttEstimator, Timing, Worker, agreement_chunks,
 )
 from inagg.models import arith
 from inagg.models.protocol import Counter
@@ -77,6 +77,38 @@ def test_timeout_resends_with_backoff_then_fails_naming_chunk_and_worker():
     with pytest.raises(ChunkTimeoutError, match=r"job 1 worker 1: no result for chunk 41 after 4 tries"):
         w.on_timer(deadlines[-1])
     assert w.stats["resent"] == 3
+
+
+def test_the_rtt_estimator_follows_rfc_6298_within_its_floor_and_cap():
+    e = RttEstimator(Timing(timeout=1.0, max_timeout=4.0, min_timeout=0.01))
+    assert e.rto == 1.0 and e.srtt is None
+    e.sample(0.1)  # the first sample: SRTT = R, RTTVAR = R / 2
+    assert (e.srtt, e.rttvar, e.rto) == pytest.approx((0.1, 0.05, 0.3))
+    e.sample(0.2)  # then RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R|, SRTT = 7/8 SRTT + 1/8 R
+    assert (e.srtt, e.rttvar, e.rto) == pytest.approx((0.1125, 0.0625, 0.3625))
+    e.sample(10.0)
+    assert e.rto == 4.0  # max_timeout caps it
+    for _ in range(200):
+        e.sample(0.0)
+    assert e.rto == 0.01  # min_timeout is the floor
+    fixed = RttEstimator(Timing(timeout=1.0, max_timeout=4.0, estimate=False))
+    fixed.sample(0.1)
+    assert fixed.rto == 1.0 and fixed.srtt is None
+
+
+def test_a_sample_rearms_chunks_sent_once_and_a_resent_chunk_gives_none():
+    sw = switch()
+    t = Timing(timeout=1.0, max_timeout=4.0, min_timeout=0.01)
+    ws = [Worker(SW, JOB, r, timing=t) for r in range(2)]
+    sent = [w.submit(0.0, lanes(2, r)) for r, w in enumerate(ws)]
+    res = dict(f for r in range(2) for f in sw.receive(r, sent[r][0]))
+    assert ws[0].receive(0.002, res[0]) == []
+    # SRTT 2 ms, RTTVAR 1 ms: RTO 6 ms, raised to the 10 ms floor; chunk 1, sent at 0, now times out then.
+    assert ws[0].rtt.srtt == pytest.approx(0.002) and ws[0].deadline == pytest.approx(0.01)
+    # Karn's rule: worker 1 resent both chunks, so the result of chunk 0 measures nothing.
+    assert ws[1].deadline == 1.0 and ws[1].on_timer(1.0) == sent[1]
+    ws[1].receive(1.5, res[1])
+    assert ws[1].rtt.srtt is None and ws[1].deadline == pytest.approx(1.0 + 2.0)
 
 
 @pytest.mark.parametrize("early", [0, 1, 3])
@@ -165,10 +197,17 @@ def test_submit_checks_its_input_and_the_previous_batch():
     (dict(timeout=2.0, max_timeout=1.0), r"max_timeout must be a number >= timeout \(2.0\), not 1.0"),
     (dict(tries=0), "tries must be a positive integer, not 0"),
     (dict(early=-1), "early must be a non-negative integer, not -1"),
+    (dict(min_timeout=0), r"min_timeout must be None or a number in \(0, max_timeout\], not 0"),
+    (dict(min_timeout=1.0, max_timeout=0.5), r"min_timeout must be None or a number in \(0, max_timeout\], not 1.0"),
 ])
 def test_timing_is_validated(kw, match):
     with pytest.raises(ValueError, match=match):
         Timing(**kw)
+
+
+def test_timing_estimate_must_be_a_bool():
+    with pytest.raises(TypeError, match="estimate must be a bool, not int"):
+        Timing(estimate=1)
 
 
 def allreduce(data, **kw):

@@ -2,6 +2,7 @@
 
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 from scapy.contrib.roce import BTH
@@ -9,7 +10,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from inagg.models import icrc
+from inagg.models import icrc, wire
 
 # A CNP captured on a ConnectX-4 Lx, as published in scapy's RoCE test suite
 # (test/contrib/roce.uts); its last 4 bytes are the ICRC the NIC computed.
@@ -110,3 +111,15 @@ def test_malformed_inputs():
 def test_wire_order_is_lsb_first():
     frame = _frame()
     assert struct.unpack("<I", icrc.icrc(frame[:-4]))[0] == icrc.icrc_value(frame[:-4])
+
+
+def test_values_of_a_batch_are_each_frames_icrc():
+    rng = np.random.default_rng(7)
+    frames = [wire.build(eth_dst=bytes(6), eth_src=bytes(6), ip_src=bytes(4), ip_dst=bytes(4), udp_sport=int(s),
+                         opcode=0x2B, dest_qpn=int(q), psn=int(q), va=0, rkey=1, payload=rng.bytes(64), imm=int(q),
+                         tos=int(s) & 0xFF, ttl=int(q) & 0xFF)
+              for s, q in rng.integers(0, 1 << 16, (5, 2))]
+    rows = np.frombuffer(b"".join(frames), np.uint8).reshape(len(frames), -1)
+    end = rows.shape[1] - 4
+    assert icrc.values(rows, end).tolist() == [icrc.icrc_value(f[:end]) for f in frames]
+    assert icrc.values(rows[:0], end).shape == (0,)
