@@ -420,6 +420,23 @@ class RankMux:
             return []
         return op.receive(now, frame)
 
+    def receive_batch(self, now: float, frames: Sequence[bytes]) -> list[bytes]:
+        """Frames that arrived together: each job's in one batch (in arrival order), for the jobs in the
+        order their first frame came; an endpoint without ``receive_batch`` takes its frames one by one."""
+        by_op: dict[int, list[bytes]] = {}
+        for frame in frames:
+            qpn = _DQPN(frame)[0] if len(frame) >= _DQPN_END else None
+            if qpn not in self.ops:
+                self.dropped += 1
+                continue
+            by_op.setdefault(qpn, []).append(frame)
+        out = []
+        for qpn, batch in by_op.items():
+            op = self.ops[qpn]
+            take = getattr(op, "receive_batch", None)
+            out += take(now, batch) if take is not None else [f for frame in batch for f in op.receive(now, frame)]
+        return out
+
     def on_timer(self, now: float) -> list[bytes]:
         # Only the jobs whose timer is due: another job's timer firing early would resend before its time.
         return [f for op in self.ops.values() if (d := op.deadline) is not None and d <= now

@@ -80,6 +80,28 @@ def test_rank_mux_hands_frames_by_qp_and_counts_the_rest():
     assert mux.dropped == 2
 
 
+class _BatchOp(_Op):
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def receive_batch(self, now, frames):
+        self.batches.append(list(frames))
+        return [b"out%d" % len(frames)]
+
+
+def test_rank_mux_hands_a_batch_to_each_job_in_arrival_order_and_counts_the_rest():
+    tp = plan_tree_jobs("2x2", 2, window=1)
+    a, b = (job.workers[0].qpn for job in tp.plans[1].jobs)
+    ops = {a: _BatchOp(), b: _Op()}  # one job takes batches, the other frames one by one
+    mux = RankMux(ops)
+    f1, f2 = _frame(a), _frame(a) + b"\x01"
+    out = mux.receive_batch(0.0, [_frame(b), f1, _frame(max(ops) + 1), f2, _frame(a)[:20]])
+    assert ops[a].batches == [[f1, f2]] and ops[b].got == [_frame(b)]
+    assert out == [b"out2"]
+    assert mux.dropped == 2
+
+
 def test_tree_operations_give_each_rank_one_op_per_job():
     import numpy as np
 
