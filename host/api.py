@@ -4,11 +4,15 @@ A :class:`Group` names one worker of one job on one switch and the
 :class:`Port` its frames go through (an AF_PACKET socket in a namespace, a
 TAP device, or a port of the in-process :class:`MemoryFabric`). It keeps the
 job's chunk sequence from call to call, as the protocol requires. Each call
-drives the sans-IO :class:`~inagg.host.worker.AllReduce` with a real clock.
+drives the sans-IO :class:`~inagg.host.worker.AllReduce` (or the collective's
+operation) with a real clock, over the worker the job's mode calls for: a UC
+:class:`~inagg.host.worker.Worker`, or for EPIC's Modes I, II and III an RC
+queue pair (:class:`~inagg.host.rc_worker.RcWorker`).
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -21,7 +25,8 @@ from inagg.models.job import Collective, JobSpec, SwitchSpec
 
 from inagg.host.collectives import AllGather, Barrier, Broadcast, Reduce, ReduceScatter, collective_worker
 from inagg.host.link import Faults, HeldFrames, LossyLink
-from inagg.host.worker import AllReduce, ChunkTimeoutError, Timing
+from inagg.host.rc_worker import RC_MODES, RcRetryError, RcWorker
+from inagg.host.worker import AllReduce, ChunkTimeoutError, Timing, Worker
 
 __all__ = ["Port", "Group", "allreduce", "reduce", "broadcast", "barrier", "reduce_scatter", "allgather", "run",
            "MemoryFabric", "Collective"]
@@ -54,6 +59,19 @@ class Group:
     ``TreePlan.rank`` maps one to the other); the collectives that place
     data by rank use :attr:`index`. The job's collective decides which of
     the functions below the group can run.
+
+    The job's mode (``job.mode``, :class:`~inagg.models.job.Mode`) decides
+    the worker: Mode.UC a UC :class:`~inagg.host.worker.Worker` with its own
+    timers; Modes I, II and III (:data:`~inagg.host.rc_worker.RC_MODES`) an
+    :class:`~inagg.host.rc_worker.RcWorker`, one RC queue pair whose ACK
+    timeout is ``timing.timeout`` and retry count ``timing.tries - 1``. The
+    functions are the same; where a UC group raises
+    :class:`~inagg.host.worker.ChunkTimeoutError`, an RC group raises
+    :class:`~inagg.host.rc_worker.RcRetryError` (also a ``TimeoutError``)
+    when its QP runs out of retries. Mode I runs AllReduce only
+    (:class:`~inagg.models.job.JobSpec` refuses other collectives in it).
+    An RC queue pair starts its PSNs and chunks at 0, so ``first_chunk``
+    must be 0 there, and ``accept_zero_icrc`` (a UC Tofino switch) False.
     """
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, port: Port, *, timing: Timing | None = None,
@@ -62,8 +80,14 @@ class Group:
         # Called with a ChunkTimeoutError, returns its cause when it can tell one (join() over a service does).
         self.diagnose: Callable[[ChunkTimeoutError], str | None] | None = None
         self.index = rank if tree_rank is None else tree_rank
-        self.worker = collective_worker(switch, job, rank, timing=timing, first_chunk=first_chunk,
-                                        accept_zero_icrc=accept_zero_icrc)
+        if job.mode in RC_MODES:
+            if first_chunk or accept_zero_icrc:
+                raise ValueError(f"mode {job.mode.value} runs over an RC queue pair, whose PSNs start at 0: "
+                                 "first_chunk must be 0 and accept_zero_icrc False")
+            self.worker: Worker | RcWorker = RcWorker(switch, job, rank, timing=timing)
+        else:
+            self.worker = collective_worker(switch, job, rank, timing=timing, first_chunk=first_chunk,
+                                            accept_zero_icrc=accept_zero_icrc)
         self.last_exponent: int | None = None
 
     @property
@@ -133,15 +157,28 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
     ``op`` works on ``group.worker``; its frames go through ``group.port``. Returns ``op``.
     A :class:`~inagg.host.worker.ChunkTimeoutError` carries the cause
     ``group.diagnose`` finds, when the group has one.
+
+    An RC queue pair whose chunks are all ACKed has no timer left, yet in
+    Modes I and III (the switch ACKs chunks itself) its results may never
+    come when another rank is missing: after ``timing.timeout * timing.tries``
+    seconds without a frame, the time its retries would take, the call
+    raises :class:`~inagg.host.rc_worker.RcRetryError` naming the chunk.
     """
-    port = group.port
+    port, worker = group.port, group.worker
+    quiet = worker.timing.timeout * worker.timing.tries if isinstance(worker, RcWorker) else None
     for f in op.start(clock()):
         port.send(f)
+    heard = clock()
     while not op.done:
         deadline = op.deadline
-        frame = port.recv(max(0.0, deadline - clock()) if deadline is not None else 1.0)
+        if deadline is None:
+            deadline = heard + quiet if quiet is not None else clock() + 1.0
+        frame = port.recv(max(0.0, deadline - clock()))
         now = clock()
-        out = op.receive(now, frame) if frame is not None else []
+        out = []
+        if frame is not None:
+            heard = now
+            out = op.receive(now, frame)
         if not op.done and (d := op.deadline) is not None and d <= now:
             try:
                 out += op.on_timer(now)
@@ -149,6 +186,10 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
                 if group.diagnose is None or (cause := group.diagnose(e)) is None:
                     raise
                 raise ChunkTimeoutError(e.job, e.rank, e.chunk, e.tries, cause) from None
+        elif not op.done and d is None and quiet is not None and now - heard >= quiet:
+            raise RcRetryError(f"job {worker.job.job} worker {worker.rank}: every chunk ACKed but no result for "
+                               f"chunk {worker.waiting} in {quiet:g} s (another worker of the job is missing, or "
+                               "the switch lost the job)")
         for f in out:
             port.send(f)
     return op
@@ -175,7 +216,14 @@ class MemoryFabric:
     ``port(n)`` is the :class:`Port` of switch port ``n``. A frame sent on a
     port crosses the lossy link, the switch handles it in the sender's
     thread (under a lock), and its results cross the link to their ports'
-    queues. Frames the link holds back are released by a timer thread.
+    queues: every frame either way (UC contributions and results; RC
+    chunks, results, ACKs and NAKs) meets the same faults. A timer thread
+    releases the frames the link holds back and runs the switch's own
+    timers (:attr:`~inagg.models.backend.DataPlane.deadline` and
+    ``on_timer``: Mode III's hop timers, Mode I's result retransmission) on
+    :func:`time.monotonic`, which the switch is told before every frame too.
+    Give such a switch a ``hop_timeout`` longer than a thread's turn (a few
+    milliseconds), or its timers fire before the hosts could answer.
     """
 
     def __init__(self, switch, *, faults: Faults | None = None, seed: int = 0):
@@ -186,7 +234,8 @@ class MemoryFabric:
         self._held = HeldFrames()
         self._wake = threading.Condition(self._lock)
         self._closed = False
-        self._timer = threading.Thread(target=self._release, daemon=True, name="inagg-fabric-timer")
+        self._switch_due: float | None = None  # the switch's deadline the timer thread waits for
+        self._timer = threading.Thread(target=self._run_timers, daemon=True, name="inagg-fabric-timer")
         self._timer.start()
 
     @property
@@ -225,20 +274,26 @@ class MemoryFabric:
 
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
         if direction == 0:
-            for out_port, out in self.switch.receive(port, frame):
+            for out_port, out in self.switch.on_timer(time.monotonic()) + self.switch.receive(port, frame):
                 self._cross(1, out_port, out)
+            d = self.switch.deadline
+            if d is not None and (self._switch_due is None or d < self._switch_due):
+                self._wake.notify()  # a timer earlier than the one the timer thread waits for
         elif port in self._ports:
             self._ports[port]._q.put(frame)
 
-    def _release(self) -> None:
+    def _run_timers(self) -> None:
+        """The timer thread: held frames when they are due, the switch's timers when they run out."""
         with self._lock:
             while not self._closed:
-                if not self._held:
-                    self._wake.wait()
-                    continue
-                wait = self._held.wait(float("inf"))
-                if wait > 0:
-                    self._wake.wait(wait)
-                    continue
-                for direction, port, f in self._held.due():
+                now = time.monotonic()
+                for direction, port, f in self._held.due(now):
                     self._arrive(direction, port, f)
+                d = self.switch.deadline
+                if d is not None and d <= now:
+                    for port, f in self.switch.on_timer(now):
+                        self._cross(1, port, f)
+                    d = self.switch.deadline
+                self._switch_due = d
+                wait = self._held.wait(math.inf if d is None else max(0.0, d - now), now)
+                self._wake.wait(None if wait == math.inf else wait)

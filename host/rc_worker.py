@@ -49,7 +49,9 @@ _BLOCK = 512
 
 
 class RcRetryError(ProtocolError, TimeoutError):
-    """The QP's requester ran out of retries (:class:`inagg.models.rc.RetryExceededError`): the all-reduce fails."""
+    """The QP's requester ran out of retries (:class:`inagg.models.rc.RetryExceededError`), or (raised by
+    :func:`inagg.host.api.run`) every chunk was ACKed but the results stopped coming for as long as the
+    retries would have taken: the collective fails."""
 
 
 class RcWorker:
@@ -101,6 +103,11 @@ class RcWorker:
         not its receivers, every chunk this host sends is ACKed."""
         acked = self.requester.completed - self._posted_base == self._k
         return (not self.receives or self._got == self._k) and (acked or not self._wait_acks)
+
+    @property
+    def waiting(self) -> int:
+        """Chunk sequence of the batch's first chunk without its result."""
+        return (self.base + self._got) % CHUNK_MOD
 
     @property
     def deadline(self) -> float | None:
