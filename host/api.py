@@ -24,7 +24,7 @@ import numpy as np
 from inagg.models.job import Collective, JobSpec, SwitchSpec
 
 from inagg.host.collectives import AllGather, Barrier, Broadcast, Reduce, ReduceScatter, collective_worker
-from inagg.host.link import Faults, HeldFrames, LossyLink
+from inagg.host.link import Faults, HeldFrames, LossyLink, idle_wait
 from inagg.host.rc_worker import RC_MODES, RcRetryError, RcWorker
 from inagg.host.worker import AllReduce, ChunkTimeoutError, Timing, Worker
 
@@ -295,5 +295,5 @@ class MemoryFabric:
                         self._cross(1, port, f)
                     d = self.switch.deadline
                 self._switch_due = d
-                wait = self._held.wait(math.inf if d is None else max(0.0, d - now), now)
+                wait = idle_wait(self._held, self.switch, math.inf, now)
                 self._wake.wait(None if wait == math.inf else wait)

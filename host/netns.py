@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable
 
 from inagg.host.controller import Plan
-from inagg.host.link import Faults, HeldFrames, LossyLink
+from inagg.host.link import Faults, HeldFrames, LossyLink, idle_wait
 
 __all__ = ["NetnsUnavailable", "Topology", "PacketPort", "serve_switch", "enter", "require_root"]
 
@@ -188,6 +188,8 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
 
     Every frame crosses the lossy link on its way in and again on its way out;
     frames the link holds back are released when their delay has passed.
+    The switch is told :func:`time.monotonic` before every frame, and its own
+    timers (Modes I and III) run when its ``deadline`` passes.
     """
     link = LossyLink(faults, seed)
     held = HeldFrames()
@@ -200,7 +202,7 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
 
     def arrive(direction: int, port: int, frame: bytes) -> None:
         if direction == 0:
-            for out_port, out in switch.receive(port, frame):
+            for out_port, out in switch.on_timer(time.monotonic()) + switch.receive(port, frame):
                 cross(1, out_port, out)
         else:
             if capture is not None:
@@ -209,8 +211,7 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
 
     try:
         while not stop():
-            wait = held.wait(0.05)
-            for key, _ in sel.select(wait):
+            for key, _ in sel.select(idle_wait(held, switch, 0.05, time.monotonic())):
                 p = key.data
                 while (frame := ports[p].recv_nowait()) is not None:
                     if capture is not None:
@@ -218,6 +219,8 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
                     cross(0, p, frame)
             for direction, port, f in held.due():
                 arrive(direction, port, f)
+            for out_port, out in switch.on_timer(time.monotonic()):
+                cross(1, out_port, out)
     finally:
         sel.close()
     return dict(link.stats)
