@@ -89,6 +89,8 @@ class Group:
             self.worker = collective_worker(switch, job, rank, timing=timing, first_chunk=first_chunk,
                                             accept_zero_icrc=accept_zero_icrc)
         self.last_exponent: int | None = None
+        # Frames of the next call that came while the last one was still answering (run() takes them first).
+        self.early: list[bytes] = []
 
     @property
     def size(self) -> int:
@@ -163,17 +165,25 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
     come when another rank is missing: after ``timing.timeout * timing.tries``
     seconds without a frame, the time its retries would take, the call
     raises :class:`~inagg.host.rc_worker.RcRetryError` naming the chunk.
+
+    A rank whose ACKs other ranks wait for (``RcWorker.others_wait``: Reduce's
+    root rank, Broadcast's other ranks) keeps answering, as a NIC's responder
+    would, until ``2 * timing.timeout`` seconds pass without a frame: a lost
+    last ACK brings the result again within the others' timeout, and the
+    rank ACKs it once more. That is the price of its call in latency. A
+    frame of the next call ends the wait; that call takes it first.
     """
     port, worker = group.port, group.worker
     quiet = worker.timing.timeout * worker.timing.tries if isinstance(worker, RcWorker) else None
     for f in op.start(clock()):
         port.send(f)
+    early, group.early = group.early, []
     heard = clock()
     while not op.done:
         deadline = op.deadline
         if deadline is None:
             deadline = heard + quiet if quiet is not None else clock() + 1.0
-        frame = port.recv(max(0.0, deadline - clock()))
+        frame = early.pop(0) if early else port.recv(max(0.0, deadline - clock()))
         now = clock()
         out = []
         if frame is not None:
@@ -192,7 +202,25 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
                                "the switch lost the job)")
         for f in out:
             port.send(f)
+    if quiet is not None and worker.others_wait:
+        _answer_late(group, 2 * worker.timing.timeout, clock)
     return op
+
+
+def _answer_late(group: Group, quiet: float, clock: Callable[[], float]) -> None:
+    """ACK what ``group``'s port brings again until ``quiet`` seconds pass without a frame, or until a frame of
+    the next call comes (kept in ``group.early``)."""
+    heard = clock()
+    while (left := heard + quiet - clock()) > 0:
+        frame = group.port.recv(left)
+        if frame is None:
+            continue
+        heard = clock()
+        if (acks := group.worker.answer_late(heard, frame)) is None:
+            group.early.append(frame)
+            return
+        for f in acks:
+            group.port.send(f)
 
 
 class _QueuePort:

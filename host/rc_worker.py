@@ -74,6 +74,9 @@ class RcWorker:
         # ranks that depend on them have them, so it keeps its timer until then (an AllReduce host is done with
         # its results: its ACKs follow from them).
         self._wait_acks = self.sends and senders != receivers
+        # Other ranks' chunks are ACKed only once this rank has ACKed its results (Reduce's root rank, Broadcast's
+        # other ranks): a NIC's responder keeps ACKing after the application is done, and so must its driver.
+        self.others_wait = self.receives and senders != receivers and bool(senders & ~(1 << rank))
         self.timing = timing or Timing()
         self.window = job.window
         w = job.workers[rank]
@@ -148,6 +151,15 @@ class RcWorker:
         for m in messages:
             self._place(m)
         return [rc.encode(a, self.to) for a in acks]
+
+    def answer_late(self, now: float, frame: bytes) -> list[bytes] | None:
+        """After the batch: the ACK of a result this QP has taken already (its first ACK was lost), or None for
+        any other frame, which is the next batch's to handle (a Broadcast's next results may come before it)."""
+        r = rc.decode(frame, self.switch.pkey)
+        if isinstance(r, Counter) or r[0] != self.qpn or isinstance(r[1], rc.Ack) \
+                or rc.psn_diff(r[1].psn, self.responder.expected) >= 0:
+            return None
+        return self.receive(now, frame)
 
     def on_timer(self, now: float) -> list[bytes]:
         """The QP's ACK timeout: Go-Back-N; :class:`RcRetryError` after the last retry."""

@@ -63,6 +63,36 @@ def test_each_collective_is_exact_over_rc_with_faults(on_threads, collective, mo
     _check_exact(collective, data, values)
 
 
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED], ids=["II", "III"])
+@pytest.mark.parametrize("collective", [Collective.REDUCE, Collective.BROADCAST], ids=lambda c: c.value)
+def test_calls_in_turn_where_ranks_wait_on_each_others_acks(on_threads, collective, mode):
+    """A Broadcast's next results may reach a rank still ACKing the last ones again: the next call takes them."""
+    rng = np.random.default_rng(10)
+    data = [[np.clip(rng.standard_normal(n), -AMAX, AMAX).astype(np.float32) for n in (70, 200, 5)]
+            for _ in range(RANKS)]
+    values, errors = on_threads(_plan(collective, mode), RC,
+                                lambda r, g: [_call(collective, a, g) for a in data[r]], faults=FAULTS, seed=11)
+    assert not errors
+    for call in range(3):
+        _check_exact(collective, [d[call] for d in data], {r: values[r][call] for r in range(RANKS)})
+
+
+def test_next_broadcast_results_reaching_a_rank_still_answering_are_kept(on_threads):
+    """Without loss, a Broadcast's root never goes back (no NAK, no timeout): the results of its next call that
+    reach the other ranks while they still answer for the last one are kept for the next call, not dropped."""
+    slow = host.Timing(timeout=1.0, max_timeout=1.0, tries=5)  # no timer runs out on a busy machine either
+    data = [np.full(100, r, np.float32) for r in range(3)]
+
+    def calls(r, g):
+        out = [host.broadcast(data[r], g) for _ in range(3)]
+        return out, g.worker.requester.stats["retries"]
+
+    values, errors = on_threads(_plan(Collective.BROADCAST, Mode.TRANSLATED, ranks=3), slow, calls)
+    assert not errors
+    assert all(np.array_equal(o, data[ROOT]) for r in range(3) for o in values[r][0])
+    assert values[ROOT][1] == 0
+
+
 def test_mode_i_allreduce_is_exact_with_faults_and_calls_in_turn(on_threads):
     rng = np.random.default_rng(8)
     data = [[rng.standard_normal(n).astype(np.float32) for n in (200, 3)] for _ in range(3)]
