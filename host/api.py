@@ -250,8 +250,9 @@ class MemoryFabric:
     timers (:attr:`~inagg.models.backend.DataPlane.deadline` and
     ``on_timer``: Mode III's hop timers, Mode I's result retransmission) on
     :func:`time.monotonic`, which the switch is told before every frame too.
-    Give such a switch a ``hop_timeout`` longer than a thread's turn (a few
-    milliseconds), or its timers fire before the hosts could answer.
+    Give such a switch a ``hop_timeout`` longer than a loaded host takes to
+    ACK (tens of milliseconds for Python threads), or its timers fire
+    without loss and resend whole windows (``docs/results/api_modes.md``).
     """
 
     def __init__(self, switch, *, faults: Faults | None = None, seed: int = 0):

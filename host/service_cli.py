@@ -44,7 +44,7 @@ def _rate(text: str) -> float:
 
 # --ports and --slots when not given, by backend: a Verilator build grows with both.
 _DEFAULTS = {"model": (64, 4096), "rtl": (4, 256)}
-SERVICE_HOP_TIMEOUT = 0.01
+SERVICE_HOP_TIMEOUT = 0.05
 """The model switch's hop timeout (Modes I and III) behind the service, in seconds of real time."""
 
 
@@ -99,8 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="--backend rtl: entries of the RTL's job table; jobs 1..N-1 can run at once (default 4)")
     s.add_argument("--hop-timeout", type=_positive(float), metavar="SECONDS",
                    help="--backend model: ACK timeout of a result on the hop in Modes I and III, in real time "
-                        f"(default {SERVICE_HOP_TIMEOUT:g}: longer than a round trip to a host, shorter than "
-                        "the hosts' own timeout)")
+                        f"(default {SERVICE_HOP_TIMEOUT:g}: longer than a loaded host takes to ACK, shorter "
+                        "than the hosts' own timeout)")
     s.add_argument("--chunk-bytes", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096),
                    help="payload bytes per packet (default 1024)")
     for fault in ("loss", "dup", "reorder", "corrupt"):

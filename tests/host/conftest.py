@@ -16,10 +16,10 @@ HANG = 120.0
 def _on_threads(plan, timing, body, *, ranks=None, faults=None, seed=5, switch=None):
     """``body(rank, group)`` for each rank of ``plan``'s first job (or of ``ranks``), each on a thread of its
     own, every group on one :class:`host.MemoryFabric` in front of ``switch`` configured with ``plan`` (by
-    default a :class:`ModelSwitch` whose Mode I and III timers run out after 10 ms of real time).
+    default a :class:`ModelSwitch` whose Mode I and III timers run out after 50 ms of real time).
     Returns ``(values, errors)``: what each rank's body returned, and what it raised, by rank."""
     sw_spec, job = plan.switch, plan.jobs[0]
-    sw = ModelSwitch(sw_spec, hop_timeout=0.01) if switch is None else switch
+    sw = ModelSwitch(sw_spec, hop_timeout=0.05) if switch is None else switch
     Controller(sw, plan).configure()
     values, errors = {}, {}
     with host.MemoryFabric(sw, faults=faults, seed=seed) as fabric:

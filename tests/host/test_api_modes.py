@@ -175,7 +175,7 @@ def test_mode_iii_hop_timers_repair_losses_in_real_time(on_threads):
     """Results lost on the hop are sent again by the switch (HOP_RESENDS): on a NAK, or, for the last ones
     before a pause, when its hop timer runs out on the fabric's thread."""
     p = _plan(Collective.ALLREDUCE, Mode.AUGMENTED)
-    sw = ModelSwitch(p.switch, hop_timeout=0.01)
+    sw = ModelSwitch(p.switch, hop_timeout=0.05)
     rng = np.random.default_rng(9)
     data = [rng.standard_normal(300).astype(np.float32) for _ in range(RANKS)]
     values, errors = on_threads(p, RC, lambda r, g: (host.allreduce(data[r], g), g.last_exponent),

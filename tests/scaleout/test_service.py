@@ -176,7 +176,7 @@ def test_the_default_fast_switch_refuses_an_rc_job(service):
 @pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED], ids=["I", "II", "III"])
 def test_rc_modes_through_the_service_with_loss(mode):
     """Ranks over VXLAN in Modes I, II and III: the service runs the model switch's timers in real time."""
-    sw = ModelSwitch(SPEC, hop_timeout=0.02)
+    sw = ModelSwitch(SPEC, hop_timeout=0.05)
     rng = np.random.default_rng(4)
     data = [rng.standard_normal(500).astype(np.float32) for _ in range(3)]
     out, errors = {}, {}
