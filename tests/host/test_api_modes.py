@@ -9,7 +9,7 @@ from inagg import host
 from inagg.host.collectives import reference
 from inagg.host.controller import plan
 from inagg.host.link import Faults
-from inagg.host.rc_worker import RcRetryError, RcWorker
+from inagg.host.rc_worker import RcWorker
 from inagg.host.worker import Worker
 from inagg.models import quant
 from inagg.models.job import Collective, Mode
@@ -133,7 +133,7 @@ def test_dead_rank_raises_rc_retry_error_on_the_others(on_threads, mode):
                            lambda r, g: host.allreduce(np.ones(10, np.float32), g), ranks=[0, 1])
     assert set(errors) == {0, 1}
     for r, e in errors.items():
-        assert isinstance(e, RcRetryError) and isinstance(e, TimeoutError)
+        assert isinstance(e, host.RcRetryError) and isinstance(e, TimeoutError)
         assert str(e).startswith(f"job 1 worker {r}: ")
 
 
