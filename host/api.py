@@ -106,7 +106,10 @@ def allreduce(array: np.ndarray, group: Group, *, clock: Callable[[], float] = t
     passed different sizes, :class:`~inagg.host.worker.ChunkTimeoutError`
     (naming the chunk and the worker) when the switch does not answer, and
     :class:`~inagg.host.worker.SaturatedResultError` when a P4 switch keeps
-    saturating lanes after the call was resent at smaller scales.
+    saturating lanes after the call was resent at smaller scales. A group
+    of Mode I, II or III raises :class:`~inagg.host.rc_worker.RcRetryError`
+    (also a ``TimeoutError``) where a UC group raises ``ChunkTimeoutError``
+    (:func:`run` says when).
     """
     a = np.asarray(array)
     if a.dtype != np.float32:
@@ -123,6 +126,8 @@ def reduce(array: np.ndarray, group: Group, *, amax: float,
     ``amax`` bounds ``|x|`` on every rank and is the same everywhere
     (:class:`~inagg.host.collectives.Reduce` says why); larger values are
     refused with ``ValueError`` before anything is sent.
+
+    Errors as :func:`allreduce`'s (``LengthMismatchError`` when the ranks' lengths differ).
     """
     a = np.asarray(array)
     out = run(Reduce(group.worker, a.ravel(), amax=amax, rank=group.index), group, clock=clock).result()
@@ -130,18 +135,28 @@ def reduce(array: np.ndarray, group: Group, *, amax: float,
 
 
 def broadcast(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
-    """The root rank's ``array``, bit for bit, on every rank; the others pass an array of the same shape."""
+    """The root rank's ``array``, bit for bit, on every rank; the others pass an array of the same shape.
+
+    Errors as :func:`allreduce`'s (``LengthMismatchError`` when the ranks' lengths differ).
+    """
     a = np.asarray(array)
     return run(Broadcast(group.worker, a.ravel(), rank=group.index), group, clock=clock).result().reshape(a.shape)
 
 
 def barrier(group: Group, *, clock: Callable[[], float] = time.monotonic) -> None:
-    """Return when every rank of the job has called it."""
+    """Return when every rank of the job has called it.
+
+    Raises ``ChunkTimeoutError`` (UC) or ``RcRetryError`` (Modes I, II, III) when a rank or the switch does not
+    answer.
+    """
     run(Barrier(group.worker, rank=group.index), group, clock=clock)
 
 
 def reduce_scatter(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
-    """This rank's part (``numpy.array_split`` of the flat sum into ``group.size`` parts) of the sum over the ranks."""
+    """This rank's part (``numpy.array_split`` of the flat sum into ``group.size`` parts) of the sum over the ranks.
+
+    Errors as :func:`allreduce`'s (``LengthMismatchError`` when the ranks' lengths differ).
+    """
     a = np.asarray(array)
     op = run(ReduceScatter(group.worker, a.ravel(), rank=group.index), group, clock=clock)
     group.last_exponent = op.exponent
@@ -149,7 +164,10 @@ def reduce_scatter(array: np.ndarray, group: Group, *, clock: Callable[[], float
 
 
 def allgather(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
-    """Every rank's flat ``array`` (all of one length), concatenated in rank order, bit for bit."""
+    """Every rank's flat ``array`` (all of one length), concatenated in rank order, bit for bit.
+
+    Errors as :func:`allreduce`'s (``LengthMismatchError`` when the ranks' lengths differ).
+    """
     return run(AllGather(group.worker, np.asarray(array).ravel(), rank=group.index), group, clock=clock).result()
 
 
