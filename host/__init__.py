@@ -16,6 +16,7 @@ _EXPORTS = {
     "allreduce": "api", "Group": "api", "Port": "api", "MemoryFabric": "api", "reduce": "api", "broadcast": "api",
     "barrier": "api", "reduce_scatter": "api", "allgather": "api", "Collective": "api",
     "Timing": "worker", "ProtocolError": "worker", "ChunkTimeoutError": "worker", "LengthMismatchError": "worker",
+    "RcRetryError": "rc_worker",
 }
 
 __all__ = list(_EXPORTS)

@@ -4,11 +4,15 @@ A :class:`Group` names one worker of one job on one switch and the
 :class:`Port` its frames go through (an AF_PACKET socket in a namespace, a
 TAP device, or a port of the in-process :class:`MemoryFabric`). It keeps the
 job's chunk sequence from call to call, as the protocol requires. Each call
-drives the sans-IO :class:`~inagg.host.worker.AllReduce` with a real clock.
+drives the sans-IO :class:`~inagg.host.worker.AllReduce` (or the collective's
+operation) with a real clock, over the worker the job's mode calls for: a UC
+:class:`~inagg.host.worker.Worker`, or for EPIC's Modes I, II and III an RC
+queue pair (:class:`~inagg.host.rc_worker.RcWorker`).
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -20,8 +24,9 @@ import numpy as np
 from inagg.models.job import Collective, JobSpec, SwitchSpec
 
 from inagg.host.collectives import AllGather, Barrier, Broadcast, Reduce, ReduceScatter, collective_worker
-from inagg.host.link import Faults, HeldFrames, LossyLink
-from inagg.host.worker import AllReduce, ChunkTimeoutError, Timing
+from inagg.host.link import Faults, HeldFrames, LossyLink, idle_wait
+from inagg.host.rc_worker import RC_MODES, RcRetryError, RcWorker
+from inagg.host.worker import AllReduce, ChunkTimeoutError, Timing, Worker
 
 __all__ = ["Port", "Group", "allreduce", "reduce", "broadcast", "barrier", "reduce_scatter", "allgather", "run",
            "drive", "MemoryFabric", "Collective"]
@@ -54,6 +59,19 @@ class Group:
     ``TreePlan.rank`` maps one to the other); the collectives that place
     data by rank use :attr:`index`. The job's collective decides which of
     the functions below the group can run.
+
+    The job's mode (``job.mode``, :class:`~inagg.models.job.Mode`) decides
+    the worker: Mode.UC a UC :class:`~inagg.host.worker.Worker` with its own
+    timers; Modes I, II and III (:data:`~inagg.host.rc_worker.RC_MODES`) an
+    :class:`~inagg.host.rc_worker.RcWorker`, one RC queue pair whose ACK
+    timeout is ``timing.timeout`` and retry count ``timing.tries - 1``. The
+    functions are the same; where a UC group raises
+    :class:`~inagg.host.worker.ChunkTimeoutError`, an RC group raises
+    :class:`~inagg.host.rc_worker.RcRetryError` (also a ``TimeoutError``)
+    when its QP runs out of retries. Mode I runs AllReduce only
+    (:class:`~inagg.models.job.JobSpec` refuses other collectives in it).
+    An RC queue pair starts its PSNs and chunks at 0, so ``first_chunk``
+    must be 0 there, and ``accept_zero_icrc`` (a UC Tofino switch) False.
     """
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, port: Port, *, timing: Timing | None = None,
@@ -62,9 +80,17 @@ class Group:
         # Called with a ChunkTimeoutError, returns its cause when it can tell one (join() over a service does).
         self.diagnose: Callable[[ChunkTimeoutError], str | None] | None = None
         self.index = rank if tree_rank is None else tree_rank
-        self.worker = collective_worker(switch, job, rank, timing=timing, first_chunk=first_chunk,
-                                        accept_zero_icrc=accept_zero_icrc)
+        if job.mode in RC_MODES:
+            if first_chunk or accept_zero_icrc:
+                raise ValueError(f"mode {job.mode.value} runs over an RC queue pair, whose PSNs start at 0: "
+                                 "first_chunk must be 0 and accept_zero_icrc False")
+            self.worker: Worker | RcWorker = RcWorker(switch, job, rank, timing=timing)
+        else:
+            self.worker = collective_worker(switch, job, rank, timing=timing, first_chunk=first_chunk,
+                                            accept_zero_icrc=accept_zero_icrc)
         self.last_exponent: int | None = None
+        # Frames of the next call that came while the last one was still answering (run() takes them first).
+        self.early: list[bytes] = []
 
     @property
     def size(self) -> int:
@@ -80,7 +106,10 @@ def allreduce(array: np.ndarray, group: Group, *, clock: Callable[[], float] = t
     passed different sizes, :class:`~inagg.host.worker.ChunkTimeoutError`
     (naming the chunk and the worker) when the switch does not answer, and
     :class:`~inagg.host.worker.SaturatedResultError` when a P4 switch keeps
-    saturating lanes after the call was resent at smaller scales.
+    saturating lanes after the call was resent at smaller scales. A group
+    of Mode I, II or III raises :class:`~inagg.host.rc_worker.RcRetryError`
+    (also a ``TimeoutError``) where a UC group raises ``ChunkTimeoutError``
+    (:func:`run` says when).
     """
     a = np.asarray(array)
     if a.dtype != np.float32:
@@ -97,6 +126,8 @@ def reduce(array: np.ndarray, group: Group, *, amax: float,
     ``amax`` bounds ``|x|`` on every rank and is the same everywhere
     (:class:`~inagg.host.collectives.Reduce` says why); larger values are
     refused with ``ValueError`` before anything is sent.
+
+    Errors as :func:`allreduce`'s (``LengthMismatchError`` when the ranks' lengths differ).
     """
     a = np.asarray(array)
     out = run(Reduce(group.worker, a.ravel(), amax=amax, rank=group.index), group, clock=clock).result()
@@ -104,18 +135,28 @@ def reduce(array: np.ndarray, group: Group, *, amax: float,
 
 
 def broadcast(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
-    """The root rank's ``array``, bit for bit, on every rank; the others pass an array of the same shape."""
+    """The root rank's ``array``, bit for bit, on every rank; the others pass an array of the same shape.
+
+    Errors as :func:`allreduce`'s (``LengthMismatchError`` when the ranks' lengths differ).
+    """
     a = np.asarray(array)
     return run(Broadcast(group.worker, a.ravel(), rank=group.index), group, clock=clock).result().reshape(a.shape)
 
 
 def barrier(group: Group, *, clock: Callable[[], float] = time.monotonic) -> None:
-    """Return when every rank of the job has called it."""
+    """Return when every rank of the job has called it.
+
+    Raises ``ChunkTimeoutError`` (UC) or ``RcRetryError`` (Modes I, II, III) when a rank or the switch does not
+    answer.
+    """
     run(Barrier(group.worker, rank=group.index), group, clock=clock)
 
 
 def reduce_scatter(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
-    """This rank's part (``numpy.array_split`` of the flat sum into ``group.size`` parts) of the sum over the ranks."""
+    """This rank's part (``numpy.array_split`` of the flat sum into ``group.size`` parts) of the sum over the ranks.
+
+    Errors as :func:`allreduce`'s (``LengthMismatchError`` when the ranks' lengths differ).
+    """
     a = np.asarray(array)
     op = run(ReduceScatter(group.worker, a.ravel(), rank=group.index), group, clock=clock)
     group.last_exponent = op.exponent
@@ -123,7 +164,10 @@ def reduce_scatter(array: np.ndarray, group: Group, *, clock: Callable[[], float
 
 
 def allgather(array: np.ndarray, group: Group, *, clock: Callable[[], float] = time.monotonic) -> np.ndarray:
-    """Every rank's flat ``array`` (all of one length), concatenated in rank order, bit for bit."""
+    """Every rank's flat ``array`` (all of one length), concatenated in rank order, bit for bit.
+
+    Errors as :func:`allreduce`'s (``LengthMismatchError`` when the ranks' lengths differ).
+    """
     return run(AllGather(group.worker, np.asarray(array).ravel(), rank=group.index), group, clock=clock).result()
 
 
@@ -138,24 +182,65 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
     goes to ``op`` with those already queued behind it (up to :data:`DRAIN`), in one batch. Returns ``op``.
     A :class:`~inagg.host.worker.ChunkTimeoutError` carries the cause
     ``group.diagnose`` finds, when the group has one.
+
+    An RC queue pair whose chunks are all ACKed has no timer left, yet in
+    Modes I and III (the switch ACKs chunks itself) its results may never
+    come when another rank is missing: after ``timing.timeout * timing.tries``
+    seconds without a frame, the time its retries would take, the call
+    raises :class:`~inagg.host.rc_worker.RcRetryError` naming the chunk.
+
+    A rank whose ACKs other ranks wait for (``RcWorker.others_wait``: Reduce's
+    root rank, Broadcast's other ranks) keeps answering, as a NIC's responder
+    would, until ``2 * timing.timeout`` seconds pass without a frame: a lost
+    last ACK brings the result again within the others' timeout, and the
+    rank ACKs it once more. That is the price of its call in latency. A
+    frame of the next call ends the wait; that call takes it first.
     """
-    return drive(op, group.port, clock=clock, diagnose=group.diagnose)
+    worker = group.worker
+    quiet = worker.timing.timeout * worker.timing.tries if isinstance(worker, RcWorker) else None
+    early, group.early = group.early, []
+
+    def silence() -> RcRetryError:
+        return RcRetryError(f"job {worker.job.job} worker {worker.rank}: every chunk ACKed but no result for "
+                            f"chunk {worker.waiting} in {quiet:g} s (another worker of the job is missing, or "
+                            "the switch lost the job)")
+
+    drive(op, group.port, clock=clock, diagnose=group.diagnose, early=early, quiet=quiet, silence=silence)
+    if quiet is not None and worker.others_wait:
+        _answer_late(group, 2 * worker.timing.timeout, clock)
+    return op
 
 
 def drive(op, port: Port, *, clock: Callable[[], float] = time.monotonic,
-          diagnose: Callable[[ChunkTimeoutError], str | None] | None = None):
+          diagnose: Callable[[ChunkTimeoutError], str | None] | None = None, early: list[bytes] | None = None,
+          quiet: float | None = None, silence: Callable[[], Exception] | None = None):
     """Drive the sans-IO endpoint ``op`` to its end over ``port`` (what :func:`run` does for a group's
-    operation); ``diagnose`` as :attr:`Group.diagnose`. Returns ``op``."""
+    operation); ``diagnose`` as :attr:`Group.diagnose`. Returns ``op``.
+
+    ``early``: frames that came before the call, handed to ``op`` first. ``quiet``: while ``op`` has no
+    timer armed, the seconds without a frame after which ``silence()`` is raised (None: wait on).
+    """
     for f in op.start(clock()):
         port.send(f)
+    early = list(early or ())
+
+    def recv(timeout: float) -> bytes | None:
+        return early.pop(0) if early else port.recv(timeout)
+
+    heard = clock()
     while not op.done:
         deadline = op.deadline
-        frame = port.recv(max(0.0, deadline - clock()) if deadline is not None else 1.0)
+        if deadline is None:
+            deadline = heard + quiet if quiet is not None else clock() + 1.0
+        frame = recv(max(0.0, deadline - clock()))
         now = clock()
         frames = [] if frame is None else [frame]
-        while frames and len(frames) < DRAIN and (more := port.recv(0.0)) is not None:
+        while frames and len(frames) < DRAIN and (more := recv(0.0)) is not None:
             frames.append(more)
-        out = op.receive_batch(now, frames) if frames else []
+        out = []
+        if frames:
+            heard = now
+            out = op.receive_batch(now, frames)
         if not op.done and (d := op.deadline) is not None and d <= now:
             try:
                 out += op.on_timer(now)
@@ -163,9 +248,27 @@ def drive(op, port: Port, *, clock: Callable[[], float] = time.monotonic,
                 if diagnose is None or (cause := diagnose(e)) is None:
                     raise
                 raise ChunkTimeoutError(e.job, e.rank, e.chunk, e.tries, cause) from None
+        elif not op.done and d is None and quiet is not None and now - heard >= quiet:
+            raise silence()
         for f in out:
             port.send(f)
     return op
+
+
+def _answer_late(group: Group, quiet: float, clock: Callable[[], float]) -> None:
+    """ACK what ``group``'s port brings again until ``quiet`` seconds pass without a frame, or until a frame of
+    the next call comes (kept in ``group.early``)."""
+    heard = clock()
+    while (left := heard + quiet - clock()) > 0:
+        frame = group.port.recv(left)
+        if frame is None:
+            continue
+        heard = clock()
+        if (acks := group.worker.answer_late(heard, frame)) is None:
+            group.early.append(frame)
+            return
+        for f in acks:
+            group.port.send(f)
 
 
 class _QueuePort:
@@ -189,7 +292,15 @@ class MemoryFabric:
     ``port(n)`` is the :class:`Port` of switch port ``n``. A frame sent on a
     port crosses the lossy link, the switch handles it in the sender's
     thread (under a lock), and its results cross the link to their ports'
-    queues. Frames the link holds back are released by a timer thread.
+    queues: every frame either way (UC contributions and results; RC
+    chunks, results, ACKs and NAKs) meets the same faults. A timer thread
+    releases the frames the link holds back and runs the switch's own
+    timers (:attr:`~inagg.models.backend.DataPlane.deadline` and
+    ``on_timer``: Mode III's hop timers, Mode I's result retransmission) on
+    :func:`time.monotonic`, which the switch is told before every frame too.
+    Give such a switch a ``hop_timeout`` longer than a loaded host takes to
+    ACK (tens of milliseconds for Python threads), or its timers fire
+    without loss and resend whole windows (``docs/results/api_modes.md``).
     """
 
     def __init__(self, switch, *, faults: Faults | None = None, seed: int = 0):
@@ -200,7 +311,8 @@ class MemoryFabric:
         self._held = HeldFrames()
         self._wake = threading.Condition(self._lock)
         self._closed = False
-        self._timer = threading.Thread(target=self._release, daemon=True, name="inagg-fabric-timer")
+        self._switch_due: float | None = None  # the switch's deadline the timer thread waits for
+        self._timer = threading.Thread(target=self._run_timers, daemon=True, name="inagg-fabric-timer")
         self._timer.start()
 
     @property
@@ -239,20 +351,26 @@ class MemoryFabric:
 
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
         if direction == 0:
-            for out_port, out in self.switch.receive(port, frame):
+            for out_port, out in self.switch.on_timer(time.monotonic()) + self.switch.receive(port, frame):
                 self._cross(1, out_port, out)
+            d = self.switch.deadline
+            if d is not None and (self._switch_due is None or d < self._switch_due):
+                self._wake.notify()  # a timer earlier than the one the timer thread waits for
         elif port in self._ports:
             self._ports[port]._q.put(frame)
 
-    def _release(self) -> None:
+    def _run_timers(self) -> None:
+        """The timer thread: held frames when they are due, the switch's timers when they run out."""
         with self._lock:
             while not self._closed:
-                if not self._held:
-                    self._wake.wait()
-                    continue
-                wait = self._held.wait(float("inf"))
-                if wait > 0:
-                    self._wake.wait(wait)
-                    continue
-                for direction, port, f in self._held.due():
+                now = time.monotonic()
+                for direction, port, f in self._held.due(now):
                     self._arrive(direction, port, f)
+                d = self.switch.deadline
+                if d is not None and d <= now:
+                    for port, f in self.switch.on_timer(now):
+                        self._cross(1, port, f)
+                    d = self.switch.deadline
+                self._switch_due = d
+                wait = idle_wait(self._held, self.switch, math.inf, now)
+                self._wake.wait(None if wait == math.inf else wait)

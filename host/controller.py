@@ -69,9 +69,11 @@ class Plan:
 
 
 def plan(workers: Sequence[int], *, window: int = 128, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
-         first_job: int = 1, collective: Collective | str = Collective.ALLREDUCE, root: int = 0) -> Plan:
+         first_job: int = 1, collective: Collective | str = Collective.ALLREDUCE, root: int = 0,
+         mode: Mode = Mode.UC) -> Plan:
     """Plan ``len(workers)`` concurrent jobs, job ``j`` with ``workers[j]`` workers, each running ``collective``
-    (with root worker ``root`` for Reduce and Broadcast).
+    (with root worker ``root`` for Reduce and Broadcast) in ``mode`` (``JobSpec`` refuses a collective the
+    mode does not run).
 
     Each worker gets its own switch port (ports numbered job by job); each job
     a region of ``2 * window`` slots (the window rule of ``docs/protocol.md``
@@ -106,7 +108,7 @@ def plan(workers: Sequence[int], *, window: int = 128, chunk_bytes: int = CHUNK_
             port += 1
         jobs.append(JobSpec(job=first_job + j, rkey=_JOB_RKEY + first_job + j, slot_base=j * region,
                             slots=region, workers=tuple(specs), collective=Collective(collective),
-                            root=root if Collective(collective).rooted else None))
+                            root=root if Collective(collective).rooted else None, mode=mode))
     return Plan(switch, tuple(jobs))
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Faults", "LossyLink", "HeldFrames"]
+__all__ = ["Faults", "LossyLink", "HeldFrames", "idle_wait"]
 
 _DRAWS = 4096
 
@@ -143,3 +143,11 @@ class HeldFrames:
         while self._heap and self._heap[0][0] <= now:
             _, _, direction, port, frame = heapq.heappop(self._heap)
             yield direction, port, frame
+
+
+def idle_wait(held: HeldFrames, switch, cap: float, now: float) -> float:
+    """Seconds a real-time transport may sleep at ``now``: until ``held``'s next frame is due or ``switch``'s
+    own timer runs out (:attr:`~inagg.models.backend.DataPlane.deadline`: Mode III's hop timers, Mode I's
+    result retransmission), at most ``cap``; then it calls ``switch.on_timer``."""
+    d = switch.deadline
+    return held.wait(cap if d is None else max(0.0, min(cap, d - now)), now)

@@ -27,7 +27,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Mapping
 
 from inagg.host.controller import Plan
-from inagg.host.link import Faults, HeldFrames, LossyLink
+from inagg.host.link import Faults, HeldFrames, LossyLink, idle_wait
 
 __all__ = ["NetnsUnavailable", "Topology", "TreeTopology", "PacketPort", "serve_switch", "enter", "require_root"]
 
@@ -286,9 +286,7 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
 
     try:
         while not stop():
-            due = switch.deadline
-            wait = held.wait(0.05 if due is None else min(0.05, max(0.0, due - time.monotonic())))
-            for key, _ in sel.select(wait):
+            for key, _ in sel.select(idle_wait(held, switch, 0.05, time.monotonic())):
                 p = key.data
                 while (frame := ports[p].recv_nowait()) is not None:
                     if capture is not None:

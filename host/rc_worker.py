@@ -50,7 +50,9 @@ _BLOCK = 512
 
 
 class RcRetryError(ProtocolError, TimeoutError):
-    """The QP's requester ran out of retries (:class:`inagg.models.rc.RetryExceededError`): the all-reduce fails."""
+    """The QP's requester ran out of retries (:class:`inagg.models.rc.RetryExceededError`), or (raised by
+    :func:`inagg.host.api.run`) every chunk was ACKed but the results stopped coming for as long as the
+    retries would have taken: the collective fails."""
 
 
 class RcWorker:
@@ -73,6 +75,9 @@ class RcWorker:
         # ranks that depend on them have them, so it keeps its timer until then (an AllReduce host is done with
         # its results: its ACKs follow from them).
         self._wait_acks = self.sends and senders != receivers
+        # Other ranks' chunks are ACKed only once this rank has ACKed its results (Reduce's root rank, Broadcast's
+        # other ranks): a NIC's responder keeps ACKing after the application is done, and so must its driver.
+        self.others_wait = self.receives and senders != receivers and bool(senders & ~(1 << rank))
         self.timing = timing or Timing()
         self.window = job.window
         w = job.workers[rank]
@@ -102,6 +107,11 @@ class RcWorker:
         not its receivers, every chunk this host sends is ACKed."""
         acked = self.requester.completed - self._posted_base == self._k
         return (not self.receives or self._got == self._k) and (acked or not self._wait_acks)
+
+    @property
+    def waiting(self) -> int:
+        """Chunk sequence of the batch's first chunk without its result."""
+        return (self.base + self._got) % CHUNK_MOD
 
     @property
     def deadline(self) -> float | None:
@@ -146,6 +156,14 @@ class RcWorker:
     def receive_batch(self, now: float, frames: Sequence[bytes]) -> list[bytes]:
         """:meth:`receive` on each frame in turn: the QP's requester and responder take packets one at a time."""
         return [out for frame in frames for out in self.receive(now, frame)]
+    def answer_late(self, now: float, frame: bytes) -> list[bytes] | None:
+        """After the batch: the ACK of a result this QP has taken already (its first ACK was lost), or None for
+        any other frame, which is the next batch's to handle (a Broadcast's next results may come before it)."""
+        r = rc.decode(frame, self.switch.pkey)
+        if isinstance(r, Counter) or r[0] != self.qpn or isinstance(r[1], rc.Ack) \
+                or rc.psn_diff(r[1].psn, self.responder.expected) >= 0:
+            return None
+        return self.receive(now, frame)
 
     def on_timer(self, now: float) -> list[bytes]:
         """The QP's ACK timeout: Go-Back-N; :class:`RcRetryError` after the last retry."""

@@ -65,7 +65,7 @@ from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, switch_qpn
 
 from inagg.host.api import Group
 from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
-from inagg.host.link import Faults, HeldFrames, LossyLink
+from inagg.host.link import Faults, HeldFrames, LossyLink, idle_wait
 from inagg.host.vxlan import Capture, VxlanDrop, VxlanPort, check_vni, decap, encap
 from inagg.host.worker import ProtocolError, Timing
 
@@ -436,12 +436,12 @@ class SwitchService:
                  self.spec.chunk_bytes)
         try:
             while not self._stop:
-                wait = self._held.wait(0.5)
-                for key, events in self._sel.select(wait):
+                wait = self._switch_call(lambda: idle_wait(self._held, self.switch, 0.5, time.monotonic()))
+                for key, events in self._sel.select(0.5 if wait is None else wait):
                     self._guarded(self._on_event, key.data, events)
                 for direction, port, f in self._held.due():
                     self._guarded(self._arrive, direction, port, f)
-                if self._polled and self.failure is None:
+                if self.failure is None:
                     self._guarded(self._switch_call, self._poll)
                 if (now := time.monotonic()) >= self._next_sweep:
                     self._next_sweep = now + 0.5
@@ -527,7 +527,11 @@ class SwitchService:
             return None
 
     def _poll(self) -> None:
-        for port, frame in self.switch.poll():
+        """What the switch sent later than ``receive`` (a clocked backend) and what its timers sent."""
+        out = self.switch.on_timer(time.monotonic())
+        if self._polled:
+            out += self.switch.poll()
+        for port, frame in out:
             self._cross(1, port, frame)
 
     def _close_sockets(self) -> None:
@@ -577,7 +581,9 @@ class SwitchService:
 
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
         if direction == 0:
-            if (out := self._switch_call(lambda: self.switch.receive(port, frame))) is None:
+            # The switch's clock (Modes I and III's timers) is told the time before each frame.
+            out = self._switch_call(lambda: self.switch.on_timer(time.monotonic()) + self.switch.receive(port, frame))
+            if out is None:
                 self.stats["switch_failed"] += 1
                 return
             for out_port, f in out:
@@ -795,6 +801,10 @@ class SwitchService:
         window = _int(req, "window", 1, self.spec.slots // 2, default=32)
         if window & (window - 1):
             raise _Refused(f"window must be a power of two, not {window}")
+        modes = {m.value: m for m in Mode}
+        mode = req.get("mode", Mode.UC.value)
+        if not isinstance(mode, str) or mode not in modes:
+            raise _Refused(f"mode must be one of {', '.join(modes)}, not {mode!r}")
         used = {w.port for j in self._jobs.values() for w in j.spec.workers}
         free = [p for p in range(self.spec.ports) if p not in used]
         if len(free) < n:
@@ -817,7 +827,8 @@ class SwitchService:
         number = self._free_number()
         workers = tuple(WorkerSpec(port=p, mac=worker_mac(p), ip=worker_ip(p), qpn=_WORKER_QPN + p,
                                    rkey=secrets.randbits(32), result_va=RESULT_VA) for p in free[:n])
-        spec = JobSpec(job=number, rkey=secrets.randbits(32), slot_base=base, slots=region, workers=workers)
+        spec = JobSpec(job=number, rkey=secrets.randbits(32), slot_base=base, slots=region, workers=workers,
+                       mode=modes[mode])
         try:
             self.switch.add_job(spec)
         except ValueError as e:
@@ -1078,9 +1089,11 @@ class SwitchClient:
         """The service's description: version, VXLAN endpoint, VNI, switch, free ports."""
         return self.request("hello")
 
-    def create_job(self, workers: int, *, window: int = 32) -> Ticket:
-        """A new job of ``workers`` ranks, each with ``window`` chunks outstanding."""
-        answer = self.request("create_job", key=self.admin_token, workers=workers, window=window)
+    def create_job(self, workers: int, *, window: int = 32, mode: Mode = Mode.UC) -> Ticket:
+        """A new job of ``workers`` ranks, each with ``window`` chunks outstanding, in ``mode`` (Modes I, II
+        and III need a switch backend that implements them, such as ``model``; others refuse the job)."""
+        answer = self.request("create_job", key=self.admin_token, workers=workers, window=window,
+                              mode=Mode(mode).value)
         d = answer["ticket"]
         if d.get("token") is None:  # created under the admin token: the job's key is derived from it
             if self.admin_token is None or not isinstance(answer.get("salt"), str):

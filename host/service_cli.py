@@ -44,6 +44,8 @@ def _rate(text: str) -> float:
 
 # --ports and --slots when not given, by backend: a Verilator build grows with both.
 _DEFAULTS = {"model": (64, 4096), "rtl": (4, 256)}
+SERVICE_HOP_TIMEOUT = 0.05
+"""The model switch's hop timeout (Modes I and III) behind the service, in seconds of real time."""
 
 
 def _positive(kind: type):
@@ -95,6 +97,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="--backend rtl: beat width of the RTL in bits (default 64)")
     s.add_argument("--jobs", type=_int_in(2, 64),
                    help="--backend rtl: entries of the RTL's job table; jobs 1..N-1 can run at once (default 4)")
+    s.add_argument("--hop-timeout", type=_positive(float), metavar="SECONDS",
+                   help="--backend model: ACK timeout of a result on the hop in Modes I and III, in real time "
+                        f"(default {SERVICE_HOP_TIMEOUT:g}: longer than a loaded host takes to ACK, shorter "
+                        "than the hosts' own timeout)")
     s.add_argument("--chunk-bytes", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096),
                    help="payload bytes per packet (default 1024)")
     for fault in ("loss", "dup", "reorder", "corrupt"):
@@ -134,6 +140,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if args.backend != "rtl" and (args.width is not None or args.jobs is not None):
         print("inagg switch serve: error: --width and --jobs are options of --backend rtl", file=sys.stderr)
+        return 2
+    if args.backend != "model" and args.hop_timeout is not None:
+        print("inagg switch serve: error: --hop-timeout is an option of --backend model", file=sys.stderr)
         return 2
     defaults = _DEFAULTS.get(args.backend, _DEFAULTS["model"])
     ports, slots = (given if given is not None else default
@@ -195,6 +204,8 @@ def _open_switch(args: argparse.Namespace, spec, logger):
 
     rtl = args.backend == "rtl"
     options = {"width": args.width or 64, "jobs": args.jobs or 4} if rtl else {}
+    if args.backend == "model":
+        options["hop_timeout"] = args.hop_timeout or SERVICE_HOP_TIMEOUT
     if rtl:
         logger.info("starting the RTL switch: %d ports, %d-bit beats, %d slots, %d jobs (a new geometry is built "
                     "first: minutes)", spec.ports, options["width"], spec.slots, options["jobs"])

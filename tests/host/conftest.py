@@ -9,12 +9,17 @@ from inagg.host.controller import Controller
 from inagg.models.switch import ModelSwitch
 
 
-def _on_threads(plan, timing, body, *, ranks=None, faults=None, seed=5):
+HANG = 120.0
+"""Seconds a rank's thread may run before the harness calls it a hang (the tests' bounds are far shorter)."""
+
+
+def _on_threads(plan, timing, body, *, ranks=None, faults=None, seed=5, switch=None):
     """``body(rank, group)`` for each rank of ``plan``'s first job (or of ``ranks``), each on a thread of its
-    own, every group on one :class:`host.MemoryFabric` in front of a configured :class:`ModelSwitch`.
+    own, every group on one :class:`host.MemoryFabric` in front of ``switch`` configured with ``plan`` (by
+    default a :class:`ModelSwitch` whose Mode I and III timers run out after 50 ms of real time).
     Returns ``(values, errors)``: what each rank's body returned, and what it raised, by rank."""
     sw_spec, job = plan.switch, plan.jobs[0]
-    sw = ModelSwitch(sw_spec)
+    sw = ModelSwitch(sw_spec, hop_timeout=0.05) if switch is None else switch
     Controller(sw, plan).configure()
     values, errors = {}, {}
     with host.MemoryFabric(sw, faults=faults, seed=seed) as fabric:
@@ -26,16 +31,19 @@ def _on_threads(plan, timing, body, *, ranks=None, faults=None, seed=5):
             except Exception as e:  # collected for the test to inspect
                 errors[r] = e
 
-        threads = [threading.Thread(target=rank, args=(r,)) for r in (ranks or range(len(job.workers)))]
+        threads = [threading.Thread(target=rank, args=(r,), daemon=True)
+                   for r in (ranks or range(len(job.workers)))]
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
+            t.join(HANG)
+            if t.is_alive():
+                pytest.fail(f"a rank is still running after {HANG} s: the API hangs")
     return values, errors
 
 
 @pytest.fixture(scope="session")
 def on_threads():
-    """``on_threads(plan, timing, body, ranks=None, faults=None, seed=5)``: see :func:`_on_threads`.
+    """``on_threads(plan, timing, body, ranks=None, faults=None, seed=5, switch=None)``: see :func:`_on_threads`.
     Session-scoped (it holds no state), so hypothesis tests may use it."""
     return _on_threads

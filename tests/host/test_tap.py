@@ -8,6 +8,7 @@ import pytest
 
 from inagg.host.controller import Controller, plan
 from inagg.host.link import Faults
+from inagg.models.job import Mode
 from inagg.models.switch import ModelSwitch
 
 pytestmark = pytest.mark.netns
@@ -28,17 +29,20 @@ def worker(ns, ifname, switch, job, rank, data, go, conn):
 
 
 @needs_root
-def test_model_switch_behind_tap_ports():
+@pytest.mark.parametrize("mode", [Mode.UC, Mode.TERMINATED, Mode.AUGMENTED], ids=["uc", "I", "III"])
+def test_model_switch_behind_tap_ports(mode):
+    """The API's group over a PacketPort, in each mode; Modes I and III need the switch's timers, which
+    ``serve_switch`` runs in real time."""
     from pyroute2 import netns as pnetns
 
     from inagg.host.netns import serve_switch
     from inagg.host.tap import TapTopology
 
-    p = plan([3], window=8)
+    p = plan([3], window=8, mode=mode)
     job = p.jobs[0]
     rng = np.random.default_rng(0)
     data = [rng.standard_normal(3000).astype(np.float32) for _ in range(3)]
-    sw = ModelSwitch(p.switch)
+    sw = ModelSwitch(p.switch, hop_timeout=0.05)
     Controller(sw, p).configure()
     ctx = mp.get_context("fork")
     before = set(pnetns.listnetns())

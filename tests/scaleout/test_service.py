@@ -2,6 +2,7 @@
 
 import json
 import socket
+import threading
 import time
 
 import numpy as np
@@ -12,9 +13,12 @@ from inagg.host.service import (
     ENV_RANK, ENV_SWITCH, ENV_TICKET, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket,
     group_from_env, join, parse_address,
 )
+from inagg.host.collectives import reference
+from inagg.host.link import Faults
 from inagg.host.vxlan import VxlanPort, encap
 from inagg.host.worker import ChunkTimeoutError, Timing
-from inagg.models.job import SwitchSpec
+from inagg.models.job import Mode, SwitchSpec
+from inagg.models.switch import ModelSwitch
 
 SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)
 
@@ -46,6 +50,8 @@ def test_hello_describes_the_service(service):
     (b'{"op": "create_job", "workers": 7, "window": 4}\n', "a job of 7 workers needs 7 free switch ports; 6 of 6 are free"),
     (b'{"op": "create_job", "workers": 2, "window": 3}\n', "window must be a power of two, not 3"),
     (b'{"op": "create_job", "workers": 2, "window": 32}\n', "window must be an integer in 1..16, not 32"),
+    (b'{"op": "create_job", "workers": 2, "window": 4, "mode": "IV"}\n', "mode must be one of uc, I, II, III, not 'IV'"),
+    (b'{"op": "create_job", "workers": 2, "window": 4, "mode": ["II"]}\n', "mode must be one of uc, I, II, III, not ['II']"),
     (b'{"op": "counters", "job": 5, "token": "x"}\n', "job 5 is not configured"),
     (b'{"op": "remove_job", "job": "1"}\n', "job must be an integer in 0..1023, not '1'"),
 ])
@@ -162,6 +168,41 @@ def test_a_stopped_service_fails_the_allreduce_with_a_clear_error():
     client.close()
 
 
+def test_the_default_fast_switch_refuses_an_rc_job(service):
+    with SwitchClient(service.control_address) as c, pytest.raises(ServiceError, match="implements UC"):
+        c.create_job(2, window=4, mode=Mode.AUGMENTED)
+
+
+@pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED], ids=["I", "II", "III"])
+def test_rc_modes_through_the_service_with_loss(mode):
+    """Ranks over VXLAN in Modes I, II and III: the service runs the model switch's timers in real time."""
+    sw = ModelSwitch(SPEC, hop_timeout=0.05)
+    rng = np.random.default_rng(4)
+    data = [rng.standard_normal(500).astype(np.float32) for _ in range(3)]
+    out, errors = {}, {}
+    with SwitchService(SPEC, vxlan=("127.0.0.1", 0), switch=sw, faults=Faults(loss=0.2, dup=0.05), seed=3) as s, \
+            SwitchClient(s.control_address) as c:
+        t = c.create_job(3, window=4, mode=mode)
+        groups = [join(t, r, timing=Timing(timeout=0.05, max_timeout=0.05, tries=20)) for r in range(3)]
+
+        def rank(r):
+            try:
+                out[r] = (allreduce(data[r], groups[r]), groups[r].last_exponent)
+            except Exception as e:  # collected for the test to inspect
+                errors[r] = e
+
+        threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(120)
+        for g in groups:
+            g.port.close()
+    assert not errors and len(out) == 3
+    want = reference("allreduce", data, exponent=out[0][1])[0]
+    assert all(np.array_equal(v.view(np.uint32), want.view(np.uint32)) for v, _ in out.values())
+
+
 # -- clients in other processes -------------------------------------------------
 
 def test_two_client_processes_two_jobs_and_a_wrong_token(two_clients):
@@ -187,6 +228,8 @@ def test_service_parameters_are_validated():
     (["--listen", "127.0.0.1:0", "--loss", "1"], "argument --loss: a rate is a number in [0, 1), not '1'"),
     (["--listen", "127.0.0.1:0", "--slots", "3"], "slots must be a power of two >= 2, not 3"),
     (["--listen", "127.0.0.1:0", "--idle-timeout", "0"], "argument --idle-timeout: expected a positive float, not '0'"),
+    (["--listen", "127.0.0.1:0", "--hop-timeout", "-1"], "argument --hop-timeout: expected a positive float, not '-1'"),
+    (["--listen", "127.0.0.1:0", "--hop-timeout", "0.01"], "--hop-timeout is an option of --backend model"),
     (["--listen", "127.0.0.1:0", "--jobs-per-source", "2.5"],
      "argument --jobs-per-source: expected a positive int, not '2.5'"),
     (["--listen", "127.0.0.1:0", "--admin-token-file", "/nonexistent/token"],

@@ -1,0 +1,185 @@
+"""The public API over EPIC's Modes I, II and III: RC queue pairs on threads over the in-process fabric."""
+
+import time
+
+import numpy as np
+import pytest
+
+from inagg import host
+from inagg.host.collectives import reference
+from inagg.host.controller import plan
+from inagg.host.link import Faults
+from inagg.host.rc_worker import RcWorker
+from inagg.host.worker import Worker
+from inagg.models import quant
+from inagg.models.job import Collective, Mode
+from inagg.models.protocol import Counter
+from inagg.models.switch import ModelSwitch
+
+RANKS, ROOT, AMAX = 4, 1, 4.0
+# An RC queue pair has no backoff: timeout * tries bounds a call that gets no answer.
+RC = host.Timing(timeout=0.05, max_timeout=0.05, tries=20)
+FAULTS = Faults(loss=0.05, dup=0.05, reorder=0.05, reorder_delay=2e-3)
+
+
+def _plan(collective, mode, ranks=RANKS):
+    return plan([ranks], window=4, chunk_bytes=256, collective=collective, root=ROOT, mode=mode)
+
+
+def _call(collective: Collective, x: np.ndarray, g: host.Group):
+    """The public function of ``collective`` on ``x``; returns (value, exponent of its sum or None)."""
+    if collective is Collective.ALLREDUCE:
+        return host.allreduce(x, g), g.last_exponent
+    if collective is Collective.REDUCE:
+        return host.reduce(x, g, amax=AMAX), quant.choose_exponent(AMAX, g.size)
+    if collective is Collective.BROADCAST:
+        return host.broadcast(x, g), None
+    if collective is Collective.BARRIER:
+        return host.barrier(g), None
+    if collective is Collective.REDUCE_SCATTER:
+        return host.reduce_scatter(x, g), g.last_exponent
+    return host.allgather(x, g), None
+
+
+def _check_exact(collective, data, values):
+    exponents = {e for _, e in values.values()}
+    assert len(exponents) == 1
+    want = reference(collective, data, root=ROOT, exponent=exponents.pop())
+    for r in range(len(data)):
+        got = values[r][0]
+        assert (got is None) == (want[r] is None)
+        if got is not None:
+            assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want[r].view(np.uint32))
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED], ids=["II", "III"])
+@pytest.mark.parametrize("collective", list(Collective), ids=lambda c: c.value)
+def test_each_collective_is_exact_over_rc_with_faults(on_threads, collective, mode):
+    rng = np.random.default_rng(7)
+    data = [np.clip(rng.standard_normal(150), -AMAX, AMAX).astype(np.float32) for _ in range(RANKS)]
+    p = _plan(collective, mode)
+    values, errors = on_threads(p, RC, lambda r, g: _call(collective, data[r], g), faults=FAULTS)
+    assert not errors
+    _check_exact(collective, data, values)
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED], ids=["II", "III"])
+@pytest.mark.parametrize("collective", [Collective.REDUCE, Collective.BROADCAST], ids=lambda c: c.value)
+def test_calls_in_turn_where_ranks_wait_on_each_others_acks(on_threads, collective, mode):
+    """A Broadcast's next results may reach a rank still ACKing the last ones again: the next call takes them."""
+    rng = np.random.default_rng(10)
+    data = [[np.clip(rng.standard_normal(n), -AMAX, AMAX).astype(np.float32) for n in (70, 200, 5)]
+            for _ in range(RANKS)]
+    values, errors = on_threads(_plan(collective, mode), RC,
+                                lambda r, g: [_call(collective, a, g) for a in data[r]], faults=FAULTS, seed=11)
+    assert not errors
+    for call in range(3):
+        _check_exact(collective, [d[call] for d in data], {r: values[r][call] for r in range(RANKS)})
+
+
+def test_next_broadcast_results_reaching_a_rank_still_answering_are_kept(on_threads):
+    """Without loss, a Broadcast's root never goes back (no NAK, no timeout): the results of its next call that
+    reach the other ranks while they still answer for the last one are kept for the next call, not dropped."""
+    slow = host.Timing(timeout=1.0, max_timeout=1.0, tries=5)  # no timer runs out on a busy machine either
+    data = [np.full(100, r, np.float32) for r in range(3)]
+
+    def calls(r, g):
+        out = [host.broadcast(data[r], g) for _ in range(3)]
+        return out, g.worker.requester.stats["retries"]
+
+    values, errors = on_threads(_plan(Collective.BROADCAST, Mode.TRANSLATED, ranks=3), slow, calls)
+    assert not errors
+    assert all(np.array_equal(o, data[ROOT]) for r in range(3) for o in values[r][0])
+    assert values[ROOT][1] == 0
+
+
+def test_mode_i_allreduce_is_exact_with_faults_and_calls_in_turn(on_threads):
+    rng = np.random.default_rng(8)
+    data = [[rng.standard_normal(n).astype(np.float32) for n in (200, 3)] for _ in range(3)]
+    p = _plan(Collective.ALLREDUCE, Mode.TERMINATED, ranks=3)
+    values, errors = on_threads(p, RC, lambda r, g: [(host.allreduce(a, g), g.last_exponent) for a in data[r]],
+                                faults=FAULTS)
+    assert not errors
+    for call in range(2):
+        _check_exact(Collective.ALLREDUCE, [d[call] for d in data], {r: values[r][call] for r in range(3)})
+
+
+@pytest.mark.parametrize("mode, kind", [(Mode.UC, Worker), (Mode.TERMINATED, RcWorker),
+                                        (Mode.TRANSLATED, RcWorker), (Mode.AUGMENTED, RcWorker)])
+def test_group_picks_the_worker_by_mode(mode, kind):
+    p = _plan(Collective.ALLREDUCE, mode)
+    assert type(host.Group(p.switch, p.jobs[0], 0, port=None).worker) is kind
+
+
+def test_mode_i_runs_allreduce_only():
+    with pytest.raises(ValueError, match=r"mode TERMINATED \(I\) runs AllReduce only, not reduce"):
+        _plan(Collective.REDUCE, Mode.TERMINATED)
+
+
+def test_rc_group_refuses_what_a_queue_pair_cannot_do():
+    p = _plan(Collective.ALLREDUCE, Mode.TRANSLATED)
+    with pytest.raises(ValueError, match="PSNs start at 0: first_chunk must be 0"):
+        host.Group(p.switch, p.jobs[0], 0, port=None, first_chunk=5)
+    with pytest.raises(ValueError, match="accept_zero_icrc False"):
+        host.Group(p.switch, p.jobs[0], 0, port=None, accept_zero_icrc=True)
+
+
+@pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED], ids=["I", "II", "III"])
+def test_dead_rank_raises_rc_retry_error_on_the_others(on_threads, mode):
+    """Mode II's chunks are never ACKed (the requester runs out of retries); in Modes I and III the switch ACKs
+    them, and the results that never come are what the call gives up on."""
+    timing = host.Timing(timeout=0.02, max_timeout=0.02, tries=3)
+    _, errors = on_threads(_plan(Collective.ALLREDUCE, mode, ranks=3), timing,
+                           lambda r, g: host.allreduce(np.ones(10, np.float32), g), ranks=[0, 1])
+    assert set(errors) == {0, 1}
+    for r, e in errors.items():
+        assert isinstance(e, host.RcRetryError) and isinstance(e, TimeoutError)
+        assert str(e).startswith(f"job 1 worker {r}: ")
+
+
+class _TimedSwitch:
+    """A data plane with one timer: it runs out ``after`` seconds past the first frame and sends ``b"late"``."""
+
+    def __init__(self, after: float):
+        self.after, self.due, self.clock = after, None, []
+
+    def receive(self, port, frame):
+        if self.due is None:
+            self.due = self.clock[-1] + self.after
+        return [(port, b"now")]
+
+    @property
+    def deadline(self):
+        return self.due
+
+    def on_timer(self, now):
+        self.clock.append(now)
+        if self.due is None or self.due > now:
+            return []
+        self.due = None
+        return [(0, b"late")]
+
+
+def test_fabric_tells_the_switch_the_time_and_runs_its_timer():
+    sw = _TimedSwitch(0.05)
+    with host.MemoryFabric(sw) as fabric:
+        port = fabric.port(0)
+        before = time.monotonic()
+        port.send(b"x")
+        assert port.recv(5.0) == b"now"
+        assert port.recv(5.0) == b"late"
+    assert sw.clock[0] >= before and sw.clock == sorted(sw.clock)
+
+
+def test_mode_iii_hop_timers_repair_losses_in_real_time(on_threads):
+    """Results lost on the hop are sent again by the switch (HOP_RESENDS): on a NAK, or, for the last ones
+    before a pause, when its hop timer runs out on the fabric's thread."""
+    p = _plan(Collective.ALLREDUCE, Mode.AUGMENTED)
+    sw = ModelSwitch(p.switch, hop_timeout=0.05)
+    rng = np.random.default_rng(9)
+    data = [rng.standard_normal(300).astype(np.float32) for _ in range(RANKS)]
+    values, errors = on_threads(p, RC, lambda r, g: (host.allreduce(data[r], g), g.last_exponent),
+                                faults=Faults(loss=0.1), seed=2, switch=sw)
+    assert not errors
+    _check_exact(Collective.ALLREDUCE, data, values)
+    assert sw.counters[Counter.HOP_RESENDS] > 0
