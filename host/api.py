@@ -205,7 +205,10 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
                             f"chunk {worker.waiting} in {quiet:g} s (another worker of the job is missing, or "
                             "the switch lost the job)")
 
-    drive(op, group.port, clock=clock, diagnose=group.diagnose, early=early, quiet=quiet, silence=silence)
+    # An RC QP is one worker over every call: a frame drained behind the last one this call needs may be the
+    # next call's, so it takes its frames one at a time (its receive_batch is one frame after the other anyway).
+    drive(op, group.port, clock=clock, diagnose=group.diagnose, early=early, quiet=quiet, silence=silence,
+          drain=DRAIN if quiet is None else 1)
     if quiet is not None and worker.others_wait:
         _answer_late(group, 2 * worker.timing.timeout, clock)
     return op
@@ -213,12 +216,13 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
 
 def drive(op, port: Port, *, clock: Callable[[], float] = time.monotonic,
           diagnose: Callable[[ChunkTimeoutError], str | None] | None = None, early: list[bytes] | None = None,
-          quiet: float | None = None, silence: Callable[[], Exception] | None = None):
+          quiet: float | None = None, silence: Callable[[], Exception] | None = None, drain: int = DRAIN):
     """Drive the sans-IO endpoint ``op`` to its end over ``port`` (what :func:`run` does for a group's
     operation); ``diagnose`` as :attr:`Group.diagnose`. Returns ``op``.
 
     ``early``: frames that came before the call, handed to ``op`` first. ``quiet``: while ``op`` has no
-    timer armed, the seconds without a frame after which ``silence()`` is raised (None: wait on).
+    timer armed, the seconds without a frame after which ``silence()`` is raised (None: wait on). ``drain``:
+    the most frames handed over in one batch.
     """
     for f in op.start(clock()):
         port.send(f)
@@ -235,7 +239,7 @@ def drive(op, port: Port, *, clock: Callable[[], float] = time.monotonic,
         frame = recv(max(0.0, deadline - clock()))
         now = clock()
         frames = [] if frame is None else [frame]
-        while frames and len(frames) < DRAIN and (more := recv(0.0)) is not None:
+        while frames and len(frames) < drain and (more := recv(0.0)) is not None:
             frames.append(more)
         out = []
         if frames:
