@@ -61,7 +61,7 @@ from inagg import __version__
 from inagg.models.backend import DEFAULT_BACKEND, SwitchBackend, SwitchBackendError, load_backend
 from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
 from inagg.models.frame import CONTRIBUTION
-from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, switch_qpn
+from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter, switch_qpn
 
 from inagg.host.api import Group
 from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
@@ -237,6 +237,11 @@ class _Job:
     owner: "_Conn"
     incarnation: int = 1
     sessions: dict[int, str] = field(default_factory=dict)
+    # What the job's counters request answers: the service's counts for datagrams from and to the job's endpoints,
+    # and the switch's and backend's counts for the frames that came in on the job's ports.
+    service: Tally = field(default_factory=Tally)
+    switch: Tally = field(default_factory=Tally)
+    backend: Tally = field(default_factory=Tally)
 
 
 class _Conn:
@@ -265,6 +270,13 @@ def _mac(key: str, nonce: str, direction: str, body: dict) -> str:
 def _job_key(admin_token: str, salt: str) -> str:
     """The key of a job created under an admin token: derived on both sides, it never crosses the wire."""
     return hmac.new(admin_token.encode(), f"inagg job key\n{salt}".encode(), "sha256").hexdigest()[:32]
+
+
+def _add_growth(mine: Tally, before: dict, after) -> None:
+    """Add to ``mine`` (by name) what each counter of ``after`` grew by since ``before``."""
+    for c, n in after.items():
+        if n != before.get(c, 0):
+            mine[getattr(c, "name", c)] += n - before.get(c, 0)
 
 
 def _depth(value: object) -> int:
@@ -392,6 +404,7 @@ class SwitchService:
         self._endpoint_of: dict[int, tuple[str, int]] = {}  # switch port -> worker VTEP
         self._port_of: dict[tuple[str, int], int] = {}
         self._qpn_at: dict[int, bytes] = {}  # switch port -> the switch QPN its bound rank's frames must name
+        self._job_at: dict[int, _Job] = {}  # switch port -> the job holding it, whose counters its frames count in
         self._probes: dict[tuple[int, int], tuple[tuple[str, int], str, str]] = {}  # (job, rank) -> endpoint, session, nonce
         self._held = HeldFrames()
         self._conns: dict[int, _Conn] = {}
@@ -565,36 +578,62 @@ class SwitchService:
             if port is None:
                 self.stats["unbound_source"] += 1
                 continue
+            j = self._job_at[port]
+            j.service["rx_datagrams"] += 1
             if inner[_QPN_AT] != self._qpn_at[port]:
                 # Another rank's or another job's QPN: whatever R_Key it carries, not this endpoint's to use.
-                self.stats["foreign_qpn"] += 1
+                self._count(j, "foreign_qpn")
                 continue
             self._cross(0, port, inner)
+
+    def _attributed(self, j: _Job | None, call):
+        """``call()``, a switch call on behalf of job ``j``: what it adds to the switch's and the backend's counters
+        is counted in ``j``'s too (its frames came in on ``j``'s ports, which no other job shares).
+
+        A switch that answers later (``fileno``, the RTL) counts a frame's fate after the call returns, and reads
+        its counters slowly: only its backend's drops, which it counts in the call, are attributed.
+        """
+        if j is None:
+            return call()
+        drops, counters = dict(self.switch.drops), None if self._polled else dict(self.switch.counters)
+        out = call()
+        _add_growth(j.backend, drops, self.switch.drops)
+        if counters is not None:
+            _add_growth(j.switch, counters, self.switch.counters)
+        return out
 
     def _cross(self, direction: int, port: int, frame: bytes) -> None:
         """Put a frame on the lossy link; direction 0 is towards the switch."""
         self._held.cross(self.link, direction, port, frame, self._arrive)
 
+    def _count(self, j: _Job | None, name: str) -> None:
+        """Count ``name`` in the service's :attr:`stats` and in job ``j``'s own counts (none when None)."""
+        self.stats[name] += 1
+        if j is not None:
+            j.service[name] += 1
+
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
+        j = self._job_at.get(port)
         if direction == 0:
-            if (out := self._switch_call(lambda: self.switch.receive(port, frame))) is None:
-                self.stats["switch_failed"] += 1
+            if (out := self._switch_call(lambda: self._attributed(j, lambda: self.switch.receive(port, frame)))) \
+                    is None:
+                self._count(j, "switch_failed")
                 return
             for out_port, f in out:
                 self._cross(1, out_port, f)
             return
         dst = self._endpoint_of.get(port)
         if dst is None:
-            self.stats["tx_unbound_port"] += 1
+            self._count(j, "tx_unbound_port")
             return
         datagram = encap(frame, self.vni)
         try:
             self._udp.sendto(datagram, dst)
         except OSError as e:  # a full socket buffer or a vanished route: the worker's timer resends
-            self.stats["tx_errors"] += 1
+            self._count(j, "tx_errors")
             log.debug("vxlan send to %s:%d failed: %s", *dst, e)
             return
-        self.stats["tx_datagrams"] += 1
+        self._count(j, "tx_datagrams")
         if self.capture is not None:
             self.capture(self.vxlan_address, dst, datagram)
 
@@ -824,7 +863,8 @@ class SwitchService:
             raise _Refused(f"the switch refused job {number}: {e}") from None
         salt = secrets.token_hex(16)
         token = secrets.token_hex(16) if self.admin_token is None else _job_key(self.admin_token, salt)
-        self._jobs[number] = _Job(number, spec, token, conn)
+        self._jobs[number] = j = _Job(number, spec, token, conn)
+        self._job_at.update((w.port, j) for w in workers)
         conn.jobs.add(number)
         log.info("job %d created by %s: %d workers on ports %s, slots %d..%d", number, conn.name, n,
                  ",".join(str(w.port) for w in workers), base, base + region - 1)
@@ -942,7 +982,18 @@ class SwitchService:
                  j.incarnation, j.spec.job, base, base + old.slots - 1, rank)
 
     def _op_counters(self, conn: _Conn, req: dict) -> dict:
-        self._authorized(conn, req)
+        """The job's own counts, for its token only: another tenant's traffic is none of its business."""
+        j = self._authorized(conn, req)
+        return {"job": j.number, "service": dict(j.service),
+                "backend": {**{name: 0 for name in self.switch.drops}, **j.backend},
+                "switch": None if self._polled else {c.name: j.switch[c.name] for c in Counter}}
+
+    def _op_switch_counters(self, conn: _Conn, req: dict) -> dict:
+        """The switch-wide counters, of every job: the operator's, for the admin token only."""
+        if self.admin_token is None:
+            raise _Refused("this service has no admin token (--admin-token-file): its switch-wide counters are "
+                           "in its log only")
+        self._verify(conn, req, self.admin_token, "switch_counters")
         return {"switch": {c.name: v for c, v in self.switch.counters.items()}, "service": dict(self.stats),
                 "link": dict(self.link.stats), "backend": dict(self.switch.drops)}
 
@@ -952,7 +1003,7 @@ class SwitchService:
         return {}
 
     _OPS = {"hello": _op_hello, "create_job": _op_create_job, "attach": _op_attach, "counters": _op_counters,
-            "remove_job": _op_remove_job}
+            "switch_counters": _op_switch_counters, "remove_job": _op_remove_job}
 
     def _notify(self, job: int | None, event: str, reason: str) -> None:
         """Tell the connections watching ranks of ``job`` (of every job when None) what ended them."""
@@ -968,6 +1019,7 @@ class SwitchService:
         j.owner.jobs.discard(job)
         for rank, w in enumerate(j.spec.workers):
             self._unbind(w.port)
+            del self._job_at[w.port]
             self._probes.pop((job, rank), None)
         if on_switch:  # else the switch job went already, between two incarnations
             self._switch_call(lambda: self.switch.remove_job(j.spec.job))
@@ -1127,8 +1179,16 @@ class SwitchClient:
             raise ServiceError(f"inagg switch service answered attach with no job incarnation: {e}") from None
 
     def counters(self, job: int, token: str) -> dict:
-        """The switch's counters (by :class:`~inagg.models.protocol.Counter` name) and the service's."""
+        """Job ``job``'s own counts: ``switch`` (by :class:`~inagg.models.protocol.Counter` name, for the frames
+        that came in on the job's ports; None on a switch that counts later, the RTL), ``service`` and ``backend``."""
         return self.request("counters", key=token, job=job)
+
+    def switch_counters(self) -> dict:
+        """The switch-wide counters of every job, and the service's and link's: signed with the admin token."""
+        if self.admin_token is None:
+            raise ServiceError("the switch-wide counters need the service's admin token: pass admin_token= or set "
+                               f"{ENV_ADMIN_TOKEN}")
+        return self.request("switch_counters", key=self.admin_token)
 
     def remove_job(self, job: int, token: str) -> None:
         self.request("remove_job", key=token, job=job)
@@ -1189,21 +1249,24 @@ def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple
 _SLOT_DROPS = {"DROP_STALE": "older than the chunk its slot holds", "DROP_WINDOW": "too far ahead of its slot's chunk"}
 
 
-def _slot_drops(ticket: Ticket, joined: dict[str, int]) -> str | None:
-    """Why a rank of ``ticket``'s job timed out, when the switch's slot-rule drops grew since ``joined``; else None.
+def _slot_drops(ticket: Ticket, joined: dict[str, int] | None) -> str | None:
+    """Why a rank of ``ticket``'s job timed out, when the job's slot-rule drops grew since ``joined``; else None.
 
-    The counters are the switch's, of every job: the cause is a likely one, which the message says.
+    The counts are the job's own (frames that came in on its ports); a switch that does not attribute them (None,
+    the RTL) gives no cause.
     """
     try:
         with SwitchClient(ticket.control, timeout=2.0) as c:
             now = c.counters(ticket.job.job, ticket.token)["switch"]
     except (ServiceError, OSError, ValueError):  # the service is gone, or answers nonsense: no better cause
         return None
+    if now is None or joined is None:
+        return None
     grew = [(name, n) for name in _SLOT_DROPS if (n := now.get(name, 0) - joined.get(name, 0)) > 0]
     if not grew:
         return None
     return ("the switch dropped " + ", ".join(f"{n} contributions as {name} ({_SLOT_DROPS[name]})" for name, n in grew)
-            + " since this rank joined, counted over every job: do the ranks agree on the chunk sequence?")
+            + " of this job since this rank joined: do the ranks agree on the chunk sequence?")
 
 
 class SwitchGoneError(ProtocolError, ConnectionError):

@@ -107,7 +107,7 @@ def test_a_timeout_from_slot_rule_drops_names_them():
         again.diagnose = groups[1].diagnose
         with pytest.raises(ChunkTimeoutError, match=r"job \d+ worker 1: no result for chunk 0 after 3 tries \(the "
                            r"switch dropped \d+ contributions as DROP_STALE \(older than the chunk its slot holds\) "
-                           r"since this rank joined, counted over every job: do the ranks agree on the chunk sequence"):
+                           r"of this job since this rank joined: do the ranks agree on the chunk sequence"):
             allreduce(np.ones(SPEC.lanes, np.float32), again)
         for g in groups:
             g.port.close()
@@ -196,3 +196,36 @@ def test_signed_requests_cannot_be_replayed_or_altered():
         assert raw(owner, {**signed, "seq": 2})["error"] == f"job {t.job.job}: wrong signature"  # altered
         assert raw(owner, {**signed, "op": "remove_job"})["error"] == f"job {t.job.job}: wrong signature"
         assert owner.hello()["jobs"] == 1
+
+
+def test_a_jobs_counters_are_its_own_and_the_switch_wide_ones_the_admins():
+    """Issue 21: a job's token reads that job's counts only, not its co-tenants' traffic; another job's token reads
+    nothing of it; the switch-wide counters need the admin token."""
+    with SwitchService(SPEC, admin_token=ADMIN) as service, SwitchClient(service.control_address,
+                                                                         admin_token=ADMIN) as admin:
+        a, b = admin.create_job(2, window=4), admin.create_job(1, window=4)
+        ga = [join(a, r, timing=QUICK) for r in range(2)]
+        gb = join(b, 0, timing=QUICK)
+        data = [np.ones(3 * SPEC.lanes, np.float32)] * 2
+        assert all(isinstance(got, np.ndarray) for got in _allreduce_all(ga, data))
+        np.testing.assert_array_equal(allreduce(np.ones(SPEC.lanes, np.float32), gb), np.ones(SPEC.lanes))
+        mine_a, mine_b = admin.counters(a.job.job, a.token), admin.counters(b.job.job, b.token)
+        whole = admin.switch_counters()
+        for name, n in whole["switch"].items():  # every frame counts in the job whose port it came in on
+            assert mine_a["switch"][name] + mine_b["switch"][name] == n, name
+        assert 0 < mine_b["switch"]["COMPLETED"] < mine_a["switch"]["COMPLETED"]
+        for name in ("rx_datagrams", "tx_datagrams"):
+            assert 0 < mine_b["service"][name] < mine_a["service"][name]
+            assert mine_a["service"][name] + mine_b["service"][name] == whole["service"][name]
+        with pytest.raises(ServiceError, match=rf"refused counters: job {a.job.job}: wrong signature"):
+            admin.counters(a.job.job, b.token)
+        with SwitchClient(service.control_address, admin_token=b.token) as tenant, \
+                pytest.raises(ServiceError, match=r"refused switch_counters: switch_counters: wrong signature"):
+            tenant.switch_counters()
+        for g in ga + [gb]:
+            g.port.close()
+    with SwitchService(SPEC) as open_service, SwitchClient(open_service.control_address, admin_token="x" * 16) as c, \
+            pytest.raises(ServiceError, match=r"this service has no admin token \(--admin-token-file\): its "
+                                              r"switch-wide counters are in its log only"):
+        c.switch_counters()
+

@@ -191,5 +191,5 @@ def test_faults_on_the_vxlan_link_leave_sums_exact():
         ref = sum(arrays[r][call] for r in range(3))
         for r in range(3):
             assert np.array_equal(out[r][call], ref)
-    assert set(counters["link"]) == {"lost", "duplicated", "reordered", "corrupted"}
+    assert set(service.link.stats) == {"lost", "duplicated", "reordered", "corrupted"}
     assert counters["switch"]["DUP_CONTRIB"] > 0
