@@ -258,6 +258,7 @@ class _Conn:
         # Signed requests: bound to this nonce (no replay on another connection), their seq rising (none here).
         self.nonce, self.seq = secrets.token_hex(16), 0
         self.signed: tuple[str, int] | None = None  # (key, seq) of the request being answered, once verified
+        self.events = 0  # the seq of the last event pushed here, which every event raises (no replay)
 
 
 def _mac(key: str, nonce: str, direction: str, body: dict) -> str:
@@ -1006,12 +1007,18 @@ class SwitchService:
             "switch_counters": _op_switch_counters, "remove_job": _op_remove_job}
 
     def _notify(self, job: int | None, event: str, reason: str) -> None:
-        """Tell the connections watching ranks of ``job`` (of every job when None) what ended them."""
+        """Tell the connections watching ranks of ``job`` (of every job when None) what ended them.
+
+        Called while the job is still there: its key signs the event. A removed job has no watchers left.
+        """
         for conn in list(self._conns.values()):
             jobs = sorted({j for j, _ in conn.watched if job is None or j == job})
             for j in jobs:
                 conn.watched = {(k, r) for k, r in conn.watched if k != j}
-                self._reply(conn, {"event": event, "job": j, "reason": reason})
+                # Signed as an answer is, under the job's key and the connection's nonce, with a seq of its own.
+                conn.events += 1
+                body = {"event": event, "job": j, "reason": reason, "seq": conn.events}
+                self._reply(conn, {**body, "mac": _mac(self._jobs[j].token, conn.nonce, "event", body)})
 
     def _remove(self, job: int, why: str, on_switch: bool = True) -> None:
         self._notify(job, "job_removed", f"job {job} was torn down: {why}")
@@ -1069,6 +1076,7 @@ class SwitchClient:
         self.admin_token = (admin_token if admin_token is not None else os.environ.get(ENV_ADMIN_TOKEN)) or None
         self._nonce: str | None = None  # the connection's, from hello: what signatures are bound to
         self._seq = 0
+        self._event_seq = 0  # the last event's: a later one must be above it
 
     def request(self, op: str, *, key: str | None = None, **fields) -> dict:
         """Send one request; return the answer, or raise :class:`ServiceError` with the service's refusal.
@@ -1102,6 +1110,20 @@ class SwitchClient:
             raise ServiceError(f"inagg switch service at {self.address[0]}:{self.address[1]}: the answer to {op} "
                                "is not signed with the request's key: not the service, or altered on the way")
         return answer
+
+    def check_event(self, event: dict, key: str) -> None:
+        """Raise :class:`ServiceError` unless the service signed ``event`` with ``key`` on this connection, later
+        than every event before it (so neither a forged event nor a replayed one is taken)."""
+        seq, mac, name = event.get("seq"), event.get("mac"), event.get("event")
+        where = "%s:%d" % self.address
+        if self._nonce is None or not isinstance(mac, str) or \
+                not hmac.compare_digest(mac.encode(), _mac(key, self._nonce, "event", event).encode()):
+            raise ServiceError(f"event {name!r} on the control connection to {where} is not signed with the job's "
+                               "key: forged, or altered on the way; ignored")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq <= self._event_seq:
+            raise ServiceError(f"event {name!r} on the control connection to {where} has seq {seq!r}, not above "
+                               f"the last event's, {self._event_seq}: replayed; ignored")
+        self._event_seq = seq
 
     def _line(self, timeout: float) -> dict | None:
         """The next line from the service, waiting at most ``timeout`` s for it; None when none came in time.
@@ -1285,6 +1307,9 @@ class WatchedPort:
     failed) or :class:`PeerFailedError` (another rank's connection closed
     without leaving, or the job's owner went away), and the end of the
     connection (the service's process died) raises :class:`SwitchGoneError`.
+    An event is taken only when the service signed it with the job's key
+    (:meth:`SwitchClient.check_event`); a forged or replayed one is logged,
+    counted in ``stats["refused_events"]`` and ignored.
     Every later :meth:`recv` raises the same error. :meth:`close` leaves the
     job quietly; :meth:`abort` closes without leaving, so that the service
     tells the other ranks.
@@ -1319,20 +1344,31 @@ class WatchedPort:
             if "data" in ready and (frame := self.port.recv(0.0)) is not None:
                 return frame
             if "control" in ready:
-                self._read_event()
+                self._read_events()
             elif time.monotonic() >= end:
                 return None
         raise self.failure
 
-    def _read_event(self) -> None:
+    def _read_events(self) -> None:
+        """Take every event the control connection holds (one read may bring several), until one ends the rank."""
         where = "%s:%d" % self.ticket.control
-        try:
-            event = self.client._line(0.0)
-        except (OSError, ValueError) as e:
-            self.failure = SwitchGoneError(f"rank {self.rank} of job {self.ticket.job.job}: the inagg switch service "
-                                           f"at {where} is gone ({e}): it stopped or died")
-            return
-        if event is not None and event.get("event") in self._EVENTS:
+        while self.failure is None:
+            try:
+                event = self.client._line(0.0)
+            except (OSError, ValueError) as e:
+                self.failure = SwitchGoneError(f"rank {self.rank} of job {self.ticket.job.job}: the inagg switch "
+                                               f"service at {where} is gone ({e}): it stopped or died")
+                return
+            if event is None:
+                return
+            if event.get("event") not in self._EVENTS:
+                continue
+            try:
+                self.client.check_event(event, self.ticket.token)
+            except ServiceError as e:
+                self.stats["refused_events"] += 1
+                log.warning("rank %d of job %d: %s", self.rank, self.ticket.job.job, e)
+                continue
             self.failure = self._EVENTS[event["event"]](f"rank {self.rank} of job {self.ticket.job.job}: "
                                                         f"{event.get('reason')} (service at {where})")
 

@@ -1,6 +1,7 @@
 """Issue 21's attacks on the switch service, one test each: incarnations, endpoint binding, the reflector."""
 
 import contextlib
+import dataclasses
 import json
 import socket
 import threading
@@ -12,7 +13,7 @@ import pytest
 from inagg.host import allreduce
 from inagg.host.api import Group
 from inagg.host.roce import contribution
-from inagg.host.service import PeerFailedError, ServiceError, SwitchClient, SwitchService, join
+from inagg.host.service import PeerFailedError, ServiceError, SwitchClient, SwitchService, _mac, join
 from inagg.host.worker import ChunkTimeoutError, Timing
 from inagg.host.vxlan import VxlanPort
 from inagg.models.job import SwitchSpec
@@ -229,3 +230,58 @@ def test_a_jobs_counters_are_its_own_and_the_switch_wide_ones_the_admins():
                                               r"switch-wide counters are in its log only"):
         c.switch_counters()
 
+
+class _Proxy:
+    """A TCP hop between one client and the service that can slip lines of its own to the client (on the path)."""
+
+    def __init__(self, target):
+        self._listen = socket.create_server(("127.0.0.1", 0))
+        self.address = self._listen.getsockname()
+        self._target, self._client = target, None
+        self._ready = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        self._client, _ = self._listen.accept()
+        upstream = socket.create_connection(self._target)
+        self._ready.set()
+        for a, b in ((self._client, upstream), (upstream, self._client)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def inject(self, event: dict):
+        self._ready.wait(5)
+        self._client.sendall(json.dumps(event).encode() + b"\n")
+
+
+def test_a_forged_or_replayed_event_does_not_end_a_watching_rank():
+    """Issue 21: the events pushed to a watching rank are signed like answers; one on the path who forges an event
+    (unsigned, under another key, or an old seq again) does not end the rank, whose job goes on; a real one does."""
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        t = owner.create_job(2, window=4)
+        proxy = _Proxy(service.control_address)
+        g0 = join(dataclasses.replace(t, control=proxy.address), 0, timing=QUICK, watch=True)
+        g1 = join(t, 1, timing=QUICK)
+        client, job = g0.port.client, t.job.job
+        forged = {"event": "job_removed", "job": job, "reason": "forged", "seq": 1 << 40}
+        proxy.inject(forged)
+        proxy.inject({**forged, "mac": _mac("f" * 32, client._nonce, "event", forged)})
+        old = {**forged, "seq": 0}  # signed under the job's key, but no later than the last event
+        proxy.inject({**old, "mac": _mac(t.token, client._nonce, "event", old)})
+        time.sleep(0.2)
+        data = [np.full(3 * SPEC.lanes, 1, np.float32), np.full(3 * SPEC.lanes, 2, np.float32)]
+        for got in _allreduce_all([g0, g1], data):
+            np.testing.assert_array_equal(got, np.full(3 * SPEC.lanes, 3, np.float32))
+        assert g0.port.failure is None and g0.port.stats["refused_events"] == 3
+        owner.remove_job(job, t.token)
+        with pytest.raises(PeerFailedError, match=rf"job {job} was torn down: removed by"):
+            g0.port.recv(5.0)
+        g0.port.close()
+        g1.port.close()
