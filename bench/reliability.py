@@ -1,7 +1,8 @@
 """Soak: many jobs of valid traffic with link faults, beside a hostile client cycling through issue 21's attacks.
 
 Writes docs/results/reliability.md. Run: ``.venv/bin/python bench/reliability.py [--jobs 16] [--workers 4]
-[--seconds 600]``. ``inagg switch serve`` runs as its own process (its RSS is sampled from ``/proc``) with
+[--seconds 600] [--before COMMIT [--fair-share-rounds 20]]``; with ``--before`` it first measures a co-tenant's
+slow-down under a flood on the service of COMMIT and of this checkout (``bench/fairshare.py``). ``inagg switch serve`` runs as its own process (its RSS is sampled from ``/proc``) with
 1 % of the frames lost on its link; every rank is a thread of this process, all-reducing integers so that every
 sum can be checked exactly. The hostile client connects from another loopback address (127.0.0.2), so the
 per-source quotas of the valid jobs' clients are not its; it repeats, until the time is up, one cycle of:
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ast
 import re
 import signal
 import socket
@@ -37,6 +39,7 @@ import time
 from collections import Counter as Tally
 from pathlib import Path
 
+import fairshare
 import numpy as np
 from _report import head_commit, publish
 
@@ -68,6 +71,17 @@ def _serve(ports: int, log) -> tuple[subprocess.Popen, str]:
             raise RuntimeError(f"inagg switch serve did not start: {Path(log.name).read_text()}")
         time.sleep(0.05)
     return serve, m.group(1)
+
+
+def _final_counts(text: str) -> dict:
+    """The switch-wide counts the service logs as it stops (the operator's view; a job's token reads its own only)."""
+    m = re.search(r"stopped: (\{.*\}|no traffic); switch counters: (.*)$", text, re.M)
+    if m is None:
+        raise RuntimeError(f"the service did not log its counts as it stopped: {text[-2000:]}")
+    service = {} if m.group(1) == "no traffic" else ast.literal_eval(m.group(1))
+    switch = dict.fromkeys(("DROP_BAD_HEADER", "DROP_STALE", "RX_CONTRIB"), 0)
+    switch.update((name, int(n)) for name, n in re.findall(r"([A-Z_0-9]+) (\d+)", m.group(2)))
+    return {"service": service, "switch": switch}
 
 
 def _rss(pid: int) -> int:
@@ -303,8 +317,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--before", metavar="COMMIT", help="also measure the fair share against this commit's service")
+    ap.add_argument("--fair-share-rounds", type=int, default=20)
     args = ap.parse_args(argv)
     commit = head_commit()
+    fair = [] if args.before is None else fairshare.section(args.before, args.fair_share_rounds, 1)
     log = tempfile.NamedTemporaryFile("w+", prefix="inagg-reliability-", suffix=".log")  # the service's stderr
     serve, address = _serve(args.jobs * args.workers + 40, log)
     rss: list[tuple[float, int]] = []
@@ -327,13 +344,13 @@ def main(argv: list[str] | None = None) -> None:
                     t.join(60)
             attacker.join(120)
             alive = owner.hello()["ok"] and serve.poll() is None
-            stats = owner.counters(jobs[0].ticket.job.job, jobs[0].ticket.token)
             for j in jobs:
                 for g in j.groups:
                     g.port.close()
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.wait(60)
+        stats = _final_counts(Path(log.name).read_text())
         log.close()
     after = [v for t, v in rss if t >= WARM_UP * args.seconds]
     mid = statistics.median(after)
@@ -376,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     lines += ["", "The service's counts at the end: " + ", ".join(f"`{k}` {service.get(k, 0):,}" for k in keys)
               + f"; the switch's `DROP_BAD_HEADER` {stats['switch']['DROP_BAD_HEADER']:,}, `DROP_STALE` "
               f"{stats['switch']['DROP_STALE']:,}, `RX_CONTRIB` {stats['switch']['RX_CONTRIB']:,}.", ""]
-    publish(OUT, lines)
+    publish(OUT, lines + fair)
 
 
 if __name__ == "__main__":

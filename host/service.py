@@ -3,10 +3,13 @@
 :class:`SwitchService` runs one switch for many clients, in one thread and
 one ``selectors`` loop:
 
-* **data**: one UDP socket (the VXLAN endpoint, a free UDP port by default:
-  tickets carry it) for every switch port. A switch port is bound to the worker's UDP endpoint
+* **data**: a UDP socket per job (a free port on the VXLAN host: the job's
+  ticket carries it) beside the service's own (``vxlan``). A switch port is bound to the worker's UDP endpoint
   (its VTEP) when the worker attaches; a datagram from an endpoint that is
-  bound to no port is dropped and counted. Frames cross the same
+  bound to no port is dropped and counted. Each turn of the loop reads and
+  hands the switch at most ``Limits.job_frames`` frames of each job (a
+  flood of one job fills its own socket, and gets its share of the turns:
+  the excess is dropped and counted). Frames cross the same
   :class:`~inagg.host.link.LossyLink` as on every other transport, on the
   way in and again on the way out, so loss, duplication, reordering and
   corruption can be injected here too.
@@ -54,6 +57,7 @@ import socket
 import threading
 import time
 from collections import Counter as Tally
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -102,6 +106,8 @@ _BURST = 256
 # Probes an attach waits for (each within a share of the client's timeout) before it gives up.
 _PROBE_TRIES = 3
 _SOCKET_BUFFER = 8 << 20
+# A job's own socket holds a few windows of its workers; a flood beyond that is the kernel's to drop (socket_drops).
+_JOB_SOCKET_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,12 @@ class Limits:
         "help": "jobs that connections from one IP address may own at once"})
     ports_per_source: int = field(default=MAX_SERVICE_PORTS, metadata={
         "help": "switch ports that the jobs of one IP address may hold at once"})
+    # A turn of the loop serves every job with frames waiting, each at most job_frames of them: a job that sends
+    # faster than its share waits for its next turn, not its co-tenants.
+    job_frames: int = field(default=32, metadata={
+        "help": "data frames of one job the switch takes per turn of the service's loop (its fair share)"})
+    job_backlog: int = field(default=256, metadata={
+        "help": "data frames of one job waiting for their turn; more are dropped and counted (fair_share_drops)"})
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -242,6 +254,9 @@ class _Job:
     service: Tally = field(default_factory=Tally)
     switch: Tally = field(default_factory=Tally)
     backend: Tally = field(default_factory=Tally)
+    # The job's own VXLAN socket (its ticket's address): a flood of one job fills its own socket buffer, not its
+    # co-tenants', and the loop reads a share of each.
+    sock: socket.socket | None = None
 
 
 class _Conn:
@@ -278,6 +293,17 @@ def _add_growth(mine: Tally, before: dict, after) -> None:
     for c, n in after.items():
         if n != before.get(c, 0):
             mine[getattr(c, "name", c)] += n - before.get(c, 0)
+
+
+def _socket_drops(sock: socket.socket) -> int:
+    """Datagrams the kernel dropped for UDP socket ``sock`` because its buffer was full (``/proc/net/udp``; 0 where
+    there is none)."""
+    inode = str(os.fstat(sock.fileno()).st_ino)
+    try:
+        with open("/proc/net/udp", encoding="ascii") as f:
+            return next((int(cols[-1]) for cols in map(str.split, f) if cols[9] == inode), 0)
+    except OSError:
+        return 0
 
 
 def _depth(value: object) -> int:
@@ -408,6 +434,8 @@ class SwitchService:
         self._job_at: dict[int, _Job] = {}  # switch port -> the job holding it, whose counters its frames count in
         self._probes: dict[tuple[int, int], tuple[tuple[str, int], str, str]] = {}  # (job, rank) -> endpoint, session, nonce
         self._held = HeldFrames()
+        # Per job, the data frames read and waiting for the job's turn: (switch port, frame).
+        self._backlog: dict[int, deque[tuple[int, bytes]]] = {}
         self._conns: dict[int, _Conn] = {}
         self._conns_of: Tally = Tally()  # source address -> connections open
         self._next_sweep = 0.0
@@ -450,9 +478,10 @@ class SwitchService:
                  self.spec.chunk_bytes)
         try:
             while not self._stop:
-                wait = self._held.wait(0.5)
+                wait = 0.0 if self._backlog else self._held.wait(0.5)
                 for key, events in self._sel.select(wait):
                     self._guarded(self._on_event, key.data, events)
+                self._guarded(self._take_turns)
                 for direction, port, f in self._held.due():
                     self._guarded(self._arrive, direction, port, f)
                 if self._polled and self.failure is None:
@@ -465,7 +494,9 @@ class SwitchService:
 
     def _on_event(self, what, events: int) -> None:
         if what == "udp":
-            self._on_udp()
+            self._on_udp(self._udp, _BURST)
+        elif isinstance(what, _Job):
+            self._on_udp(what.sock, self.limits.job_frames)
         elif what == "listen":
             self._on_accept()
         elif what == "wake":
@@ -558,10 +589,11 @@ class SwitchService:
 
     # -- data plane -------------------------------------------------------
 
-    def _on_udp(self) -> None:
-        for _ in range(_BURST):
+    def _on_udp(self, sock: socket.socket, budget: int) -> None:
+        """Read at most ``budget`` datagrams from ``sock`` (the service's or a job's) into their jobs' backlogs."""
+        for _ in range(budget):
             try:
-                datagram, src = self._udp.recvfrom(65535)
+                datagram, src = sock.recvfrom(65535)
             except BlockingIOError:
                 return
             except OSError as e:  # an ICMP error of an earlier send, reported late
@@ -570,7 +602,7 @@ class SwitchService:
                 continue
             self.stats["rx_datagrams"] += 1
             if self.capture is not None:
-                self.capture(src, self.vxlan_address, datagram)
+                self.capture(src, sock.getsockname(), datagram)
             inner = decap(datagram, self.vni)
             if isinstance(inner, VxlanDrop):
                 self.stats[inner.value] += 1
@@ -585,7 +617,25 @@ class SwitchService:
                 # Another rank's or another job's QPN: whatever R_Key it carries, not this endpoint's to use.
                 self._count(j, "foreign_qpn")
                 continue
-            self._cross(0, port, inner)
+            waiting = self._backlog.setdefault(j.number, deque())
+            if len(waiting) >= self.limits.job_backlog:
+                self._count(j, "fair_share_drops")
+                continue
+            waiting.append((port, inner))
+
+    def _take_turns(self) -> None:
+        """One turn: every job with frames waiting hands the switch up to ``job_frames`` of them, in job order.
+
+        A job that floods the data plane gets the same turns as its co-tenants; its excess waits, then is
+        dropped (``fair_share_drops``) in :meth:`_on_udp`, at the cost of a read, not of a switch pass.
+        """
+        for number in list(self._backlog):
+            waiting = self._backlog[number]
+            for _ in range(min(len(waiting), self.limits.job_frames)):
+                port, frame = waiting.popleft()
+                self._cross(0, port, frame)
+            if not waiting:
+                del self._backlog[number]
 
     def _attributed(self, j: _Job | None, call):
         """``call()``, a switch call on behalf of job ``j``: what it adds to the switch's and the backend's counters
@@ -629,14 +679,14 @@ class SwitchService:
             return
         datagram = encap(frame, self.vni)
         try:
-            self._udp.sendto(datagram, dst)
+            j.sock.sendto(datagram, dst)  # from the address the worker sends to, which its port is connected to
         except OSError as e:  # a full socket buffer or a vanished route: the worker's timer resends
             self._count(j, "tx_errors")
             log.debug("vxlan send to %s:%d failed: %s", *dst, e)
             return
         self._count(j, "tx_datagrams")
         if self.capture is not None:
-            self.capture(self.vxlan_address, dst, datagram)
+            self.capture(j.sock.getsockname(), dst, datagram)
 
     # -- control plane ----------------------------------------------------
 
@@ -858,23 +908,39 @@ class SwitchService:
         workers = tuple(WorkerSpec(port=p, mac=worker_mac(p), ip=worker_ip(p), qpn=_WORKER_QPN + p,
                                    rkey=secrets.randbits(32), result_va=RESULT_VA) for p in free[:n])
         spec = JobSpec(job=number, rkey=secrets.randbits(32), slot_base=base, slots=region, workers=workers)
+        sock = self._job_socket()
         try:
             self.switch.add_job(spec)
         except ValueError as e:
+            sock.close()
             raise _Refused(f"the switch refused job {number}: {e}") from None
         salt = secrets.token_hex(16)
         token = secrets.token_hex(16) if self.admin_token is None else _job_key(self.admin_token, salt)
-        self._jobs[number] = j = _Job(number, spec, token, conn)
+        self._jobs[number] = j = _Job(number, spec, token, conn, sock=sock)
         self._job_at.update((w.port, j) for w in workers)
+        self._sel.register(sock, selectors.EVENT_READ, j)
         conn.jobs.add(number)
         log.info("job %d created by %s: %d workers on ports %s, slots %d..%d", number, conn.name, n,
                  ",".join(str(w.port) for w in workers), base, base + region - 1)
-        ticket = json.loads(Ticket(self.spec, spec, token, self.vxlan_address, self.vni,
+        ticket = json.loads(Ticket(self.spec, spec, token, sock.getsockname(), self.vni,
                                    self.control_address).to_json())
         if self.admin_token is not None:  # the creator derives the key: it never crosses the wire
             ticket["token"] = None
             return {"ticket": ticket, "salt": salt}
         return {"ticket": ticket}
+
+    def _job_socket(self) -> socket.socket:
+        """A new job's VXLAN socket, on the service's VXLAN address with a free port."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+                sock.setsockopt(socket.SOL_SOCKET, opt, _JOB_SOCKET_BUFFER)
+            sock.bind((self.vxlan_address[0], 0))
+            sock.setblocking(False)
+        except OSError as e:
+            sock.close()
+            raise _Refused(f"cannot open the job's VXLAN socket: {e}") from None
+        return sock
 
     def _free_number(self) -> int:
         """A job number that neither names a job nor is the switch job of one's incarnation."""
@@ -939,12 +1005,12 @@ class SwitchService:
         frame = bytes(12) + _PROBE_TYPE.to_bytes(2, "big") + _PROBE_MARK + nonce.encode()
         datagram = encap(frame, self.vni)
         try:
-            self._udp.sendto(datagram, endpoint)
+            j.sock.sendto(datagram, endpoint)
         except OSError as e:
             raise _Refused(f"cannot send the proof of receipt to {endpoint[0]}:{endpoint[1]}: {e}") from None
         self.stats["probes_sent"] += 1
         if self.capture is not None:
-            self.capture(self.vxlan_address, endpoint, datagram)
+            self.capture(j.sock.getsockname(), endpoint, datagram)
         return {"prove": "echo the nonce sent to the endpoint as the attach's proof"}
 
     def _unbind(self, port: int) -> None:
@@ -985,7 +1051,7 @@ class SwitchService:
     def _op_counters(self, conn: _Conn, req: dict) -> dict:
         """The job's own counts, for its token only: another tenant's traffic is none of its business."""
         j = self._authorized(conn, req)
-        return {"job": j.number, "service": dict(j.service),
+        return {"job": j.number, "service": {**j.service, "socket_drops": _socket_drops(j.sock)},
                 "backend": {**{name: 0 for name in self.switch.drops}, **j.backend},
                 "switch": None if self._polled else {c.name: j.switch[c.name] for c in Counter}}
 
@@ -1024,6 +1090,9 @@ class SwitchService:
         self._notify(job, "job_removed", f"job {job} was torn down: {why}")
         j = self._jobs.pop(job)
         j.owner.jobs.discard(job)
+        self._backlog.pop(job, None)
+        self._sel.unregister(j.sock)
+        j.sock.close()
         for rank, w in enumerate(j.spec.workers):
             self._unbind(w.port)
             del self._job_at[w.port]

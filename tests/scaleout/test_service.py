@@ -78,9 +78,9 @@ def test_slot_regions_and_ports_are_disjoint_and_freed(service):
 
 
 def test_attach_checks_rank_endpoint_and_binding(service):
-    with SwitchClient(service.control_address) as c, VxlanPort(service.vxlan_address, 1) as p, \
-            VxlanPort(service.vxlan_address, 1) as q:
+    with SwitchClient(service.control_address) as c:
         t = c.create_job(2, window=4)
+        p, q = VxlanPort(t.vxlan, 1), VxlanPort(t.vxlan, 1)  # the job's own VXLAN socket, which probes come from
         with pytest.raises(ServiceError, match=r"rank must be an integer in 0..1, not 2"):
             c.attach(t, 2, p.address, receive=p.recv)
         with pytest.raises(ServiceError, match=r"endpoint must be \[IPv4 address, UDP port\], not \['nowhere', 1\]"):
@@ -91,6 +91,8 @@ def test_attach_checks_rank_endpoint_and_binding(service):
             c.attach(t, 1, p.address, receive=p.recv)
         assert c.attach(t, 0, q.address, receive=q.recv) == t.job  # a rank may move
         assert c.attach(t, 0, q.address) == t.job  # attached there already: no new proof
+        p.close()
+        q.close()
 
 
 def test_datagrams_from_unattached_endpoints_or_other_fabrics_are_counted(service):

@@ -3,7 +3,10 @@
 import contextlib
 import dataclasses
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -13,7 +16,8 @@ import pytest
 from inagg.host import allreduce
 from inagg.host.api import Group
 from inagg.host.roce import contribution
-from inagg.host.service import PeerFailedError, ServiceError, SwitchClient, SwitchService, _mac, join
+from inagg.host.service import (ENV_RANK, ENV_TICKET, PeerFailedError, ServiceError, SwitchClient, SwitchService,
+                                _mac, join)
 from inagg.host.worker import ChunkTimeoutError, Timing
 from inagg.host.vxlan import VxlanPort
 from inagg.models.job import SwitchSpec
@@ -64,7 +68,7 @@ def test_a_new_incarnation_tells_the_old_runs_watching_ranks_and_keeps_moves_in_
     with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
         ticket = owner.create_job(2, window=4)
         old = join(ticket, 0, timing=QUICK, watch=True)
-        with VxlanPort(service.vxlan_address, 1) as moved:
+        with VxlanPort(ticket.vxlan, 1) as moved:
             assert old.port.client.attach(ticket, 0, moved.address, watch=True, receive=moved.recv) == ticket.job
         new = join(ticket, 0, timing=QUICK)  # another client: a new run
         assert new.job.job != ticket.job.job and new.job.rkey != ticket.job.rkey
@@ -285,3 +289,41 @@ def test_a_forged_or_replayed_event_does_not_end_a_watching_rank():
             g0.port.recv(5.0)
         g0.port.close()
         g1.port.close()
+
+
+FLOOD = r"""
+import sys
+from inagg.host.roce import contribution
+from inagg.host.service import group_from_env
+g = group_from_env()
+frames = [bytes(contribution(g.switch, g.job, 0, c, bytes(g.switch.chunk_bytes))) for c in range(4 * g.job.slots)]
+print("ready", flush=True)
+while True:
+    for f in frames:
+        g.port.send(f)
+"""
+
+
+def test_a_co_tenant_all_reduces_while_another_job_floods():
+    """Row 9: a job flooding valid contributions of its own from another process gets its share of the data plane:
+    a co-tenant's all-reduces complete, exact, and the flood's excess is dropped and counted in the flood's job."""
+    spec = SwitchSpec(ports=4, slots=256, chunk_bytes=256)
+    with SwitchService(spec) as service, SwitchClient(service.control_address) as owner:
+        victim, flood = owner.create_job(2, window=16), owner.create_job(1, window=16)
+        groups = [join(victim, r) for r in range(2)]
+        p = subprocess.Popen([sys.executable, "-c", FLOOD], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, ENV_TICKET: flood.to_json(), ENV_RANK: "0"})
+        try:
+            assert p.stdout.readline().strip() == "ready"
+            time.sleep(0.5)  # the flood fills the socket buffers
+            data = [np.arange(64 * spec.lanes, dtype=np.float32) * (r + 1) for r in range(2)]
+            for _ in range(3):
+                for got in _allreduce_all(groups, data):
+                    np.testing.assert_array_equal(got, data[0] + data[1])
+            counts = owner.counters(flood.job.job, flood.token)["service"]
+        finally:
+            p.kill()
+            p.wait()
+        assert counts["rx_datagrams"] > 0 and counts["socket_drops"] + counts.get("fair_share_drops", 0) > 0
+        for g in groups:
+            g.port.close()
