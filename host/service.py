@@ -905,8 +905,12 @@ class SwitchService:
                            f"{self.spec.slots} slots" + (f" ({retired} of them retired by removed jobs until the "
                                                          "switch restarts)" if retired else ""))
         number = self._free_number()
+        # A contribution R_Key per worker where the switch takes one: a key read off one worker's frames does not
+        # let anyone contribute as another.
+        own = self.switch.per_worker_rkeys
         workers = tuple(WorkerSpec(port=p, mac=worker_mac(p), ip=worker_ip(p), qpn=_WORKER_QPN + p,
-                                   rkey=secrets.randbits(32), result_va=RESULT_VA) for p in free[:n])
+                                   rkey=secrets.randbits(32), result_va=RESULT_VA,
+                                   contrib_rkey=secrets.randbits(32) if own else None) for p in free[:n])
         spec = JobSpec(job=number, rkey=secrets.randbits(32), slot_base=base, slots=region, workers=workers)
         sock = self._job_socket()
         try:
@@ -1040,7 +1044,8 @@ class SwitchService:
             self._remove(j.number, "no free slot region for its next incarnation", on_switch=False)
             raise _Refused(f"job {j.number} cannot start a new incarnation: no free region of {old.slots} slots "
                            "(the switch retired its old one); create a new job")
-        workers = tuple(dataclasses.replace(w, rkey=secrets.randbits(32)) for w in old.workers)
+        workers = tuple(dataclasses.replace(w, rkey=secrets.randbits(32), contrib_rkey=None if w.contrib_rkey is None
+                                            else secrets.randbits(32)) for w in old.workers)
         j.spec = dataclasses.replace(old, job=number, rkey=secrets.randbits(32), slot_base=base, workers=workers)
         self.switch.add_job(j.spec)
         j.incarnation += 1

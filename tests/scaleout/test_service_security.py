@@ -20,6 +20,7 @@ from inagg.host.service import (ENV_RANK, ENV_TICKET, PeerFailedError, ServiceEr
                                 _mac, join)
 from inagg.host.worker import ChunkTimeoutError, Timing
 from inagg.host.vxlan import VxlanPort
+from inagg.testbench.traffic import contribution as frame_with
 from inagg.models.job import SwitchSpec
 
 SPEC = SwitchSpec(ports=6, slots=32, chunk_bytes=256)  # 64 lanes a chunk
@@ -325,5 +326,23 @@ def test_a_co_tenant_all_reduces_while_another_job_floods():
             p.kill()
             p.wait()
         assert counts["rx_datagrams"] > 0 and counts["socket_drops"] + counts.get("fair_share_drops", 0) > 0
+        for g in groups:
+            g.port.close()
+
+
+def test_each_rank_has_its_own_r_key_and_no_other_ranks_key_opens_the_job():
+    """Issue 21: the service gives every rank a contribution R_Key of its own (fresh in every incarnation); a key
+    read off one rank's frames does not let another rank's frames through, even from that rank's own endpoint."""
+    with SwitchService(SPEC) as service, SwitchClient(service.control_address) as owner:
+        t = owner.create_job(2, window=4)
+        keys = [t.job.contrib_rkey(r) for r in range(2)]
+        assert len({*keys, t.job.rkey}) == 3
+        groups = [join(t, r, timing=QUICK) for r in range(2)]
+        for chunk in range(4):  # rank 1's own QPN, from its own endpoint, with rank 0's key
+            groups[1].port.send(frame_with(t.switch, t.job, 1, chunk, np.full(SPEC.lanes, 1000), rkey=keys[0]))
+        data = [np.full(4 * SPEC.lanes, 1, np.float32), np.full(4 * SPEC.lanes, 2, np.float32)]
+        for got in _allreduce_all(groups, data):
+            np.testing.assert_array_equal(got, np.full(4 * SPEC.lanes, 3, np.float32))
+        assert owner.counters(t.job.job, t.token)["switch"]["DROP_BAD_RKEY"] == 4
         for g in groups:
             g.port.close()
