@@ -54,6 +54,7 @@ import os
 import secrets
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections import Counter as Tally
@@ -77,6 +78,7 @@ __all__ = [
     "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES", "SERVICE_TIMING",
     "ServiceError", "SwitchUnavailableError", "SwitchBackendError", "Ticket", "Limits", "SwitchService", "SwitchClient",
     "parse_address", "join", "group_from_env", "SwitchGoneError", "PeerFailedError", "WatchedPort", "ENV_ADMIN_TOKEN",
+    "ENV_TLS_CA", "tls_server_context",
 ]
 
 log = logging.getLogger("inagg.switch")
@@ -85,6 +87,7 @@ ENV_SWITCH = "INAGG_SWITCH"   # HOST:PORT of the control endpoint
 ENV_TICKET = "INAGG_TICKET"   # a ticket's JSON, or @FILE holding it
 ENV_RANK = "INAGG_RANK"       # this worker's rank in the ticket's job
 ENV_ADMIN_TOKEN = "INAGG_ADMIN_TOKEN"  # the service's admin token, which create_job is signed with
+ENV_TLS_CA = "INAGG_TLS_CA"  # the CA certificate (PEM) that a TLS control endpoint's certificate is checked against
 # Worker addresses are 10.0.0.(port+1) in the switch's /24, the switch is .254.
 MAX_SERVICE_PORTS = 253
 MAX_REQUEST_BYTES = 1 << 16
@@ -262,6 +265,7 @@ class _Job:
 class _Conn:
     def __init__(self, sock: socket.socket, addr: tuple[str, int], burst: float):
         self.sock, self.source, self.name = sock, addr[0], f"{addr[0]}:{addr[1]}"
+        self.handshaking = isinstance(sock, ssl.SSLSocket)  # TLS: no request before the handshake is done
         self.inbuf = bytearray()
         self.outbuf = bytearray()
         self.jobs: set[int] = set()
@@ -274,6 +278,13 @@ class _Conn:
         self.nonce, self.seq = secrets.token_hex(16), 0
         self.signed: tuple[str, int] | None = None  # (key, seq) of the request being answered, once verified
         self.events = 0  # the seq of the last event pushed here, which every event raises (no replay)
+
+
+def tls_server_context(cert: str, key: str) -> ssl.SSLContext:
+    """The TLS context of a control endpoint serving certificate file ``cert`` (PEM, its chain) with key ``key``."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 def _mac(key: str, nonce: str, direction: str, body: dict) -> str:
@@ -386,6 +397,12 @@ class SwitchService:
         What one control client may cost (:class:`Limits`; its defaults
         when None). No request, however malformed, stops the service: it
         gets an error answer and a count in ``stats``.
+    tls:
+        A server :class:`ssl.SSLContext` (:func:`tls_server_context`): the
+        control endpoint then speaks TLS only, so requests, answers, events
+        and a job's token in a ``create_job`` answer are confidential on the
+        way (clients: ``SwitchClient(tls_ca=)`` or ``INAGG_TLS_CA``). A
+        connection that fails its handshake is closed (``tls_failed``).
     admin_token:
         When given (at least 16 characters), ``create_job`` must be signed
         with it (:class:`SwitchClient`'s ``admin_token``), and each job's
@@ -401,7 +418,7 @@ class SwitchService:
     def __init__(self, spec: SwitchSpec, *, control: tuple[str, int] = ("127.0.0.1", 0),
                  vxlan: tuple[str, int] = ("127.0.0.1", 0), vni: int = 1, faults: Faults | None = None,
                  seed: int = 0, capture: Capture | None = None, switch=None, limits: Limits | None = None,
-                 admin_token: str | None = None):
+                 admin_token: str | None = None, tls: ssl.SSLContext | None = None):
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
         if spec.ports > MAX_SERVICE_PORTS:
@@ -416,6 +433,9 @@ class SwitchService:
         if admin_token is not None and (not isinstance(admin_token, str) or len(admin_token) < 16):
             raise ValueError("admin_token must be a string of at least 16 characters")
         self.admin_token = admin_token
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise TypeError(f"tls must be an ssl.SSLContext, not {type(tls).__name__}")
+        self.tls = tls
         if switch is None:
             switch = load_backend(DEFAULT_BACKEND).open(spec)
         elif not isinstance(switch, SwitchBackend):
@@ -706,6 +726,8 @@ class SwitchService:
             sock.close()
             return
         sock.setblocking(False)
+        if self.tls is not None:  # the handshake runs in the loop, as the peer's bytes come
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         conn = _Conn(sock, addr, self.limits.requests_per_second)
         self._conns[sock.fileno()] = conn
         self._conns_of[conn.source] += 1
@@ -713,14 +735,19 @@ class SwitchService:
         log.debug("control %s: connected", conn.name)
 
     def _on_conn(self, conn: _Conn, events: int) -> None:
+        if conn.handshaking and not self._handshake(conn):
+            return
         if events & selectors.EVENT_WRITE:
             self._flush(conn)
-        if not events & selectors.EVENT_READ or conn.closing or conn.closed:
+        if conn.closing or conn.closed:
             return
         limit = self.limits.request_bytes
         try:
             data = conn.sock.recv(limit)
-        except BlockingIOError:
+            # TLS: bytes the last record decrypted beyond what was read wake no select; take them now.
+            while isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending() and len(data) <= limit:
+                data += conn.sock.recv(conn.sock.pending())
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError:
             data = b""
@@ -739,6 +766,25 @@ class SwitchService:
             self._reply(conn, self._refuse("too_long", f"request longer than {limit} bytes"))
             conn.closing = True
             self._flush(conn)
+
+    def _handshake(self, conn: _Conn) -> bool:
+        """Take the TLS handshake of ``conn`` one step on; True once it is done, False while it waits or failed."""
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+            return False
+        except ssl.SSLWantWriteError:
+            self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            return False
+        except (ssl.SSLError, OSError) as e:  # not TLS, or a certificate the client refused
+            self.stats["tls_failed"] += 1
+            log.warning("control %s: TLS handshake failed: %s", conn.name, e)
+            self._close_conn(conn)
+            return False
+        conn.handshaking = False
+        self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+        return True
 
     def _admit(self, conn: _Conn) -> bool:
         """Whether the connection's request rate leaves room for one more request now."""
@@ -780,7 +826,7 @@ class SwitchService:
             while conn.outbuf:
                 n = conn.sock.send(conn.outbuf)
                 del conn.outbuf[:n]
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             pass
         except OSError:
             self._close_conn(conn)
@@ -1126,22 +1172,33 @@ class SwitchClient:
     token itself is never sent) and their answers checked the same way.
     ``admin_token`` (default: ``INAGG_ADMIN_TOKEN``) signs ``create_job`` for
     a service that requires it; the new job's token is then derived on both
-    sides and never crosses the wire.
+    sides and never crosses the wire. ``tls_ca`` (default: ``INAGG_TLS_CA``),
+    a CA certificate file, makes the connection TLS, the service's
+    certificate checked against it and the address's host.
     """
 
     def __init__(self, address: str | tuple[str, int] | None = None, *, timeout: float = 10.0,
-                 admin_token: str | None = None):
+                 admin_token: str | None = None, tls_ca: str | None = None):
         if address is None:
             address = os.environ.get(ENV_SWITCH)
             if not address:
                 raise SwitchUnavailableError(f"no switch service address: pass one or set {ENV_SWITCH}=HOST:PORT")
         self.address = parse_address(address) if isinstance(address, str) else (str(address[0]), int(address[1]))
         self.timeout = timeout
+        tls_ca = (tls_ca if tls_ca is not None else os.environ.get(ENV_TLS_CA)) or None
         try:
             self._sock = socket.create_connection(self.address, timeout=timeout)
         except OSError as e:
             raise SwitchUnavailableError(f"cannot reach the inagg switch service at "
                                          f"{self.address[0]}:{self.address[1]}: {e}") from None
+        if tls_ca is not None:
+            try:  # the service's certificate must be signed by tls_ca and name the address's host
+                self._sock = ssl.create_default_context(cafile=tls_ca).wrap_socket(
+                    self._sock, server_hostname=self.address[0])
+            except (ssl.SSLError, OSError) as e:
+                self._sock.close()
+                raise SwitchUnavailableError(f"no TLS connection to the inagg switch service at "
+                                             f"{self.address[0]}:{self.address[1]} with CA {tls_ca}: {e}") from None
         # A job lives as long as this connection, which may idle for a whole training run.
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self._buf = bytearray()
@@ -1208,7 +1265,7 @@ class SwitchClient:
             self._sock.settimeout(max(timeout, 0.0))
             try:
                 data = self._sock.recv(MAX_REQUEST_BYTES)
-            except (TimeoutError, BlockingIOError):
+            except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):  # TLS: nothing, with no timeout
                 return None
             if not data:
                 raise ConnectionResetError("the service closed the connection")

@@ -4,6 +4,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,8 +17,8 @@ import pytest
 from inagg.host import allreduce
 from inagg.host.api import Group
 from inagg.host.roce import contribution
-from inagg.host.service import (ENV_RANK, ENV_TICKET, PeerFailedError, ServiceError, SwitchClient, SwitchService,
-                                _mac, join)
+from inagg.host.service import (ENV_RANK, ENV_TICKET, ENV_TLS_CA, PeerFailedError, ServiceError, SwitchClient,
+                                SwitchService, SwitchUnavailableError, _mac, join, tls_server_context)
 from inagg.host.worker import ChunkTimeoutError, Timing
 from inagg.host.vxlan import VxlanPort
 from inagg.testbench.traffic import contribution as frame_with
@@ -243,6 +244,7 @@ class _Proxy:
         self._listen = socket.create_server(("127.0.0.1", 0))
         self.address = self._listen.getsockname()
         self._target, self._client = target, None
+        self.seen = []  # every byte that crossed, both ways
         self._ready = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
 
@@ -253,10 +255,10 @@ class _Proxy:
         for a, b in ((self._client, upstream), (upstream, self._client)):
             threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(a, b):
+    def _pipe(self, a, b):
         with contextlib.suppress(OSError):
             while data := a.recv(65536):
+                self.seen.append(data)
                 b.sendall(data)
         with contextlib.suppress(OSError):
             b.shutdown(socket.SHUT_WR)
@@ -346,3 +348,52 @@ def test_each_rank_has_its_own_r_key_and_no_other_ranks_key_opens_the_job():
         assert owner.counters(t.job.job, t.token)["switch"]["DROP_BAD_RKEY"] == 4
         for g in groups:
             g.port.close()
+
+
+def _certificate(folder) -> tuple[str, str, str]:
+    """A CA and a certificate it signed for 127.0.0.1, made with the openssl tool: (ca, cert, key) PEM files."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed (apt-get install openssl): no test certificate")
+    ca, ca_key, cert, key, csr, ext = (str(folder / n) for n in ("ca.pem", "ca.key", "cert.pem", "key.pem",
+                                                                  "cert.csr", "ext.cnf"))
+    (folder / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                                    "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+    for cmd in (["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca, "-days", "1",
+                 "-subj", "/CN=inagg test CA"],
+                ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
+                ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days",
+                 "1", "-extfile", ext]):
+        subprocess.run(["openssl", *cmd], check=True, capture_output=True)
+    return ca, cert, key
+
+
+def test_tls_keeps_the_control_channel_confidential(tmp_path, monkeypatch):
+    """Issue 21, row 7: with a certificate the control endpoint speaks TLS only: a job's token in the create_job
+    answer and every request cross the wire encrypted; a client without TLS, or trusting another CA, gets nowhere."""
+    ca, cert, key = _certificate(tmp_path)
+    (tmp_path / "other").mkdir()
+    other_ca, _, _ = _certificate(tmp_path / "other")
+    with SwitchService(SPEC, tls=tls_server_context(cert, key)) as service:
+        proxy = _Proxy(service.control_address)
+        with SwitchClient(proxy.address, tls_ca=ca) as owner:
+            t = owner.create_job(2, window=4)
+            monkeypatch.setenv(ENV_TLS_CA, ca)  # join's control connections
+            groups = [join(t, r, timing=QUICK) for r in range(2)]
+            data = [np.full(SPEC.lanes, 1, np.float32), np.full(SPEC.lanes, 2, np.float32)]
+            for got in _allreduce_all(groups, data):
+                np.testing.assert_array_equal(got, np.full(SPEC.lanes, 3, np.float32))
+            assert owner.counters(t.job.job, t.token)["switch"]["COMPLETED"] > 0
+            wire = b"".join(proxy.seen)
+            assert len(wire) > 1000 and t.token.encode() not in wire and b"create_job" not in wire
+            for g in groups:
+                g.port.close()
+        with SwitchClient(service.control_address, tls_ca="") as plain, \
+                pytest.raises(SwitchUnavailableError, match="hello failed"):
+            plain.hello()
+        with pytest.raises(SwitchUnavailableError, match=r"no TLS connection to the inagg switch service at "
+                                                          r"127.0.0.1:\d+ with CA .*other/ca.pem: .*CERTIFICATE_VERIFY_FAILED"):
+            SwitchClient(service.control_address, tls_ca=other_ca)
+        deadline = time.monotonic() + 5
+        while service.stats["tls_failed"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert service.stats["tls_failed"] == 2
