@@ -48,18 +48,20 @@ print(sent, flush=True)
 """
 
 
-def _serve(log, pythonpath: str | None) -> tuple[subprocess.Popen, str]:
+def serve(options: list[str], log, pythonpath: str | None = None) -> tuple[subprocess.Popen, str]:
+    """``inagg switch serve`` on free loopback ports with ``options``, its stderr to the file ``log``: the process
+    and its control address, once it listens; ``pythonpath`` (:func:`checkout`) serves another commit's code."""
     env = dict(os.environ) if pythonpath is None else {**os.environ, "PYTHONPATH": pythonpath}
-    serve = subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen", "127.0.0.1:0", "--vxlan", "127.0.0.1:0",
-         "--ports", "8", "--slots", "1024", "--chunk-bytes", str(CHUNK)], stdout=subprocess.DEVNULL, stderr=log, env=env,
+         *options], stdout=subprocess.DEVNULL, stderr=log, env=env,
         cwd=pythonpath)  # python -m looks in its working folder first: not in this checkout for another's
     deadline = time.monotonic() + 60
     while not (m := re.search(r"listening: control ([\d.]+:\d+)", Path(log.name).read_text())):
-        if serve.poll() is not None or time.monotonic() > deadline:
+        if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"inagg switch serve did not start: {Path(log.name).read_text()}")
         time.sleep(0.05)
-    return serve, m.group(1)
+    return proc, m.group(1)
 
 
 def _allreduces(groups, rounds: int) -> tuple[float, int]:
@@ -89,7 +91,7 @@ def measure(rounds: int, flooders: int, pythonpath: str | None = None) -> dict:
     """The co-tenant's median all-reduce time alone and under the flood; the service's ``inagg`` from ``pythonpath``
     (:func:`checkout`) when given."""
     log = tempfile.NamedTemporaryFile("w+", prefix="inagg-fairshare-", suffix=".log")
-    serve, address = _serve(log, pythonpath)
+    server, address = serve(["--ports", "8", "--slots", "1024", "--chunk-bytes", str(CHUNK)], log, pythonpath)
     procs = []
     try:
         with SwitchClient(address) as owner:
@@ -114,8 +116,8 @@ def measure(rounds: int, flooders: int, pythonpath: str | None = None) -> dict:
         for p in procs:
             p.send_signal(signal.SIGTERM)
             p.wait(30)
-        serve.send_signal(signal.SIGTERM)
-        serve.wait(60)
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
         log.close()
     return {"alone": alone, "flooded": flooded, "failed": failed, "rx": sum(c.get("rx_datagrams", 0) for c in counts),
             "dropped": sum(c.get("fair_share_drops", 0) + c.get("socket_drops", 0) for c in counts)}

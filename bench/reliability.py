@@ -32,7 +32,6 @@ import socket
 import statistics
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -60,17 +59,8 @@ WARM_UP = 0.2  # the share of the run before RSS counts
 
 
 def _serve(ports: int, log) -> tuple[subprocess.Popen, str]:
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen", "127.0.0.1:0", "--vxlan", "127.0.0.1:0",
-         "--ports", str(ports), "--slots", "4096", "--chunk-bytes", str(CHUNK), "--loss", str(LOSS),
-         "--connections", "400", "--connections-per-source", "300", "--jobs-per-source", "64"],
-        stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + 60
-    while not (m := re.search(r"listening: control ([\d.]+:\d+)", Path(log.name).read_text())):
-        if serve.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"inagg switch serve did not start: {Path(log.name).read_text()}")
-        time.sleep(0.05)
-    return serve, m.group(1)
+    return fairshare.serve(["--ports", str(ports), "--slots", "4096", "--chunk-bytes", str(CHUNK), "--loss", str(LOSS),
+                            "--connections", "400", "--connections-per-source", "300", "--jobs-per-source", "64"], log)
 
 
 def _final_counts(text: str) -> dict:
