@@ -502,8 +502,9 @@ class SwitchService:
                 for key, events in self._sel.select(wait):
                     self._guarded(self._on_event, key.data, events)
                 self._guarded(self._take_turns)
-                for direction, port, f in self._held.due():
-                    self._guarded(self._arrive, direction, port, f)
+                for direction, port, f in self._held.due():  # a frame the link held back arrives on its own
+                    self._guarded(self._attributed, self._job_at.get(port) if direction == 0 else None,
+                                  lambda: self._arrive(direction, port, f))
                 if self._polled and self.failure is None:
                     self._guarded(self._switch_call, self._poll)
                 if (now := time.monotonic()) >= self._next_sweep:
@@ -651,27 +652,29 @@ class SwitchService:
         """
         for number in list(self._backlog):
             waiting = self._backlog[number]
-            for _ in range(min(len(waiting), self.limits.job_frames)):
-                port, frame = waiting.popleft()
-                self._cross(0, port, frame)
+            turn = [waiting.popleft() for _ in range(min(len(waiting), self.limits.job_frames))]
+            self._attributed(self._jobs[number], lambda: [self._cross(0, port, frame) for port, frame in turn])
             if not waiting:
                 del self._backlog[number]
 
-    def _attributed(self, j: _Job | None, call):
-        """``call()``, a switch call on behalf of job ``j``: what it adds to the switch's and the backend's counters
-        is counted in ``j``'s too (its frames came in on ``j``'s ports, which no other job shares).
+    def _attributed(self, j: _Job | None, call) -> None:
+        """``call()``, which hands the switch frames of job ``j`` only: what it adds to the switch's and the backend's
+        counters is counted in ``j``'s too (the frames came in on ``j``'s ports, which no other job shares).
 
-        A switch that answers later (``fileno``, the RTL) counts a frame's fate after the call returns, and reads
-        its counters slowly: only its backend's drops, which it counts in the call, are attributed.
+        Counters are compared once per call (a turn's frames), not per frame. A switch that answers later
+        (``fileno``, the RTL) counts a frame's fate after the call returns, and reads its counters slowly: only
+        its backend's drops, which it counts in the call, are attributed.
         """
-        if j is None:
-            return call()
-        drops, counters = dict(self.switch.drops), None if self._polled else dict(self.switch.counters)
-        out = call()
-        _add_growth(j.backend, drops, self.switch.drops)
-        if counters is not None:
-            _add_growth(j.switch, counters, self.switch.counters)
-        return out
+        before = None if j is None else self._switch_call(self._snapshot)
+        call()
+        after = None if before is None else self._switch_call(self._snapshot)
+        if after is not None:
+            for mine, was, now in zip((j.backend, j.switch), before, after):
+                _add_growth(mine, was, now)
+
+    def _snapshot(self) -> tuple[dict, dict]:
+        """The backend's drops and (on a switch that answers at once) the switch's counters, as they are now."""
+        return dict(self.switch.drops), {} if self._polled else dict(self.switch.counters)
 
     def _cross(self, direction: int, port: int, frame: bytes) -> None:
         """Put a frame on the lossy link; direction 0 is towards the switch."""
@@ -686,8 +689,7 @@ class SwitchService:
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
         j = self._job_at.get(port)
         if direction == 0:
-            if (out := self._switch_call(lambda: self._attributed(j, lambda: self.switch.receive(port, frame)))) \
-                    is None:
+            if (out := self._switch_call(lambda: self.switch.receive(port, frame))) is None:
                 self._count(j, "switch_failed")
                 return
             for out_port, f in out:
