@@ -351,7 +351,9 @@ def main(argv: list[str] | None = None) -> None:
         "# Reliability soak: valid jobs beside a hostile client",
         "",
         f"Measured at commit {commit} with `.venv/bin/python bench/reliability.py --jobs {args.jobs} --workers "
-        f"{args.workers} --seconds {args.seconds:g}` ({args.seconds / 60:g} minutes; issue 21 asks for 10, the "
+        f"{args.workers} --seconds {args.seconds:g}"
+        + ("" if args.before is None else f" --before {args.before} --fair-share-rounds {args.fair_share_rounds}")
+        + f"` ({args.seconds / 60:g} minutes; issue 21 asks for 10, the "
         "default), on the shared 2-core machine. `inagg switch serve` (fast switch, "
         f"{CHUNK}-byte chunks, {LOSS:.0%} of the frames lost on its link) in its own process; {args.jobs} jobs x "
         f"{args.workers} ranks as threads of the bench process, each all-reducing {ELEMENTS} integers a round "

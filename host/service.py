@@ -532,7 +532,7 @@ class SwitchService:
         except Exception:
             self.stats["internal_errors"] += 1
             log.exception("internal error in %s; the service goes on", getattr(call, "__name__", call))
-            if isinstance(args[0], _Conn):
+            if args and isinstance(args[0], _Conn):
                 self._close_conn(args[0])
 
     def shutdown(self) -> None:
