@@ -3,12 +3,13 @@
 :class:`SwitchService` runs one switch for many clients, in one thread and
 one ``selectors`` loop:
 
-* **data**: a UDP socket per job (a free port on the VXLAN host: the job's
-  ticket carries it) beside the service's own (``vxlan``). A switch port is bound to the worker's UDP endpoint
-  (its VTEP) when the worker attaches; a datagram from an endpoint that is
+* **data**: one UDP address (the VXLAN endpoint, a free UDP port by default:
+  tickets carry it) for every switch port. A switch port is bound to the worker's UDP endpoint
+  (its VTEP) when the worker attaches, and the endpoint gets a socket of its
+  own on the address; a datagram from an endpoint that is
   bound to no port is dropped and counted. Each turn of the loop reads and
-  hands the switch at most ``Limits.job_frames`` frames of each job (a
-  flood of one job fills its own socket, and gets its share of the turns:
+  hands the switch at most ``Limits.job_frames`` frames of each endpoint and
+  job (a flood fills its sender's socket, and gets its share of the turns:
   the excess is dropped and counted). Frames cross the same
   :class:`~inagg.host.link.LossyLink` as on every other transport, on the
   way in and again on the way out, so loss, duplication, reordering and
@@ -109,8 +110,8 @@ _BURST = 256
 # Probes an attach waits for (each within a share of the client's timeout) before it gives up.
 _PROBE_TRIES = 3
 _SOCKET_BUFFER = 8 << 20
-# A job's own socket holds a few windows of its workers; a flood beyond that is the kernel's to drop (socket_drops).
-_JOB_SOCKET_BUFFER = 1 << 20
+# An attached endpoint's own socket holds a few windows; a flood beyond that is the kernel's to drop (socket_drops).
+_ENDPOINT_SOCKET_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -257,9 +258,6 @@ class _Job:
     service: Tally = field(default_factory=Tally)
     switch: Tally = field(default_factory=Tally)
     backend: Tally = field(default_factory=Tally)
-    # The job's own VXLAN socket (its ticket's address): a flood of one job fills its own socket buffer, not its
-    # co-tenants', and the loop reads a share of each.
-    sock: socket.socket | None = None
 
 
 class _Conn:
@@ -297,6 +295,13 @@ def _mac(key: str, nonce: str, direction: str, body: dict) -> str:
 def _job_key(admin_token: str, salt: str) -> str:
     """The key of a job created under an admin token: derived on both sides, it never crosses the wire."""
     return hmac.new(admin_token.encode(), f"inagg job key\n{salt}".encode(), "sha256").hexdigest()[:32]
+
+
+def _unheld(address: tuple[str, int]) -> tuple[str, int]:
+    """``address`` (port 0: a free port) once a plain bind showed that no socket holds it, even one sharing it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(address)
+        return probe.getsockname()
 
 
 def _add_growth(mine: Tally, before: dict, after) -> None:
@@ -452,6 +457,8 @@ class SwitchService:
         self._port_of: dict[tuple[str, int], int] = {}
         self._qpn_at: dict[int, bytes] = {}  # switch port -> the switch QPN its bound rank's frames must name
         self._job_at: dict[int, _Job] = {}  # switch port -> the job holding it, whose counters its frames count in
+        # switch port -> a socket of its own for the bound endpoint (the VXLAN address, connected to the endpoint)
+        self._sock_at: dict[int, socket.socket] = {}
         self._probes: dict[tuple[int, int], tuple[tuple[str, int], str, str]] = {}  # (job, rank) -> endpoint, session, nonce
         self._held = HeldFrames()
         # Per job, the data frames read and waiting for the job's turn: (switch port, frame).
@@ -469,7 +476,10 @@ class SwitchService:
         try:
             for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
                 self._udp.setsockopt(socket.SOL_SOCKET, opt, _SOCKET_BUFFER)
-            self._udp.bind(vxlan)
+            # Each attached endpoint gets a socket of its own on this address (:meth:`_endpoint_socket`), which
+            # SO_REUSEPORT allows; a bind without it first makes sure that no other process holds the address.
+            self._udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            self._udp.bind(_unheld(vxlan))
             self._udp.setblocking(False)
             self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._tcp.bind(control)
@@ -516,8 +526,8 @@ class SwitchService:
     def _on_event(self, what, events: int) -> None:
         if what == "udp":
             self._on_udp(self._udp, _BURST)
-        elif isinstance(what, _Job):
-            self._on_udp(what.sock, self.limits.job_frames)
+        elif isinstance(what, tuple):  # ("endpoint", switch port)
+            self._on_udp(self._sock_at[what[1]], self.limits.job_frames)
         elif what == "listen":
             self._on_accept()
         elif what == "wake":
@@ -700,15 +710,19 @@ class SwitchService:
             self._count(j, "tx_unbound_port")
             return
         datagram = encap(frame, self.vni)
+        own = self._sock_at.get(port)
         try:
-            j.sock.sendto(datagram, dst)  # from the address the worker sends to, which its port is connected to
+            if own is not None:
+                own.send(datagram)
+            else:
+                self._udp.sendto(datagram, dst)
         except OSError as e:  # a full socket buffer or a vanished route: the worker's timer resends
             self._count(j, "tx_errors")
             log.debug("vxlan send to %s:%d failed: %s", *dst, e)
             return
         self._count(j, "tx_datagrams")
         if self.capture is not None:
-            self.capture(j.sock.getsockname(), dst, datagram)
+            self.capture(self.vxlan_address, dst, datagram)
 
     # -- control plane ----------------------------------------------------
 
@@ -960,39 +974,45 @@ class SwitchService:
                                    rkey=secrets.randbits(32), result_va=RESULT_VA,
                                    contrib_rkey=secrets.randbits(32) if own else None) for p in free[:n])
         spec = JobSpec(job=number, rkey=secrets.randbits(32), slot_base=base, slots=region, workers=workers)
-        sock = self._job_socket()
         try:
             self.switch.add_job(spec)
         except ValueError as e:
-            sock.close()
             raise _Refused(f"the switch refused job {number}: {e}") from None
         salt = secrets.token_hex(16)
         token = secrets.token_hex(16) if self.admin_token is None else _job_key(self.admin_token, salt)
-        self._jobs[number] = j = _Job(number, spec, token, conn, sock=sock)
+        self._jobs[number] = j = _Job(number, spec, token, conn)
         self._job_at.update((w.port, j) for w in workers)
-        self._sel.register(sock, selectors.EVENT_READ, j)
         conn.jobs.add(number)
         log.info("job %d created by %s: %d workers on ports %s, slots %d..%d", number, conn.name, n,
                  ",".join(str(w.port) for w in workers), base, base + region - 1)
-        ticket = json.loads(Ticket(self.spec, spec, token, sock.getsockname(), self.vni,
+        ticket = json.loads(Ticket(self.spec, spec, token, self.vxlan_address, self.vni,
                                    self.control_address).to_json())
         if self.admin_token is not None:  # the creator derives the key: it never crosses the wire
             ticket["token"] = None
             return {"ticket": ticket, "salt": salt}
         return {"ticket": ticket}
 
-    def _job_socket(self) -> socket.socket:
-        """A new job's VXLAN socket, on the service's VXLAN address with a free port."""
+    def _endpoint_socket(self, port: int, endpoint: tuple[str, int]) -> None:
+        """Give switch ``port``'s newly bound ``endpoint`` a socket of its own: the VXLAN address again
+        (``SO_REUSEPORT``), connected to the endpoint, so that the kernel queues the endpoint's datagrams there,
+        in a buffer of their own: a flood fills its sender's buffer, not its co-tenants'. Without one (the
+        socket cannot be had: ``endpoint_socket_errors``) the endpoint's datagrams come on the shared socket.
+        """
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-                sock.setsockopt(socket.SOL_SOCKET, opt, _JOB_SOCKET_BUFFER)
-            sock.bind((self.vxlan_address[0], 0))
+                sock.setsockopt(socket.SOL_SOCKET, opt, _ENDPOINT_SOCKET_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(self.vxlan_address)
+            sock.connect(endpoint)
             sock.setblocking(False)
         except OSError as e:
             sock.close()
-            raise _Refused(f"cannot open the job's VXLAN socket: {e}") from None
-        return sock
+            self.stats["endpoint_socket_errors"] += 1
+            log.warning("no socket of its own for endpoint %s:%d: %s", *endpoint, e)
+            return
+        self._sock_at[port] = sock
+        self._sel.register(sock, selectors.EVENT_READ, ("endpoint", port))
 
     def _free_number(self) -> int:
         """A job number that neither names a job nor is the switch job of one's incarnation."""
@@ -1036,6 +1056,7 @@ class SwitchService:
         self._unbind(switch_port)
         self._endpoint_of[switch_port] = endpoint
         self._port_of[endpoint] = switch_port
+        self._endpoint_socket(switch_port, endpoint)
         self._qpn_at[switch_port] = switch_qpn(j.spec.job, rank).to_bytes(3, "big")
         # Attaching again without the watch, from the watching connection, is how a rank leaves quietly.
         for c in self._conns.values():
@@ -1057,12 +1078,12 @@ class SwitchService:
         frame = bytes(12) + _PROBE_TYPE.to_bytes(2, "big") + _PROBE_MARK + nonce.encode()
         datagram = encap(frame, self.vni)
         try:
-            j.sock.sendto(datagram, endpoint)
+            self._udp.sendto(datagram, endpoint)
         except OSError as e:
             raise _Refused(f"cannot send the proof of receipt to {endpoint[0]}:{endpoint[1]}: {e}") from None
         self.stats["probes_sent"] += 1
         if self.capture is not None:
-            self.capture(j.sock.getsockname(), endpoint, datagram)
+            self.capture(self.vxlan_address, endpoint, datagram)
         return {"prove": "echo the nonce sent to the endpoint as the attach's proof"}
 
     def _unbind(self, port: int) -> None:
@@ -1071,6 +1092,11 @@ class SwitchService:
         if ep is not None:
             del self._port_of[ep]
             del self._qpn_at[port]
+        sock = self._sock_at.pop(port, None)
+        if sock is not None:  # its job keeps the count of what the kernel dropped there
+            self._job_at[port].service["socket_drops"] += _socket_drops(sock)
+            self._sel.unregister(sock)
+            sock.close()
 
     def _reincarnate(self, j: _Job, rank: int) -> None:
         """Start job ``j``'s next incarnation: rank ``rank`` joined again from another session (a new run).
@@ -1104,7 +1130,9 @@ class SwitchService:
     def _op_counters(self, conn: _Conn, req: dict) -> dict:
         """The job's own counts, for its token only: another tenant's traffic is none of its business."""
         j = self._authorized(conn, req)
-        return {"job": j.number, "service": {**j.service, "socket_drops": _socket_drops(j.sock)},
+        bound = [self._sock_at[w.port] for w in j.spec.workers if w.port in self._sock_at]
+        drops = j.service["socket_drops"] + sum(map(_socket_drops, bound))
+        return {"job": j.number, "service": {**j.service, "socket_drops": drops},
                 "backend": {**{name: 0 for name in self.switch.drops}, **j.backend},
                 "switch": None if self._polled else {c.name: j.switch[c.name] for c in Counter}}
 
@@ -1144,8 +1172,6 @@ class SwitchService:
         j = self._jobs.pop(job)
         j.owner.jobs.discard(job)
         self._backlog.pop(job, None)
-        self._sel.unregister(j.sock)
-        j.sock.close()
         for rank, w in enumerate(j.spec.workers):
             self._unbind(w.port)
             del self._job_at[w.port]

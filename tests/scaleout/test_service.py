@@ -80,7 +80,7 @@ def test_slot_regions_and_ports_are_disjoint_and_freed(service):
 def test_attach_checks_rank_endpoint_and_binding(service):
     with SwitchClient(service.control_address) as c:
         t = c.create_job(2, window=4)
-        p, q = VxlanPort(t.vxlan, 1), VxlanPort(t.vxlan, 1)  # the job's own VXLAN socket, which probes come from
+        p, q = VxlanPort(t.vxlan, 1), VxlanPort(t.vxlan, 1)  # where probes come from
         with pytest.raises(ServiceError, match=r"rank must be an integer in 0..1, not 2"):
             c.attach(t, 2, p.address, receive=p.recv)
         with pytest.raises(ServiceError, match=r"endpoint must be \[IPv4 address, UDP port\], not \['nowhere', 1\]"):

@@ -166,7 +166,7 @@ def test_capture_decodes_as_vxlan_then_roce(tmp_path):
     pkts = rdpcap(str(path))
     inner = {id(p): VXLAN(bytes(p[UDP].payload)) for p in pkts}  # an ephemeral test port: VXLAN is bound to 4789
     assert all(x.vni == 77 for x in inner.values())
-    # One proof of receipt to each rank's endpoint (its own EtherType), from the job's VXLAN socket; then RoCEv2 only.
+    # One proof of receipt to each rank's endpoint (its own EtherType), from the VXLAN address; then RoCEv2 only.
     probes = [p for p in pkts if inner[id(p)][Ether].type == 0x88B5]
     assert len(probes) == 2 and len({p[UDP].dport for p in probes}) == 2
     (job_port,) = {p[UDP].sport for p in probes}
