@@ -1,7 +1,8 @@
 """Soak: many jobs of valid traffic with link faults, beside a hostile client cycling through issue 21's attacks.
 
 Writes docs/results/reliability.md. Run: ``.venv/bin/python bench/reliability.py [--jobs 16] [--workers 4]
-[--seconds 600]``. ``inagg switch serve`` runs as its own process (its RSS is sampled from ``/proc``) with
+[--seconds 600] [--before COMMIT [--fair-share-rounds 20]]``; with ``--before`` it first measures a co-tenant's
+slow-down under a flood on the service of COMMIT and of this checkout (``bench/fairshare.py``). ``inagg switch serve`` runs as its own process (its RSS is sampled from ``/proc``) with
 1 % of the frames lost on its link; every rank is a thread of this process, all-reducing integers so that every
 sum can be checked exactly. The hostile client connects from another loopback address (127.0.0.2), so the
 per-source quotas of the valid jobs' clients are not its; it repeats, until the time is up, one cycle of:
@@ -24,19 +25,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import ast
 import re
 import signal
 import socket
 import statistics
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections import Counter as Tally
 from pathlib import Path
 
+import fairshare
 import numpy as np
 from _report import head_commit, publish
 
@@ -57,17 +59,19 @@ WARM_UP = 0.2  # the share of the run before RSS counts
 
 
 def _serve(ports: int, log) -> tuple[subprocess.Popen, str]:
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "inagg.cli", "switch", "serve", "--listen", "127.0.0.1:0", "--vxlan", "127.0.0.1:0",
-         "--ports", str(ports), "--slots", "4096", "--chunk-bytes", str(CHUNK), "--loss", str(LOSS),
-         "--connections", "400", "--connections-per-source", "300", "--jobs-per-source", "64"],
-        stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + 60
-    while not (m := re.search(r"listening: control ([\d.]+:\d+)", Path(log.name).read_text())):
-        if serve.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"inagg switch serve did not start: {Path(log.name).read_text()}")
-        time.sleep(0.05)
-    return serve, m.group(1)
+    return fairshare.serve(["--ports", str(ports), "--slots", "4096", "--chunk-bytes", str(CHUNK), "--loss", str(LOSS),
+                            "--connections", "400", "--connections-per-source", "300", "--jobs-per-source", "64"], log)
+
+
+def _final_counts(text: str) -> dict:
+    """The switch-wide counts the service logs as it stops (the operator's view; a job's token reads its own only)."""
+    m = re.search(r"stopped: (\{.*\}|no traffic); switch counters: (.*)$", text, re.M)
+    if m is None:
+        raise RuntimeError(f"the service did not log its counts as it stopped: {text[-2000:]}")
+    service = {} if m.group(1) == "no traffic" else ast.literal_eval(m.group(1))
+    switch = dict.fromkeys(("DROP_BAD_HEADER", "DROP_STALE", "RX_CONTRIB"), 0)
+    switch.update((name, int(n)) for name, n in re.findall(r"([A-Z_0-9]+) (\d+)", m.group(2)))
+    return {"service": service, "switch": switch}
 
 
 def _rss(pid: int) -> int:
@@ -303,8 +307,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--before", metavar="COMMIT", help="also measure the fair share against this commit's service")
+    ap.add_argument("--fair-share-rounds", type=int, default=20)
     args = ap.parse_args(argv)
     commit = head_commit()
+    fair = [] if args.before is None else fairshare.section(args.before, args.fair_share_rounds, 1)
     log = tempfile.NamedTemporaryFile("w+", prefix="inagg-reliability-", suffix=".log")  # the service's stderr
     serve, address = _serve(args.jobs * args.workers + 40, log)
     rss: list[tuple[float, int]] = []
@@ -327,13 +334,13 @@ def main(argv: list[str] | None = None) -> None:
                     t.join(60)
             attacker.join(120)
             alive = owner.hello()["ok"] and serve.poll() is None
-            stats = owner.counters(jobs[0].ticket.job.job, jobs[0].ticket.token)
             for j in jobs:
                 for g in j.groups:
                     g.port.close()
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.wait(60)
+        stats = _final_counts(Path(log.name).read_text())
         log.close()
     after = [v for t, v in rss if t >= WARM_UP * args.seconds]
     mid = statistics.median(after)
@@ -344,7 +351,9 @@ def main(argv: list[str] | None = None) -> None:
         "# Reliability soak: valid jobs beside a hostile client",
         "",
         f"Measured at commit {commit} with `.venv/bin/python bench/reliability.py --jobs {args.jobs} --workers "
-        f"{args.workers} --seconds {args.seconds:g}` ({args.seconds / 60:g} minutes; issue 21 asks for 10, the "
+        f"{args.workers} --seconds {args.seconds:g}"
+        + ("" if args.before is None else f" --before {args.before} --fair-share-rounds {args.fair_share_rounds}")
+        + f"` ({args.seconds / 60:g} minutes; issue 21 asks for 10, the "
         "default), on the shared 2-core machine. `inagg switch serve` (fast switch, "
         f"{CHUNK}-byte chunks, {LOSS:.0%} of the frames lost on its link) in its own process; {args.jobs} jobs x "
         f"{args.workers} ranks as threads of the bench process, each all-reducing {ELEMENTS} integers a round "
@@ -376,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     lines += ["", "The service's counts at the end: " + ", ".join(f"`{k}` {service.get(k, 0):,}" for k in keys)
               + f"; the switch's `DROP_BAD_HEADER` {stats['switch']['DROP_BAD_HEADER']:,}, `DROP_STALE` "
               f"{stats['switch']['DROP_STALE']:,}, `RX_CONTRIB` {stats['switch']['RX_CONTRIB']:,}.", ""]
-    publish(OUT, lines)
+    publish(OUT, lines + fair)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ class EmptyContributions:
         self._fields = dict(eth_dst=wire.mac_bytes(switch.mac), eth_src=wire.mac_bytes(me.mac),
                             ip_src=wire.ip_bytes(me.ip), ip_dst=wire.ip_bytes(switch.ip),
                             udp_sport=qp_udp_sport(me.qpn), opcode=CONTRIBUTION.opcode, dest_qpn=job.qpn(rank),
-                            rkey=job.rkey, payload=b"", pkey=switch.pkey)
+                            rkey=job.contrib_rkey(rank), payload=b"", pkey=switch.pkey)
         self.chunk_bytes = switch.chunk_bytes
         self.frame_len = CONTRIBUTION.size + ICRC_LEN
 

@@ -93,7 +93,7 @@ class ContribTemplate:
             eth_dst=wire.mac_bytes(switch.mac), eth_src=wire.mac_bytes(me.mac),
             ip_src=wire.ip_bytes(me.ip), ip_dst=wire.ip_bytes(switch.ip),
             udp_sport=qp_udp_sport(me.qpn), opcode=CONTRIBUTION.opcode,
-            dest_qpn=job.qpn(rank), psn=0, va=0, rkey=job.rkey,
+            dest_qpn=job.qpn(rank), psn=0, va=0, rkey=job.contrib_rkey(rank),
             payload=bytes(self.chunk_bytes), pkey=switch.pkey,
         )[:CONTRIB_HDR_LEN]
         self._header = np.frombuffer(header, np.uint8)

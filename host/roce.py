@@ -84,7 +84,7 @@ def contribution(switch: SwitchSpec, job: JobSpec, rank: int, chunk: int, payloa
     return (_stack(switch.mac, me.mac, me.ip, switch.ip, qp_udp_sport(me.qpn))
             / BTH(opcode=int(frame.CONTRIBUTION.opcode), migreq=frame.BTH["migreq"].value, pkey=switch.pkey,
                   dqpn=job.qpn(rank), psn=chunk & 0xFFFFFF)
-            / RETH(va=(chunk % CHUNK_MOD) * switch.chunk_bytes, rkey=job.rkey, dlen=len(payload)) / Raw(payload))
+            / RETH(va=(chunk % CHUNK_MOD) * switch.chunk_bytes, rkey=job.contrib_rkey(rank), dlen=len(payload)) / Raw(payload))
 
 
 def result(switch: SwitchSpec, job: JobSpec, rank: int, chunk: int, payload: bytes, *, fp32: bool = False,

@@ -3,10 +3,14 @@
 :class:`SwitchService` runs one switch for many clients, in one thread and
 one ``selectors`` loop:
 
-* **data**: one UDP socket (the VXLAN endpoint, a free UDP port by default:
+* **data**: one UDP address (the VXLAN endpoint, a free UDP port by default:
   tickets carry it) for every switch port. A switch port is bound to the worker's UDP endpoint
-  (its VTEP) when the worker attaches; a datagram from an endpoint that is
-  bound to no port is dropped and counted. Frames cross the same
+  (its VTEP) when the worker attaches, and the endpoint gets a socket of its
+  own on the address; a datagram from an endpoint that is
+  bound to no port is dropped and counted. Each turn of the loop reads and
+  hands the switch at most ``Limits.job_frames`` frames of each endpoint and
+  job (a flood fills its sender's socket, and gets its share of the turns:
+  the excess is dropped and counted). Frames cross the same
   :class:`~inagg.host.link.LossyLink` as on every other transport, on the
   way in and again on the way out, so loss, duplication, reordering and
   corruption can be injected here too.
@@ -51,9 +55,11 @@ import os
 import secrets
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections import Counter as Tally
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -61,7 +67,7 @@ from inagg import __version__
 from inagg.models.backend import DEFAULT_BACKEND, SwitchBackend, SwitchBackendError, load_backend
 from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
 from inagg.models.frame import CONTRIBUTION
-from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, switch_qpn
+from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter, switch_qpn
 
 from inagg.host.api import Group
 from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
@@ -73,6 +79,7 @@ __all__ = [
     "ENV_SWITCH", "ENV_TICKET", "ENV_RANK", "MAX_SERVICE_PORTS", "MAX_REQUEST_BYTES", "SERVICE_TIMING",
     "ServiceError", "SwitchUnavailableError", "SwitchBackendError", "Ticket", "Limits", "SwitchService", "SwitchClient",
     "parse_address", "join", "group_from_env", "SwitchGoneError", "PeerFailedError", "WatchedPort", "ENV_ADMIN_TOKEN",
+    "ENV_TLS_CA", "tls_server_context",
 ]
 
 log = logging.getLogger("inagg.switch")
@@ -81,6 +88,7 @@ ENV_SWITCH = "INAGG_SWITCH"   # HOST:PORT of the control endpoint
 ENV_TICKET = "INAGG_TICKET"   # a ticket's JSON, or @FILE holding it
 ENV_RANK = "INAGG_RANK"       # this worker's rank in the ticket's job
 ENV_ADMIN_TOKEN = "INAGG_ADMIN_TOKEN"  # the service's admin token, which create_job is signed with
+ENV_TLS_CA = "INAGG_TLS_CA"  # the CA certificate (PEM) that a TLS control endpoint's certificate is checked against
 # Worker addresses are 10.0.0.(port+1) in the switch's /24, the switch is .254.
 MAX_SERVICE_PORTS = 253
 MAX_REQUEST_BYTES = 1 << 16
@@ -102,6 +110,8 @@ _BURST = 256
 # Probes an attach waits for (each within a share of the client's timeout) before it gives up.
 _PROBE_TRIES = 3
 _SOCKET_BUFFER = 8 << 20
+# An attached endpoint's own socket holds a few windows; a flood beyond that is the kernel's to drop (socket_drops).
+_ENDPOINT_SOCKET_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -131,6 +141,12 @@ class Limits:
         "help": "jobs that connections from one IP address may own at once"})
     ports_per_source: int = field(default=MAX_SERVICE_PORTS, metadata={
         "help": "switch ports that the jobs of one IP address may hold at once"})
+    # A turn of the loop serves every job with frames waiting, each at most job_frames of them: a job that sends
+    # faster than its share waits for its next turn, not its co-tenants.
+    job_frames: int = field(default=32, metadata={
+        "help": "data frames of one job the switch takes per turn of the service's loop (its fair share)"})
+    job_backlog: int = field(default=256, metadata={
+        "help": "data frames of one job waiting for their turn; more are dropped and counted (fair_share_drops)"})
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -237,11 +253,17 @@ class _Job:
     owner: "_Conn"
     incarnation: int = 1
     sessions: dict[int, str] = field(default_factory=dict)
+    # What the job's counters request answers: the service's counts for datagrams from and to the job's endpoints,
+    # and the switch's and backend's counts for the frames that came in on the job's ports.
+    service: Tally = field(default_factory=Tally)
+    switch: Tally = field(default_factory=Tally)
+    backend: Tally = field(default_factory=Tally)
 
 
 class _Conn:
     def __init__(self, sock: socket.socket, addr: tuple[str, int], burst: float):
         self.sock, self.source, self.name = sock, addr[0], f"{addr[0]}:{addr[1]}"
+        self.handshaking = isinstance(sock, ssl.SSLSocket)  # TLS: no request before the handshake is done
         self.inbuf = bytearray()
         self.outbuf = bytearray()
         self.jobs: set[int] = set()
@@ -253,6 +275,14 @@ class _Conn:
         # Signed requests: bound to this nonce (no replay on another connection), their seq rising (none here).
         self.nonce, self.seq = secrets.token_hex(16), 0
         self.signed: tuple[str, int] | None = None  # (key, seq) of the request being answered, once verified
+        self.events = 0  # the seq of the last event pushed here, which every event raises (no replay)
+
+
+def tls_server_context(cert: str, key: str) -> ssl.SSLContext:
+    """The TLS context of a control endpoint serving certificate file ``cert`` (PEM, its chain) with key ``key``."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 def _mac(key: str, nonce: str, direction: str, body: dict) -> str:
@@ -265,6 +295,31 @@ def _mac(key: str, nonce: str, direction: str, body: dict) -> str:
 def _job_key(admin_token: str, salt: str) -> str:
     """The key of a job created under an admin token: derived on both sides, it never crosses the wire."""
     return hmac.new(admin_token.encode(), f"inagg job key\n{salt}".encode(), "sha256").hexdigest()[:32]
+
+
+def _unheld(address: tuple[str, int]) -> tuple[str, int]:
+    """``address`` (port 0: a free port) once a plain bind showed that no socket holds it, even one sharing it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(address)
+        return probe.getsockname()
+
+
+def _add_growth(mine: Tally, before: dict, after) -> None:
+    """Add to ``mine`` (by name) what each counter of ``after`` grew by since ``before``."""
+    for c, n in after.items():
+        if n != before.get(c, 0):
+            mine[getattr(c, "name", c)] += n - before.get(c, 0)
+
+
+def _socket_drops(sock: socket.socket) -> int:
+    """Datagrams the kernel dropped for UDP socket ``sock`` because its buffer was full (``/proc/net/udp``; 0 where
+    there is none)."""
+    inode = str(os.fstat(sock.fileno()).st_ino)
+    try:
+        with open("/proc/net/udp", encoding="ascii") as f:
+            return next((int(cols[-1]) for cols in map(str.split, f) if cols[9] == inode), 0)
+    except OSError:
+        return 0
 
 
 def _depth(value: object) -> int:
@@ -347,6 +402,12 @@ class SwitchService:
         What one control client may cost (:class:`Limits`; its defaults
         when None). No request, however malformed, stops the service: it
         gets an error answer and a count in ``stats``.
+    tls:
+        A server :class:`ssl.SSLContext` (:func:`tls_server_context`): the
+        control endpoint then speaks TLS only, so requests, answers, events
+        and a job's token in a ``create_job`` answer are confidential on the
+        way (clients: ``SwitchClient(tls_ca=)`` or ``INAGG_TLS_CA``). A
+        connection that fails its handshake is closed (``tls_failed``).
     admin_token:
         When given (at least 16 characters), ``create_job`` must be signed
         with it (:class:`SwitchClient`'s ``admin_token``), and each job's
@@ -362,7 +423,7 @@ class SwitchService:
     def __init__(self, spec: SwitchSpec, *, control: tuple[str, int] = ("127.0.0.1", 0),
                  vxlan: tuple[str, int] = ("127.0.0.1", 0), vni: int = 1, faults: Faults | None = None,
                  seed: int = 0, capture: Capture | None = None, switch=None, limits: Limits | None = None,
-                 admin_token: str | None = None):
+                 admin_token: str | None = None, tls: ssl.SSLContext | None = None):
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
         if spec.ports > MAX_SERVICE_PORTS:
@@ -377,6 +438,9 @@ class SwitchService:
         if admin_token is not None and (not isinstance(admin_token, str) or len(admin_token) < 16):
             raise ValueError("admin_token must be a string of at least 16 characters")
         self.admin_token = admin_token
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise TypeError(f"tls must be an ssl.SSLContext, not {type(tls).__name__}")
+        self.tls = tls
         if switch is None:
             switch = load_backend(DEFAULT_BACKEND).open(spec)
         elif not isinstance(switch, SwitchBackend):
@@ -392,8 +456,13 @@ class SwitchService:
         self._endpoint_of: dict[int, tuple[str, int]] = {}  # switch port -> worker VTEP
         self._port_of: dict[tuple[str, int], int] = {}
         self._qpn_at: dict[int, bytes] = {}  # switch port -> the switch QPN its bound rank's frames must name
+        self._job_at: dict[int, _Job] = {}  # switch port -> the job holding it, whose counters its frames count in
+        # switch port -> a socket of its own for the bound endpoint (the VXLAN address, connected to the endpoint)
+        self._sock_at: dict[int, socket.socket] = {}
         self._probes: dict[tuple[int, int], tuple[tuple[str, int], str, str]] = {}  # (job, rank) -> endpoint, session, nonce
         self._held = HeldFrames()
+        # Per job, the data frames read and waiting for the job's turn: (switch port, frame).
+        self._backlog: dict[int, deque[tuple[int, bytes]]] = {}
         self._conns: dict[int, _Conn] = {}
         self._conns_of: Tally = Tally()  # source address -> connections open
         self._next_sweep = 0.0
@@ -407,7 +476,10 @@ class SwitchService:
         try:
             for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
                 self._udp.setsockopt(socket.SOL_SOCKET, opt, _SOCKET_BUFFER)
-            self._udp.bind(vxlan)
+            # Each attached endpoint gets a socket of its own on this address (:meth:`_endpoint_socket`), which
+            # SO_REUSEPORT allows; a bind without it first makes sure that no other process holds the address.
+            self._udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            self._udp.bind(_unheld(vxlan))
             self._udp.setblocking(False)
             self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._tcp.bind(control)
@@ -436,11 +508,14 @@ class SwitchService:
                  self.spec.chunk_bytes)
         try:
             while not self._stop:
-                wait = self._switch_call(lambda: idle_wait(self._held, self.switch, 0.5, time.monotonic()))
+                wait = 0.0 if self._backlog else self._switch_call(
+                    lambda: idle_wait(self._held, self.switch, 0.5, time.monotonic()))
                 for key, events in self._sel.select(0.5 if wait is None else wait):
                     self._guarded(self._on_event, key.data, events)
-                for direction, port, f in self._held.due():
-                    self._guarded(self._arrive, direction, port, f)
+                self._guarded(self._take_turns)
+                for direction, port, f in self._held.due():  # a frame the link held back arrives on its own
+                    self._guarded(self._attributed, self._job_at.get(port) if direction == 0 else None,
+                                  lambda: self._arrive(direction, port, f))
                 if self.failure is None:
                     self._guarded(self._switch_call, self._poll)
                 if (now := time.monotonic()) >= self._next_sweep:
@@ -451,7 +526,9 @@ class SwitchService:
 
     def _on_event(self, what, events: int) -> None:
         if what == "udp":
-            self._on_udp()
+            self._on_udp(self._udp, _BURST)
+        elif isinstance(what, tuple):  # ("endpoint", switch port)
+            self._on_udp(self._sock_at[what[1]], self.limits.job_frames)
         elif what == "listen":
             self._on_accept()
         elif what == "wake":
@@ -466,7 +543,7 @@ class SwitchService:
         except Exception:
             self.stats["internal_errors"] += 1
             log.exception("internal error in %s; the service goes on", getattr(call, "__name__", call))
-            if isinstance(args[0], _Conn):
+            if args and isinstance(args[0], _Conn):
                 self._close_conn(args[0])
 
     def shutdown(self) -> None:
@@ -548,10 +625,11 @@ class SwitchService:
 
     # -- data plane -------------------------------------------------------
 
-    def _on_udp(self) -> None:
-        for _ in range(_BURST):
+    def _on_udp(self, sock: socket.socket, budget: int) -> None:
+        """Read at most ``budget`` datagrams from ``sock`` (the service's or a job's) into their jobs' backlogs."""
+        for _ in range(budget):
             try:
-                datagram, src = self._udp.recvfrom(65535)
+                datagram, src = sock.recvfrom(65535)
             except BlockingIOError:
                 return
             except OSError as e:  # an ICMP error of an earlier send, reported late
@@ -560,7 +638,7 @@ class SwitchService:
                 continue
             self.stats["rx_datagrams"] += 1
             if self.capture is not None:
-                self.capture(src, self.vxlan_address, datagram)
+                self.capture(src, sock.getsockname(), datagram)
             inner = decap(datagram, self.vni)
             if isinstance(inner, VxlanDrop):
                 self.stats[inner.value] += 1
@@ -569,38 +647,87 @@ class SwitchService:
             if port is None:
                 self.stats["unbound_source"] += 1
                 continue
+            j = self._job_at[port]
+            j.service["rx_datagrams"] += 1
             if inner[_QPN_AT] != self._qpn_at[port]:
                 # Another rank's or another job's QPN: whatever R_Key it carries, not this endpoint's to use.
-                self.stats["foreign_qpn"] += 1
+                self._count(j, "foreign_qpn")
                 continue
-            self._cross(0, port, inner)
+            waiting = self._backlog.setdefault(j.number, deque())
+            if len(waiting) >= self.limits.job_backlog:
+                self._count(j, "fair_share_drops")
+                continue
+            waiting.append((port, inner))
+
+    def _take_turns(self) -> None:
+        """One turn: every job with frames waiting hands the switch up to ``job_frames`` of them, in job order.
+
+        A job that floods the data plane gets the same turns as its co-tenants; its excess waits, then is
+        dropped (``fair_share_drops``) in :meth:`_on_udp`, at the cost of a read, not of a switch pass.
+        """
+        for number in list(self._backlog):
+            waiting = self._backlog[number]
+            turn = [waiting.popleft() for _ in range(min(len(waiting), self.limits.job_frames))]
+            self._attributed(self._jobs[number], lambda: [self._cross(0, port, frame) for port, frame in turn])
+            if not waiting:
+                del self._backlog[number]
+
+    def _attributed(self, j: _Job | None, call) -> None:
+        """``call()``, which hands the switch frames of job ``j`` only: what it adds to the switch's and the backend's
+        counters is counted in ``j``'s too (the frames came in on ``j``'s ports, which no other job shares).
+
+        Counters are compared once per call (a turn's frames), not per frame. A switch that answers later
+        (``fileno``, the RTL) counts a frame's fate after the call returns, and reads its counters slowly: only
+        its backend's drops, which it counts in the call, are attributed.
+        """
+        before = None if j is None else self._switch_call(self._snapshot)
+        call()
+        after = None if before is None else self._switch_call(self._snapshot)
+        if after is not None:
+            for mine, was, now in zip((j.backend, j.switch), before, after):
+                _add_growth(mine, was, now)
+
+    def _snapshot(self) -> tuple[dict, dict]:
+        """The backend's drops and (on a switch that answers at once) the switch's counters, as they are now."""
+        return dict(self.switch.drops), {} if self._polled else dict(self.switch.counters)
 
     def _cross(self, direction: int, port: int, frame: bytes) -> None:
         """Put a frame on the lossy link; direction 0 is towards the switch."""
         self._held.cross(self.link, direction, port, frame, self._arrive)
 
+    def _count(self, j: _Job | None, name: str) -> None:
+        """Count ``name`` in the service's :attr:`stats` and in job ``j``'s own counts (none when None)."""
+        self.stats[name] += 1
+        if j is not None:
+            j.service[name] += 1
+
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
+        j = self._job_at.get(port)
         if direction == 0:
             # The switch's clock (Modes I and III's timers) is told the time before each frame.
             out = self._switch_call(lambda: self.switch.on_timer(time.monotonic()) + self.switch.receive(port, frame))
             if out is None:
-                self.stats["switch_failed"] += 1
+                self._count(j, "switch_failed")
                 return
             for out_port, f in out:
                 self._cross(1, out_port, f)
             return
         dst = self._endpoint_of.get(port)
         if dst is None:
-            self.stats["tx_unbound_port"] += 1
+            self._count(j, "tx_unbound_port")
             return
         datagram = encap(frame, self.vni)
+        own = self._sock_at.get(port)
         try:
-            self._udp.sendto(datagram, dst)
+            if own is not None:
+                own.send(datagram)
+            else:
+                self._udp.sendto(datagram, dst)
         except OSError as e:  # a full socket buffer or a vanished route: the worker's timer resends
-            self.stats["tx_errors"] += 1
+            self._count(j, "tx_errors")
             log.debug("vxlan send to %s:%d failed: %s", *dst, e)
             return
-        self.stats["tx_datagrams"] += 1
+        self._count(j, "tx_datagrams")
         if self.capture is not None:
             self.capture(self.vxlan_address, dst, datagram)
 
@@ -622,6 +749,8 @@ class SwitchService:
             sock.close()
             return
         sock.setblocking(False)
+        if self.tls is not None:  # the handshake runs in the loop, as the peer's bytes come
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         conn = _Conn(sock, addr, self.limits.requests_per_second)
         self._conns[sock.fileno()] = conn
         self._conns_of[conn.source] += 1
@@ -629,14 +758,19 @@ class SwitchService:
         log.debug("control %s: connected", conn.name)
 
     def _on_conn(self, conn: _Conn, events: int) -> None:
+        if conn.handshaking and not self._handshake(conn):
+            return
         if events & selectors.EVENT_WRITE:
             self._flush(conn)
-        if not events & selectors.EVENT_READ or conn.closing or conn.closed:
+        if conn.closing or conn.closed:
             return
         limit = self.limits.request_bytes
         try:
             data = conn.sock.recv(limit)
-        except BlockingIOError:
+            # TLS: bytes the last record decrypted beyond what was read wake no select; take them now.
+            while isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending() and len(data) <= limit:
+                data += conn.sock.recv(conn.sock.pending())
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError:
             data = b""
@@ -655,6 +789,25 @@ class SwitchService:
             self._reply(conn, self._refuse("too_long", f"request longer than {limit} bytes"))
             conn.closing = True
             self._flush(conn)
+
+    def _handshake(self, conn: _Conn) -> bool:
+        """Take the TLS handshake of ``conn`` one step on; True once it is done, False while it waits or failed."""
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+            return False
+        except ssl.SSLWantWriteError:
+            self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            return False
+        except (ssl.SSLError, OSError) as e:  # not TLS, or a certificate the client refused
+            self.stats["tls_failed"] += 1
+            log.warning("control %s: TLS handshake failed: %s", conn.name, e)
+            self._close_conn(conn)
+            return False
+        conn.handshaking = False
+        self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+        return True
 
     def _admit(self, conn: _Conn) -> bool:
         """Whether the connection's request rate leaves room for one more request now."""
@@ -696,7 +849,7 @@ class SwitchService:
             while conn.outbuf:
                 n = conn.sock.send(conn.outbuf)
                 del conn.outbuf[:n]
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             pass
         except OSError:
             self._close_conn(conn)
@@ -825,8 +978,12 @@ class SwitchService:
                            f"{self.spec.slots} slots" + (f" ({retired} of them retired by removed jobs until the "
                                                          "switch restarts)" if retired else ""))
         number = self._free_number()
+        # A contribution R_Key per worker where the switch takes one: a key read off one worker's frames does not
+        # let anyone contribute as another.
+        own = self.switch.per_worker_rkeys
         workers = tuple(WorkerSpec(port=p, mac=worker_mac(p), ip=worker_ip(p), qpn=_WORKER_QPN + p,
-                                   rkey=secrets.randbits(32), result_va=RESULT_VA) for p in free[:n])
+                                   rkey=secrets.randbits(32), result_va=RESULT_VA,
+                                   contrib_rkey=secrets.randbits(32) if own else None) for p in free[:n])
         spec = JobSpec(job=number, rkey=secrets.randbits(32), slot_base=base, slots=region, workers=workers,
                        mode=modes[mode])
         try:
@@ -835,7 +992,8 @@ class SwitchService:
             raise _Refused(f"the switch refused job {number}: {e}") from None
         salt = secrets.token_hex(16)
         token = secrets.token_hex(16) if self.admin_token is None else _job_key(self.admin_token, salt)
-        self._jobs[number] = _Job(number, spec, token, conn)
+        self._jobs[number] = j = _Job(number, spec, token, conn)
+        self._job_at.update((w.port, j) for w in workers)
         conn.jobs.add(number)
         log.info("job %d created by %s: %d workers on ports %s, slots %d..%d", number, conn.name, n,
                  ",".join(str(w.port) for w in workers), base, base + region - 1)
@@ -845,6 +1003,28 @@ class SwitchService:
             ticket["token"] = None
             return {"ticket": ticket, "salt": salt}
         return {"ticket": ticket}
+
+    def _endpoint_socket(self, port: int, endpoint: tuple[str, int]) -> None:
+        """Give switch ``port``'s newly bound ``endpoint`` a socket of its own: the VXLAN address again
+        (``SO_REUSEPORT``), connected to the endpoint, so that the kernel queues the endpoint's datagrams there,
+        in a buffer of their own: a flood fills its sender's buffer, not its co-tenants'. Without one (the
+        socket cannot be had: ``endpoint_socket_errors``) the endpoint's datagrams come on the shared socket.
+        """
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+                sock.setsockopt(socket.SOL_SOCKET, opt, _ENDPOINT_SOCKET_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(self.vxlan_address)
+            sock.connect(endpoint)
+            sock.setblocking(False)
+        except OSError as e:
+            sock.close()
+            self.stats["endpoint_socket_errors"] += 1
+            log.warning("no socket of its own for endpoint %s:%d: %s", *endpoint, e)
+            return
+        self._sock_at[port] = sock
+        self._sel.register(sock, selectors.EVENT_READ, ("endpoint", port))
 
     def _free_number(self) -> int:
         """A job number that neither names a job nor is the switch job of one's incarnation."""
@@ -888,6 +1068,7 @@ class SwitchService:
         self._unbind(switch_port)
         self._endpoint_of[switch_port] = endpoint
         self._port_of[endpoint] = switch_port
+        self._endpoint_socket(switch_port, endpoint)
         self._qpn_at[switch_port] = switch_qpn(j.spec.job, rank).to_bytes(3, "big")
         # Attaching again without the watch, from the watching connection, is how a rank leaves quietly.
         for c in self._conns.values():
@@ -923,6 +1104,11 @@ class SwitchService:
         if ep is not None:
             del self._port_of[ep]
             del self._qpn_at[port]
+        sock = self._sock_at.pop(port, None)
+        if sock is not None:  # its job keeps the count of what the kernel dropped there
+            self._job_at[port].service["socket_drops"] += _socket_drops(sock)
+            self._sel.unregister(sock)
+            sock.close()
 
     def _reincarnate(self, j: _Job, rank: int) -> None:
         """Start job ``j``'s next incarnation: rank ``rank`` joined again from another session (a new run).
@@ -944,7 +1130,8 @@ class SwitchService:
             self._remove(j.number, "no free slot region for its next incarnation", on_switch=False)
             raise _Refused(f"job {j.number} cannot start a new incarnation: no free region of {old.slots} slots "
                            "(the switch retired its old one); create a new job")
-        workers = tuple(dataclasses.replace(w, rkey=secrets.randbits(32)) for w in old.workers)
+        workers = tuple(dataclasses.replace(w, rkey=secrets.randbits(32), contrib_rkey=None if w.contrib_rkey is None
+                                            else secrets.randbits(32)) for w in old.workers)
         j.spec = dataclasses.replace(old, job=number, rkey=secrets.randbits(32), slot_base=base, workers=workers)
         self.switch.add_job(j.spec)
         j.incarnation += 1
@@ -953,7 +1140,20 @@ class SwitchService:
                  j.incarnation, j.spec.job, base, base + old.slots - 1, rank)
 
     def _op_counters(self, conn: _Conn, req: dict) -> dict:
-        self._authorized(conn, req)
+        """The job's own counts, for its token only: another tenant's traffic is none of its business."""
+        j = self._authorized(conn, req)
+        bound = [self._sock_at[w.port] for w in j.spec.workers if w.port in self._sock_at]
+        drops = j.service["socket_drops"] + sum(map(_socket_drops, bound))
+        return {"job": j.number, "service": {**j.service, "socket_drops": drops},
+                "backend": {**{name: 0 for name in self.switch.drops}, **j.backend},
+                "switch": None if self._polled else {c.name: j.switch[c.name] for c in Counter}}
+
+    def _op_switch_counters(self, conn: _Conn, req: dict) -> dict:
+        """The switch-wide counters, of every job: the operator's, for the admin token only."""
+        if self.admin_token is None:
+            raise _Refused("this service has no admin token (--admin-token-file): its switch-wide counters are "
+                           "in its log only")
+        self._verify(conn, req, self.admin_token, "switch_counters")
         return {"switch": {c.name: v for c, v in self.switch.counters.items()}, "service": dict(self.stats),
                 "link": dict(self.link.stats), "backend": dict(self.switch.drops)}
 
@@ -963,22 +1163,30 @@ class SwitchService:
         return {}
 
     _OPS = {"hello": _op_hello, "create_job": _op_create_job, "attach": _op_attach, "counters": _op_counters,
-            "remove_job": _op_remove_job}
+            "switch_counters": _op_switch_counters, "remove_job": _op_remove_job}
 
     def _notify(self, job: int | None, event: str, reason: str) -> None:
-        """Tell the connections watching ranks of ``job`` (of every job when None) what ended them."""
+        """Tell the connections watching ranks of ``job`` (of every job when None) what ended them.
+
+        Called while the job is still there: its key signs the event. A removed job has no watchers left.
+        """
         for conn in list(self._conns.values()):
             jobs = sorted({j for j, _ in conn.watched if job is None or j == job})
             for j in jobs:
                 conn.watched = {(k, r) for k, r in conn.watched if k != j}
-                self._reply(conn, {"event": event, "job": j, "reason": reason})
+                # Signed as an answer is, under the job's key and the connection's nonce, with a seq of its own.
+                conn.events += 1
+                body = {"event": event, "job": j, "reason": reason, "seq": conn.events}
+                self._reply(conn, {**body, "mac": _mac(self._jobs[j].token, conn.nonce, "event", body)})
 
     def _remove(self, job: int, why: str, on_switch: bool = True) -> None:
         self._notify(job, "job_removed", f"job {job} was torn down: {why}")
         j = self._jobs.pop(job)
         j.owner.jobs.discard(job)
+        self._backlog.pop(job, None)
         for rank, w in enumerate(j.spec.workers):
             self._unbind(w.port)
+            del self._job_at[w.port]
             self._probes.pop((job, rank), None)
         if on_switch:  # else the switch job went already, between two incarnations
             self._switch_call(lambda: self.switch.remove_job(j.spec.job))
@@ -1004,22 +1212,33 @@ class SwitchClient:
     token itself is never sent) and their answers checked the same way.
     ``admin_token`` (default: ``INAGG_ADMIN_TOKEN``) signs ``create_job`` for
     a service that requires it; the new job's token is then derived on both
-    sides and never crosses the wire.
+    sides and never crosses the wire. ``tls_ca`` (default: ``INAGG_TLS_CA``),
+    a CA certificate file, makes the connection TLS, the service's
+    certificate checked against it and the address's host.
     """
 
     def __init__(self, address: str | tuple[str, int] | None = None, *, timeout: float = 10.0,
-                 admin_token: str | None = None):
+                 admin_token: str | None = None, tls_ca: str | None = None):
         if address is None:
             address = os.environ.get(ENV_SWITCH)
             if not address:
                 raise SwitchUnavailableError(f"no switch service address: pass one or set {ENV_SWITCH}=HOST:PORT")
         self.address = parse_address(address) if isinstance(address, str) else (str(address[0]), int(address[1]))
         self.timeout = timeout
+        tls_ca = (tls_ca if tls_ca is not None else os.environ.get(ENV_TLS_CA)) or None
         try:
             self._sock = socket.create_connection(self.address, timeout=timeout)
         except OSError as e:
             raise SwitchUnavailableError(f"cannot reach the inagg switch service at "
                                          f"{self.address[0]}:{self.address[1]}: {e}") from None
+        if tls_ca is not None:
+            try:  # the service's certificate must be signed by tls_ca and name the address's host
+                self._sock = ssl.create_default_context(cafile=tls_ca).wrap_socket(
+                    self._sock, server_hostname=self.address[0])
+            except (ssl.SSLError, OSError) as e:
+                self._sock.close()
+                raise SwitchUnavailableError(f"no TLS connection to the inagg switch service at "
+                                             f"{self.address[0]}:{self.address[1]} with CA {tls_ca}: {e}") from None
         # A job lives as long as this connection, which may idle for a whole training run.
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self._buf = bytearray()
@@ -1028,6 +1247,7 @@ class SwitchClient:
         self.admin_token = (admin_token if admin_token is not None else os.environ.get(ENV_ADMIN_TOKEN)) or None
         self._nonce: str | None = None  # the connection's, from hello: what signatures are bound to
         self._seq = 0
+        self._event_seq = 0  # the last event's: a later one must be above it
 
     def request(self, op: str, *, key: str | None = None, **fields) -> dict:
         """Send one request; return the answer, or raise :class:`ServiceError` with the service's refusal.
@@ -1062,6 +1282,20 @@ class SwitchClient:
                                "is not signed with the request's key: not the service, or altered on the way")
         return answer
 
+    def check_event(self, event: dict, key: str) -> None:
+        """Raise :class:`ServiceError` unless the service signed ``event`` with ``key`` on this connection, later
+        than every event before it (so neither a forged event nor a replayed one is taken)."""
+        seq, mac, name = event.get("seq"), event.get("mac"), event.get("event")
+        where = "%s:%d" % self.address
+        if self._nonce is None or not isinstance(mac, str) or \
+                not hmac.compare_digest(mac.encode(), _mac(key, self._nonce, "event", event).encode()):
+            raise ServiceError(f"event {name!r} on the control connection to {where} is not signed with the job's "
+                               "key: forged, or altered on the way; ignored")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq <= self._event_seq:
+            raise ServiceError(f"event {name!r} on the control connection to {where} has seq {seq!r}, not above "
+                               f"the last event's, {self._event_seq}: replayed; ignored")
+        self._event_seq = seq
+
     def _line(self, timeout: float) -> dict | None:
         """The next line from the service, waiting at most ``timeout`` s for it; None when none came in time.
 
@@ -1071,7 +1305,7 @@ class SwitchClient:
             self._sock.settimeout(max(timeout, 0.0))
             try:
                 data = self._sock.recv(MAX_REQUEST_BYTES)
-            except (TimeoutError, BlockingIOError):
+            except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):  # TLS: nothing, with no timeout
                 return None
             if not data:
                 raise ConnectionResetError("the service closed the connection")
@@ -1140,8 +1374,16 @@ class SwitchClient:
             raise ServiceError(f"inagg switch service answered attach with no job incarnation: {e}") from None
 
     def counters(self, job: int, token: str) -> dict:
-        """The switch's counters (by :class:`~inagg.models.protocol.Counter` name) and the service's."""
+        """Job ``job``'s own counts: ``switch`` (by :class:`~inagg.models.protocol.Counter` name, for the frames
+        that came in on the job's ports; None on a switch that counts later, the RTL), ``service`` and ``backend``."""
         return self.request("counters", key=token, job=job)
+
+    def switch_counters(self) -> dict:
+        """The switch-wide counters of every job, and the service's and link's: signed with the admin token."""
+        if self.admin_token is None:
+            raise ServiceError("the switch-wide counters need the service's admin token: pass admin_token= or set "
+                               f"{ENV_ADMIN_TOKEN}")
+        return self.request("switch_counters", key=self.admin_token)
 
     def remove_job(self, job: int, token: str) -> None:
         self.request("remove_job", key=token, job=job)
@@ -1202,21 +1444,24 @@ def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple
 _SLOT_DROPS = {"DROP_STALE": "older than the chunk its slot holds", "DROP_WINDOW": "too far ahead of its slot's chunk"}
 
 
-def _slot_drops(ticket: Ticket, joined: dict[str, int]) -> str | None:
-    """Why a rank of ``ticket``'s job timed out, when the switch's slot-rule drops grew since ``joined``; else None.
+def _slot_drops(ticket: Ticket, joined: dict[str, int] | None) -> str | None:
+    """Why a rank of ``ticket``'s job timed out, when the job's slot-rule drops grew since ``joined``; else None.
 
-    The counters are the switch's, of every job: the cause is a likely one, which the message says.
+    The counts are the job's own (frames that came in on its ports); a switch that does not attribute them (None,
+    the RTL) gives no cause.
     """
     try:
         with SwitchClient(ticket.control, timeout=2.0) as c:
             now = c.counters(ticket.job.job, ticket.token)["switch"]
     except (ServiceError, OSError, ValueError):  # the service is gone, or answers nonsense: no better cause
         return None
+    if now is None or joined is None:
+        return None
     grew = [(name, n) for name in _SLOT_DROPS if (n := now.get(name, 0) - joined.get(name, 0)) > 0]
     if not grew:
         return None
     return ("the switch dropped " + ", ".join(f"{n} contributions as {name} ({_SLOT_DROPS[name]})" for name, n in grew)
-            + " since this rank joined, counted over every job: do the ranks agree on the chunk sequence?")
+            + " of this job since this rank joined: do the ranks agree on the chunk sequence?")
 
 
 class SwitchGoneError(ProtocolError, ConnectionError):
@@ -1235,6 +1480,9 @@ class WatchedPort:
     failed) or :class:`PeerFailedError` (another rank's connection closed
     without leaving, or the job's owner went away), and the end of the
     connection (the service's process died) raises :class:`SwitchGoneError`.
+    An event is taken only when the service signed it with the job's key
+    (:meth:`SwitchClient.check_event`); a forged or replayed one is logged,
+    counted in ``stats["refused_events"]`` and ignored.
     Every later :meth:`recv` raises the same error. :meth:`close` leaves the
     job quietly; :meth:`abort` closes without leaving, so that the service
     tells the other ranks.
@@ -1269,20 +1517,31 @@ class WatchedPort:
             if "data" in ready and (frame := self.port.recv(0.0)) is not None:
                 return frame
             if "control" in ready:
-                self._read_event()
+                self._read_events()
             elif time.monotonic() >= end:
                 return None
         raise self.failure
 
-    def _read_event(self) -> None:
+    def _read_events(self) -> None:
+        """Take every event the control connection holds (one read may bring several), until one ends the rank."""
         where = "%s:%d" % self.ticket.control
-        try:
-            event = self.client._line(0.0)
-        except (OSError, ValueError) as e:
-            self.failure = SwitchGoneError(f"rank {self.rank} of job {self.ticket.job.job}: the inagg switch service "
-                                           f"at {where} is gone ({e}): it stopped or died")
-            return
-        if event is not None and event.get("event") in self._EVENTS:
+        while self.failure is None:
+            try:
+                event = self.client._line(0.0)
+            except (OSError, ValueError) as e:
+                self.failure = SwitchGoneError(f"rank {self.rank} of job {self.ticket.job.job}: the inagg switch "
+                                               f"service at {where} is gone ({e}): it stopped or died")
+                return
+            if event is None:
+                return
+            if event.get("event") not in self._EVENTS:
+                continue
+            try:
+                self.client.check_event(event, self.ticket.token)
+            except ServiceError as e:
+                self.stats["refused_events"] += 1
+                log.warning("rank %d of job %d: %s", self.rank, self.ticket.job.job, e)
+                continue
             self.failure = self._EVENTS[event["event"]](f"rank {self.rank} of job {self.ticket.job.job}: "
                                                         f"{event.get('reason')} (service at {where})")
 

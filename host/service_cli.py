@@ -110,6 +110,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--admin-token-file", metavar="FILE",
                    help="create_job must be signed with the token on FILE's first line (at least 16 characters; "
                         "clients read it from INAGG_ADMIN_TOKEN); without it anyone may create jobs, within quotas")
+    s.add_argument("--tls-cert", metavar="FILE",
+                   help="serve the control endpoint over TLS with this certificate (PEM, with its chain); clients "
+                        "check it against the CA file in INAGG_TLS_CA (SwitchClient(tls_ca=))")
+    s.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
     s.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                    help="log level (default info); logs go to stderr")
     limits = s.add_argument_group("limits of each control client (a source is an IP address)")
@@ -129,6 +133,22 @@ def _admin_token(path: str) -> str:
     if len(token) < 16:
         raise ValueError(f"the admin token on the first line of {path} must have at least 16 characters")
     return token
+
+
+def _tls(cert: str | None, key: str | None):
+    """The control endpoint's TLS context for ``--tls-cert`` and ``--tls-key`` (None without them); ``ValueError``."""
+    import ssl
+
+    from inagg.host.service import tls_server_context
+
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ValueError("--tls-cert and --tls-key go together")
+    try:
+        return tls_server_context(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cannot load the TLS certificate {cert} and key {key}: {e}") from None
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -151,6 +171,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         spec = SwitchSpec(ports=ports, slots=slots, chunk_bytes=args.chunk_bytes)
         faults = Faults(loss=args.loss, dup=args.dup, reorder=args.reorder, corrupt=args.corrupt)
         args.admin_token = None if args.admin_token_file is None else _admin_token(args.admin_token_file)
+        args.tls = _tls(args.tls_cert, args.tls_key)
     except ValueError as e:
         print(f"inagg switch serve: error: {e}", file=sys.stderr)
         return 2
@@ -181,7 +202,7 @@ def _serve(args: argparse.Namespace, spec, faults, logger) -> int:
         service = SwitchService(spec, control=args.listen, vxlan=args.vxlan or (args.listen[0], 0),
                                 vni=args.vni, faults=faults, seed=args.seed, switch=switch,
                                 limits=Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)}),
-                                admin_token=args.admin_token)
+                                admin_token=args.admin_token, tls=args.tls)
     except OSError as e:
         switch.close()
         print(f"inagg switch serve: error: cannot listen: {e}", file=sys.stderr)

@@ -97,12 +97,17 @@ class SwitchBackend(DataPlane, Protocol):
     retired_slots:
         ``(first, count)`` slot regions a removed job left that the backend
         could not clear: no later job may take them until it restarts.
+    per_worker_rkeys:
+        Whether ``add_job`` takes a ``WorkerSpec.contrib_rkey`` per worker
+        (the model and fast switches); a switch service gives each worker
+        a key of its own where it does. False (one key per job: the RTL).
     """
 
     spec: SwitchSpec
     counters: Mapping[Counter, int]
     drops: Mapping[str, int]
     retired_slots: Sequence[tuple[int, int]]
+    per_worker_rkeys: bool = False
 
     def add_job(self, job: JobSpec) -> None:
         """Install ``job``; ``ValueError`` for a job this switch cannot hold."""

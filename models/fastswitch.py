@@ -117,9 +117,9 @@ _NK = len(_K)
 S_STATE, S_JOB, S_CHUNK, S_BITMAP, S_COUNT, S_PROM, S_FIRST = range(7)
 FREE, AGG, DONE = 0, 1, 2
 # Job table columns, one row per job number.
-J_ON, J_RKEY, J_BASE, J_SLOTS, J_WORKERS, J_FIRST = range(6)
+J_ON, J_BASE, J_SLOTS, J_WORKERS, J_FIRST = range(5)
 # Worker table columns, one row per worker of every installed job.
-W_PORT, W_VA, W_PSN, W_CRC0 = range(4)
+W_PORT, W_VA, W_PSN, W_CRC0, W_RKEY = range(5)
 # What the loop stopped for.
 DONE_ALL, NEED_INSERT, OUT_FULL = range(3)
 _HALF = 1 << 31
@@ -235,7 +235,7 @@ def _ip_checksum_ok(buf, ip, n):
 
 
 @njit(cache=True)
-def _check(buf, base, n, k, f, ops, t, masked, jobs):
+def _check(buf, base, n, k, f, ops, t, masked, jobs, wk):
     """Checks of docs/protocol.md section 5 on one frame: (counter or -1, job, worker, chunk)."""
     if n < k[_K.ETH_LEN]:
         return Counter.DROP_BAD_LENGTH, 0, 0, 0
@@ -286,7 +286,7 @@ def _check(buf, base, n, k, f, ops, t, masked, jobs):
     job, worker = (qpn >> k[_K.QPN_WORKER_BITS]) & (k[_K.MAX_JOBS] - 1), qpn & ((1 << k[_K.QPN_WORKER_BITS]) - 1)
     if qpn >> k[_K.QPN_PREFIX_SHIFT] != k[_K.QPN_PREFIX] or not jobs[job, J_ON] or worker >= jobs[job, J_WORKERS]:
         return Counter.DROP_UNKNOWN_QPN, 0, 0, 0
-    if rkey != jobs[job, J_RKEY]:
+    if rkey != wk[jobs[job, J_FIRST] + worker, W_RKEY]:  # the worker's contribution R_Key (the job's, or its own)
         return Counter.DROP_BAD_RKEY, 0, 0, 0
     # A VA is 64 bits: read as int64 it may be negative, so test it unsigned.
     uva = np.uint64(va)
@@ -431,7 +431,7 @@ def _run(buf, offs, lens, start, k, f, r, ops, t, x, masked, jobs, wk, tmpl, met
         if n_out + k[_K.WORKERS_MAX] > out.shape[0]:
             return OUT_FULL, i, n_out
         base, n = offs[i], lens[i]
-        bad, job, worker, chunk = _check(buf, base, n, k, f, ops, t, masked, jobs)
+        bad, job, worker, chunk = _check(buf, base, n, k, f, ops, t, masked, jobs, wk)
         if bad >= 0:
             counters[Counter.RX_FRAMES] += 1
             counters[bad] += 1
@@ -522,6 +522,8 @@ class FastSwitch(SwitchBackend):
     the call itself.
     """
 
+    per_worker_rkeys = True  # the worker table holds each worker's contribution R_Key (W_RKEY)
+
     def __init__(self, spec: SwitchSpec | None = None):
         self.spec = spec or SwitchSpec()
         exc = self.spec.exception
@@ -532,7 +534,7 @@ class FastSwitch(SwitchBackend):
         self._scratch_f = np.zeros(1, np.float32)
         self._off1, self._len1 = np.zeros(1, np.int64), np.zeros(1, np.int64)  # receive()'s one frame
         self._prom = np.zeros((rows, self.spec.lanes), np.bool_)
-        self._jobs = np.zeros((MAX_JOBS, 6), np.int64)
+        self._jobs = np.zeros((MAX_JOBS, 5), np.int64)
         self._specs: dict[int, JobSpec] = {}
         self._counters = np.zeros(len(Counter), np.int64)
         self._result_len = RESULT_HDR_LEN + self.spec.chunk_bytes + ICRC_LEN
@@ -623,14 +625,14 @@ class FastSwitch(SwitchBackend):
         self._jobs[:] = 0
         rows = [(spec, w) for spec in self._specs.values() for w in range(len(spec.workers))]
         self._rows = {(spec.job, w): i for i, (spec, w) in enumerate(rows)}
-        self._wk = np.zeros((max(len(rows), 1), 4), np.int64)
+        self._wk = np.zeros((max(len(rows), 1), 5), np.int64)
         self._tmpl = np.zeros((max(len(rows), 1), RESULT_HDR_LEN), np.uint8)
         mac, ip = wire.mac_bytes(self.spec.mac), wire.ip_bytes(self.spec.ip)
         const = _R[R_PSN, 0] // 8
         for i, (spec, w) in enumerate(rows):
             ws = spec.workers[w]
             if w == 0:
-                self._jobs[spec.job] = (1, spec.rkey, spec.slot_base, spec.slots, len(spec.workers), i)
+                self._jobs[spec.job] = (1, spec.slot_base, spec.slots, len(spec.workers), i)
             header = wire.build(
                 eth_dst=wire.mac_bytes(ws.mac), eth_src=mac, ip_src=ip, ip_dst=wire.ip_bytes(ws.ip),
                 udp_sport=qp_udp_sport(ws.qpn), opcode=Opcode.UC_RDMA_WRITE_ONLY_IMM, dest_qpn=ws.qpn, psn=0,
@@ -640,7 +642,7 @@ class FastSwitch(SwitchBackend):
             masked = icrc.masked_header(header[ETH_LEN:])
             reg0 = zlib.crc32(masked[:const - ETH_LEN], zlib.crc32(b"\xff" * 8)) ^ 0xFFFFFFFF
             va = ws.result_va - (1 << 64) if ws.result_va >> 63 else ws.result_va  # the loop's int64, wrapping
-            self._wk[i] = (ws.port, va, old.get((spec.job, w), ws.result_psn), reg0)
+            self._wk[i] = (ws.port, va, old.get((spec.job, w), ws.result_psn), reg0, spec.contrib_rkey(w))
         self._k = self._constants(max((len(s.workers) for s in self._specs.values()), default=0))
         # What every call of the loop takes after the frames, in its order.
         self._state = (self._k, _F, _R, _OPS, _T, self._x, _MASKED, self._jobs, self._wk, self._tmpl, self._meta,

@@ -64,6 +64,10 @@ class WorkerSpec:
         Virtual address of the worker's result ring (one chunk per slot of the job).
     result_psn:
         PSN of the first result the switch sends to this worker.
+    contrib_rkey:
+        R_Key this worker's contributions must carry (UC mode, check 15); None
+        (the default) takes the job's ``JobSpec.rkey``. With a key per worker,
+        one worker's leaked key does not let anyone contribute as another.
     """
 
     port: int
@@ -73,6 +77,7 @@ class WorkerSpec:
     rkey: int
     result_va: int
     result_psn: int = 0
+    contrib_rkey: int | None = None
 
     def __post_init__(self) -> None:
         _u("port", self.port, 8)
@@ -82,6 +87,8 @@ class WorkerSpec:
         _u("worker rkey", self.rkey, 32)
         _u("result_va", self.result_va, 64)
         _u("result_psn", self.result_psn, 24)
+        if self.contrib_rkey is not None:
+            _u("worker contrib_rkey", self.contrib_rkey, 32)
 
 
 class Collective(enum.Enum):
@@ -164,7 +171,8 @@ class JobSpec:
     job:
         Job number (names the job in the switch QPNs, see ``protocol.switch_qpn``).
     rkey:
-        R_Key every contribution of this job must carry.
+        R_Key every contribution of this job must carry, except a worker's
+        with a ``WorkerSpec.contrib_rkey`` of its own (:meth:`contrib_rkey`).
     slot_base, slots:
         The job's slot region: ``slots`` (a power of two) slots from
         ``slot_base`` (a multiple of ``slots``). Chunk ``c`` uses slot
@@ -238,6 +246,11 @@ class JobSpec:
     def qpn(self, worker: int) -> int:
         """The switch QPN worker ``worker`` sends its contributions to."""
         return switch_qpn(self.job, worker)
+
+    def contrib_rkey(self, worker: int) -> int:
+        """The R_Key worker ``worker``'s contributions carry: its own when it has one, else the job's."""
+        own = self.workers[worker].contrib_rkey
+        return self.rkey if own is None else own
 
 
 @dataclass(frozen=True)

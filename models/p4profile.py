@@ -81,6 +81,9 @@ class P4Target:
         if len(job.workers) > self.max_workers:
             raise ValueError(f"the {self.name} program takes at most {self.max_workers} workers per job, "
                              f"not {len(job.workers)}")
+        if any(w.contrib_rkey is not None for w in job.workers):  # its control plane writes the job's key
+            raise ValueError(f"the {self.name} program checks the job's R_Key (JobSpec.rkey), not a "
+                             "WorkerSpec.contrib_rkey per worker")
 
 
 # BMv2 parses a whole chunk into header fields and hashes it with CRC-32, so

@@ -362,6 +362,9 @@ class RegMap:
         and worker counts and modes).
         """
         spec.check_job(job, jobs=self.jobs, workers=self.workers, modes=sorted(self.modes, key=MODE_CODES.get))
+        if any(w.contrib_rkey is not None for w in job.workers):
+            raise ValueError(f"job {job.job}: the RTL checks one contribution R_Key per job (JobSpec.rkey), not a "
+                             "WorkerSpec.contrib_rkey per worker")
         out = []
         for w, ws in enumerate(job.workers):
             hi, lo = _mac_words(ws.mac)

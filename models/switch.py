@@ -105,6 +105,8 @@ class ModelSwitch(SwitchBackend):
     ``hop_timeout`` is the ACK timeout of a result on the hop (Modes I and III).
     """
 
+    per_worker_rkeys = True  # check 15 of a UC job compares a worker's WorkerSpec.contrib_rkey where it has one
+
     def __init__(self, spec: SwitchSpec | None = None, *, hop_timeout: float = modes.HOP_TIMEOUT):
         self.spec = spec or SwitchSpec()
         # Jobs of EPIC's modes (models/modes.py, models/terminated.py), by job number, and the clock of their timers.
@@ -198,7 +200,7 @@ class ModelSwitch(SwitchBackend):
         if known and job.spec.mode is not Mode.UC:
             return self.modes[job.spec.job].receive(named[1], r)
         kind, size = self._expects(job, named[1], r.opcode) if known else (CONTRIBUTION, c)
-        bad = wire.check_receiver(r, kind, size, qpn_ok=known, rkey_ok=known and r.rkey == job.spec.rkey,
+        bad = wire.check_receiver(r, kind, size, qpn_ok=known, rkey_ok=known and r.rkey == job.spec.contrib_rkey(named[1]),
                                   va_ok=r.va is not None and r.va % c == 0 and r.va // c < CHUNK_MOD
                                   and (r.imm is None or r.imm == encode_imm(r.va // c, True)))
         if bad is not None:

@@ -42,7 +42,7 @@ def contribution(spec: SwitchSpec, job: JobSpec, worker: int, chunk: int, values
     fields = dict(eth_dst=wire.mac_bytes(spec.mac), eth_src=wire.mac_bytes(w.mac), ip_src=wire.ip_bytes(w.ip),
                   ip_dst=wire.ip_bytes(spec.ip), udp_sport=qp_udp_sport(w.qpn),
                   opcode=Opcode.UC_RDMA_WRITE_ONLY, dest_qpn=job.qpn(worker), psn=psn,
-                  va=(chunk % CHUNK_MOD) * spec.chunk_bytes, rkey=job.rkey,
+                  va=(chunk % CHUNK_MOD) * spec.chunk_bytes, rkey=job.contrib_rkey(worker),
                   payload=np.asarray(values, ">i4").tobytes(), pkey=spec.pkey)
     fields.update(overrides)
     return wire.build(**fields)

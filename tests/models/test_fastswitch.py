@@ -20,7 +20,9 @@ from inagg.models.backend import load_backend
 from inagg.models.fastswitch import FastSwitch
 from inagg.models.frame import CONTRIBUTION, Opcode
 from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec, WorkerSpec
+from inagg.models.p4profile import TARGETS
 from inagg.models.protocol import CHUNK_MOD, ETH_LEN, ICRC_LEN, RC_MODE_COUNTERS, Counter
+from inagg.models.regmap import RegMap
 from inagg.models.switch import ModelSwitch
 from inagg.testbench.traffic import contribution
 
@@ -32,9 +34,11 @@ _IP_CSUM = slice(CONTRIBUTION.span("ipv4.checksum")[0], sum(CONTRIBUTION.span("i
 _DROPS = [c for c in Counter if c.name.startswith("DROP_") and c not in RC_MODE_COUNTERS]
 
 
-def _workers(job: int, n: int, ports: int) -> tuple[WorkerSpec, ...]:
+def _workers(job: int, n: int, ports: int, own_keys: bool = False) -> tuple[WorkerSpec, ...]:
+    """``n`` workers of ``job``; with ``own_keys`` each with a contribution R_Key of its own."""
     return tuple(WorkerSpec(port=(job + i) % ports, mac=f"02:00:00:{job:02x}:00:{i:02x}", ip=f"10.{job}.0.{i + 1}",
-                            qpn=0x1000 * job + i, rkey=0x5000 + i, result_va=0x100000 * (i + 1), result_psn=i * 7)
+                            qpn=0x1000 * job + i, rkey=0x5000 + i, result_va=0x100000 * (i + 1), result_psn=i * 7,
+                            contrib_rkey=0xC000 + 0x10 * job + i if own_keys else None)
                  for i in range(n))
 
 
@@ -48,7 +52,7 @@ CONFIGS = {
     # Disjoint jobs on the direct-mapped slots only, 1 KB chunks.
     "direct": (SwitchSpec(ports=8, slots=64, chunk_bytes=1024),
                [JobSpec(job=3, rkey=0xB3, slot_base=0, slots=32, workers=_workers(3, 4, 8)),
-                JobSpec(job=7, rkey=0xB7, slot_base=32, slots=16, workers=_workers(7, 2, 8))]),
+                JobSpec(job=7, rkey=0xB7, slot_base=32, slots=16, workers=_workers(7, 2, 8, own_keys=True))]),
 }
 
 
@@ -120,8 +124,10 @@ class Traffic:
             qpn = int(rng.choice([job.qpn(worker) ^ (1 << 6 + int(rng.integers(10))),
                                   job.qpn(0) + len(job.workers), 0x123456]))
             return port, self.contribution(job, worker, chunk, dest_qpn=qpn)
-        if kind == 6:
-            return port, self.contribution(job, worker, chunk, rkey=job.rkey ^ 1)
+        if kind == 6:  # a wrong R_Key, or another worker's (the job's one key, or that worker's own)
+            other = (worker + 1) % len(job.workers)
+            return port, self.contribution(job, worker, chunk, rkey=[job.contrib_rkey(worker) ^ 1,
+                                                                     job.contrib_rkey(other)][int(rng.integers(2))])
         if kind == 7:
             va = [chunk * c + 4, CHUNK_MOD * c + chunk * c, (1 << 64) - c][int(rng.integers(3))]
             return port, self.contribution(job, worker, chunk, va=va)
@@ -263,3 +269,25 @@ def test_fast_switch_is_the_default_backend_and_refuses_what_it_lacks():
         switch.add_job(dataclasses.replace(base, job=10, slot_base=34, mode=Mode.TRANSLATED))
     with pytest.raises(ValueError, match=r"implements UC jobs only: job 11 sets collective=<Collective.BARRIER"):
         switch.add_job(dataclasses.replace(base, job=11, slot_base=36, collective=Collective.BARRIER))
+
+
+@pytest.mark.parametrize("make", [ModelSwitch, FastSwitch])
+def test_a_worker_with_its_own_r_key_takes_no_other(make):
+    """Issue 21: with per-worker contribution R_Keys one worker's leaked key does not let anyone contribute as
+    another worker, nor does the job's key; the RTL and the P4 programs refuse such a job (one key per job)."""
+    spec = SwitchSpec(ports=2, slots=8, chunk_bytes=256)
+    job = JobSpec(job=1, rkey=0xB1, slot_base=0, slots=8, workers=_workers(1, 2, 2, own_keys=True))
+    switch = make(spec)
+    switch.add_job(job)
+    lanes = np.ones(spec.lanes, np.int64)
+    for key in (job.contrib_rkey(1), job.rkey):  # as worker 0: worker 1's key, then the job's
+        assert switch.receive(0, contribution(spec, job, 0, 0, lanes, rkey=key)) == []
+    assert switch.counters[Counter.DROP_BAD_RKEY] == 2 and switch.counters[Counter.RX_CONTRIB] == 0
+    switch.receive(0, contribution(spec, job, 0, 0, lanes))  # its own key
+    out = switch.receive(1, contribution(spec, job, 1, 0, lanes))
+    assert switch.counters[Counter.RX_CONTRIB] == 2 and len(out) == 2
+    with pytest.raises(ValueError, match="the RTL checks one contribution R_Key per job"):
+        RegMap(jobs=4, workers=4).job_writes(job, spec)
+    for target in TARGETS.values():
+        with pytest.raises(ValueError, match="checks the job's R_Key .JobSpec.rkey., not a WorkerSpec.contrib_rkey"):
+            target.validate_job(job)

@@ -76,7 +76,7 @@ while time.monotonic() < deadline:
     if after["service"].get("foreign_qpn", 0) - before["service"].get("foreign_qpn", 0) == 2:
         break
     time.sleep(0.02)
-out["delta"] = {k: after["switch"][k] - before["switch"][k] for k in after["switch"]
+out["delta"] = {k: after["switch"][k] - before["switch"][k] for k in after["switch"] or {}  # None: the RTL's
                 if after["switch"][k] != before["switch"][k]}
 out["foreign_qpn"] = after["service"].get("foreign_qpn", 0) - before["service"].get("foreign_qpn", 0)
 print(json.dumps(out), flush=True)

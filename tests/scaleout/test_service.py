@@ -45,7 +45,7 @@ def test_hello_describes_the_service(service):
 @pytest.mark.parametrize("line, error", [
     (b"not json\n", "a request is one JSON object per line"),
     (b"[1, 2]\n", "a request is one JSON object per line"),
-    (b'{"op": "reboot"}\n', "unknown op 'reboot'; known: attach, counters, create_job, hello, remove_job"),
+    (b'{"op": "reboot"}\n', "unknown op 'reboot'; known: attach, counters, create_job, hello, remove_job, switch_counters"),
     (b'{"op": "create_job", "workers": 0}\n', "workers must be an integer in 1..64, not 0"),
     (b'{"op": "create_job", "workers": 7, "window": 4}\n', "a job of 7 workers needs 7 free switch ports; 6 of 6 are free"),
     (b'{"op": "create_job", "workers": 2, "window": 3}\n', "window must be a power of two, not 3"),
@@ -84,9 +84,9 @@ def test_slot_regions_and_ports_are_disjoint_and_freed(service):
 
 
 def test_attach_checks_rank_endpoint_and_binding(service):
-    with SwitchClient(service.control_address) as c, VxlanPort(service.vxlan_address, 1) as p, \
-            VxlanPort(service.vxlan_address, 1) as q:
+    with SwitchClient(service.control_address) as c:
         t = c.create_job(2, window=4)
+        p, q = VxlanPort(t.vxlan, 1), VxlanPort(t.vxlan, 1)  # where probes come from
         with pytest.raises(ServiceError, match=r"rank must be an integer in 0..1, not 2"):
             c.attach(t, 2, p.address, receive=p.recv)
         with pytest.raises(ServiceError, match=r"endpoint must be \[IPv4 address, UDP port\], not \['nowhere', 1\]"):
@@ -97,16 +97,17 @@ def test_attach_checks_rank_endpoint_and_binding(service):
             c.attach(t, 1, p.address, receive=p.recv)
         assert c.attach(t, 0, q.address, receive=q.recv) == t.job  # a rank may move
         assert c.attach(t, 0, q.address) == t.job  # attached there already: no new proof
+        p.close()
+        q.close()
 
 
 def test_datagrams_from_unattached_endpoints_or_other_fabrics_are_counted(service):
-    with SwitchClient(service.control_address) as c, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        t = c.create_job(1, window=4)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.sendto(encap(b"\0" * 60, 1), service.vxlan_address)
         s.sendto(encap(b"\0" * 60, 2), service.vxlan_address)
         s.sendto(b"\0" * 60, service.vxlan_address)
         deadline = time.monotonic() + 5
-        while len(stats := c.counters(t.job.job, t.token)["service"]) < 4 and time.monotonic() < deadline:
+        while len(stats := dict(service.stats)) < 4 and time.monotonic() < deadline:
             time.sleep(0.01)
     assert stats == {"rx_datagrams": 3, "unbound_source": 1, "wrong_vni": 1, "not_vxlan": 1}
 

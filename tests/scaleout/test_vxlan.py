@@ -164,14 +164,15 @@ def test_capture_decodes_as_vxlan_then_roce(tmp_path):
     writer.close()
     assert not errors and all(np.array_equal(o[0], np.full(64, 2, np.float32)) for o in out.values())
     pkts = rdpcap(str(path))
-    to_switch = [p for p in pkts if p[UDP].dport == service.vxlan_address[1]]
-    from_switch = [p for p in pkts if p[UDP].sport == service.vxlan_address[1]]
-    assert to_switch and from_switch and len(to_switch) + len(from_switch) == len(pkts)
     inner = {id(p): VXLAN(bytes(p[UDP].payload)) for p in pkts}  # an ephemeral test port: VXLAN is bound to 4789
     assert all(x.vni == 77 for x in inner.values())
-    # One proof of receipt to each rank's endpoint (its own EtherType), then RoCEv2 only.
-    probes = [p for p in from_switch if inner[id(p)][Ether].type == 0x88B5]
+    # One proof of receipt to each rank's endpoint (its own EtherType), from the VXLAN address; then RoCEv2 only.
+    probes = [p for p in pkts if inner[id(p)][Ether].type == 0x88B5]
     assert len(probes) == 2 and len({p[UDP].dport for p in probes}) == 2
+    (job_port,) = {p[UDP].sport for p in probes}
+    to_switch = [p for p in pkts if p[UDP].dport == job_port]
+    from_switch = [p for p in pkts if p[UDP].sport == job_port]
+    assert to_switch and from_switch and len(to_switch) + len(from_switch) == len(pkts)
     from_switch = [p for p in from_switch if p not in probes]
     assert all(inner[id(p)][UDP].dport == 4791 for p in to_switch + from_switch)
     assert {inner[id(p)][BTH].opcode for p in to_switch} == {0x2A}
@@ -191,5 +192,5 @@ def test_faults_on_the_vxlan_link_leave_sums_exact():
         ref = sum(arrays[r][call] for r in range(3))
         for r in range(3):
             assert np.array_equal(out[r][call], ref)
-    assert set(counters["link"]) == {"lost", "duplicated", "reordered", "corrupted"}
+    assert set(service.link.stats) == {"lost", "duplicated", "reordered", "corrupted"}
     assert counters["switch"]["DUP_CONTRIB"] > 0
