@@ -140,16 +140,17 @@ def test_a_failed_switch_refuses_every_request_and_counts_the_frames_it_drops(ca
         g = join(t, 0)
         client.counters(t.job.job, t.token)  # the connection's nonce, which a signed request needs, is known
         switch.failing = True
-        for op, fields in [("counters", {"job": t.job.job, "key": t.token}), ("create_job", {"workers": 1}),
-                           ("hello", {})]:
-            with pytest.raises(ServiceError, match=f"^inagg switch service refused {op}: the switch failed: "
-                                                   "the test switch broke$"):
-                client.request(op, **fields)
+        # A job's counters are the service's own tallies (they need no switch call): the frame finds the failure.
         g.port.send(bytes(contribution(t.switch, g.job, 0, 0, bytes(SPEC.chunk_bytes))))  # the rank's own QPN
         deadline = time.monotonic() + 10
         while service.stats["switch_failed"] < 1:
             assert time.monotonic() < deadline
             time.sleep(0.01)
+        for op, fields in [("counters", {"job": t.job.job, "key": t.token}), ("create_job", {"workers": 1}),
+                           ("hello", {})]:
+            with pytest.raises(ServiceError, match=f"^inagg switch service refused {op}: the switch failed: "
+                                                   "the test switch broke$"):
+                client.request(op, **fields)
         g.port.close()
     assert service.failure == "the test switch broke" and switch.closed
     assert "the switch failed: the test switch broke; every request is refused from now on" in caplog.text
