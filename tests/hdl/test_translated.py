@@ -1,0 +1,252 @@
+"""Mode II's gateware blocks (hdl/translated.py) against the model's TranslatedJob (models/modes.py), frame by frame."""
+
+import gc
+import random
+import warnings
+
+import numpy as np
+import pytest
+from amaranth import Module
+from amaranth.hdl import UnusedElaboratable
+from amaranth.sim import Simulator
+
+from inagg.hdl.translated import PsnTable, TranslatedRules, translated_events
+from inagg.models import rc, wire
+from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
+from inagg.models.protocol import Counter, Opcode, qp_udp_sport
+from inagg.models.rc import PSN_MOD, Packet
+from inagg.models.switch import ModelSwitch
+
+CHUNK = 256
+OUTCOMES = ("add", "store", "complete", "dup", "resend", "ahead", "stale", "window", "bad_address")
+META = ("psn", "chunk", "bitmap", "count", "done")
+
+
+def _sim(dut, bench):
+    sim = Simulator(dut)
+    sim.add_clock(1e-6, if_exists=True)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def _decide(meta, desc, expected):
+    dut = TranslatedRules(workers=4, slots=8)
+    seen = {}
+
+    async def bench(ctx):
+        for name, value in meta.items():
+            ctx.set(getattr(dut.meta, name), value)
+        for name, value in desc.items():
+            ctx.set(getattr(dut.desc, name), value)
+        ctx.set(dut.expected, expected)
+        seen["outcome"] = {name for name in OUTCOMES if ctx.get(getattr(dut.outcome, name))}
+        seen["new"] = {name: ctx.get(getattr(dut.new, name)) for name in META}
+        seen["next"], seen["slot"], seen["shadow"] = ctx.get(dut.next_expected), ctx.get(dut.slot), ctx.get(dut.shadow)
+
+    _sim(dut, bench)
+    return seen
+
+
+DESC = dict(worker=1, psn=9, chunk=9, workers=2, slots=8)
+
+
+@pytest.mark.parametrize("meta, expected, outcome", [
+    ({}, 9, {"add", "store"}),                                                      # in order, empty slot
+    (dict(psn=9, chunk=9, bitmap=0b1, count=1), 9, {"add", "complete"}),
+    (dict(psn=1, chunk=1, bitmap=0b1, count=1, done=1), 9, {"window"}),             # the slot holds PSN 1
+    (dict(psn=9, chunk=17, bitmap=0b1, count=1), 9, {"bad_address"}),
+    ({}, 8, {"ahead"}),
+    ({}, PSN_MOD - 1, {"ahead"}),                                                   # across the PSN wrap
+    (dict(psn=9, chunk=9, bitmap=0b10, count=1), 10, {"dup"}),                       # result not made yet
+    (dict(psn=9, chunk=9, bitmap=0b1, count=2, done=1), 10, {"dup", "resend"}),      # done: sent again
+    (dict(psn=9, chunk=9, bitmap=0b1, count=1), 10, {"stale"}),                      # never in, not done
+    (dict(psn=1, chunk=1, bitmap=0b11, count=2, done=1), 10, {"stale"}),
+    (dict(psn=9, chunk=9, bitmap=0b10, count=1), 9 + 2**23, {"dup"}),               # 2**23 behind
+])
+def test_translated_rules(meta, expected, outcome):
+    seen = _decide(meta, DESC, expected)
+    assert seen["outcome"] == outcome
+    assert (seen["slot"], seen["shadow"]) == (1, 5)
+    if "add" in outcome:
+        assert seen["next"] == 10 and seen["new"]["psn"] == 9 and seen["new"]["bitmap"] & 0b10
+
+
+def test_psn_table_sweeps_after_reset_keeps_each_entry_and_clears_a_job():
+    dut = PsnTable(jobs=2)
+
+    async def bench(ctx):
+        cycles = 0
+        while ctx.get(dut.busy):
+            await ctx.tick()
+            cycles += 1
+        assert cycles == 2 * 64
+
+        async def write(job, worker, psn):
+            ctx.set(dut.write_en, 1)
+            ctx.set(dut.write_job, job)
+            ctx.set(dut.write_worker, worker)
+            ctx.set(dut.write_psn, psn)
+            await ctx.tick()
+            ctx.set(dut.write_en, 0)
+
+        async def read(job, worker):
+            ctx.set(dut.read_en, 1)
+            ctx.set(dut.read_job, job)
+            ctx.set(dut.read_worker, worker)
+            await ctx.tick()
+            ctx.set(dut.read_en, 0)
+            return ctx.get(dut.expected)
+
+        await write(0, 5, 7)
+        await write(1, 5, PSN_MOD - 1)
+        await write(1, 63, 3)
+        assert [await read(0, 5), await read(1, 5), await read(1, 63), await read(0, 4)] == [7, PSN_MOD - 1, 3, 0]
+        # A read of the entry written in the same cycle sees the new value.
+        ctx.set(dut.read_en, 1)
+        ctx.set(dut.read_job, 0)
+        ctx.set(dut.read_worker, 5)
+        await write(0, 5, 8)
+        assert ctx.get(dut.expected) == 8
+        ctx.set(dut.read_en, 0)
+        ctx.set(dut.clear, 1)
+        ctx.set(dut.clear_job, 1)
+        await ctx.tick()
+        ctx.set(dut.clear, 0)
+        cycles = 0
+        while ctx.get(dut.busy):
+            await ctx.tick()
+            cycles += 1
+        assert cycles == 64
+        assert [await read(0, 5), await read(1, 5), await read(1, 63)] == [8, 0, 0]
+        ctx.set(dut.clear, 1)
+        ctx.set(dut.clear_job, 2)  # no such job: nothing to clear
+        await ctx.tick()
+        assert not ctx.get(dut.busy)
+
+    _sim(dut, bench)
+
+
+def test_psn_table_refuses_a_bad_size():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)  # refused, never to be elaborated
+        with pytest.raises(ValueError, match="jobs must be an integer from 1 to 1024, not 0") as e:
+            PsnTable(jobs=0)
+        del e
+        gc.collect()
+
+
+# -- the rules and the PSN table against the model switch, frame by frame ------------------------------
+
+def _switch(n, slots):
+    workers = tuple(WorkerSpec(port=i, mac=f"02:00:00:00:00:{i + 1:02x}", ip=f"10.0.0.{i + 1}", qpn=0x100 + i,
+                               rkey=0x500 + i, result_va=0x10000 * (i + 1)) for i in range(n))
+    job = JobSpec(job=1, rkey=0xC0DE, slot_base=0, slots=slots, workers=workers, mode=Mode.TRANSLATED)
+    sw = ModelSwitch(SwitchSpec(ports=4, slots=16, chunk_bytes=CHUNK))
+    sw.add_job(job)
+    return sw, job
+
+
+def _contribution(sw, job, w, psn, chunk):
+    ws = job.workers[w]
+    to = rc.Address(eth_dst=wire.mac_bytes(sw.spec.mac), eth_src=wire.mac_bytes(ws.mac), ip_src=wire.ip_bytes(ws.ip),
+                    ip_dst=wire.ip_bytes(sw.spec.ip), udp_sport=qp_udp_sport(ws.qpn), dest_qpn=job.qpn(w),
+                    rkey=job.rkey)
+    lanes = np.full(CHUNK // 4, w + 1, ">i4").tobytes()
+    return rc.encode(Packet(Opcode.RC_RDMA_WRITE_ONLY, psn, lanes, True, chunk * CHUNK, CHUNK), to)
+
+
+def _frame(rng, sent, expected, w, slots):
+    """(offset, chunk) of worker ``w``'s next frame, for hosts that mostly keep the rules; offset ``k`` is chunk
+    ``k``'s PSN less the first PSN. In order (a host sends a new offset only while it is less than W ahead of
+    the slowest host, as its window lets it, but now and then one more), a re-send of an older offset, a PSN
+    ahead, now and then another chunk for the PSN; after a drop the host goes back to the expected PSN (its
+    Go-Back-N)."""
+    r = rng.random()
+    if r < 0.1:
+        sent[w] = expected
+    if r < 0.6:
+        off = sent[w]
+        if off - min(sent) < slots // 2 or r < 0.03:
+            sent[w] += 1
+        else:
+            off -= 1
+    elif r < 0.85:
+        off = sent[w] - rng.randrange(1, slots + 2)
+    else:
+        off = sent[w] + rng.randrange(1, 3)
+    chunk = off if rng.random() > 0.05 else off + slots
+    return off, chunk % (1 << 30)
+
+
+@pytest.mark.parametrize("n, slots, start, seed", [(3, 4, 0, 1), (2, 8, PSN_MOD - 5, 2), (4, 2, 0, 3)])
+def test_rules_and_psn_table_follow_the_model(n, slots, start, seed):
+    sw, job = _switch(n, slots)
+    model = sw.modes[job.job]
+    model.expected = [start] * n
+    rules, table = TranslatedRules(workers=n, slots=slots), PsnTable(jobs=2)
+    top = Module()
+    top.submodules.rules, top.submodules.table = rules, table
+    top.d.comb += rules.expected.eq(table.expected)
+    counted = [c for c in Counter if c not in (Counter.TX_RESULTS, Counter.PROMOTED, Counter.RX_FRAMES)]
+    seen = set()
+
+    async def bench(ctx):
+        # The table starts at 0 after reset: bring it to ``start`` as the model was.
+        while ctx.get(table.busy):
+            await ctx.tick()
+        for w in range(n):
+            ctx.set(table.write_en, 1)
+            ctx.set(table.write_job, job.job)
+            ctx.set(table.write_worker, w)
+            ctx.set(table.write_psn, start)
+            await ctx.tick()
+        ctx.set(table.write_en, 0)
+        hdl = [dict(psn=0, chunk=0, bitmap=0, count=0, done=0) for _ in range(slots)]
+        rng, sent = random.Random(seed), [0] * n
+        for _ in range(400):
+            w = rng.randrange(n)
+            off, chunk = _frame(rng, sent, (model.expected[w] - start) % PSN_MOD, w, slots)
+            psn = (start + off) % PSN_MOD
+            ctx.set(table.read_en, 1)
+            ctx.set(table.read_job, job.job)
+            ctx.set(table.read_worker, w)
+            await ctx.tick()
+            ctx.set(table.read_en, 0)
+            s = psn % slots
+            for name, value in hdl[s].items():
+                ctx.set(getattr(rules.meta, name), value)
+            for name, value in dict(worker=w, psn=psn, chunk=chunk, workers=n, slots=slots).items():
+                ctx.set(getattr(rules.desc, name), value)
+            outcome = {name for name in OUTCOMES if ctx.get(getattr(rules.outcome, name))}
+            strobes = {c for c, v in translated_events(rules.outcome).items() if ctx.get(v)}
+            before = {c: sw.counters[c] for c in Counter}
+            out = sw.receive(job.workers[w].port, _contribution(sw, job, w, psn, chunk))
+            delta = {c for c in counted if sw.counters[c] != before[c]}
+            assert all(sw.counters[c] - before[c] == 1 for c in delta), {c: sw.counters[c] - before[c] for c in delta}
+            assert strobes == delta, (w, psn, chunk, outcome)
+            assert sw.counters[Counter.TX_RESULTS] - before[Counter.TX_RESULTS] == len(out) == \
+                ("resend" in outcome) + n * ("complete" in outcome)
+            seen.update(outcome)
+            assert ctx.get(rules.slot) == s
+            if "add" in outcome:
+                hdl[s] = {name: ctx.get(getattr(rules.new, name)) for name in META}
+                hdl[ctx.get(rules.shadow)]["bitmap"] &= ~(1 << w)
+                ctx.set(table.write_en, 1)
+                ctx.set(table.write_job, job.job)
+                ctx.set(table.write_worker, w)
+                ctx.set(table.write_psn, ctx.get(rules.next_expected))
+                await ctx.tick()
+                ctx.set(table.write_en, 0)
+            assert hdl == [dict(psn=e.psn, chunk=e.chunk, bitmap=e.bitmap, count=e.count, done=int(e.done))
+                           for e in model.entries]
+            got = []
+            for v in range(n):
+                ctx.set(table.read_en, 1)
+                ctx.set(table.read_worker, v)
+                await ctx.tick()
+                got.append(ctx.get(table.expected))
+            ctx.set(table.read_en, 0)
+            assert got == model.expected
+
+    _sim(top, bench)
+    assert seen == set(OUTCOMES), seen
