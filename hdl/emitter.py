@@ -43,7 +43,7 @@ from inagg.hdl.engine import result_desc_layout, result_signature
 from inagg.hdl.headers import header_bytes, header_value
 from inagg.hdl.icrc import ICRCGenerator
 
-__all__ = ["ipv4_checksum", "ResultEmitter"]
+__all__ = ["ipv4_checksum", "to_worker", "ResultEmitter"]
 
 _ENTRIES = 2
 
@@ -54,6 +54,20 @@ def ipv4_checksum(words):
     fold1 = (total[:16] + total[16:])
     fold2 = (fold1[:16] + fold1[16:])[:16]
     return ~fold2
+
+
+def to_worker(entry, switch, frame_len: int) -> dict:
+    """The Ethernet, IPv4 and UDP fields (``"header.field"``) of a frame of ``frame_len`` bytes (ICRC included)
+    from the switch to the worker ``entry`` describes: its MAC and IP, the UDP source port of its QP
+    (:func:`~inagg.models.protocol.qp_udp_sport`), the lengths and the IPv4 checksum."""
+    total = frame_len - ETH_LEN
+    ipv4 = {"total_len": total, "src": switch.ip, "dst": entry.ip}
+    zeroed = header_value(IPV4, {**ipv4, "checksum": 0})
+    words = IPV4.size // 2
+    csum = ipv4_checksum([zeroed.word_select(words - 1 - k, 16) for k in range(words)])
+    sport = Cat(entry.qpn[:QP_SPORT_QPN_BITS], Const(QP_SPORT_BASE >> QP_SPORT_QPN_BITS, 16 - QP_SPORT_QPN_BITS))
+    return {"ethernet.dst": entry.mac, "ethernet.src": switch.mac, **{f"ipv4.{k}": v for k, v in ipv4.items()},
+            "ipv4.checksum": csum, "udp.sport": sport, "udp.len": total - IPV4_LEN}
 
 
 class _State(enum.Enum):
@@ -118,17 +132,8 @@ class ResultEmitter(wiring.Component):
         checksum, the BTH flags) take their fixed values of :mod:`inagg.models.frame`.
         """
         c = self._chunk
-        total = RESULT_HDR_LEN - ETH_LEN + c + ICRC_LEN
-        ipv4 = {"total_len": total, "src": switch.ip, "dst": entry.ip}
-        zeroed = header_value(IPV4, {**ipv4, "checksum": 0})
-        words = IPV4.size // 2
-        csum = ipv4_checksum([zeroed.word_select(words - 1 - k, 16) for k in range(words)])
-        sport = Cat(entry.qpn[:QP_SPORT_QPN_BITS],
-                    Const(QP_SPORT_BASE >> QP_SPORT_QPN_BITS, 16 - QP_SPORT_QPN_BITS))
         return header_bytes(RESULT, {
-            "ethernet.dst": entry.mac, "ethernet.src": switch.mac,
-            **{f"ipv4.{k}": v for k, v in ipv4.items()}, "ipv4.checksum": csum,
-            "udp.sport": sport, "udp.len": total - IPV4_LEN,
+            **to_worker(entry, switch, RESULT_HDR_LEN + c + ICRC_LEN),
             "bth.opcode": RESULT.opcode, "bth.pkey": switch.pkey, "bth.dqpn": entry.qpn, "bth.psn": psn,
             "reth.va": va, "reth.rkey": entry.rkey, "reth.dma_len": c,
             "immdt.imm": Cat(chunk[:IMM_CHUNK_MASK.bit_length()], Const(0, 1), fp32),

@@ -6,11 +6,12 @@ import warnings
 
 import numpy as np
 import pytest
-from amaranth import Module
+from amaranth import Array, Module
 from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
-from inagg.hdl.translated import PsnTable, TranslatedRules, translated_events
+from inagg.hdl.translated import AckReflector, PsnTable, TranslatedRules, translated_events
+from inagg.testbench.streams import get_frame
 from inagg.models import rc, wire
 from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
 from inagg.models.protocol import Counter, Opcode, qp_udp_sport
@@ -250,3 +251,66 @@ def test_rules_and_psn_table_follow_the_model(n, slots, start, seed):
 
     _sim(top, bench)
     assert seen == set(OUTCOMES), seen
+
+
+# -- ACK reflection --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("width", [64, 256, 512])
+def test_ack_reflector_sends_the_models_frames_with_backpressure(width):
+    sw, job = _switch(3, 4)
+    top = Module()
+    top.submodules.dut = dut = AckReflector(width=width, workers=4)
+    fields = ("mac", "ip", "qpn")
+    value = {"mac": lambda w: int.from_bytes(wire.mac_bytes(w.mac), "big"),
+             "ip": lambda w: int.from_bytes(wire.ip_bytes(w.ip), "big"), "qpn": lambda w: w.qpn}
+    table = {f: Array([value[f](w) for w in job.workers] + [0]) for f in fields}
+    for f in fields:
+        top.d.comb += getattr(dut.worker.entry, f).eq(table[f][dut.worker.index - job.job * 4])
+    rng = random.Random(width)
+    acks = [(rng.randrange(3), rc.Ack(rng.randrange(PSN_MOD), rng.choice([rc.Syndrome.ACK, rc.Syndrome.NAK_SEQ]),
+                                      rng.randrange(PSN_MOD))) for _ in range(12)]
+    expected = []
+    for w, a in acks:
+        before = sw.counters[Counter.ACK_REFLECTED]
+        ws = job.workers[w]
+        frame = rc.encode(a, rc.Address(eth_dst=wire.mac_bytes(sw.spec.mac), eth_src=wire.mac_bytes(ws.mac),
+                                        ip_src=wire.ip_bytes(ws.ip), ip_dst=wire.ip_bytes(sw.spec.ip),
+                                        udp_sport=qp_udp_sport(ws.qpn), dest_qpn=job.qpn(w), rkey=job.rkey))
+        ((port, out),) = sw.receive(ws.port, frame)
+        assert port == ws.port and sw.counters[Counter.ACK_REFLECTED] == before + 1
+        expected.append(out)
+    got, strobes = [], []
+
+    async def source(ctx):
+        ctx.set(dut.switch.mac, int.from_bytes(wire.mac_bytes(sw.spec.mac), "big"))
+        ctx.set(dut.switch.ip, int.from_bytes(wire.ip_bytes(sw.spec.ip), "big"))
+        ctx.set(dut.switch.pkey, sw.spec.pkey)
+        for w, a in acks:
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.p.job, job.job)
+            ctx.set(dut.i.p.worker, w)
+            ctx.set(dut.i.p.psn, a.psn)
+            ctx.set(dut.i.p.syndrome, a.syndrome)
+            ctx.set(dut.i.p.msn, a.msn)
+            await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+            for _ in range(rng.randrange(3)):
+                await ctx.tick()
+
+    async def sink(ctx):
+        pause = iter(lambda: int(rng.random() < 0.4), 2)
+        for _ in acks:
+            got.append(await get_frame(ctx, dut.o, width, pause))
+
+    async def count(ctx):
+        async for _, _, ev in ctx.tick().sample(dut.events):
+            strobes.append(ev >> Counter.ACK_REFLECTED & 1)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(source)
+    sim.add_testbench(sink)
+    sim.add_process(count)
+    sim.run()
+    assert got == expected
+    assert sum(strobes) == len(acks)
