@@ -25,19 +25,15 @@ from amaranth.lib.wiring import In, Out
 
 from inagg.models.frame import Opcode, layout
 from inagg.models.protocol import ICRC_LEN, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
-from inagg.models.rc import PSN_MOD
 from inagg.hdl.axis import beat_signature, check_width
 from inagg.hdl.control import N_COUNTERS, SwitchConfig, WorkerRead, event_vector
 from inagg.hdl.emitter import to_worker
 from inagg.hdl.headers import header_bytes
 from inagg.hdl.icrc import ICRCGenerator
+from inagg.hdl.ingress import PSN_BITS, AckDesc
 
-__all__ = ["PSN_BITS", "translated_meta_layout", "translated_desc_layout", "TranslatedOutcome",
-           "TranslatedRules", "translated_events", "PsnTable", "AckDesc", "AckReflector"]
-
-PSN_BITS = PSN_MOD.bit_length() - 1
-"""Bits of a PSN (24)."""
-
+__all__ = ["translated_meta_layout", "translated_desc_layout", "TranslatedOutcome",
+           "TranslatedRules", "translated_events", "PsnTable", "AckReflector"]
 
 def translated_meta_layout(workers: int) -> data.StructLayout:
     """A Mode II slot: the PSN and chunk it holds, the bitmap of the workers in, their count, and ``done``."""
@@ -204,10 +200,6 @@ class PsnTable(wiring.Component):
         ]
         return m
 
-
-AckDesc = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "psn": PSN_BITS,
-                             "syndrome": 8, "msn": 24})
-"""A host's checked ACK or NAK of a result, to be reflected: its (job, worker) and its BTH PSN and AETH."""
 
 _ACK = layout(Opcode.RC_ACK)
 _ACK_HDR_LEN = _ACK.size

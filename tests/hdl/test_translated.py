@@ -1,5 +1,6 @@
 """Mode II's gateware blocks (hdl/translated.py) against the model's TranslatedJob (models/modes.py), frame by frame."""
 
+import dataclasses
 import gc
 import random
 import warnings
@@ -10,12 +11,15 @@ from amaranth import Array, Module
 from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
+from inagg.hdl.ingress import IngressPort
 from inagg.hdl.translated import AckReflector, PsnTable, TranslatedRules, translated_events
-from inagg.testbench.streams import get_frame
+from inagg.testbench.streams import get_frame, put_frame
 from inagg.models import rc, wire
+from inagg.models.frame import AETH, BTH
 from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
 from inagg.models.protocol import Counter, Opcode, qp_udp_sport
 from inagg.models.rc import PSN_MOD, Packet
+from inagg.models.regmap import MODE_CODES
 from inagg.models.switch import ModelSwitch
 
 CHUNK = 256
@@ -314,3 +318,97 @@ def test_ack_reflector_sends_the_models_frames_with_backpressure(width):
     sim.run()
     assert got == expected
     assert sum(strobes) == len(acks)
+
+
+# -- the ingress port's checks of Mode II frames --------------------------------------------------------
+
+_CHECKS = {Counter.DROP_NON_ROCE, Counter.DROP_BAD_HEADER, Counter.DROP_BAD_LENGTH, Counter.DROP_BAD_ICRC,
+           Counter.DROP_BAD_OPCODE, Counter.DROP_UNKNOWN_QPN, Counter.DROP_BAD_RKEY, Counter.DROP_BAD_ADDRESS}
+
+
+def _mode_ii_frames(sw, job, uc):
+    """(frame, what the port must make of it): ``("contribution", worker, psn)``, ``("ack", worker, Ack)``, or
+    a drop counter, for a Mode II job and a UC job ``uc`` on ``sw``."""
+    def to(j, w, **kw):
+        ws = j.workers[w]
+        return rc.Address(**{**dict(eth_dst=wire.mac_bytes(sw.spec.mac), eth_src=wire.mac_bytes(ws.mac),
+                                    ip_src=wire.ip_bytes(ws.ip), ip_dst=wire.ip_bytes(sw.spec.ip),
+                                    udp_sport=qp_udp_sport(ws.qpn), dest_qpn=j.qpn(w), rkey=j.rkey), **kw})
+
+    lanes = bytes(range(CHUNK))
+    write = Packet(Opcode.RC_RDMA_WRITE_ONLY, 0, lanes, True, 0, CHUNK)
+    a = rc.Ack(7, rc.Syndrome.NAK_SEQ, 5)
+    ack_frame = rc.encode(a, to(job, 1))
+    t = to(job, 1)
+    transport = BTH.pack(opcode=Opcode.RC_ACK, pkey=t.pkey, dqpn=t.dest_qpn, psn=7) + AETH.pack(syndrome=0, msn=1)
+    long_ack = wire.encapsulate(transport + bytes(4), eth_dst=t.eth_dst, eth_src=t.eth_src, ip_src=t.ip_src,
+                                ip_dst=t.ip_dst, udp_sport=t.udp_sport)
+    return [
+        (rc.encode(write, to(job, 0)), ("contribution", 0, 0)),
+        (ack_frame, ("ack", 1, a)),
+        (rc.encode(rc.Ack(3, rc.Syndrome.ACK, 4), to(job, 0)), ("ack", 0, rc.Ack(3, rc.Syndrome.ACK, 4))),
+        (rc.encode(dataclasses.replace(write, psn=1, opcode=Opcode.UC_RDMA_WRITE_ONLY), to(job, 1)),
+         Counter.DROP_BAD_OPCODE),
+        (rc.encode(dataclasses.replace(write, psn=1, va=3), to(job, 1)), Counter.DROP_BAD_ADDRESS),
+        (rc.encode(dataclasses.replace(write, psn=1), to(job, 1, rkey=1)), Counter.DROP_BAD_RKEY),
+        # An ACK has no RETH: what the port captured of the frame before stands where its R_Key would be.
+        (rc.encode(rc.Ack(8, rc.Syndrome.ACK, 6), to(job, 1)), ("ack", 1, rc.Ack(8, rc.Syndrome.ACK, 6))),
+        (long_ack, Counter.DROP_BAD_LENGTH),
+        (ack_frame[:-1] + bytes([ack_frame[-1] ^ 1]), Counter.DROP_BAD_ICRC),
+        (rc.encode(a, to(uc, 0)), Counter.DROP_BAD_OPCODE),                     # an ACK to a UC job
+        (rc.encode(a, to(job, 1, dest_qpn=job.qpn(3))), Counter.DROP_BAD_OPCODE),  # no such worker: UC rules
+        (rc.encode(dataclasses.replace(write, psn=1), to(job, 1)), ("contribution", 1, 1)),
+    ]
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_ingress_checks_mode_ii_frames_as_the_model(width):
+    sw, job = _switch(2, 4)
+    uc = dataclasses.replace(job, job=2, mode=Mode.UC, slot_base=8)
+    sw.add_job(uc)
+    frames = _mode_ii_frames(sw, job, uc)
+    for frame, verdict in frames:  # the model agrees with what the port must do
+        before = {c: sw.counters[c] for c in Counter}
+        sw.receive(0, frame)
+        drops = {c for c in _CHECKS if sw.counters[c] != before[c]}
+        assert drops == ({verdict} if isinstance(verdict, Counter) else set()), verdict
+    dut = IngressPort(width, CHUNK, 16)
+    jobs = {j.job: j for j in (job, uc)}
+    taken, acks, drops = [], [], []
+
+    async def feed(ctx):
+        ctx.set(dut.pkey, sw.spec.pkey)
+        for frame, _ in frames:
+            await put_frame(ctx, dut.i, frame, width)
+
+    async def table(ctx):
+        async for (index,) in ctx.changed(dut.job.index):
+            j = jobs.get(index)
+            ctx.set(dut.job.entry.valid, j is not None)
+            if j is not None:
+                ctx.set(dut.job.entry.workers, len(j.workers))
+                ctx.set(dut.job.entry.rkey, j.rkey)
+                ctx.set(dut.job.entry.slot_base, j.slot_base)
+                ctx.set(dut.job.entry.slots, j.slots)
+                ctx.set(dut.job.entry.mode, MODE_CODES[j.mode])
+
+    async def drain(ctx):
+        ctx.set(dut.o.ready, 1)
+        for _ in range(800):
+            _, _, valid, last, desc, ack_valid, ack, ev = await ctx.tick().sample(
+                dut.o.valid, dut.o.p.last, dut.o.p.desc, dut.ack.valid, dut.ack.p, dut.events)
+            if valid and last:
+                taken.append(("contribution", desc.worker, desc.psn, desc.translated))
+            if ack_valid:
+                acks.append(("ack", ack.worker, rc.Ack(ack.psn, ack.syndrome, ack.msn)))
+            drops.extend(c for c in Counter if ev >> c & 1 and c is not Counter.RX_FRAMES)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(feed)
+    sim.add_process(table)
+    sim.add_testbench(drain, background=False)
+    sim.run()
+    assert taken == [(*v, 1) for _, v in frames if isinstance(v, tuple) and v[0] == "contribution"]
+    assert acks == [v for _, v in frames if isinstance(v, tuple) and v[0] == "ack"]
+    assert drops == [v for _, v in frames if isinstance(v, Counter)]
