@@ -33,7 +33,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from inagg.models.frame import IPV4, RESULT
+from inagg.models.frame import IPV4, RESULT, Opcode
 from inagg.models.protocol import (
     ETH_LEN, ICRC_LEN, IMM_CHUNK_MASK, IPV4_LEN, QP_SPORT_BASE, QP_SPORT_QPN_BITS, RESULT_HDR_LEN, Counter,
 )
@@ -125,16 +125,19 @@ class ResultEmitter(wiring.Component):
             "events": Out(N_COUNTERS),
         })
 
-    def _header(self, entry, switch, psn, va, chunk, fp32):
+    def _header(self, entry, switch, psn, va, chunk, fp32, rc):
         """The 74 header bytes of a result to the worker ``entry`` describes, its ring entry at ``va``.
 
-        Fields not given here (IPv4 version and flags, TTL, the UDP port and
-        checksum, the BTH flags) take their fixed values of :mod:`inagg.models.frame`.
+        ``rc``: a Mode II result, RC WRITE ONLY WITH IMMEDIATE with AckReq
+        (``docs/protocol.md`` section 6.2), else the UC opcode. Fields not
+        given here (IPv4 version and flags, TTL, the UDP port and checksum,
+        the other BTH flags) take their fixed values of :mod:`inagg.models.frame`.
         """
         c = self._chunk
         return header_bytes(RESULT, {
             **to_worker(entry, switch, RESULT_HDR_LEN + c + ICRC_LEN),
-            "bth.opcode": RESULT.opcode, "bth.pkey": switch.pkey, "bth.dqpn": entry.qpn, "bth.psn": psn,
+            "bth.opcode": Mux(rc, Opcode.RC_RDMA_WRITE_ONLY_IMM, RESULT.opcode), "bth.ackreq": rc,
+            "bth.pkey": switch.pkey, "bth.dqpn": entry.qpn, "bth.psn": psn,
             "reth.va": va, "reth.rkey": entry.rkey, "reth.dma_len": c,
             "immdt.imm": Cat(chunk[:IMM_CHUNK_MASK.bit_length()], Const(0, 1), fp32),
         })
@@ -257,9 +260,12 @@ class ResultEmitter(wiring.Component):
                             m.d.sync += w.eq(k)
                     m.next = _State.LOAD
             with m.State(_State.LOAD):
-                m.d.sync += [hdr.eq(self._header(entry, self.switch, entry.psn, va, head.desc.chunk, head.fp32)),
+                # A Mode II result has its contributions' PSN; a UC one the worker's next result PSN.
+                rc = head.desc.translated
+                m.d.sync += [hdr.eq(self._header(entry, self.switch, Mux(rc, head.desc.psn, entry.psn), va,
+                                                 head.desc.chunk, head.fp32, rc)),
                              i.eq(0)]
-                m.d.comb += [self.worker.psn_inc.eq(1), sent.eq(1)]
+                m.d.comb += [self.worker.psn_inc.eq(~rc), sent.eq(1)]
                 m.next = _State.FRAME
             with m.State(_State.FRAME):
                 m.d.comb += g_valid.eq(1)

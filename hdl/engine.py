@@ -67,7 +67,7 @@ from inagg.models.switch import SlotState
 from inagg.hdl.axis import check_chunk_bytes, check_slots, check_width, swap_lanes
 from inagg.hdl.control import N_COUNTERS, event_vector
 from inagg.hdl.fp32 import FP32Adder, IntToFP32
-from inagg.hdl.ingress import frame_desc_layout, frame_signature
+from inagg.hdl.ingress import PSN_BITS, frame_desc_layout, frame_signature
 
 __all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "Outcome", "SlotRules", "SlotSweep",
            "lane_word_layout", "result_desc_layout", "result_signature", "SlotDecision", "LaneUpdate", "Promotion",
@@ -92,9 +92,11 @@ def lane_word_layout(width: int) -> data.StructLayout:
 
 
 def result_desc_layout(slots: int) -> data.StructLayout:
-    """Which result a beat belongs to: ``all`` workers of the job, or ``worker`` alone (a resend)."""
+    """Which result a beat belongs to: ``all`` workers of the job, or ``worker`` alone (a resend); with
+    ``translated``, a Mode II result, sent as RC with its contributions' ``psn``."""
     return data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "all": 1,
-                              "workers": QPN_WORKER_BITS + 1, "chunk": 32, "ring": range(slots)})
+                              "workers": QPN_WORKER_BITS + 1, "chunk": 32, "ring": range(slots),
+                              "translated": 1, "psn": PSN_BITS})
 
 
 def result_signature(width: int, slots: int) -> stream.Signature:
@@ -549,6 +551,7 @@ class ResultHandoff(wiring.Component):
             o.desc.job.eq(w.desc.job), o.desc.worker.eq(w.desc.worker), o.desc.all.eq(w.to_all),
             o.desc.workers.eq(w.desc.workers), o.desc.chunk.eq(w.desc.chunk),
             o.desc.ring.eq(w.desc.chunk & (w.desc.slots - 1)),
+            o.desc.translated.eq(w.desc.translated), o.desc.psn.eq(w.desc.psn),
             self.promoted.eq(self.valid & w.last & w.to_all & so_far),
         ]
         return m

@@ -11,13 +11,14 @@ from amaranth import Array, Module
 from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
+from inagg.hdl.emitter import ResultEmitter
 from inagg.hdl.ingress import IngressPort
 from inagg.hdl.translated import AckReflector, PsnTable, TranslatedRules, translated_events
 from inagg.testbench.streams import get_frame, put_frame
 from inagg.models import rc, wire
 from inagg.models.frame import AETH, BTH
 from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
-from inagg.models.protocol import Counter, Opcode, qp_udp_sport
+from inagg.models.protocol import Counter, Opcode, encode_imm, qp_udp_sport
 from inagg.models.rc import PSN_MOD, Packet
 from inagg.models.regmap import MODE_CODES
 from inagg.models.switch import ModelSwitch
@@ -412,3 +413,64 @@ def test_ingress_checks_mode_ii_frames_as_the_model(width):
     assert taken == [(*v, 1) for _, v in frames if isinstance(v, tuple) and v[0] == "contribution"]
     assert acks == [v for _, v in frames if isinstance(v, tuple) and v[0] == "ack"]
     assert drops == [v for _, v in frames if isinstance(v, Counter)]
+
+
+# -- results as RC frames ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("width, port", [(64, 0), (512, 1)])
+def test_emitter_sends_mode_ii_results_as_the_model(width, port):
+    sw, job = _switch(2, 4)
+    model = sw.modes[job.job]
+    nb = width // 8
+    dut = ResultEmitter(width=width, chunk_bytes=CHUNK, slots=16, jobs=2, workers=4, port=port, port_bits=2)
+    top = Module()
+    top.submodules.dut = dut
+    value = {"mac": lambda w: int.from_bytes(wire.mac_bytes(w.mac), "big"),
+             "ip": lambda w: int.from_bytes(wire.ip_bytes(w.ip), "big"), "qpn": lambda w: w.qpn,
+             "rkey": lambda w: w.rkey, "va": lambda w: w.result_va, "psn": lambda w: 0x123}
+    for f, get in value.items():
+        table = Array([get(w) for w in job.workers] + [0])
+        top.d.comb += getattr(dut.worker.entry, f).eq(table[dut.worker.index - job.job * 4])
+    rng = random.Random(width)
+    # (all workers?, worker, PSN, chunk): a completed chunk, then one sent again to one worker.
+    results = [(1, 0, 5, 5), (0, port, 2, 6), (1, 0, PSN_MOD - 1, 3)]
+    payloads = [rng.randbytes(CHUNK) for _ in results]
+    expected = [model._result_frame(port, psn, chunk, p, encode_imm(chunk, False))[1]
+                for (every, w, psn, chunk), p in zip(results, payloads) if every or w == port]
+    got, incs = [], []
+
+    async def source(ctx):
+        ctx.set(dut.ports, sum(w.port << 2 * (job.job * 4 + k) for k, w in enumerate(job.workers)))
+        ctx.set(dut.switch.mac, int.from_bytes(wire.mac_bytes(sw.spec.mac), "big"))
+        ctx.set(dut.switch.ip, int.from_bytes(wire.ip_bytes(sw.spec.ip), "big"))
+        ctx.set(dut.switch.pkey, sw.spec.pkey)
+        for (every, w, psn, chunk), p in zip(results, payloads):
+            while not ctx.get(dut.space):
+                await ctx.tick()
+            beats = [p[k:k + nb] for k in range(0, CHUNK, nb)]
+            for k, b in enumerate(beats):
+                ctx.set(dut.i.valid, 1)
+                ctx.set(dut.i.p, {"data": int.from_bytes(b, "little"), "fp": 0, "promoted": 0, "first": k == 0,
+                                  "last": k == len(beats) - 1,
+                                  "desc": {"job": job.job, "worker": w, "all": every, "workers": 2, "chunk": chunk,
+                                           "ring": chunk % job.slots, "translated": 1, "psn": psn}})
+                await ctx.tick()
+            ctx.set(dut.i.valid, 0)
+
+    async def sink(ctx):
+        pause = iter(lambda: int(rng.random() < 0.3), 2)
+        for _ in expected:
+            got.append(await get_frame(ctx, dut.o, width, pause))
+
+    async def watch(ctx):
+        async for _, _, inc in ctx.tick().sample(dut.worker.psn_inc):
+            incs.append(inc)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(source)
+    sim.add_testbench(sink)
+    sim.add_process(watch)
+    sim.run()
+    assert got == expected
+    assert not any(incs)  # Mode II keeps no result PSN per worker
