@@ -296,7 +296,8 @@ class FrameChecks(wiring.Component):
             checked.fire.eq(self.start.fire), checked.before.eq(before), checked.after.eq(after),
             checked.stored.eq(self.start.stored),
             checked.desc.job.eq(job_no), checked.desc.worker.eq(worker), checked.desc.chunk.eq(chunk),
-            checked.desc.slot.eq(entry.slot_base + (chunk & (entry.slots - 1))),
+            # Mode II: slot p mod 2W for PSN p (protocol.md section 6.2); UC: chunk mod R.
+            checked.desc.slot.eq(entry.slot_base + (Mux(translated, f("bth.psn"), chunk) & (entry.slots - 1))),
             checked.desc.workers.eq(entry.workers), checked.desc.slots.eq(entry.slots),
             checked.desc.translated.eq(translated), checked.desc.psn.eq(f("bth.psn")),
             checked.ack.eq(ack), checked.aeth.eq(field(hdr, _ACK, "aeth.syndrome") << 24 | field(hdr, _ACK, "aeth.msn")),

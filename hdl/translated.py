@@ -10,8 +10,8 @@ job's region of ``2W`` slots. :class:`TranslatedRules` maps one RC
 contribution, the slot's metadata and the worker's expected PSN to what the
 slot does, combinationally, as :class:`~inagg.hdl.engine.SlotRules` does
 for the UC mode; its counter strobes (:func:`translated_events`) are the
-model's for the same frame. :class:`AckReflector` sends a host's ACK or NAK
-of a result back to it as the ACK of its contribution (step 5).
+model's for the same frame. :class:`~inagg.hdl.reflect.AckReflector` sends a host's
+ACK or NAK of a result back to it as the ACK of its contribution (step 5).
 
 These blocks stand on their own: the slot engine does not use them yet
 (``docs/rtl.md``, "Mode II").
@@ -20,20 +20,14 @@ These blocks stand on their own: the slot engine does not use them yet
 from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from inagg.models.frame import Opcode, layout
-from inagg.models.protocol import ICRC_LEN, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
-from inagg.hdl.axis import beat_signature, check_width
-from inagg.hdl.control import N_COUNTERS, SwitchConfig, WorkerRead, event_vector
-from inagg.hdl.emitter import to_worker
-from inagg.hdl.headers import header_bytes
-from inagg.hdl.icrc import ICRCGenerator
-from inagg.hdl.ingress import PSN_BITS, AckDesc
+from inagg.models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
+from inagg.hdl.ingress import PSN_BITS
 
 __all__ = ["translated_meta_layout", "translated_desc_layout", "TranslatedOutcome",
-           "TranslatedRules", "translated_events", "PsnTable", "AckReflector"]
+           "TranslatedRules", "translated_events", "PsnTable"]
 
 def translated_meta_layout(workers: int) -> data.StructLayout:
     """A Mode II slot: the PSN and chunk it holds, the bitmap of the workers in, their count, and ``done``."""
@@ -201,89 +195,3 @@ class PsnTable(wiring.Component):
         return m
 
 
-_ACK = layout(Opcode.RC_ACK)
-_ACK_HDR_LEN = _ACK.size
-
-
-class AckReflector(wiring.Component):
-    """Mode II step 5: each host's ACK or NAK of a result, back to that host as the ACK of its contribution.
-
-    The frame is the model's (:meth:`inagg.models.modes.TranslatedJob._result_ack`): RC ACK (0x11) from the
-    switch's addresses to the worker's MAC, IP and QPN, from its QP's UDP source port, with the PSN, syndrome
-    and MSN unchanged, and a fresh ICRC. Descriptors wait in a FIFO of ``depth`` entries, so that a port's
-    ingress hands an ACK over in one cycle while the egress is busy with a result; its header is built in the
-    cycle it leaves the FIFO (the worker table read), and its beats go out through a one-beat register, as
-    the :class:`~inagg.hdl.emitter.ResultEmitter`'s do.
-
-    Parameters
-    ----------
-    width:
-        Beat width.
-    workers:
-        Most workers per job (the worker table's stride).
-    depth:
-        ACKs that may wait.
-
-    Members
-    -------
-    i : In(stream.Signature(AckDesc))
-    o : Out(beat_signature(width))
-        ACK frames.
-    worker : Out(WorkerRead())
-        The worker table, read for the ACK leaving the FIFO (``psn_inc`` stays low).
-    switch : In(SwitchConfig)
-    events : Out(N_COUNTERS)
-        ``ACK_REFLECTED`` strobes, one per frame.
-    """
-
-    def __init__(self, *, width: int, workers: int, depth: int = 4):
-        self._width, self._workers, self._depth = check_width(width), workers, depth
-        super().__init__({"i": In(stream.Signature(AckDesc)), "o": Out(beat_signature(width)),
-                          "worker": Out(WorkerRead()), "switch": In(SwitchConfig), "events": Out(N_COUNTERS)})
-
-    def elaborate(self, platform):
-        m = Module()
-        nb = self._width // 8
-        m.submodules.queue = queue = fifo.SyncFIFO(width=AckDesc.size, depth=self._depth)
-        m.submodules.icrc = gen = ICRCGenerator(self._width, _ACK_HDR_LEN)
-        m.d.comb += [queue.w_data.eq(self.i.payload), queue.w_en.eq(self.i.valid), self.i.ready.eq(queue.w_rdy)]
-        head = data.View(AckDesc, queue.r_data)
-        entry = self.worker.entry
-        m.d.comb += self.worker.index.eq(head.job * self._workers + head.worker)
-        # The header's full beats, then one with its last r bytes and the ICRC (58 bytes of header: r + 4 fits
-        # a beat of every width).
-        q, r = divmod(_ACK_HDR_LEN, nb)
-        hdr = Signal(8 * _ACK_HDR_LEN)
-        hdr_pad = Signal((q + 1) * self._width)
-        m.d.comb += hdr_pad.eq(hdr)
-        i = Signal(range(q + 1))
-        busy = Signal()
-        load = queue.r_rdy & ~busy
-        with m.If(load):
-            m.d.sync += [hdr.eq(header_bytes(_ACK, {
-                **to_worker(entry, self.switch, _ACK_HDR_LEN + ICRC_LEN),
-                "bth.opcode": Opcode.RC_ACK, "bth.pkey": self.switch.pkey, "bth.dqpn": entry.qpn,
-                "bth.psn": head.psn, "aeth.syndrome": head.syndrome, "aeth.msn": head.msn})),
-                i.eq(0), busy.eq(1)]
-        m.d.comb += [queue.r_en.eq(load), self.events.eq(event_vector({Counter.ACK_REFLECTED: load}))]
-
-        o_valid, o_last = Signal(), Signal()
-        o_data = Signal(self._width)
-        o_keep = Signal(nb)
-        g_last = i == q
-        g_data = hdr_pad.word_select(i, self._width)
-        adv = busy & (~o_valid | self.o.ready)
-        m.d.comb += [gen.valid.eq(adv), gen.beat.eq(i), gen.data.eq(g_data)]
-        with m.If(self.o.ready):
-            m.d.sync += o_valid.eq(0)
-        with m.If(adv):
-            m.d.sync += [o_valid.eq(1), o_data.eq(g_data), o_last.eq(g_last),
-                         o_keep.eq(Mux(g_last, (1 << (r + ICRC_LEN)) - 1, (1 << nb) - 1)), i.eq(i + 1)]
-            with m.If(g_last):
-                m.d.sync += busy.eq(0)
-        m.d.comb += [
-            self.o.valid.eq(o_valid), self.o.p.keep.eq(o_keep), self.o.p.last.eq(o_last),
-            # The generator has taken the last beat when it leaves the register: its ICRC is ready.
-            self.o.p.data.eq(Mux(o_last, o_data | (gen.value << (8 * r)), o_data)),
-        ]
-        return m

@@ -13,7 +13,8 @@ from amaranth.sim import Simulator
 
 from inagg.hdl.emitter import ResultEmitter
 from inagg.hdl.ingress import IngressPort
-from inagg.hdl.translated import AckReflector, PsnTable, TranslatedRules, translated_events
+from inagg.hdl.reflect import AckReflector
+from inagg.hdl.translated import PsnTable, TranslatedRules, translated_events
 from inagg.testbench.streams import get_frame, put_frame
 from inagg.models import rc, wire
 from inagg.models.frame import AETH, BTH
@@ -358,7 +359,7 @@ def _mode_ii_frames(sw, job, uc):
         (ack_frame[:-1] + bytes([ack_frame[-1] ^ 1]), Counter.DROP_BAD_ICRC),
         (rc.encode(a, to(uc, 0)), Counter.DROP_BAD_OPCODE),                     # an ACK to a UC job
         (rc.encode(a, to(job, 1, dest_qpn=job.qpn(3))), Counter.DROP_BAD_OPCODE),  # no such worker: UC rules
-        (rc.encode(dataclasses.replace(write, psn=1), to(job, 1)), ("contribution", 1, 1)),
+        (rc.encode(dataclasses.replace(write, psn=2, va=5 * CHUNK), to(job, 1)), ("contribution", 1, 2)),  # slot by PSN
     ]
 
 
@@ -399,7 +400,7 @@ def test_ingress_checks_mode_ii_frames_as_the_model(width):
             _, _, valid, last, desc, ack_valid, ack, ev = await ctx.tick().sample(
                 dut.o.valid, dut.o.p.last, dut.o.p.desc, dut.ack.valid, dut.ack.p, dut.events)
             if valid and last:
-                taken.append(("contribution", desc.worker, desc.psn, desc.translated))
+                taken.append(("contribution", desc.worker, desc.psn, desc.translated, desc.slot))
             if ack_valid:
                 acks.append(("ack", ack.worker, rc.Ack(ack.psn, ack.syndrome, ack.msn)))
             drops.extend(c for c in Counter if ev >> c & 1 and c is not Counter.RX_FRAMES)
@@ -410,7 +411,8 @@ def test_ingress_checks_mode_ii_frames_as_the_model(width):
     sim.add_process(table)
     sim.add_testbench(drain, background=False)
     sim.run()
-    assert taken == [(*v, 1) for _, v in frames if isinstance(v, tuple) and v[0] == "contribution"]
+    assert taken == [(*v, 1, job.slot_base + v[2] % job.slots) for _, v in frames
+                     if isinstance(v, tuple) and v[0] == "contribution"]
     assert acks == [v for _, v in frames if isinstance(v, tuple) and v[0] == "ack"]
     assert drops == [v for _, v in frames if isinstance(v, Counter)]
 
