@@ -41,8 +41,8 @@ from inagg.hdl.control import JobRead, N_COUNTERS, event_vector
 from inagg.hdl.headers import field
 from inagg.hdl.icrc import ICRCChecker
 
-__all__ = ["PSN_BITS", "frame_desc_layout", "frame_signature", "AckDesc", "ICRCFeed", "HeaderCapture", "FrameChecks", "PayloadSender",
-           "IngressPort"]
+__all__ = ["PSN_BITS", "frame_desc_layout", "frame_signature", "AckDesc", "ICRCFeed", "HeaderCapture", "FrameChecks",
+           "PayloadSender", "IngressPort"]
 
 PSN_BITS = PSN_MOD.bit_length() - 1
 """Bits of a BTH PSN (24)."""
@@ -300,7 +300,8 @@ class FrameChecks(wiring.Component):
             checked.desc.slot.eq(entry.slot_base + (Mux(translated, f("bth.psn"), chunk) & (entry.slots - 1))),
             checked.desc.workers.eq(entry.workers), checked.desc.slots.eq(entry.slots),
             checked.desc.translated.eq(translated), checked.desc.psn.eq(f("bth.psn")),
-            checked.ack.eq(ack), checked.aeth.eq(field(hdr, _ACK, "aeth.syndrome") << 24 | field(hdr, _ACK, "aeth.msn")),
+            checked.ack.eq(ack),
+            checked.aeth.eq(field(hdr, _ACK, "aeth.syndrome") << 24 | field(hdr, _ACK, "aeth.msn")),
         ]
         return m
 
