@@ -12,6 +12,7 @@ from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
 from inagg.hdl.emitter import ResultEmitter
+from inagg.hdl.engine import SlotEngine
 from inagg.hdl.ingress import IngressPort
 from inagg.hdl.reflect import AckReflector
 from inagg.hdl.translated import PsnTable, TranslatedRules, translated_events
@@ -22,17 +23,21 @@ from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
 from inagg.models.protocol import Counter, Opcode, encode_imm, qp_udp_sport
 from inagg.models.rc import PSN_MOD, Packet
 from inagg.models.regmap import MODE_CODES
-from inagg.models.switch import ModelSwitch
+from inagg.models.switch import ModelSwitch, SlotState
 
 CHUNK = 256
 OUTCOMES = ("add", "store", "complete", "dup", "resend", "ahead", "stale", "window", "bad_address")
 META = ("psn", "chunk", "bitmap", "count", "done")
 
 
-def _sim(dut, bench):
+def _sim(dut, *testbenches, processes=(), period=1e-6):
+    """Run ``testbenches`` (and the background ``processes``) on ``dut`` to their end, on a clock when it has one."""
     sim = Simulator(dut)
-    sim.add_clock(1e-6, if_exists=True)
-    sim.add_testbench(bench)
+    sim.add_clock(period, if_exists=True)
+    for bench in testbenches:
+        sim.add_testbench(bench)
+    for process in processes:
+        sim.add_process(process)
     sim.run()
 
 
@@ -41,10 +46,8 @@ def _decide(meta, desc, expected):
     seen = {}
 
     async def bench(ctx):
-        for name, value in meta.items():
-            ctx.set(getattr(dut.meta, name), value)
-        for name, value in desc.items():
-            ctx.set(getattr(dut.desc, name), value)
+        ctx.set(dut.meta, meta)
+        ctx.set(dut.desc, desc)
         ctx.set(dut.expected, expected)
         seen["outcome"] = {name for name in OUTCOMES if ctx.get(getattr(dut.outcome, name))}
         seen["new"] = {name: ctx.get(getattr(dut.new, name)) for name in META}
@@ -162,14 +165,14 @@ def _contribution(sw, job, w, psn, chunk):
     return rc.encode(Packet(Opcode.RC_RDMA_WRITE_ONLY, psn, lanes, True, chunk * CHUNK, CHUNK), to)
 
 
-def _frame(rng, sent, expected, w, slots):
+def _frame(rng, sent, expected, w, slots, back=0.1):
     """(offset, chunk) of worker ``w``'s next frame, for hosts that mostly keep the rules; offset ``k`` is chunk
     ``k``'s PSN less the first PSN. In order (a host sends a new offset only while it is less than W ahead of
     the slowest host, as its window lets it, but now and then one more), a re-send of an older offset, a PSN
     ahead, now and then another chunk for the PSN; after a drop the host goes back to the expected PSN (its
-    Go-Back-N)."""
+    Go-Back-N, with probability ``back`` on any frame)."""
     r = rng.random()
-    if r < 0.1:
+    if r < back:
         sent[w] = expected
     if r < 0.6:
         off = sent[w]
@@ -312,12 +315,7 @@ def test_ack_reflector_sends_the_models_frames_with_backpressure(width):
         async for _, _, ev in ctx.tick().sample(dut.events):
             strobes.append(ev >> Counter.ACK_REFLECTED & 1)
 
-    sim = Simulator(top)
-    sim.add_clock(1e-6)
-    sim.add_testbench(source)
-    sim.add_testbench(sink)
-    sim.add_process(count)
-    sim.run()
+    _sim(top, source, sink, processes=[count])
     assert got == expected
     assert sum(strobes) == len(acks)
 
@@ -405,12 +403,7 @@ def test_ingress_checks_mode_ii_frames_as_the_model(width):
                 acks.append(("ack", ack.worker, rc.Ack(ack.psn, ack.syndrome, ack.msn)))
             drops.extend(c for c in Counter if ev >> c & 1 and c is not Counter.RX_FRAMES)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(feed)
-    sim.add_process(table)
-    sim.add_testbench(drain, background=False)
-    sim.run()
+    _sim(dut, feed, drain, processes=[table])
     assert taken == [(*v, 1, job.slot_base + v[2] % job.slots) for _, v in frames
                      if isinstance(v, tuple) and v[0] == "contribution"]
     assert acks == [v for _, v in frames if isinstance(v, tuple) and v[0] == "ack"]
@@ -468,11 +461,80 @@ def test_emitter_sends_mode_ii_results_as_the_model(width, port):
         async for _, _, inc in ctx.tick().sample(dut.worker.psn_inc):
             incs.append(inc)
 
-    sim = Simulator(top)
-    sim.add_clock(1e-6)
-    sim.add_testbench(source)
-    sim.add_testbench(sink)
-    sim.add_process(watch)
-    sim.run()
+    _sim(top, source, sink, processes=[watch])
     assert got == expected
     assert not any(incs)  # Mode II keeps no result PSN per worker
+
+
+# -- the slot engine with Mode II frames ----------------------------------------------------------------------
+
+def _engine_traffic(n, slots, seed, frames):
+    """Mode II frames (worker, PSN, chunk, lanes) for hosts that mostly keep the rules, run through the model
+    switch: the frames, what the model sent (worker, PSN, VA, payload), its counters and its job."""
+    sw, job = _switch(n, slots)
+    model = sw.modes[job.job]
+    rng, sent = random.Random(seed), [0] * n
+    out, sent_frames = [], []
+    for _ in range(frames):
+        w = rng.randrange(n)
+        psn, chunk = _frame(rng, sent, model.expected[w], w, slots, back=0.4)
+        psn %= PSN_MOD
+        lanes = np.array([rng.randrange(-1000, 1000) for _ in range(CHUNK // 4)], ">i4")
+        ws = job.workers[w]
+        to = rc.Address(eth_dst=wire.mac_bytes(sw.spec.mac), eth_src=wire.mac_bytes(ws.mac),
+                        ip_src=wire.ip_bytes(ws.ip), ip_dst=wire.ip_bytes(sw.spec.ip),
+                        udp_sport=qp_udp_sport(ws.qpn), dest_qpn=job.qpn(w), rkey=job.rkey)
+        pkt = Packet(Opcode.RC_RDMA_WRITE_ONLY, psn, lanes.tobytes(), True, chunk * CHUNK, CHUNK)
+        for _, f in sw.receive(ws.port, rc.encode(pkt, to)):
+            qpn, r = rc.decode(f)
+            out.append((next(v for v, x in enumerate(job.workers) if x.qpn == qpn), r.psn, r.va, r.payload))
+        sent_frames.append((w, psn, chunk, lanes))
+    return sent_frames, out, sw, job
+
+
+@pytest.mark.parametrize("width, n, slots, seed", [(512, 3, 4, 1), (64, 2, 8, 2), (256, 4, 2, 3)])
+def test_engine_takes_mode_ii_frames_as_the_model(width, n, slots, seed):
+    frames, expected, sw, job = _engine_traffic(n, slots, seed, 150)
+    dut = SlotEngine(width, CHUNK, 8, 4, psn_jobs=2)
+    nb = width // 8
+    got, counted = [], {c: 0 for c in Counter}
+
+    async def feed(ctx):
+        ctx.set(dut.can_start, 1)
+        while not ctx.get(dut.i.ready):
+            await ctx.tick()
+        for w, psn, chunk, lanes in frames:
+            raw = lanes.tobytes()
+            ctx.set(dut.i.p.desc, {"job": job.job, "worker": w, "chunk": chunk, "slot": job.slot_base + psn % slots,
+                                   "workers": n, "slots": slots, "translated": 1, "psn": psn})
+            for k in range(0, CHUNK, nb):
+                ctx.set(dut.i.valid, 1)
+                ctx.set(dut.i.p.data, int.from_bytes(raw[k:k + nb], "little"))
+                ctx.set(dut.i.p.last, k + nb == CHUNK)
+                await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+        await ctx.tick().repeat(dut.lag + 8)
+        for e, k in zip(sw.modes[job.job].entries, range(job.slot_base, job.slot_base + slots)):
+            meta = ctx.get(dut.slot_meta.data[k])
+            assert (meta.psn, meta.chunk, meta.bitmap, meta.count, meta.state == SlotState.DONE) == \
+                (e.psn, e.chunk, e.bitmap, e.count, e.done), k
+
+    async def watch(ctx):
+        beats = []
+        async for _, _, valid, p, events in ctx.tick().sample(dut.o.valid, dut.o.p, dut.events):
+            for c in Counter:
+                counted[c] += events >> c & 1
+            if valid:
+                beats.append(p.data.to_bytes(nb, "little"))
+                if p.last:
+                    d = p.desc
+                    to = range(d.workers) if d.all else [d.worker]
+                    assert not p.promoted and d.translated
+                    got.extend((v, d.psn, job.workers[v].result_va + d.ring * CHUNK, b"".join(beats)) for v in to)
+                    beats = []
+
+    _sim(dut, feed, processes=[watch])
+    assert got == expected
+    for c in (Counter.RX_CONTRIB, Counter.COMPLETED, Counter.DUP_CONTRIB, Counter.TX_RESENDS, Counter.DROP_PSN_AHEAD,
+              Counter.DROP_STALE, Counter.DROP_WINDOW, Counter.DROP_BAD_ADDRESS):
+        assert counted[c] == sw.counters[c], c
