@@ -1,4 +1,8 @@
-"""Mode II's ACK reflection (``docs/protocol.md`` section 6.2, step 5): a host's ACK of a result, back to it."""
+"""Mode II's ACK reflection (``docs/protocol.md`` section 6.2, step 5): a host's ACK of a result, back to it.
+
+:class:`AckReflector` makes the ACK frames of one port; :class:`FrameMux` puts them on the port's egress
+between the result emitter's frames, whole frames each.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from inagg.hdl.headers import header_bytes
 from inagg.hdl.icrc import ICRCGenerator
 from inagg.hdl.ingress import AckDesc
 
-__all__ = ["AckReflector"]
+__all__ = ["AckReflector", "FrameMux"]
 
 _ACK = layout(Opcode.RC_ACK)
 _ACK_HDR_LEN = _ACK.size
@@ -102,4 +106,39 @@ class AckReflector(wiring.Component):
             # The generator has taken the last beat when it leaves the register: its ICRC is ready.
             self.o.p.data.eq(Mux(o_last, o_data | (gen.value << (8 * r)), o_data)),
         ]
+        return m
+
+
+class FrameMux(wiring.Component):
+    """Two streams of frames onto one, whole frames at a time, taking turns when both have one waiting.
+
+    Between frames the mux takes the input that has a frame waiting, and
+    when both have one, the input that did not have the last turn, so
+    neither waits for more than one frame of the other; the input stays
+    taken to its frame's last beat. Beats pass through in the same cycle;
+    ``o.ready`` reaches the taken input alone.
+
+    Members
+    -------
+    a, b : In(beat_signature(width))
+    o : Out(beat_signature(width))
+    """
+
+    def __init__(self, width: int):
+        super().__init__({"a": In(beat_signature(check_width(width))), "b": In(beat_signature(width)),
+                          "o": Out(beat_signature(width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        busy, held, last_b = Signal(), Signal(), Signal()  # inside a frame; its input (1: b); b had the last turn
+        # Between frames: b when only b waits, or when both wait and a had the last turn.
+        pick_b = Mux(busy, held, self.b.valid & (~self.a.valid | ~last_b))
+        src = [self.a, self.b]
+        m.d.comb += [self.o.valid.eq(Mux(pick_b, self.b.valid, self.a.valid)),
+                     self.o.p.eq(Mux(pick_b, self.b.p.as_value(), self.a.p.as_value())),
+                     src[0].ready.eq(~pick_b & self.o.ready), src[1].ready.eq(pick_b & self.o.ready)]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += [busy.eq(~self.o.p.last), held.eq(pick_b)]
+            with m.If(~busy):
+                m.d.sync += last_b.eq(pick_b)
         return m

@@ -14,7 +14,7 @@ from amaranth.sim import Simulator
 from inagg.hdl.emitter import ResultEmitter
 from inagg.hdl.engine import SlotEngine
 from inagg.hdl.ingress import IngressPort
-from inagg.hdl.reflect import AckReflector
+from inagg.hdl.reflect import AckReflector, FrameMux
 from inagg.hdl.translated import PsnTable, TranslatedRules, translated_events
 from inagg.testbench.streams import get_frame, put_frame
 from inagg.models import rc, wire
@@ -538,3 +538,32 @@ def test_engine_takes_mode_ii_frames_as_the_model(width, n, slots, seed):
     for c in (Counter.RX_CONTRIB, Counter.COMPLETED, Counter.DUP_CONTRIB, Counter.TX_RESENDS, Counter.DROP_PSN_AHEAD,
               Counter.DROP_STALE, Counter.DROP_WINDOW, Counter.DROP_BAD_ADDRESS):
         assert counted[c] == sw.counters[c], c
+
+
+@pytest.mark.parametrize("width, idle", [(64, 0.2), (512, 0.2), (64, 0.0)])
+def test_frame_mux_keeps_frames_whole_and_in_order_and_takes_turns(width, idle):
+    dut = FrameMux(width)
+    rng = random.Random(width)
+    frames = {name: [bytes([k]) * rng.randrange(60, 200) for k in range(base, base + 12)]
+              for name, base in (("a", 0), ("b", 100))}
+    got = []
+
+    def feeder(name):
+        async def feed(ctx):
+            gaps = iter(lambda: int(rng.random() < idle), 2)
+            for frame in frames[name]:
+                await put_frame(ctx, getattr(dut, name), frame, width, gaps)
+        return feed
+
+    async def sink(ctx):
+        pause = iter(lambda: int(rng.random() < 0.3), 2)
+        for _ in range(24):
+            frame = await get_frame(ctx, dut.o, width, pause)
+            assert len(set(frame)) == 1  # one input's frame, whole
+            got.append(frame)
+
+    _sim(dut, feeder("a"), feeder("b"), sink)
+    assert [f for f in got if f[0] < 100] == frames["a"] and [f for f in got if f[0] >= 100] == frames["b"]
+    if not idle:  # both inputs always have a frame waiting: they take turns
+        sides = [f[0] < 100 for f in got]
+        assert all(x != y for x, y in zip(sides, sides[1:])), sides
