@@ -1,12 +1,13 @@
 """Mode II's ACK reflection (``docs/protocol.md`` section 6.2, step 5): a host's ACK of a result, back to it.
 
+:class:`AckRouter` takes each port's checked ACKs to the reflector of the worker's port;
 :class:`AckReflector` makes the ACK frames of one port; :class:`FrameMux` puts them on the port's egress
 between the result emitter's frames, whole frames each.
 """
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,7 +20,7 @@ from inagg.hdl.headers import header_bytes
 from inagg.hdl.icrc import ICRCGenerator
 from inagg.hdl.ingress import AckDesc
 
-__all__ = ["AckReflector", "FrameMux"]
+__all__ = ["AckRouter", "AckReflector", "FrameMux"]
 
 _ACK = layout(Opcode.RC_ACK)
 _ACK_HDR_LEN = _ACK.size
@@ -141,4 +142,75 @@ class FrameMux(wiring.Component):
             m.d.sync += [busy.eq(~self.o.p.last), held.eq(pick_b)]
             with m.If(~busy):
                 m.d.sync += last_b.eq(pick_b)
+        return m
+
+
+class AckRouter(wiring.Component):
+    """Each ingress port's checked ACKs to the reflector of its worker's port, as the model sends them.
+
+    Every ingress port's ACKs wait in a FIFO of ``depth`` entries
+    (``room``: two more fit, the port's ``ack_room``); each output takes,
+    among the FIFOs whose oldest ACK is for a worker on its port, one per
+    cycle, round robin from the FIFO after the one it took last.
+
+    Parameters
+    ----------
+    ports:
+        Ingress ports, and outputs.
+    jobs, workers, port_bits:
+        Geometry of ``ports_of`` (as the result emitters take it).
+    depth:
+        ACKs per ingress FIFO, 3 or more.
+
+    Members
+    -------
+    i : In(stream.Signature(AckDesc, always_ready=True)).array(ports)
+    room : Out(ports)
+    o : Out(stream.Signature(AckDesc)).array(ports)
+    ports_of : In(jobs * workers * port_bits)
+        Every worker's port.
+    """
+
+    def __init__(self, *, ports: int, jobs: int, workers: int, port_bits: int, depth: int = 4):
+        if not isinstance(depth, int) or depth < 3:
+            raise ValueError(f"ACK FIFO depth must be an integer of 3 or more, not {depth!r}")
+        self._ports, self._workers, self._port_bits, self._depth = ports, workers, port_bits, depth
+        super().__init__({"i": In(stream.Signature(AckDesc, always_ready=True)).array(ports), "room": Out(ports),
+                          "o": Out(stream.Signature(AckDesc)).array(ports),
+                          "ports_of": In(jobs * workers * port_bits)})
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._ports
+        heads, dests, queues = [], [], []
+        for k in range(n):
+            q = fifo.SyncFIFOBuffered(width=AckDesc.size, depth=self._depth)
+            m.submodules[f"queue{k}"] = q
+            head = data.View(AckDesc, q.r_data)
+            dest = self.ports_of.word_select(head.job * self._workers + head.worker, self._port_bits)
+            m.d.comb += [q.w_data.eq(self.i[k].payload), q.w_en.eq(self.i[k].valid),
+                         self.room[k].eq(q.level + 2 <= self._depth)]
+            heads.append(head)
+            dests.append(dest)
+            queues.append(q)
+        pops = [[] for _ in range(n)]
+        for out in range(n):
+            o = self.o[out]
+            want = [queues[k].r_rdy & (dests[k] == out) for k in range(n)]
+            last = Signal(range(n), name=f"last{out}")
+            grant = Signal(range(n), name=f"grant{out}")
+            with m.Switch(last):
+                for prev in range(n):
+                    with m.Case(prev):
+                        order = [(prev + 1 + d) % n for d in range(n)]
+                        for k in reversed(order):  # the first in round-robin order wins: assigned last
+                            with m.If(want[k]):
+                                m.d.comb += grant.eq(k)
+            m.d.comb += [o.valid.eq(Cat(*want).any()), o.payload.eq(Array(h.as_value() for h in heads)[grant])]
+            with m.If(o.valid & o.ready):
+                m.d.sync += last.eq(grant)
+            for k in range(n):
+                pops[k].append(o.valid & o.ready & (grant == k))
+        for k in range(n):
+            m.d.comb += queues[k].r_en.eq(Cat(*pops[k]).any())
         return m

@@ -14,7 +14,7 @@ from amaranth.sim import Simulator
 from inagg.hdl.emitter import ResultEmitter
 from inagg.hdl.engine import SlotEngine
 from inagg.hdl.ingress import IngressPort
-from inagg.hdl.reflect import AckReflector, FrameMux
+from inagg.hdl.reflect import AckReflector, AckRouter, FrameMux
 from inagg.hdl.translated import PsnTable, TranslatedRules, translated_events
 from inagg.testbench.streams import get_frame, put_frame
 from inagg.models import rc, wire
@@ -567,3 +567,48 @@ def test_frame_mux_keeps_frames_whole_and_in_order_and_takes_turns(width, idle):
     if not idle:  # both inputs always have a frame waiting: they take turns
         sides = [f[0] < 100 for f in got]
         assert all(x != y for x, y in zip(sides, sides[1:])), sides
+
+
+@pytest.mark.parametrize("ports", [1, 3])
+def test_ack_router_brings_each_ack_to_its_workers_port_in_order(ports):
+    workers, jobs, bits = 4, 2, 2
+    where = {(j, w): (j + w) % ports for j in range(jobs) for w in range(workers)}
+    dut = AckRouter(ports=ports, jobs=jobs, workers=workers, port_bits=bits)
+    rng = random.Random(ports)
+    sent = {k: [(rng.randrange(jobs), rng.randrange(workers), 100 * k + n) for n in range(40)] for k in range(ports)}
+    got = {q: [] for q in range(ports)}
+
+    def source(k):
+        async def feed(ctx):
+            ctx.set(dut.ports_of, sum(p << bits * (j * workers + w) for (j, w), p in where.items()))
+            for job, worker, psn in sent[k]:
+                while not ctx.get(dut.room[k]) or rng.random() < 0.3:
+                    await ctx.tick()
+                ctx.set(dut.i[k].valid, 1)
+                ctx.set(dut.i[k].p, {"job": job, "worker": worker, "psn": psn})
+                await ctx.tick()
+                ctx.set(dut.i[k].valid, 0)
+        return feed
+
+    async def sink(ctx):
+        for _ in range(1500):
+            for q in range(ports):
+                ctx.set(dut.o[q].ready, int(rng.random() < 0.5))
+            await ctx.tick()
+        assert sum(map(len, got.values())) == sum(map(len, sent.values()))
+
+    async def watch(ctx):
+        async for _, _, *outs in ctx.tick().sample(*[dut.o[q].valid for q in range(ports)],
+                                                   *[dut.o[q].ready for q in range(ports)],
+                                                   *[dut.o[q].p for q in range(ports)]):
+            for q in range(ports):
+                if outs[q] and outs[ports + q]:
+                    p = outs[2 * ports + q]
+                    got[q].append((p.job, p.worker, p.psn))
+
+    _sim(dut, *[source(k) for k in range(ports)], sink, processes=[watch])
+    for q in range(ports):
+        mine = [a for k in range(ports) for a in sent[k] if where[a[:2]] == q]
+        assert sorted(got[q], key=lambda a: a[2]) == sorted(mine, key=lambda a: a[2])
+        for k in range(ports):  # each port's ACKs keep their order
+            assert [a for a in got[q] if a in sent[k]] == [a for a in sent[k] if where[a[:2]] == q]
