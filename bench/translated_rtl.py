@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from amaranth.sim import Simulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._report import head_commit, publish  # noqa: E402
+from bench.promotion import engine_rate  # noqa: E402
 
 from inagg.hdl.engine import SlotEngine  # noqa: E402
 
@@ -36,39 +36,9 @@ def occupancy(chunk_bytes: int, psn_jobs: int, translated: bool) -> tuple[float,
     nb = WIDTH // 8
     raw = np.arange(chunk_bytes // 4, dtype=">i4").tobytes()
     beats = [int.from_bytes(raw[o:o + nb], "little") for o in range(0, chunk_bytes, nb)]
-    taken, results = [], []
-
-    async def feed(ctx):
-        ctx.set(dut.can_start, 1)
-        for c in range(CHUNKS):
-            for w in range(WORKERS):
-                ctx.set(dut.i.p.desc, {"job": 0, "worker": w, "chunk": c, "slot": c % REGION, "workers": WORKERS,
-                                       "slots": REGION, "translated": translated, "psn": c})
-                for k, beat in enumerate(beats):
-                    ctx.set(dut.i.valid, 1)
-                    ctx.set(dut.i.p.data, beat)
-                    ctx.set(dut.i.p.last, k == len(beats) - 1)
-                    await ctx.tick().until(dut.i.ready)
-                ctx.set(dut.i.valid, 0)
-        await ctx.tick().repeat(dut.lag + 4)
-
-    async def watch(ctx):
-        cycle = 0
-        async for _, _, valid, ready, o_valid, o_first in ctx.tick().sample(dut.i.valid, dut.i.ready, dut.o.valid,
-                                                                            dut.o.p.first):
-            if valid and ready:
-                taken.append(cycle)
-            if o_valid and o_first:
-                results.append(cycle)
-            cycle += 1
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(feed)
-    sim.add_process(watch)
-    sim.run()
-    assert len(taken) == CHUNKS * WORKERS * len(beats)
-    return len(taken) / (taken[-1] - taken[0] + 1), len(results)
+    frames = [({"job": 0, "worker": w, "chunk": c, "slot": c % REGION, "workers": WORKERS, "slots": REGION,
+                "translated": translated, "psn": c}, beats) for c in range(CHUNKS) for w in range(WORKERS)]
+    return engine_rate(dut, frames)
 
 
 def main() -> int:
