@@ -71,7 +71,7 @@ from inagg.hdl.ingress import PSN_BITS, frame_desc_layout, frame_signature
 from inagg.hdl.translated import PsnTable, TranslatedRules
 
 __all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "Outcome", "SlotRules", "SlotSweep",
-           "lane_word_layout", "result_desc_layout", "result_signature", "SlotDecision", "LaneUpdate", "Promotion",
+           "DecisionOutcome", "lane_word_layout", "result_desc_layout", "result_signature", "SlotDecision", "LaneUpdate", "Promotion",
            "ResultHandoff", "SlotEngine"]
 
 
@@ -136,10 +136,13 @@ def _delay_line(m: Module, value, shape, cycles: int, name: str, reset_less: boo
 
 
 Outcome = data.StructLayout({"add": 1, "store": 1, "dup": 1, "resend": 1, "complete": 1,
-                              "unknown_qpn": 1, "collision": 1, "stale": 1, "window": 1, "ahead": 1, "bad_address": 1})
+                              "unknown_qpn": 1, "collision": 1, "stale": 1, "window": 1})
 """What the slot rules make of one contribution: ``add`` it (``store``: as the slot's first), a ``dup``licate
-(``resend``: of a result already made), ``complete`` the chunk, or drop it for one of its reasons (``ahead``
-and ``bad_address``: Mode II's, :class:`~inagg.hdl.translated.TranslatedRules`)."""
+(``resend``: of a result already made), ``complete`` the chunk, or drop it for one of the four reasons."""
+
+DecisionOutcome = data.StructLayout({**dict(Outcome.members), "ahead": 1, "bad_address": 1})
+""":data:`Outcome` and Mode II's own two drops (:class:`~inagg.hdl.translated.TranslatedRules`), both 0 for a
+UC frame: what :class:`SlotDecision` decides."""
 
 
 class SlotRules(wiring.Component):
@@ -325,7 +328,7 @@ class SlotDecision(wiring.Component):
         A beat is in stage B; it is its frame's first.
     meta, desc, gone : In
         The :class:`SlotRules` inputs (``meta`` as read, meaningful on a first beat).
-    outcome : Out(Outcome)
+    outcome : Out(DecisionOutcome)
         The rules' outcome (meaningful on a first beat, ``decide``).
     decide : Out(1)
         ``valid & first``: the rules act, and their counters count.
@@ -356,7 +359,7 @@ class SlotDecision(wiring.Component):
         self._translated = translated
         layout = meta_layout(workers, translated)
         super().__init__({"valid": In(1), "first": In(1), "meta": In(layout),
-                          "desc": In(frame_desc_layout(depth)), "gone": In(1), "outcome": Out(Outcome),
+                          "desc": In(frame_desc_layout(depth)), "gone": In(1), "outcome": Out(DecisionOutcome),
                           "decide": Out(1), "meta_en": Out(1), "meta_data": Out(layout),
                           "write": Out(copies), "store": Out(copies), "emit": Out(1), "to_all": Out(1),
                           "expected": In(PSN_BITS), "psn_en": Out(1), "next_expected": Out(PSN_BITS),
@@ -368,7 +371,7 @@ class SlotDecision(wiring.Component):
         m.d.comb += [rules.meta.eq(self.meta), rules.desc.eq(self.desc), rules.gone.eq(self.gone)]
         first = self.first
         decide = self.valid & first
-        out = Signal(Outcome)
+        out = Signal(DecisionOutcome)  # the UC rules' outcome, zero-extended: no Mode II drop
         new = Signal(meta_layout(self._workers, self._translated))
         m.d.comb += [out.eq(rules.outcome), new.eq(rules.new)]
         if self._translated:
