@@ -70,8 +70,9 @@ class AXILiteSignature(wiring.Signature):
 
 JobEntry = data.StructLayout({"valid": 1, "workers": range(MAX_WORKERS + 1), "rkey": _width(rm.JOB_REGISTERS, "RKEY"),
                               "slot_base": _width(rm.JOB_REGISTERS, "SLOT_BASE"),
-                              "slots": _width(rm.JOB_REGISTERS, "SLOTS")})
-"""A job as the data path sees it."""
+                              "slots": _width(rm.JOB_REGISTERS, "SLOTS"),
+                              "mode": register_layout(rm.JOB_CTRL)["mode"].shape})
+"""A job as the data path sees it; ``mode`` is its ``regmap.MODE_CODES`` code."""
 
 WorkerEntry = data.StructLayout({
     "mac": _width(rm.WORKER_REGISTERS, "MAC_HI") + _width(rm.WORKER_REGISTERS, "MAC_LO"),
@@ -182,6 +183,7 @@ class JobTable(wiring.Component):
                 rd.entry.rkey.eq(regs["RKEY"][idx]),
                 rd.entry.slot_base.eq(regs["SLOT_BASE"][idx]),
                 rd.entry.slots.eq(regs["SLOTS"][idx]),
+                rd.entry.mode.eq(ctrl.mode),
             ]
         m.d.comb += [self.region_base.eq(regs["SLOT_BASE"][self.region_job]),
                      self.region_slots.eq(regs["SLOTS"][self.region_job])]

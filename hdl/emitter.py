@@ -33,7 +33,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from inagg.models.frame import IPV4, RESULT
+from inagg.models.frame import IPV4, RESULT, Opcode
 from inagg.models.protocol import (
     ETH_LEN, ICRC_LEN, IMM_CHUNK_MASK, IPV4_LEN, QP_SPORT_BASE, QP_SPORT_QPN_BITS, RESULT_HDR_LEN, Counter,
 )
@@ -43,7 +43,7 @@ from inagg.hdl.engine import result_desc_layout, result_signature
 from inagg.hdl.headers import header_bytes, header_value
 from inagg.hdl.icrc import ICRCGenerator
 
-__all__ = ["ipv4_checksum", "ResultEmitter"]
+__all__ = ["ipv4_checksum", "to_worker", "ResultEmitter"]
 
 _ENTRIES = 2
 
@@ -54,6 +54,20 @@ def ipv4_checksum(words):
     fold1 = (total[:16] + total[16:])
     fold2 = (fold1[:16] + fold1[16:])[:16]
     return ~fold2
+
+
+def to_worker(entry, switch, frame_len: int) -> dict:
+    """The Ethernet, IPv4 and UDP fields (``"header.field"``) of a frame of ``frame_len`` bytes (ICRC included)
+    from the switch to the worker ``entry`` describes: its MAC and IP, the UDP source port of its QP
+    (:func:`~inagg.models.protocol.qp_udp_sport`), the lengths and the IPv4 checksum."""
+    total = frame_len - ETH_LEN
+    ipv4 = {"total_len": total, "src": switch.ip, "dst": entry.ip}
+    zeroed = header_value(IPV4, {**ipv4, "checksum": 0})
+    words = IPV4.size // 2
+    csum = ipv4_checksum([zeroed.word_select(words - 1 - k, 16) for k in range(words)])
+    sport = Cat(entry.qpn[:QP_SPORT_QPN_BITS], Const(QP_SPORT_BASE >> QP_SPORT_QPN_BITS, 16 - QP_SPORT_QPN_BITS))
+    return {"ethernet.dst": entry.mac, "ethernet.src": switch.mac, **{f"ipv4.{k}": v for k, v in ipv4.items()},
+            "ipv4.checksum": csum, "udp.sport": sport, "udp.len": total - IPV4_LEN}
 
 
 class _State(enum.Enum):
@@ -111,25 +125,19 @@ class ResultEmitter(wiring.Component):
             "events": Out(N_COUNTERS),
         })
 
-    def _header(self, entry, switch, psn, va, chunk, fp32):
+    def _header(self, entry, switch, psn, va, chunk, fp32, rc):
         """The 74 header bytes of a result to the worker ``entry`` describes, its ring entry at ``va``.
 
-        Fields not given here (IPv4 version and flags, TTL, the UDP port and
-        checksum, the BTH flags) take their fixed values of :mod:`inagg.models.frame`.
+        ``rc``: a Mode II result, RC WRITE ONLY WITH IMMEDIATE with AckReq
+        (``docs/protocol.md`` section 6.2), else the UC opcode. Fields not
+        given here (IPv4 version and flags, TTL, the UDP port and checksum,
+        the other BTH flags) take their fixed values of :mod:`inagg.models.frame`.
         """
         c = self._chunk
-        total = RESULT_HDR_LEN - ETH_LEN + c + ICRC_LEN
-        ipv4 = {"total_len": total, "src": switch.ip, "dst": entry.ip}
-        zeroed = header_value(IPV4, {**ipv4, "checksum": 0})
-        words = IPV4.size // 2
-        csum = ipv4_checksum([zeroed.word_select(words - 1 - k, 16) for k in range(words)])
-        sport = Cat(entry.qpn[:QP_SPORT_QPN_BITS],
-                    Const(QP_SPORT_BASE >> QP_SPORT_QPN_BITS, 16 - QP_SPORT_QPN_BITS))
         return header_bytes(RESULT, {
-            "ethernet.dst": entry.mac, "ethernet.src": switch.mac,
-            **{f"ipv4.{k}": v for k, v in ipv4.items()}, "ipv4.checksum": csum,
-            "udp.sport": sport, "udp.len": total - IPV4_LEN,
-            "bth.opcode": RESULT.opcode, "bth.pkey": switch.pkey, "bth.dqpn": entry.qpn, "bth.psn": psn,
+            **to_worker(entry, switch, RESULT_HDR_LEN + c + ICRC_LEN),
+            "bth.opcode": Mux(rc, Opcode.RC_RDMA_WRITE_ONLY_IMM, RESULT.opcode), "bth.ackreq": rc,
+            "bth.pkey": switch.pkey, "bth.dqpn": entry.qpn, "bth.psn": psn,
             "reth.va": va, "reth.rkey": entry.rkey, "reth.dma_len": c,
             "immdt.imm": Cat(chunk[:IMM_CHUNK_MASK.bit_length()], Const(0, 1), fp32),
         })
@@ -252,9 +260,12 @@ class ResultEmitter(wiring.Component):
                             m.d.sync += w.eq(k)
                     m.next = _State.LOAD
             with m.State(_State.LOAD):
-                m.d.sync += [hdr.eq(self._header(entry, self.switch, entry.psn, va, head.desc.chunk, head.fp32)),
+                # A Mode II result has its contributions' PSN; a UC one the worker's next result PSN.
+                rc = head.desc.translated
+                m.d.sync += [hdr.eq(self._header(entry, self.switch, Mux(rc, head.desc.psn, entry.psn), va,
+                                                 head.desc.chunk, head.fp32, rc)),
                              i.eq(0)]
-                m.d.comb += [self.worker.psn_inc.eq(1), sent.eq(1)]
+                m.d.comb += [self.worker.psn_inc.eq(~rc), sent.eq(1)]
                 m.next = _State.FRAME
             with m.State(_State.FRAME):
                 m.d.comb += g_valid.eq(1)

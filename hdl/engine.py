@@ -67,18 +67,21 @@ from inagg.models.switch import SlotState
 from inagg.hdl.axis import check_chunk_bytes, check_slots, check_width, swap_lanes
 from inagg.hdl.control import N_COUNTERS, event_vector
 from inagg.hdl.fp32 import FP32Adder, IntToFP32
-from inagg.hdl.ingress import frame_desc_layout, frame_signature
+from inagg.hdl.ingress import PSN_BITS, frame_desc_layout, frame_signature
+from inagg.hdl.translated import PsnTable, TranslatedRules
 
 __all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "Outcome", "SlotRules", "SlotSweep",
-           "lane_word_layout", "result_desc_layout", "result_signature", "SlotDecision", "LaneUpdate", "Promotion",
+           "DecisionOutcome", "lane_word_layout", "result_desc_layout", "result_signature", "SlotDecision", "LaneUpdate", "Promotion",
            "ResultHandoff", "SlotEngine"]
 
 
-def meta_layout(workers: int) -> data.StructLayout:
+def meta_layout(workers: int, psn: bool = False) -> data.StructLayout:
     """A slot's state, key, worker bitmap and count; ``first``: the slot has not completed since it was FREE
-    (``docs/protocol.md`` section 3, "Liveness"); ``guest``: another job's key diverted from it while held."""
+    (``docs/protocol.md`` section 3, "Liveness"); ``guest``: another job's key diverted from it while held.
+    With ``psn`` (a build with Mode II), the PSN a Mode II slot holds; its ``done`` is state DONE."""
     return data.StructLayout({"state": 2, "job": QPN_JOB_BITS, "chunk": 32, "bitmap": workers,
-                              "count": range(MAX_WORKERS + 1), "first": 1, "guest": 1})
+                              "count": range(MAX_WORKERS + 1), "first": 1, "guest": 1,
+                              **({"psn": PSN_BITS} if psn else {})})
 
 
 SweepRequest = data.StructLayout({"start": 1, "job": QPN_JOB_BITS, "first": 17, "count": 17, "check": 1})
@@ -92,9 +95,11 @@ def lane_word_layout(width: int) -> data.StructLayout:
 
 
 def result_desc_layout(slots: int) -> data.StructLayout:
-    """Which result a beat belongs to: ``all`` workers of the job, or ``worker`` alone (a resend)."""
+    """Which result a beat belongs to: ``all`` workers of the job, or ``worker`` alone (a resend); with
+    ``translated``, a Mode II result, sent as RC with its contributions' ``psn``."""
     return data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "all": 1,
-                              "workers": QPN_WORKER_BITS + 1, "chunk": 32, "ring": range(slots)})
+                              "workers": QPN_WORKER_BITS + 1, "chunk": 32, "ring": range(slots),
+                              "translated": 1, "psn": PSN_BITS})
 
 
 def result_signature(width: int, slots: int) -> stream.Signature:
@@ -134,6 +139,10 @@ Outcome = data.StructLayout({"add": 1, "store": 1, "dup": 1, "resend": 1, "compl
                               "unknown_qpn": 1, "collision": 1, "stale": 1, "window": 1})
 """What the slot rules make of one contribution: ``add`` it (``store``: as the slot's first), a ``dup``licate
 (``resend``: of a result already made), ``complete`` the chunk, or drop it for one of the four reasons."""
+
+DecisionOutcome = data.StructLayout({**dict(Outcome.members), "ahead": 1, "bad_address": 1})
+""":data:`Outcome` and Mode II's own two drops (:class:`~inagg.hdl.translated.TranslatedRules`), both 0 for a
+UC frame: what :class:`SlotDecision` decides."""
 
 
 class SlotRules(wiring.Component):
@@ -319,7 +328,7 @@ class SlotDecision(wiring.Component):
         A beat is in stage B; it is its frame's first.
     meta, desc, gone : In
         The :class:`SlotRules` inputs (``meta`` as read, meaningful on a first beat).
-    outcome : Out(Outcome)
+    outcome : Out(DecisionOutcome)
         The rules' outcome (meaningful on a first beat, ``decide``).
     decide : Out(1)
         ``valid & first``: the rules act, and their counters count.
@@ -333,29 +342,67 @@ class SlotDecision(wiring.Component):
     emit, to_all : Out(1)
         It goes on to the emitters (``to_all``: to every worker of the job,
         else to its own worker alone, a resend).
+    expected : In(PSN_BITS)
+        With ``translated`` (a build with Mode II): the worker's expected
+        PSN, for a frame whose descriptor says ``translated``, which
+        :class:`~inagg.hdl.translated.TranslatedRules` decides.
+    psn_en : Out(1)
+        Write ``next_expected`` for the frame's worker.
+    next_expected : Out(PSN_BITS)
+    shadow_clear : Out(1)
+        On a frame's later beats: the frame was a Mode II add, so its
+        worker's bit in the shadow slot is cleared.
     """
 
-    def __init__(self, workers: int, depth: int, overflow: bool, copies: int = 1):
+    def __init__(self, workers: int, depth: int, overflow: bool, copies: int = 1, translated: bool = False):
         self._workers, self._depth, self._overflow, self._copies = workers, depth, overflow, copies
-        super().__init__({"valid": In(1), "first": In(1), "meta": In(meta_layout(workers)),
-                          "desc": In(frame_desc_layout(depth)), "gone": In(1), "outcome": Out(Outcome),
-                          "decide": Out(1), "meta_en": Out(1), "meta_data": Out(meta_layout(workers)),
-                          "write": Out(copies), "store": Out(copies), "emit": Out(1), "to_all": Out(1)})
+        self._translated = translated
+        layout = meta_layout(workers, translated)
+        super().__init__({"valid": In(1), "first": In(1), "meta": In(layout),
+                          "desc": In(frame_desc_layout(depth)), "gone": In(1), "outcome": Out(DecisionOutcome),
+                          "decide": Out(1), "meta_en": Out(1), "meta_data": Out(layout),
+                          "write": Out(copies), "store": Out(copies), "emit": Out(1), "to_all": Out(1),
+                          "expected": In(PSN_BITS), "psn_en": Out(1), "next_expected": Out(PSN_BITS),
+                          "shadow_clear": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.rules = rules = SlotRules(self._workers, self._depth)
         m.d.comb += [rules.meta.eq(self.meta), rules.desc.eq(self.desc), rules.gone.eq(self.gone)]
-        out, first = rules.outcome, self.first
+        first = self.first
         decide = self.valid & first
+        out = Signal(DecisionOutcome)  # the UC rules' outcome, zero-extended: no Mode II drop
+        new = Signal(meta_layout(self._workers, self._translated))
+        m.d.comb += [out.eq(rules.outcome), new.eq(rules.new)]
+        if self._translated:
+            # A Mode II frame of a job still there: TranslatedRules on the same metadata (done is DONE).
+            mode_ii = self.desc.translated & ~self.gone
+            m.submodules.translated = tr = TranslatedRules(self._workers, 1 << 16)
+            d, meta = self.desc, self.meta
+            m.d.comb += [tr.meta.psn.eq(meta.psn), tr.meta.chunk.eq(meta.chunk), tr.meta.bitmap.eq(meta.bitmap),
+                         tr.meta.count.eq(meta.count), tr.meta.done.eq(meta.state == SlotState.DONE),
+                         tr.desc.worker.eq(d.worker), tr.desc.psn.eq(d.psn), tr.desc.chunk.eq(d.chunk),
+                         tr.desc.workers.eq(d.workers), tr.desc.slots.eq(d.slots), tr.expected.eq(self.expected),
+                         self.next_expected.eq(tr.next_expected), self.psn_en.eq(decide & mode_ii & tr.outcome.add)]
+            with m.If(mode_ii):
+                m.d.comb += [out.eq(0), *[getattr(out, f).eq(getattr(tr.outcome, f)) for f in
+                                          ("add", "store", "dup", "resend", "complete", "stale", "window", "ahead",
+                                           "bad_address")],
+                             new.eq(0), new.state.eq(Mux(tr.new.done, SlotState.DONE, SlotState.AGG)),
+                             new.job.eq(d.job), new.chunk.eq(tr.new.chunk), new.bitmap.eq(tr.new.bitmap),
+                             new.count.eq(tr.new.count), new.guest.eq(meta.guest), new.psn.eq(tr.new.psn)]
+            held_clear = Signal()
+            with m.If(decide):
+                m.d.sync += held_clear.eq(mode_ii & tr.outcome.add)
+            m.d.comb += self.shadow_clear.eq(self.valid & ~first & held_clear)
         m.d.comb += [self.outcome.eq(out), self.decide.eq(decide)]
         # With overflow slots, a slot that another job's key diverted from is marked, so that
         # its holder's teardown can tell whether freeing it would leave keys with entries on a
         # FREE fast slot (docs/exception.md "Teardown").
         marks = decide & out.collision if self._overflow else Const(0, 1)
-        marked = Signal(meta_layout(self._workers))
+        marked = Signal(meta_layout(self._workers, self._translated))
         m.d.comb += [marked.eq(self.meta), marked.guest.eq(1),
-                     self.meta_data.eq(Mux(marks, marked, rules.new)), self.meta_en.eq(decide & (out.add | marks))]
+                     self.meta_data.eq(Mux(marks, marked, new)), self.meta_en.eq(decide & (out.add | marks))]
         # Each copy of write and store holds the frame's decision in a register of its own: copies
         # that differed in nothing would be merged by synthesis into one again.
         held = {"write": out.add, "store": out.store, "emit": out.complete | out.resend, "to_all": out.complete}
@@ -549,6 +596,7 @@ class ResultHandoff(wiring.Component):
             o.desc.job.eq(w.desc.job), o.desc.worker.eq(w.desc.worker), o.desc.all.eq(w.to_all),
             o.desc.workers.eq(w.desc.workers), o.desc.chunk.eq(w.desc.chunk),
             o.desc.ring.eq(w.desc.chunk & (w.desc.slots - 1)),
+            o.desc.translated.eq(w.desc.translated), o.desc.psn.eq(w.desc.psn),
             self.promoted.eq(self.valid & w.last & w.to_all & so_far),
         ]
         return m
@@ -582,6 +630,15 @@ class SlotEngine(wiring.Component):
         Slots after the direct-mapped ones, ``slots .. slots + overflow - 1``:
         the exception path's overflow slots (``docs/exception.md``). They follow
         the same rules; ``desc.slot`` names them.
+    psn_jobs:
+        0: UC only. Else the build takes Mode II jobs (``docs/protocol.md``
+        section 6.2) numbered below ``psn_jobs``: a frame whose descriptor
+        says ``translated`` goes by :class:`~inagg.hdl.translated.TranslatedRules`
+        with its worker's expected PSN from a
+        :class:`~inagg.hdl.translated.PsnTable` (read in A with the metadata,
+        written in B), and its second beat clears its worker's bit in the
+        shadow slot, read in A and written in B with the ports the first beat
+        leaves free.
 
     Attributes
     ----------
@@ -629,7 +686,7 @@ class SlotEngine(wiring.Component):
     """
 
     def __init__(self, width: int, chunk_bytes: int, slots: int, workers: int, *, convert_latency: int = 1,
-                 add_latency: int = 2, overflow: int = 0):
+                 add_latency: int = 2, overflow: int = 0, psn_jobs: int = 0):
         self._width = check_width(width)
         self._chunk = check_chunk_bytes(chunk_bytes)
         self._slots = check_slots(slots)
@@ -639,11 +696,12 @@ class SlotEngine(wiring.Component):
             raise ValueError(f"Overflow slots must be an integer in 0..65536, not {overflow!r}")
         self._workers = workers
         self._depth = slots + overflow
+        self._psn_jobs = psn_jobs
         self._convert, self._add = check_fp32_latencies(convert_latency, add_latency)
         self.beats = chunk_bytes * 8 // width
         self.lag = 1 + self._convert + self._add
         self.strobe_lag = 3
-        self.slot_meta = memory.Memory(shape=meta_layout(workers), depth=self._depth, init=[])
+        self.slot_meta = memory.Memory(shape=meta_layout(workers, psn_jobs > 0), depth=self._depth, init=[])
         super().__init__({
             "i": In(frame_signature(width, self._depth)),
             "can_start": In(1),
@@ -676,12 +734,23 @@ class SlotEngine(wiring.Component):
         j = Signal(range(beats))
         first = j == 0
         waits = Signal()
-        m.d.comb += self.i.ready.eq(~clearing & ~sweeper.busy & ~self.sweep.start
+        psn_busy = Signal()  # the PSN table's clearing sweep after reset
+        m.d.comb += self.i.ready.eq(~clearing & ~psn_busy & ~sweeper.busy & ~self.sweep.start
                                     & (~first | (self.can_start & ~waits)))
         take = self.i.valid & self.i.ready
         with m.If(take):
             m.d.sync += j.eq(Mux(self.i.p.last, 0, j + 1))
-        m.d.comb += m_rd.addr.eq(Mux(sweeper.read, sweeper.read_addr, self.i.p.desc.slot))
+        d = self.i.p.desc
+        if self._psn_jobs:
+            # A later beat reads the shadow slot, (PSN + W) mod 2W of the job's region of 2W slots.
+            half = d.slots >> 1
+            shadow = Mux((d.psn & half) != 0, d.slot - half, d.slot + half)[:len(d.slot)]
+            m.d.comb += m_rd.addr.eq(Mux(sweeper.read, sweeper.read_addr, Mux(first, d.slot, shadow)))
+            m.submodules.psns = psns = PsnTable(self._psn_jobs)
+            m.d.comb += psn_busy.eq(psns.busy)
+            m.d.comb += [psns.read_en.eq(take & first), psns.read_job.eq(d.job), psns.read_worker.eq(d.worker)]
+        else:
+            m.d.comb += m_rd.addr.eq(Mux(sweeper.read, sweeper.read_addr, d.slot))
 
         # The beat's way through stages M, B and L, before the slot rules have spoken.
         head_layout = data.StructLayout({"valid": 1, "first": 1, "last": 1, "gone": 1, "j": range(beats),
@@ -693,13 +762,17 @@ class SlotEngine(wiring.Component):
         _, mb, b, lb = _delay_line(m, a_beat, head_layout, 3, "head", reset_less=False)
 
         # -- stage M: the metadata as read, registered: no path from the block RAM into the rules --
-        b_meta = Signal(meta_layout(self._workers))
+        b_meta = Signal(meta_layout(self._workers, self._psn_jobs > 0))
         m.d.sync += b_meta.eq(m_rd.data)
+        b_expected = Signal(PSN_BITS)
+        if self._psn_jobs:
+            m.d.sync += b_expected.eq(psns.expected)
 
         # -- stage B: the slot decision; the metadata write; the lane word's read --
         groups = -(-(width // 32) // _LANES_PER_STROBE)
         m.submodules.decision = decision = SlotDecision(self._workers, self._depth, self._depth > self._slots,
-                                                        copies=groups)
+                                                        copies=groups, translated=self._psn_jobs > 0)
+        m.d.comb += decision.expected.eq(b_expected)
         m.d.comb += [decision.valid.eq(b.valid), decision.first.eq(b.first), decision.meta.eq(b_meta),
                      decision.desc.eq(b.desc), decision.gone.eq(b.gone), l_rd.addr.eq(Cat(b.j, b.desc.slot)),
                      self.passing_valid.eq(b.valid), self.passing.data.eq(swap_lanes(b.x)),
@@ -710,6 +783,18 @@ class SlotEngine(wiring.Component):
             m.d.comb += [m_wr.addr.eq(sweeper.write_addr), m_wr.data.eq(0), m_wr.en.eq(sweeper.write_en)]
         with m.Else():
             m.d.comb += [m_wr.addr.eq(b.desc.slot), m_wr.data.eq(decision.meta_data), m_wr.en.eq(decision.meta_en)]
+            if self._psn_jobs:
+                # The second beat's write: the worker's bit off in the shadow slot it read in A.
+                cleared = Signal.like(b_meta)
+                bd = b.desc
+                half = bd.slots >> 1
+                m.d.comb += [cleared.eq(b_meta), cleared.bitmap.eq(b_meta.bitmap & ~(1 << bd.worker)[:self._workers])]
+                with m.If(decision.shadow_clear & (b.j == 1)):
+                    m.d.comb += [m_wr.addr.eq(Mux((bd.psn & half) != 0, bd.slot - half, bd.slot + half)),
+                                 m_wr.data.eq(cleared), m_wr.en.eq(1)]
+        if self._psn_jobs:
+            m.d.comb += [psns.write_en.eq(decision.psn_en), psns.write_job.eq(b.desc.job),
+                         psns.write_worker.eq(b.desc.worker), psns.write_psn.eq(decision.next_expected)]
         # What the beat does, registered: the lanes see flip-flops, one copy per group of lanes.
         l_write, l_store = Signal(groups), Signal(groups)
         l_emit, l_all = Signal(), Signal()
@@ -761,7 +846,8 @@ class SlotEngine(wiring.Component):
         out = decision.outcome
         ev = {Counter.RX_CONTRIB: out.add, Counter.DUP_CONTRIB: out.dup, Counter.TX_RESENDS: out.resend,
               Counter.COMPLETED: out.complete, Counter.DROP_UNKNOWN_QPN: out.unknown_qpn,
-              Counter.DROP_COLLISION: out.collision, Counter.DROP_STALE: out.stale, Counter.DROP_WINDOW: out.window}
+              Counter.DROP_COLLISION: out.collision, Counter.DROP_STALE: out.stale, Counter.DROP_WINDOW: out.window,
+              Counter.DROP_PSN_AHEAD: out.ahead, Counter.DROP_BAD_ADDRESS: out.bad_address}
         # Registered, in step with `passing` of the cycle before: the counters and the divert
         # queue take the strobes from a flip-flop, not through the slot rules.
         decided = Signal(N_COUNTERS)

@@ -28,7 +28,10 @@ from amaranth import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from inagg.models.frame import CONTRIBUTION, IPV4
+from inagg.models.frame import AETH, CONTRIBUTION, IPV4, Opcode, layout
+from inagg.models.job import Mode
+from inagg.models.rc import PSN_MOD
+from inagg.models.regmap import MODE_CODES
 from inagg.models.protocol import (
     BTH_LEN, CONTRIB_HDR_LEN, ETH_LEN, ETH_TYPE_IPV4, ICRC_LEN, IMM_OPCODES, IMMDT_LEN, IP_PROTO_UDP,
     IPV4_LEN, QPN_JOB_BITS, QPN_PREFIX, QPN_WORKER_BITS, RETH_LEN, RETH_OPCODES, ROCE_UDP_PORT, UDP_LEN, Counter,
@@ -38,9 +41,11 @@ from inagg.hdl.control import JobRead, N_COUNTERS, event_vector
 from inagg.hdl.headers import field
 from inagg.hdl.icrc import ICRCChecker
 
-__all__ = ["frame_desc_layout", "frame_signature", "ICRCFeed", "HeaderCapture", "FrameChecks", "PayloadSender",
-           "IngressPort"]
+__all__ = ["PSN_BITS", "frame_desc_layout", "frame_signature", "AckDesc", "ICRCFeed", "HeaderCapture", "FrameChecks",
+           "PayloadSender", "IngressPort"]
 
+PSN_BITS = PSN_MOD.bit_length() - 1
+"""Bits of a BTH PSN (24)."""
 _HDR_LEN = CONTRIB_HDR_LEN  # bytes the checks read: Ethernet up to the end of RETH
 _IP = CONTRIBUTION.offset("ipv4")
 # The byte that completes the IPv4 total length.
@@ -62,8 +67,16 @@ def frame_desc_layout(slots: int) -> data.StructLayout:
     """What the engine needs of an accepted contribution, besides its lanes."""
     return data.StructLayout({
         "job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "chunk": 32, "slot": range(slots),
-        "workers": QPN_WORKER_BITS + 1, "slots": 17,
+        "workers": QPN_WORKER_BITS + 1, "slots": 17, "translated": 1, "psn": PSN_BITS,
     })
+
+
+_ACK = layout(Opcode.RC_ACK)
+
+AckDesc = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "psn": PSN_BITS,
+                             "syndrome": 8, "msn": 24})
+"""A host's checked ACK or NAK of a result in a Mode II job, to be reflected: its (job, worker), BTH PSN and
+AETH (:class:`~inagg.hdl.translated.AckReflector`)."""
 
 
 def frame_signature(width: int, slots: int) -> stream.Signature:
@@ -77,7 +90,7 @@ def _start_layout(beats: int) -> data.StructLayout:
 
 def _checked_layout(beats: int, slots: int) -> data.StructLayout:
     return data.StructLayout({"fire": 1, "before": _FAILING, "after": _FAILING, "stored": range(beats + 1),
-                              "desc": frame_desc_layout(slots)})
+                              "desc": frame_desc_layout(slots), "ack": 1, "aeth": 32})
 
 
 def _verdict_layout(beats: int, slots: int) -> data.StructLayout:
@@ -241,6 +254,14 @@ class FrameChecks(wiring.Component):
         entry = self.job.entry
         chunk = va[lg_chunk:lg_chunk + 32]
 
+        # Mode II (protocol.md section 6.2, step 1): a known worker of a Mode II job sends RC WRITE ONLY
+        # contributions and RC ACKs of its results; everyone else UC contributions.
+        known = (qpn[16:] == QPN_PREFIX) & entry.valid & (worker < entry.workers)
+        translated = known & (entry.mode == MODE_CODES[Mode.TRANSLATED])
+        ack = translated & (opcode == Opcode.RC_ACK)
+        want = Mux(translated, Opcode.RC_RDMA_WRITE_ONLY, CONTRIBUTION.opcode)
+        ack_len = IPV4_LEN + UDP_LEN + BTH_LEN + AETH.size + ICRC_LEN
+
         n = self.start.length
         # The checks before the ICRC and those after it, each as its first failure; the ICRC's
         # result comes a cycle later, when the checker has it (IngressPort).
@@ -263,19 +284,24 @@ class FrameChecks(wiring.Component):
             (has_reth & ((total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
                          | (has_imm & (total < IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + IMMDT_LEN + ICRC_LEN))
                          | (dma_expect < 0) | (dma_len != dma_expect[:18])), Counter.DROP_BAD_LENGTH),
-            (opcode != CONTRIBUTION.opcode, Counter.DROP_BAD_OPCODE),
-            ((dma_len != self._chunk) | (pad != 0), Counter.DROP_BAD_LENGTH),
-            ((qpn[16:] != QPN_PREFIX) | ~entry.valid | (worker >= entry.workers), Counter.DROP_UNKNOWN_QPN),
-            (rkey != entry.rkey, Counter.DROP_BAD_RKEY),
-            ((va[:lg_chunk] != 0) | (va[lg_chunk + 32:] != 0), Counter.DROP_BAD_ADDRESS),
+            (ack & (total - pad != ack_len), Counter.DROP_BAD_LENGTH),  # the AETH alone after the BTH
+            (~ack & (opcode != want), Counter.DROP_BAD_OPCODE),
+            (~ack & ((dma_len != self._chunk) | (pad != 0)), Counter.DROP_BAD_LENGTH),
+            (~known, Counter.DROP_UNKNOWN_QPN),
+            (~ack & (rkey != entry.rkey), Counter.DROP_BAD_RKEY),
+            (~ack & ((va[:lg_chunk] != 0) | (va[lg_chunk + 32:] != 0)), Counter.DROP_BAD_ADDRESS),
         ])
         checked = self.checked
         m.d.sync += [
             checked.fire.eq(self.start.fire), checked.before.eq(before), checked.after.eq(after),
             checked.stored.eq(self.start.stored),
             checked.desc.job.eq(job_no), checked.desc.worker.eq(worker), checked.desc.chunk.eq(chunk),
-            checked.desc.slot.eq(entry.slot_base + (chunk & (entry.slots - 1))),
+            # Mode II: slot p mod 2W for PSN p (protocol.md section 6.2); UC: chunk mod R.
+            checked.desc.slot.eq(entry.slot_base + (Mux(translated, f("bth.psn"), chunk) & (entry.slots - 1))),
             checked.desc.workers.eq(entry.workers), checked.desc.slots.eq(entry.slots),
+            checked.desc.translated.eq(translated), checked.desc.psn.eq(f("bth.psn")),
+            checked.ack.eq(ack),
+            checked.aeth.eq(field(hdr, _ACK, "aeth.syndrome") << 24 | field(hdr, _ACK, "aeth.msn")),
         ]
         return m
 
@@ -373,6 +399,13 @@ class IngressPort(wiring.Component):
     events : Out(N_COUNTERS)
         Counter strobes: ``RX_FRAMES`` and the drop reason of each frame,
         three cycles after its last beat.
+    ack : Out(stream.Signature(AckDesc, always_ready=True))
+        Mode II: each checked ACK or NAK of a result, for one cycle, two
+        cycles after its last beat (its bytes never reach ``o``).
+    ack_room : In(1)
+        The ACKs' receiver can take two more: without it the port lowers
+        ``i.ready`` after a frame's last beat, as when its verdicts queue
+        is full.
     """
 
     def __init__(self, width: int, chunk_bytes: int, slots: int):
@@ -385,6 +418,8 @@ class IngressPort(wiring.Component):
             "job": Out(JobRead()),
             "pkey": In(16),
             "events": Out(N_COUNTERS),
+            "ack": Out(stream.Signature(AckDesc, always_ready=True)),
+            "ack_room": In(1, init=1),
         })
 
     def elaborate(self, platform):
@@ -401,7 +436,7 @@ class IngressPort(wiring.Component):
         # -- receive: count beats, capture the headers, realign the payload --
         wiring.connect(m, wiring.flipped(self.i), cap.i)
         wiring.connect(m, cap.payload, pay.w_stream)
-        m.d.comb += cap.room.eq(dq.level < _FIFO_DESCS - 2)
+        m.d.comb += cap.room.eq((dq.level < _FIFO_DESCS - 2) & self.ack_room)
         m.d.comb += [icrc.valid.eq(cap.icrc.valid), icrc.beat.eq(cap.icrc.beat), icrc.data.eq(cap.icrc.data),
                      icrc.end.eq(cap.icrc.end)]
 
@@ -425,8 +460,12 @@ class IngressPort(wiring.Component):
 
         verdict = Signal(verdict_layout)
         m.d.comb += [
-            verdict.take.eq(take), verdict.stored.eq(checked.stored), verdict.desc.eq(checked.desc),
+            verdict.take.eq(take & ~checked.ack), verdict.stored.eq(checked.stored), verdict.desc.eq(checked.desc),
             dq.w_data.eq(verdict), dq.w_en.eq(checked.fire),
+            self.ack.valid.eq(checked.fire & take & checked.ack),
+            self.ack.p.job.eq(checked.desc.job), self.ack.p.worker.eq(checked.desc.worker),
+            self.ack.p.psn.eq(checked.desc.psn), self.ack.p.syndrome.eq(checked.aeth[24:]),
+            self.ack.p.msn.eq(checked.aeth[:24]),
         ]
         # Registered: the counters' adders are in another block.
         drops = {c: checked.fire & ~take & (code == c) for c in Counter if c != Counter.RX_FRAMES}
