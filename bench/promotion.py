@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 from amaranth.sim import Simulator
 
+from _report import head_commit
 from inagg.hdl.engine import SlotEngine
 from inagg.hdl.switch import Switch
 from inagg.models import regmap as rm
@@ -111,8 +112,13 @@ def engine_rate(dut: SlotEngine, frames: list) -> tuple[float, int]:
     return len(taken) / (taken[-1] - taken[0] + 1), len(results)
 
 
-def switch_latency(width: int, chunk_bytes: int, promoted: bool) -> int:
-    """Cycles from the last beat of the completing contribution in to the first result beat out."""
+def switch_latency(width: int, chunk_bytes: int, promoted: bool) -> dict:
+    """Cycles from the last beat of the completing contribution in to the first result beat out, and its parts.
+
+    ``out`` is the whole; ``take`` the cycles until the slot engine takes that beat (the port's store and
+    forward, its checks and the arbiter), ``engine`` from there until the beat leaves stage W for the
+    emitters (``3 + lag``), ``emitter`` the rest.
+    """
     spec = SwitchSpec(ports=2, slots=16, chunk_bytes=chunk_bytes)
     dut = Switch(ports=2, width=width, slots=16, chunk_bytes=chunk_bytes, jobs=1, workers=2)
     job = make_job(spec, 0, 2, 0, 4)
@@ -137,8 +143,12 @@ def switch_latency(width: int, chunk_bytes: int, promoted: bool) -> int:
             ctx.set(s.valid, 0)
             if w == 0:
                 await ctx.tick().repeat(300)  # the first contribution is in the slot
-        cycles = 0
+        eng, cycles = dut.engine, 0
         while not any(ctx.get(m.valid) for m in dut.m):
+            if "take" not in marks and ctx.get(eng.i.valid) and ctx.get(eng.i.ready) and ctx.get(eng.i.p.last):
+                marks["take"] = cycles
+            if "w" not in marks and ctx.get(eng.o.valid) and ctx.get(eng.o.p.last):
+                marks["w"] = cycles
             await ctx.tick()
             cycles += 1
         marks["out"] = cycles
@@ -147,7 +157,8 @@ def switch_latency(width: int, chunk_bytes: int, promoted: bool) -> int:
     sim.add_clock(1e-8)
     sim.add_testbench(run)
     sim.run()
-    return marks["out"]
+    return {"out": marks["out"], "take": marks["take"], "engine": marks["w"] - marks["take"],
+            "emitter": marks["out"] - marks["w"]}
 
 
 def main() -> int:
@@ -163,10 +174,11 @@ def main() -> int:
     lat_rows = []
     for width, chunk in ((64, 256), (512, 256), (512, 1024)):
         int_, fp = (switch_latency(width, chunk, p) for p in (False, True))
-        lat_rows.append(f"| {width} | {chunk} | {chunk * 8 // width} | {int_} | {fp} |")
+        lat_rows.append(f"| {width} | {chunk} | {chunk * 8 // width} | {int_['out']} | {fp['out']} | {int_['take']} | "
+                        f"{int_['engine']} | {int_['emitter']} |")
     text = f"""# FP32 promotion: throughput and result latency
 
-Command: `{COMMAND}`; Amaranth simulator, {platform.python_implementation()} {platform.python_version()}.
+Command: `{COMMAND}` at {head_commit()}; Amaranth simulator, {platform.python_implementation()} {platform.python_version()}.
 Cycle figures are deterministic.
 
 ## Slot pipeline throughput
@@ -189,10 +201,13 @@ of the frame before it waits for its writes (one cycle at the default lag of 4, 
 ## Result latency
 
 `Switch(ports=2, slots=16, jobs=1, workers=2)`, the second contribution of a chunk sent with nothing
-else in flight: cycles from its last beat into port 0 or 1 to the first beat of the first result out.
+else in flight: cycles from its last beat into port 0 or 1 to the first beat of the first result out, and
+for the INT32 result the parts of it: until the slot engine takes that beat (the port's store and forward,
+its checks, the arbiter), from there until the beat leaves the engine's stage W for the emitters (`3 + lag`,
+`docs/rtl.md` "Slot engine"), and from there to the first result beat out (the emitter).
 
-| W | C | beats | INT32 result | FP32 result |
-|---:|---:|---:|---:|---:|
+| W | C | beats | INT32 result | FP32 result | to the engine | engine | emitter |
+|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(lat_rows)}
 
 INT32 and FP32 results take the same time: an emitter starts a result once its last beat is in,

@@ -199,6 +199,43 @@ def _core_cells(modules: dict) -> dict:
             for k in ("luts", "carries", "ffs")}
 
 
+def _replaced(slug: str, commit: str) -> dict | None:
+    """The row that the latest build of ``slug`` (at ``commit``) replaced: its newest committed version built at
+    another commit, from the git history of its file; None if it has none."""
+    path = f"{ROWS.relative_to(ROOT).as_posix()}/{slug}.json"
+    log = subprocess.run(["git", "log", "--format=%H", "--", path], cwd=ROOT, capture_output=True, text=True)
+    for sha in log.stdout.split():
+        shown = subprocess.run(["git", "show", f"{sha}:{path}"], cwd=ROOT, capture_output=True, text=True)
+        if shown.returncode == 0 and (row := json.loads(shown.stdout))["commit"] != commit:
+            return row
+    return None
+
+
+def _before_after(rows: dict) -> list[str]:
+    """Report lines: each placed row against the placed build it replaced, if any."""
+    pairs = [(cfg, old, rows[cfg.slug]) for cfg in CONFIGS if cfg.slug in rows
+             and rows[cfg.slug]["result"].get("placed", True)
+             and (old := _replaced(cfg.slug, rows[cfg.slug]["commit"])) and old["result"].get("placed", True)]
+    if not pairs:
+        return []
+    lines = ["", "## Before and after", "",
+             "Each placed row against the placed build of the same configuration that it replaced (from the git",
+             "history of its row); what changed between the two commits is in `docs/synth.md` (\"Timing closure\").",
+             "", "| configuration | built | Fmax (MHz) | LUT4 | FF | EBR | worst path (ns): from |",
+             "|---|---|---:|---:|---:|---:|---|"]
+
+    def path(r):
+        c = r.get("critical_path")
+        return f"{c['ns']:.2f}: `{c['source'].removeprefix('wrapper.')}`" if c else "-"
+
+    for cfg, old, new in pairs:
+        a, b = old["result"], new["result"]
+        lines.append(f"| {cfg.label} | {old['commit']} → {new['commit']} | {a['fmax_mhz']:.1f} → {b['fmax_mhz']:.1f} | "
+                     f"{a['luts']:,} → {b['luts']:,} | {a['ffs']:,} → {b['ffs']:,} | {a['ebr']} → {b['ebr']} | "
+                     f"{path(a)} → {path(b)} |")
+    return lines
+
+
 def report(failures: dict[str, str]) -> str:
     """docs/results/synth.md from every configuration's latest row."""
     rows = {c.slug: json.loads(p.read_text()) for c in CONFIGS if (p := ROWS / f"{c.slug}.json").exists()}
@@ -271,6 +308,7 @@ def report(failures: dict[str, str]) -> str:
             through = " → ".join(f"{block} ({ns:.1f})" for block, ns in path["blocks"])
             lines.append(f"| {cfg.label} | {path['ns']:.2f} | {path['logic_ns']:.2f} + {path['routing_ns']:.2f} | "
                          f"`{path['source'].removeprefix('wrapper.')}` | {through} |")
+    lines += _before_after(rows)
     lines += ["", "## The 100 Gb/s goal", "",
               "W x Fmax of the best switch row of each width against 100 Gb/s; what limits each width is in",
               "`docs/synth.md` (\"What limits Fmax\", \"The 100 Gb/s goal\").", "",

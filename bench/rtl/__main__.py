@@ -20,11 +20,14 @@ import platform
 import tempfile
 from pathlib import Path
 
+from bench._report import head_commit
+from inagg.hdl.engine import SlotEngine
 from inagg.testbench.sim import ROOT, build_switch
 
 PARAMS = dict(ports=8, width=512, slots=32, chunk_bytes=1024, jobs=1, workers=8)
 CHUNKS = 32
 COMMAND = "python -m bench rtl"
+LAG = SlotEngine(PARAMS["width"], PARAMS["chunk_bytes"], PARAMS["slots"], PARAMS["workers"]).lag
 
 
 def main() -> int:
@@ -38,7 +41,7 @@ def main() -> int:
     load = os.getloadavg()[0]
     text = f"""# RTL switch: throughput, latency, simulation speed
 
-Command: `{COMMAND}` (bench/rtl). Build: `Switch({", ".join(f"{k}={v}" for k, v in PARAMS.items())})`,
+Command: `{COMMAND}` (bench/rtl) at {head_commit()}. Build: `Switch({", ".join(f"{k}={v}" for k, v in PARAMS.items())})`,
 Verilator + cocotb 2.1 on {platform.machine()} ({platform.python_implementation()} {platform.python_version()}).
 Figures in simulated clock cycles are deterministic; wall-clock figures depend on the machine and its load
 ({os.cpu_count()} cores, load average {load:.1f} at the end of the run).
@@ -56,11 +59,12 @@ The latency goal of 24 cycles is {"met" if lat["cycles"] <= 24 else "missed"} si
 depends on every lane of the chunk, which is known once its last beat has
 left the slot engine, so each emitter holds a result until its last beat is
 in. That adds
-one chunk's beats, {PARAMS["chunk_bytes"] * 8 // PARAMS["width"]} here, plus the slot engine's lag of 4
-(`docs/rtl.md`, "Figures"). The wait is inherent to promotion by chunk (a
+one chunk's beats, {PARAMS["chunk_bytes"] * 8 // PARAMS["width"]} here, plus the slot engine's lag of {LAG}; the
+engine's stages M and B (issue 19) add two more (`docs/rtl.md`, "Slot engine"
+and "Figures"). The wait is inherent to promotion by chunk (a
 chunk goes out in one format, and its last beat can change it), so it grows
 with the chunk: with 256-byte chunks (4 beats at W = 512) the latency of a
-2-port switch is 16 cycles, within the goal (`docs/rtl.md`).
+2-port switch is 18 cycles, within the goal (`docs/results/promotion.md`).
 The wall-clock speed of this 8-port, 512-bit build has two parts: the
 Verilated model alone (last row; the build makes only the top's ports
 public to VPI, `--no-public-flat-rw` with a control file, see
