@@ -92,30 +92,47 @@ class TreeScope:
 
 
 class _State:
-    __slots__ = ("workers", "switches", "flight", "clock", "faults", "fault_this_round", "depth")
+    """One state, its ranks and switches shared with the parent state until a step writes them (as
+    :class:`inagg.host.checker._State`: ``prints`` caches each one's part of the key)."""
+
+    __slots__ = ("workers", "switches", "flight", "clock", "faults", "fault_this_round", "depth", "prints")
 
     def clone(self) -> "_State":
         s = _State()
-        s.workers = [w.fork() for w in self.workers]
-        s.switches = [_fork_switch(sw) for sw in self.switches]
+        s.workers, s.switches, s.prints = list(self.workers), list(self.switches), list(self.prints)
         s.flight, s.clock, s.faults = self.flight, self.clock, self.faults
         s.fault_this_round, s.depth = self.fault_this_round, self.depth + 1
         return s
 
+    def worker(self, r: int):
+        """Rank ``r``'s worker, this state's own copy to change."""
+        w = self.workers[r] = self.workers[r].fork()
+        self.prints[r] = None
+        return w
+
+    def own_switch(self, i: int) -> ModelSwitch:
+        """Switch ``i``, this state's own copy to change, its clock set to the state's."""
+        sw = self.switches[i] = _fork_switch(self.switches[i])
+        sw.now = self.clock
+        self.prints[len(self.workers) + i] = None
+        return sw
+
     def key(self) -> tuple:
-        for t in self.switches:
-            t.now = self.clock  # Mode III timers enter the key relative to the clock, as the ranks'
-        sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes())
-                   for t in self.switches for s in t.fast)
-        modes = tuple(m.state() for t in self.switches for m in t.modes.values())
+        for r, w in enumerate(self.workers):
+            if self.prints[r] is None:
+                self.prints[r] = w.fingerprint(self.clock)
+        for i, t in enumerate(self.switches, len(self.workers)):
+            if self.prints[i] is None:
+                t.now = self.clock  # Mode III timers enter the key relative to the clock, as the ranks'
+                self.prints[i] = (tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes())
+                                        for s in t.fast), tuple(m.state() for m in t.modes.values()))
         # A link's queue keeps its order, numbered from its head (with reordering every frame is 0).
         head = {}
         for to, n, _ in self.flight:
             head.setdefault(to, n)
         flight = tuple(sorted((to, n - head[to], f[:_PSN.start] + f[_PSN.stop:-4] if f[_OPCODE] == _RESULT_OPCODE
                                else f) for to, n, f in self.flight))
-        return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, modes, flight, self.faults,
-                self.fault_this_round)
+        return (tuple(self.prints), flight, self.faults, self.fault_this_round)
 
 
 def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
@@ -148,6 +165,7 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
     init.flight = push((), [(("s", *tp.rank(r)), f) for r, w in enumerate(init.workers)
                             for f in w.submit(0.0, data[r])])
     init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
+    init.prints = [None] * (len(init.workers) + len(init.switches))
     counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, push, trace), expect, max_states,
                       invariant=lambda s, trace: _check_results_held(s, tree, trace))
     return CheckResult(scope, *counts, time.perf_counter() - start)
@@ -178,11 +196,9 @@ def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple)
         t = s.clone()
         t.flight = _remove(s.flight, item)
         if to[0] == "s":
-            sw = t.switches[to[1]]
-            sw.now = t.clock
-            out = [_routed(tree, to[1], port, g) for port, g in sw.receive(to[2], frame)]
+            out = [_routed(tree, to[1], port, g) for port, g in t.own_switch(to[1]).receive(to[2], frame)]
         else:
-            out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.workers[to[1]].receive, t.clock, frame, trace)]
+            out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.worker(to[1]).receive, t.clock, frame, trace)]
         t.flight = push(t.flight, out)
         yield t, f"{_name(to)} <- {_describe(frame)}"
         if s.faults < scope.faults and not s.fault_this_round:
