@@ -136,8 +136,11 @@ class _State:
 
 
 def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
-               max_states: int = 2_000_000) -> CheckResult:
-    """Explore every run of ``scope``; raises :class:`~inagg.host.checker.Violation` with a trace on a bad state."""
+               max_states: int = 2_000_000, reduce: bool = False) -> CheckResult:
+    """Explore every run of ``scope``; raises :class:`~inagg.host.checker.Violation` with a trace on a bad state.
+
+    With ``reduce`` the exploration skips interleavings that cannot change the verdict (partial-order
+    reduction, :func:`_ample`): the same final states and violations, fewer states and transitions."""
     start = time.perf_counter()
     tp = plan_tree(scope.spec, window=scope.window, chunk_bytes=256, mode=scope.mode, collective=scope.collective,
                    root=scope.root)
@@ -166,7 +169,7 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
                             for f in w.submit(0.0, data[r])])
     init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
     init.prints = [None] * (len(init.workers) + len(init.switches))
-    counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, push, trace), expect, max_states,
+    counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, push, trace, reduce), expect, max_states,
                       invariant=lambda s, trace: _check_results_held(s, tree, trace))
     return CheckResult(scope, *counts, time.perf_counter() - start)
 
@@ -187,10 +190,40 @@ def _queue(flight: tuple, out) -> tuple:
     return tuple(sorted(flight + tuple(entries)))
 
 
-def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple):
+def _ample(s: _State, scope: TreeScope, heads: list):
+    """The one delivery that stands for every interleaving of ``s`` (partial-order reduction), or None.
+
+    A rank has one incoming link, so the frame at its head stays the only frame it can receive until it
+    takes it; with links in order and no loss possible until the clock moves (none left, or one this
+    round), nothing else can touch that rank or that frame before it: every other step is independent
+    of this delivery (it commutes with it and neither disables the other), so the set {this delivery}
+    is persistent and exploring it alone keeps every final state (the graph is acyclic, so no cycle
+    proviso is needed). The invariant of Mode III reads each rank's expected result PSN, so there a
+    delivered result is visible and not reduced; an ACK or NAK is. ``docs/results/modes.md`` gives the
+    conditions and their checks."""
+    if scope.reorder or (s.faults < scope.faults and not s.fault_this_round):
+        return None
+    for item in heads:
+        to, _, frame = item
+        if to[0] != "r" or (scope.mode is Mode.AUGMENTED and frame[_OPCODE] != Opcode.RC_ACK):
+            continue
+        if scope.quiet or (dl := s.workers[to[1]].deadline) is None or dl > s.clock:
+            return item  # with timers at any time, the rank's own timer must not be due (it never falls due
+            # before the clock moves, which waits for this frame)
+    return None
+
+
+def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple, reduce: bool = False):
     # Without reordering only the oldest frame on each link may arrive (or be lost) next.
     heads = sorted(set(s.flight)) if scope.reorder else [e for i, e in enumerate(s.flight)
                                                          if i == 0 or s.flight[i - 1][0] != e[0]]
+    if reduce and (item := _ample(s, scope, heads)) is not None:
+        t = s.clone()
+        t.flight = _remove(s.flight, item)
+        t.flight = push(t.flight, [(("s", *tp.rank(item[0][1])), g)
+                                   for g in _guard(t.worker(item[0][1]).receive, t.clock, item[2], trace)])
+        yield t, f"{_name(item[0])} <- {_describe(item[2])}"
+        return
     for item in heads:
         to, _, frame = item
         t = s.clone()
