@@ -25,10 +25,10 @@ def _finals(monkeypatch, scope: TreeScope, reduce: bool):
 
 
 @pytest.mark.parametrize("scope", [
-    TreeScope("2x2", chunks=c, window=w, faults=f, mode=m, reorder=False, quiet=q, collective=k)
+    TreeScope(spec, chunks=c, window=w, faults=f, mode=m, reorder=False, quiet=q, collective=k)
     for m in (Mode.TRANSLATED, Mode.AUGMENTED)
     for k in (Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST)
-    for w, c, f, q in ((1, 1, 1, True), (1, 2, 0, True), (1, 1, 0, False))
+    for spec, w, c, f, q in (("2x2", 1, 1, 1, True), ("2x2", 1, 1, 0, False), ("2x1", 1, 2, 0, True))
 ], ids=str)
 def test_the_reduced_exploration_reaches_the_same_final_states(monkeypatch, scope):
     full, full_finals = _finals(monkeypatch, scope, reduce=False)
