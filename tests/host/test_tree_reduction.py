@@ -1,15 +1,14 @@
 """The tree checker's partial-order reduction keeps every verdict: the same final states as the full
-exploration on small scopes, and every known mutation still found."""
+exploration on small scopes, and every known mutation still found (here, and with ``reduce`` in
+test_tree_checker.py and test_rc_collectives.py)."""
 
 import pytest
 
 from inagg.host import checker
 from inagg.host.checker import Violation
 from inagg.host.tree_checker import TreeScope, check_tree
-from inagg.models import rc
 from inagg.models.job import Collective, Mode
-from inagg.models.modes import AugmentedJob, TranslatedJob
-from inagg.models.tree import TreeCounter
+from inagg.models.modes import AugmentedJob
 
 
 def _finals(monkeypatch, scope: TreeScope, reduce: bool):
@@ -50,23 +49,3 @@ def test_the_reduction_still_finds_a_result_freed_at_the_first_ack(monkeypatch, 
     with pytest.raises(Violation, match=r"^switch \d no longer holds result PSN 0, which its child \d lacks\ntrace:"):
         check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False, quiet=True,
                              collective=collective), reduce=True)
-
-
-def test_the_reduction_still_finds_a_partial_not_resent(monkeypatch):
-    real = TranslatedJob._up
-
-    def once(self, e, event):
-        return [] if event is TreeCounter.UP_RESENDS else real(self, e, event)
-
-    monkeypatch.setattr(TranslatedJob, "_up", once)
-    with pytest.raises(Violation, match=r"RC retry count exceeded(.|\n)*trace:(.|\n)*lose "):
-        check_tree(TreeScope("2x1", chunks=1, window=1, faults=1, mode=Mode.TRANSLATED, reorder=False, quiet=True),
-                   reduce=True)
-
-
-def test_the_reduction_still_finds_a_reduce_ack_reflected_to_the_root_alone(monkeypatch):
-    monkeypatch.setattr(TranslatedJob, "_ack_down", lambda self, ack, children: [
-        (self.spec.workers[v].port, rc.encode(ack, self.to[v])) for v in children if v == self.spec.root])
-    with pytest.raises(Violation, match=r"RC retry count exceeded|missing results"):
-        check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.TRANSLATED, reorder=False, quiet=True,
-                             collective=Collective.REDUCE), reduce=True)
