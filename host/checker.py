@@ -128,26 +128,45 @@ class CheckResult:
 
 
 class _State:
-    __slots__ = ("workers", "switch", "flight", "clock", "faults", "fault_this_round", "depth", "spurious")
+    """One state: the workers and the switch are shared with the parent state until a step writes them
+    (:meth:`worker`, :meth:`own_switch` fork them first), so a step copies only what it changes; ``prints``
+    caches each one's part of the :meth:`key`, dropped when it is written or the clock moves."""
+
+    __slots__ = ("workers", "switch", "flight", "clock", "faults", "fault_this_round", "depth", "spurious", "prints")
 
     def clone(self) -> "_State":
         s = _State()
-        s.workers = [w.fork() for w in self.workers]
-        s.switch = _fork_switch(self.switch)
+        s.workers, s.switch, s.prints = list(self.workers), self.switch, list(self.prints)
         s.flight, s.clock, s.faults = self.flight, self.clock, self.faults
         s.fault_this_round, s.depth, s.spurious = self.fault_this_round, self.depth + 1, self.spurious
         return s
 
+    def worker(self, r: int):
+        """Worker ``r``, this state's own copy to change."""
+        w = self.workers[r] = self.workers[r].fork()
+        self.prints[r] = None
+        return w
+
+    def own_switch(self, i: int) -> ModelSwitch:
+        """The switch (``i`` is 0), this state's own copy to change, its clock set to the state's."""
+        self.switch = _fork_switch(self.switch)
+        self.switch.now = self.clock
+        self.prints[-1] = None
+        return self.switch
+
     def key(self) -> tuple:
-        self.switch.now = self.clock  # the switch's timers enter the key relative to the clock, as the workers'
-        sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.first, s.lanes.words.tobytes(),
-                    s.lanes.promoted.tobytes()) for s in self.switch.fast)
-        modes = tuple(m.state() for m in self.switch.modes.values())
-        uc = not modes
+        for r, w in enumerate(self.workers):
+            if self.prints[r] is None:
+                self.prints[r] = w.fingerprint(self.clock)
+        if self.prints[-1] is None:
+            self.switch.now = self.clock  # the switch's timers enter the key relative to the clock, as the workers'
+            sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.first, s.lanes.words.tobytes(),
+                        s.lanes.promoted.tobytes()) for s in self.switch.fast)
+            self.prints[-1] = (sw, tuple(m.state() for m in self.switch.modes.values()))
+        uc = not self.switch.modes
         flight = tuple(sorted((d, p, f[:_PSN.start] + f[_PSN.stop:-4] if d == _TO_HOST and uc else f)
                               for d, p, f in self.flight))
-        return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, modes, flight, self.faults,
-                self.fault_this_round, self.spurious)
+        return (tuple(self.prints), flight, self.faults, self.fault_this_round, self.spurious)
 
 
 def _stray(frame: bytes, chunk_bytes: int) -> bytes:
@@ -210,6 +229,7 @@ def check(scope: Scope = Scope(), *, timing: Timing | None = None, max_states: i
     if scope.stray:
         init.flight = tuple(sorted(init.flight + ((_TO_SWITCH, 0, _stray(init.flight[0][2], p.switch.chunk_bytes)),)))
     init.clock, init.faults, init.fault_this_round, init.depth, init.spurious = 0.0, 0, False, 0, 0
+    init.prints = [None] * (scope.workers + 1)
     counts = _explore(init, lambda s, trace: _successors(s, scope, trace), expect, max_states,
                       invariant=_check_results_held)
     return CheckResult(scope, *counts, time.perf_counter() - start)
@@ -253,11 +273,10 @@ def _successors(s: _State, scope: Scope, trace: tuple):
         t = s.clone()
         t.flight = _remove(s.flight, item)
         if d == _TO_SWITCH:
-            t.switch.now = t.clock
-            out = [(_TO_HOST, q, f) for q, f in t.switch.receive(port, frame)]
+            out = [(_TO_HOST, q, f) for q, f in t.own_switch(0).receive(port, frame)]
             label = f"switch <- w{port} {_describe(frame)}"
         else:
-            out = [(_TO_SWITCH, port, f) for f in _guard(t.workers[port].receive, t.clock, frame, trace)]
+            out = [(_TO_SWITCH, port, f) for f in _guard(t.worker(port).receive, t.clock, frame, trace)]
             label = f"w{port} <- {_describe(frame)}"
         t.flight = tuple(sorted(t.flight + tuple(out)))
         yield t, label
@@ -290,13 +309,13 @@ def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None, push=_
     due = [r for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock]
     for r in due:
         t = s.clone()
-        t.flight = push(t.flight, [sent(r, f) for f in _guard(t.workers[r].on_timer, t.clock, None, trace)])
+        t.flight = push(t.flight, [sent(r, f) for f in _guard(t.worker(r).on_timer, t.clock, None, trace)])
         yield t, f"w{r} timer at {s.clock:g}"
     switch_dls = [sw.deadline for sw in switches(s)]
     switch_due = [i for i, dl in enumerate(switch_dls) if dl is not None and dl <= s.clock]
     for i in switch_due:
         t = s.clone()
-        t.flight = push(t.flight, [routed(i, q, f) for q, f in switches(t)[i].on_timer(t.clock)])
+        t.flight = push(t.flight, [routed(i, q, f) for q, f in t.own_switch(i).on_timer(t.clock)])
         yield t, f"switch {i} timer at {s.clock:g}"
     early = spurious > 0 and bool(s.flight) and s.spurious < spurious
     if (early or not s.flight) and not due and not switch_due:
@@ -306,6 +325,7 @@ def _clock(s, trace: tuple, sent, switches=lambda state: [], routed=None, push=_
             t = s.clone()
             t.depth -= 1
             t.clock = min(deadlines)
+            t.prints = [None] * len(t.prints)  # the timers of every part enter its print relative to the clock
             t.fault_this_round = False
             if early:
                 t.spurious += 1

@@ -92,35 +92,55 @@ class TreeScope:
 
 
 class _State:
-    __slots__ = ("workers", "switches", "flight", "clock", "faults", "fault_this_round", "depth")
+    """One state, its ranks and switches shared with the parent state until a step writes them (as
+    :class:`inagg.host.checker._State`: ``prints`` caches each one's part of the key)."""
+
+    __slots__ = ("workers", "switches", "flight", "clock", "faults", "fault_this_round", "depth", "prints")
 
     def clone(self) -> "_State":
         s = _State()
-        s.workers = [w.fork() for w in self.workers]
-        s.switches = [_fork_switch(sw) for sw in self.switches]
+        s.workers, s.switches, s.prints = list(self.workers), list(self.switches), list(self.prints)
         s.flight, s.clock, s.faults = self.flight, self.clock, self.faults
         s.fault_this_round, s.depth = self.fault_this_round, self.depth + 1
         return s
 
+    def worker(self, r: int):
+        """Rank ``r``'s worker, this state's own copy to change."""
+        w = self.workers[r] = self.workers[r].fork()
+        self.prints[r] = None
+        return w
+
+    def own_switch(self, i: int) -> ModelSwitch:
+        """Switch ``i``, this state's own copy to change, its clock set to the state's."""
+        sw = self.switches[i] = _fork_switch(self.switches[i])
+        sw.now = self.clock
+        self.prints[len(self.workers) + i] = None
+        return sw
+
     def key(self) -> tuple:
-        for t in self.switches:
-            t.now = self.clock  # Mode III timers enter the key relative to the clock, as the ranks'
-        sw = tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes())
-                   for t in self.switches for s in t.fast)
-        modes = tuple(m.state() for t in self.switches for m in t.modes.values())
+        for r, w in enumerate(self.workers):
+            if self.prints[r] is None:
+                self.prints[r] = w.fingerprint(self.clock)
+        for i, t in enumerate(self.switches, len(self.workers)):
+            if self.prints[i] is None:
+                t.now = self.clock  # Mode III timers enter the key relative to the clock, as the ranks'
+                self.prints[i] = (tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes())
+                                        for s in t.fast), tuple(m.state() for m in t.modes.values()))
         # A link's queue keeps its order, numbered from its head (with reordering every frame is 0).
         head = {}
         for to, n, _ in self.flight:
             head.setdefault(to, n)
         flight = tuple(sorted((to, n - head[to], f[:_PSN.start] + f[_PSN.stop:-4] if f[_OPCODE] == _RESULT_OPCODE
                                else f) for to, n, f in self.flight))
-        return (tuple(w.fingerprint(self.clock) for w in self.workers), sw, modes, flight, self.faults,
-                self.fault_this_round)
+        return (tuple(self.prints), flight, self.faults, self.fault_this_round)
 
 
 def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
-               max_states: int = 2_000_000) -> CheckResult:
-    """Explore every run of ``scope``; raises :class:`~inagg.host.checker.Violation` with a trace on a bad state."""
+               max_states: int = 2_000_000, reduce: bool = False) -> CheckResult:
+    """Explore every run of ``scope``; raises :class:`~inagg.host.checker.Violation` with a trace on a bad state.
+
+    With ``reduce`` the exploration skips interleavings that cannot change the verdict (partial-order
+    reduction, :func:`_ample`): the same final states and violations, fewer states and transitions."""
     start = time.perf_counter()
     tp = plan_tree(scope.spec, window=scope.window, chunk_bytes=256, mode=scope.mode, collective=scope.collective,
                    root=scope.root)
@@ -148,7 +168,8 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
     init.flight = push((), [(("s", *tp.rank(r)), f) for r, w in enumerate(init.workers)
                             for f in w.submit(0.0, data[r])])
     init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
-    counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, push, trace), expect, max_states,
+    init.prints = [None] * (len(init.workers) + len(init.switches))
+    counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, push, trace, reduce), expect, max_states,
                       invariant=lambda s, trace: _check_results_held(s, tree, trace))
     return CheckResult(scope, *counts, time.perf_counter() - start)
 
@@ -169,20 +190,48 @@ def _queue(flight: tuple, out) -> tuple:
     return tuple(sorted(flight + tuple(entries)))
 
 
-def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple):
+def _ample(s: _State, scope: TreeScope, heads: list):
+    """The one delivery that stands for every interleaving of ``s`` (partial-order reduction), or None.
+
+    A rank has one incoming link, so the frame at its head stays the only frame it can receive until it
+    takes it; with links in order and no loss possible until the clock moves (none left, or one this
+    round), nothing else can touch that rank or that frame before it: every other step is independent
+    of this delivery (it commutes with it and neither disables the other), so the set {this delivery}
+    is persistent and exploring it alone keeps every final state (the graph is acyclic, so no cycle
+    proviso is needed). The invariant of Mode III reads each rank's expected result PSN, so there a
+    delivered result is visible and not reduced; an ACK or NAK is. ``docs/results/modes.md`` gives the
+    conditions and their checks."""
+    if scope.reorder or (s.faults < scope.faults and not s.fault_this_round):
+        return None
+    for item in heads:
+        to, _, frame = item
+        if to[0] != "r" or (scope.mode is Mode.AUGMENTED and frame[_OPCODE] != Opcode.RC_ACK):
+            continue
+        if scope.quiet or (dl := s.workers[to[1]].deadline) is None or dl > s.clock:
+            return item  # with timers at any time, the rank's own timer must not be due (it never falls due
+            # before the clock moves, which waits for this frame)
+    return None
+
+
+def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple, reduce: bool = False):
     # Without reordering only the oldest frame on each link may arrive (or be lost) next.
     heads = sorted(set(s.flight)) if scope.reorder else [e for i, e in enumerate(s.flight)
                                                          if i == 0 or s.flight[i - 1][0] != e[0]]
+    if reduce and (item := _ample(s, scope, heads)) is not None:
+        t = s.clone()
+        t.flight = _remove(s.flight, item)
+        t.flight = push(t.flight, [(("s", *tp.rank(item[0][1])), g)
+                                   for g in _guard(t.worker(item[0][1]).receive, t.clock, item[2], trace)])
+        yield t, f"{_name(item[0])} <- {_describe(item[2])}"
+        return
     for item in heads:
         to, _, frame = item
         t = s.clone()
         t.flight = _remove(s.flight, item)
         if to[0] == "s":
-            sw = t.switches[to[1]]
-            sw.now = t.clock
-            out = [_routed(tree, to[1], port, g) for port, g in sw.receive(to[2], frame)]
+            out = [_routed(tree, to[1], port, g) for port, g in t.own_switch(to[1]).receive(to[2], frame)]
         else:
-            out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.workers[to[1]].receive, t.clock, frame, trace)]
+            out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.worker(to[1]).receive, t.clock, frame, trace)]
         t.flight = push(t.flight, out)
         yield t, f"{_name(to)} <- {_describe(frame)}"
         if s.faults < scope.faults and not s.fault_this_round:

@@ -142,13 +142,14 @@ def test_the_tree_checker_finds_a_mode_iii_broadcast_result_freed_at_the_first_a
                              collective=Collective.BROADCAST))
 
 
-def test_the_tree_checker_finds_a_mode_ii_reduce_that_reflects_the_root_ack_to_the_root_alone(monkeypatch):
+@pytest.mark.parametrize("reduce", [False, True])  # the partial-order reduction must still find it
+def test_the_tree_checker_finds_a_mode_ii_reduce_that_reflects_the_root_ack_to_the_root_alone(monkeypatch, reduce):
     # The AllReduce rule (reflect each host's ACK to that host) in a Reduce: the other ranks are never released.
     monkeypatch.setattr(TranslatedJob, "_ack_down", lambda self, ack, children: [
         (self.spec.workers[v].port, rc.encode(ack, self.to[v])) for v in children if v == self.spec.root])
     with pytest.raises(Violation, match=r"RC retry count exceeded|missing results"):
         check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.TRANSLATED, reorder=False, quiet=True,
-                             collective=Collective.REDUCE))
+                             collective=Collective.REDUCE), reduce=reduce)
 
 
 @pytest.mark.parametrize("kw,message", [

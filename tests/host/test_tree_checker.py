@@ -54,17 +54,19 @@ def test_a_mode_iii_tree_that_frees_a_result_before_the_slowest_child_acked_it_i
         check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False))
 
 
-def test_a_mode_ii_tree_whose_shadow_wipe_is_one_slot_off_is_found(monkeypatch):
+@pytest.mark.parametrize("reduce", [False, True])  # the partial-order reduction must still find it
+def test_a_mode_ii_tree_whose_shadow_wipe_is_one_slot_off_is_found(monkeypatch, reduce):
     scope = TreeScope("2x1", chunks=3, window=1, faults=0, mode=Mode.TRANSLATED, reorder=False, quiet=True)
-    assert check_tree(scope).final_states == 1  # the scope reuses a slot: PSN 2 takes PSN 0's
+    assert check_tree(scope, reduce=reduce).final_states == 1  # the scope reuses a slot: PSN 2 takes PSN 0's
     monkeypatch.setattr(TranslatedJob, "shadow_skew", 1)
     with pytest.raises(Violation, match=r"^job 1 worker \d: RC retry count exceeded: PSN 2 unacknowledged(.|\n)*"
                                         r"trace:\n  s1:0 <- contribution PSN 0\n(.|\n)*<- contribution PSN 2\n") as e:
-        check_tree(scope)
+        check_tree(scope, reduce=reduce)
     assert e.value.states > 1
 
 
-def test_a_mode_ii_switch_that_does_not_resend_its_partial_is_found(monkeypatch):
+@pytest.mark.parametrize("reduce", [False, True])  # the partial-order reduction must still find it
+def test_a_mode_ii_switch_that_does_not_resend_its_partial_is_found(monkeypatch, reduce):
     real = TranslatedJob._up
 
     def once(self, e, event):
@@ -72,4 +74,5 @@ def test_a_mode_ii_switch_that_does_not_resend_its_partial_is_found(monkeypatch)
 
     monkeypatch.setattr(TranslatedJob, "_up", once)
     with pytest.raises(Violation, match=r"RC retry count exceeded(.|\n)*trace:(.|\n)*lose "):
-        check_tree(TreeScope("2x1", chunks=1, window=1, faults=1, mode=Mode.TRANSLATED, reorder=False, quiet=True))
+        check_tree(TreeScope("2x1", chunks=1, window=1, faults=1, mode=Mode.TRANSLATED, reorder=False, quiet=True),
+                   reduce=reduce)

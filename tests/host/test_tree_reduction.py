@@ -1,0 +1,51 @@
+"""The tree checker's partial-order reduction keeps every verdict: the same final states as the full
+exploration on small scopes, and every known mutation still found (here, and with ``reduce`` in
+test_tree_checker.py and test_rc_collectives.py)."""
+
+import pytest
+
+from inagg.host import checker
+from inagg.host.checker import Violation
+from inagg.host.tree_checker import TreeScope, check_tree
+from inagg.models.job import Collective, Mode
+from inagg.models.modes import AugmentedJob
+
+
+def _finals(monkeypatch, scope: TreeScope, reduce: bool):
+    """The exploration's counts and the keys of its final states."""
+    finals, real = set(), checker._check_final
+
+    def record(s, expect, trace):
+        real(s, expect, trace)
+        finals.add(s.key())
+
+    monkeypatch.setattr(checker, "_check_final", record)
+    return check_tree(scope, reduce=reduce), finals
+
+
+@pytest.mark.parametrize("scope", [
+    TreeScope(spec, chunks=c, window=w, faults=f, mode=m, reorder=False, quiet=q, collective=k)
+    for m in (Mode.TRANSLATED, Mode.AUGMENTED)
+    for k in (Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST)
+    for spec, w, c, f, q in (("2x2", 1, 1, 1, True), ("2x2", 1, 1, 0, False), ("2x1", 1, 2, 0, True))
+], ids=str)
+def test_the_reduced_exploration_reaches_the_same_final_states(monkeypatch, scope):
+    full, full_finals = _finals(monkeypatch, scope, reduce=False)
+    reduced, reduced_finals = _finals(monkeypatch, scope, reduce=True)
+    assert reduced_finals == full_finals and reduced.final_states == full.final_states
+    assert reduced.states < full.states and reduced.transitions < full.transitions
+
+
+def test_reordering_links_are_explored_in_full():
+    # A rank's next frame is not fixed when its link reorders: the reduction does not apply.
+    scope = TreeScope("2x1", chunks=1, window=1, faults=1, mode=Mode.TRANSLATED)
+    full, reduced = check_tree(scope), check_tree(scope, reduce=True)
+    assert (reduced.states, reduced.transitions) == (full.states, full.transitions)
+
+
+@pytest.mark.parametrize("collective", [Collective.ALLREDUCE, Collective.BROADCAST])
+def test_the_reduction_still_finds_a_result_freed_at_the_first_ack(monkeypatch, collective):
+    monkeypatch.setattr(AugmentedJob, "free_on_first_ack", True)
+    with pytest.raises(Violation, match=r"^switch \d no longer holds result PSN 0, which its child \d lacks\ntrace:"):
+        check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False, quiet=True,
+                             collective=collective), reduce=True)
