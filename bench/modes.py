@@ -404,27 +404,20 @@ def main() -> None:
                          "2, instead (replaces that section)")
     args = ap.parse_args()
     command = f"nice -n 10 .venv/bin/python bench/modes.py --budget {args.budget}"
-    if args.tree_mutations:
-        _replace_section(TREE_MUTATIONS_HEADING,
-                         text := tree_mutations_section(args.budget, command + " --tree-mutations"))
-        print(text, end="")
-        return
-    if args.reach:
-        _replace_section(REACH_HEADING, text := reach_section(args.budget, command + " --reach"))
-        print(text, end="")
-        return
-    if args.state:
-        _replace_section(STATE_HEADING, text := state_section())
-        print(text, end="")
-        return
-    if args.collectives:
-        _replace_section(COLLECTIVES_HEADING, text := collectives_section(args.budget, command + " --collectives"))
-        print(text, end="")
-        return
-    if args.completion:
-        _replace_section(COMPLETION_HEADING, text := completion_section())
-        print(text, end="")
-        return
+    # The sections measured by their own options: (option, heading, the section's text).
+    sections = [
+        (args.tree_mutations, TREE_MUTATIONS_HEADING,
+         lambda: tree_mutations_section(args.budget, command + " --tree-mutations")),
+        (args.reach, REACH_HEADING, lambda: reach_section(args.budget, command + " --reach")),
+        (args.state, STATE_HEADING, state_section),
+        (args.collectives, COLLECTIVES_HEADING, lambda: collectives_section(args.budget, command + " --collectives")),
+        (args.completion, COMPLETION_HEADING, completion_section),
+    ]
+    for chosen, heading, section in sections:
+        if chosen:
+            _replace_section(heading, text := section())
+            print(text, end="")
+            return
     if args.mode_i:
         _replace_section(MODE_I_HEADING, "\n".join(_mode_i_section(args.budget, command + " --mode-i")))
         print(f"wrote {OUT}")
