@@ -24,7 +24,7 @@ import numpy as np
 from inagg.models.job import Collective, JobSpec, SwitchSpec
 
 from inagg.host.collectives import AllGather, Barrier, Broadcast, Reduce, ReduceScatter, collective_worker
-from inagg.host.link import Faults, HeldFrames, LossyLink, idle_wait
+from inagg.host.link import Faults, HeldFrames, LossyLink, clocked_receive, idle_wait
 from inagg.host.rc_worker import RC_MODES, RcRetryError, RcWorker
 from inagg.host.worker import AllReduce, ChunkTimeoutError, Timing, Worker
 
@@ -355,7 +355,7 @@ class MemoryFabric:
 
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
         if direction == 0:
-            for out_port, out in self.switch.on_timer(time.monotonic()) + self.switch.receive(port, frame):
+            for out_port, out in clocked_receive(self.switch, port, frame):
                 self._cross(1, out_port, out)
             d = self.switch.deadline
             if d is not None and (self._switch_due is None or d < self._switch_due):

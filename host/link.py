@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Faults", "LossyLink", "HeldFrames", "idle_wait"]
+__all__ = ["Faults", "LossyLink", "HeldFrames", "idle_wait", "clocked_receive"]
 
 _DRAWS = 4096
 
@@ -151,3 +151,10 @@ def idle_wait(held: HeldFrames, switch, cap: float, now: float) -> float:
     result retransmission), at most ``cap``; then it calls ``switch.on_timer``."""
     d = switch.deadline
     return held.wait(cap if d is None else max(0.0, min(cap, d - now)), now)
+
+
+def clocked_receive(switch, port: int, frame: bytes) -> list[tuple[int, bytes]]:
+    """What ``switch`` sends when ``frame`` reaches ``port`` now, on :func:`time.monotonic`: first what its
+    own timers due by now send (a switch with a clock is told the time before every frame), then its
+    answer to the frame."""
+    return switch.on_timer(time.monotonic()) + switch.receive(port, frame)

@@ -27,7 +27,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Mapping
 
 from inagg.host.controller import Plan
-from inagg.host.link import Faults, HeldFrames, LossyLink, idle_wait
+from inagg.host.link import Faults, HeldFrames, LossyLink, clocked_receive, idle_wait
 
 __all__ = ["NetnsUnavailable", "Topology", "TreeTopology", "PacketPort", "serve_switch", "enter", "require_root"]
 
@@ -277,8 +277,7 @@ def serve_switch(switch, ports: dict[int, PacketPort], *, faults: Faults | None 
 
     def arrive(direction: int, port: int, frame: bytes) -> None:
         if direction == 0:
-            send(switch.on_timer(time.monotonic()))
-            send(switch.receive(port, frame))
+            send(clocked_receive(switch, port, frame))
         else:
             if capture is not None:
                 capture(time.time(), frame)

@@ -71,7 +71,7 @@ from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter, switch_qpn
 
 from inagg.host.api import Group
 from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
-from inagg.host.link import Faults, HeldFrames, LossyLink, idle_wait
+from inagg.host.link import Faults, HeldFrames, LossyLink, clocked_receive, idle_wait
 from inagg.host.vxlan import Capture, VxlanDrop, VxlanPort, check_vni, decap, encap
 from inagg.host.worker import ProtocolError, Timing
 
@@ -704,8 +704,7 @@ class SwitchService:
     def _arrive(self, direction: int, port: int, frame: bytes) -> None:
         j = self._job_at.get(port)
         if direction == 0:
-            # The switch's clock (Modes I and III's timers) is told the time before each frame.
-            out = self._switch_call(lambda: self.switch.on_timer(time.monotonic()) + self.switch.receive(port, frame))
+            out = self._switch_call(lambda: clocked_receive(self.switch, port, frame))
             if out is None:
                 self._count(j, "switch_failed")
                 return
