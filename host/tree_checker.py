@@ -85,8 +85,8 @@ class TreeScope:
             raise ValueError(f"mode must be a Mode (UC, TERMINATED, TRANSLATED or AUGMENTED), not {self.mode!r}")
         if self.collective not in (Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST):
             raise ValueError(f"collective must be ALLREDUCE, REDUCE or BROADCAST, not {self.collective!r}")
-        if self.collective is not Collective.ALLREDUCE and self.mode not in (Mode.TRANSLATED, Mode.AUGMENTED):
-            raise ValueError(f"{self.collective.value} is checked in Modes II and III, not in mode {self.mode.value}")
+        if self.collective is not Collective.ALLREDUCE and self.mode is Mode.UC:
+            raise ValueError(f"{self.collective.value} is checked in Modes I, II and III, not in mode uc")
         if not isinstance(self.root, int) or not 0 <= self.root < tree.ranks:
             raise ValueError(f"root must be a rank in 0..{tree.ranks - 1}, not {self.root!r}")
 

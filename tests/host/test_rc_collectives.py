@@ -1,5 +1,5 @@
-"""Every collective in EPIC's Modes II and III (docs/protocol.md sections 10.1 and 11), over the RC endpoint of the
-hosts and the model switches: exact as numpy's on one switch and on trees, under loss and duplication on every
+"""Every collective in EPIC's Modes I, II and III (docs/protocol.md sections 10.1, 10.2 and 11.1), over the RC
+endpoint of the hosts and the model switches: exact as numpy's on one switch and on trees, under loss and duplication on every
 hop, or a clear error."""
 
 import os
@@ -21,10 +21,11 @@ from inagg.models.job import Collective, Mode
 from inagg.models.modes import AugmentedJob, TranslatedJob
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
+from inagg.models.terminated import TerminatedJob
 from inagg.models.tree import Tree, TreeCounter
 
 _EXAMPLES = 200 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 20
-_RC = [Mode.TRANSLATED, Mode.AUGMENTED]
+_RC = [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED]
 
 
 def run(spec, mode, collective, elements, *, root=0, window=2, faults=None, seed=0, tries=30):
@@ -60,7 +61,7 @@ def test_every_collective_is_exact_under_loss_and_duplication(spec, root, collec
         # The root rank's ACK (Reduce) or the children's gathered ACK points (Broadcast) travel end to end.
         assert sum(t[TreeCounter.ACK_DOWN] for t in tree) > 0
         assert (sum(t[TreeCounter.ACK_UP] for t in tree) > 0) == (len(switches) > 1)
-    if mode is Mode.AUGMENTED:
+    if mode in (Mode.AUGMENTED, Mode.TERMINATED):
         assert all(t[TreeCounter.ACK_UP] == t[TreeCounter.ACK_DOWN] == 0 for t in tree)  # every hop ACKs alone
     assert all(t[TreeCounter.DROP_NO_DATA] == 0 for t in tree)
 
@@ -142,6 +143,17 @@ def test_the_tree_checker_finds_a_mode_iii_broadcast_result_freed_at_the_first_a
                              collective=Collective.BROADCAST))
 
 
+def test_the_tree_checker_finds_a_mode_i_broadcast_result_freed_at_the_first_ack(monkeypatch):
+    # The slot is the result's only copy (section 6.4): a receiver whose copy is lost after another ACKed it
+    # never gets it. Without the mutation the same scope ends with every rank holding the root's chunk.
+    scope = TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.TERMINATED, reorder=False, quiet=True,
+                      collective=Collective.BROADCAST, root=1)
+    assert check_tree(scope).final_states > 1
+    monkeypatch.setattr(TerminatedJob, "free_on_first_ack", True)
+    with pytest.raises(Violation, match=r"missing results"):
+        check_tree(scope)
+
+
 @pytest.mark.parametrize("reduce", [False, True])  # the partial-order reduction must still find it
 def test_the_tree_checker_finds_a_mode_ii_reduce_that_reflects_the_root_ack_to_the_root_alone(monkeypatch, reduce):
     # The AllReduce rule (reflect each host's ACK to that host) in a Reduce: the other ranks are never released.
@@ -153,8 +165,7 @@ def test_the_tree_checker_finds_a_mode_ii_reduce_that_reflects_the_root_ack_to_t
 
 
 @pytest.mark.parametrize("kw,message", [
-    (dict(collective=Collective.REDUCE), r"reduce is checked in Modes II and III, not in mode uc"),
-    (dict(collective=Collective.BROADCAST, mode=Mode.TERMINATED), r"broadcast is checked in Modes II and III, not in mode I"),
+    (dict(collective=Collective.REDUCE), r"reduce is checked in Modes I, II and III, not in mode uc"),
     (dict(collective=Collective.BARRIER, mode=Mode.TRANSLATED), r"collective must be ALLREDUCE, REDUCE or BROADCAST"),
     (dict(collective=Collective.REDUCE, mode=Mode.TRANSLATED, root=4), r"root must be a rank in 0\.\.3, not 4"),
 ])
