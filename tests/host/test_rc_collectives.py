@@ -102,6 +102,30 @@ def test_a_bad_hop_in_mode_iii_is_repaired_on_that_hop(collective):
     assert switches[0].counters[Counter.HOP_RESENDS] + switches[2].counters[Counter.HOP_RESENDS] > 0
 
 
+def test_mode_i_reduce_sends_no_result_frame_to_the_other_ranks():
+    # Every switch ACKs the contributions it takes; results go only down the root rank's side, lost or not.
+    got, want, switches, stats = run("2x2", Mode.TERMINATED, Collective.REDUCE, 6 * 64, root=1,
+                                     faults=Faults(loss=0.1, dup=0.05, reorder=0.05), seed=2)
+    assert all(same(got[r], want[r]) for r in got) and stats.link["lost"] > 0
+    top, left, right = (s.modes[1] for s in switches)
+    sent = lambda job: [q.stats["sent"] for q in job.requesters]  # result packets, resends included
+    assert sent(top)[0] > 0 and sent(top)[1] == 0                 # to s1 (rank 1's side), none to s2
+    assert sent(left)[1] > 0 and sent(left)[0] == sent(right)[0] == sent(right)[1] == 0
+    assert switches[2].counters[Counter.TX_RESULTS] == 0 and switches[2].tree_counters[TreeCounter.UP_PARTIALS] > 0
+    assert switches[1].counters[Counter.HOP_RESENDS] > 0 and switches[1].resent[0, Counter.HOP_RESENDS] == 0
+
+
+def test_mode_i_broadcast_retransmits_to_the_lossy_receiver_only():
+    # Rank 0's hop loses frames: its switch sends it results again, and no other hop sees a resend (the 7 chunks
+    # fit the 8 slots, so no slot is busy when the next chunk comes).
+    got, want, switches, stats = run("2x2", Mode.TERMINATED, Collective.BROADCAST, 6 * 64, root=2, window=4,
+                                     faults={(1, 0): Faults(loss=0.3)}, seed=1)
+    assert all(same(got[r], want[r]) for r in got) and stats.link["lost"] > 0
+    resent = {(i, port, c): n for i, s in enumerate(switches) for (port, c), n in s.resent.items() if n}
+    assert list(resent) == [(1, 0, Counter.HOP_RESENDS)]
+    assert switches[1].modes[1].requesters[1].stats["resent"] == 0
+
+
 _rate = st.sampled_from([0.0, 0.0, 0.02, 0.05, 0.15])
 
 
