@@ -12,7 +12,7 @@ names its step there.
 What the job keeps (section 9): its ``slots`` slots, each one chunk's
 lanes (then its result), the chunk, the bitmap of workers in and a done
 flag; the ring of slots whose result is out, in posting order, and how
-many of them every host ACKed; per host QP the responder's state
+many of them every receiver ACKed; per host QP the responder's state
 (expected PSN, MSN, "NAK sent", the open message's next VA) and the
 requester's (next PSN, oldest unACKed PSN, results ACKed, retry count,
 timer, and the headers of the results not yet ACKed: a result's lanes
@@ -89,8 +89,8 @@ class TerminatedJob:
     their retry count.
 
     ``free_on_first_ack`` is a test-only mutation: it frees a slot as soon
-    as one host ACKed its result, the buffer-recycling bug of section 7;
-    :mod:`inagg.host.checker` must find it.
+    as one receiver ACKed its result, the buffer-recycling bug of section 7;
+    :mod:`inagg.host.checker` and :mod:`inagg.host.tree_checker` must find it.
     """
 
     mode = Mode.TERMINATED
