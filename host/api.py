@@ -68,10 +68,9 @@ class Group:
     functions are the same; where a UC group raises
     :class:`~inagg.host.worker.ChunkTimeoutError`, an RC group raises
     :class:`~inagg.host.rc_worker.RcRetryError` (also a ``TimeoutError``)
-    when its QP runs out of retries. Mode I runs AllReduce only
-    (:class:`~inagg.models.job.JobSpec` refuses other collectives in it).
-    An RC queue pair starts its PSNs and chunks at 0, so ``first_chunk``
-    must be 0 there, and ``accept_zero_icrc`` (a UC Tofino switch) False.
+    when its QP runs out of retries. Every mode runs every collective. An RC
+    queue pair starts its PSNs and chunks at 0, so ``first_chunk`` must be 0
+    there, and ``accept_zero_icrc`` (a UC Tofino switch) False.
     """
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, port: Port, *, timing: Timing | None = None,

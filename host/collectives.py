@@ -1,5 +1,5 @@
-"""The six collectives as sans-IO operations over the UC protocol and EPIC's Modes II and III (``docs/protocol.md``
-sections 11 and 11.1).
+"""The six collectives as sans-IO operations over the UC protocol and EPIC's Modes I, II and III
+(``docs/protocol.md`` sections 11 and 11.1).
 
 The switch's job says which collective runs (``JobSpec.collective``) and so
 which children send lanes up and which get lanes down; a child that sends no
@@ -30,7 +30,7 @@ bound on ``|x|`` on every rank; values beyond it are refused before anything
 is sent.
 
 :func:`tree_operations` builds every rank's operation of every job of a tree
-plan, over UC or, for EPIC's Modes II and III, over an RC queue pair
+plan, over UC or, for EPIC's Modes I, II and III, over an RC queue pair
 (:class:`~inagg.host.rc_worker.RcWorker`): the same operations, whose
 worker sends no contribution where the collective has a rank send nothing
 and takes no result where it has it get none (section 11.1).
@@ -357,7 +357,7 @@ def tree_operations(tp, data, *, timing: Timing | None = None) -> dict[int, dict
     ``data[j][r]`` is rank ``r``'s array in the ``j``-th job of the plan. A UC
     job runs its collective (:func:`operation`; Reduce's ``amax`` is the
     largest magnitude of any rank's data in that job) over a UC worker, a
-    Mode II or III job over an RC queue pair (:class:`~inagg.host.rc_worker.RcWorker`).
+    Mode I, II or III job over an RC queue pair (:class:`~inagg.host.rc_worker.RcWorker`).
     """
     jobs = tp.plans[0].jobs
     if len(data) != len(jobs):

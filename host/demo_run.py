@@ -77,8 +77,6 @@ class DemoConfig:
             raise ValueError("--waves and --compare need the RTL switch (--switch rtl)")
         if self.collective != "allreduce" and self.tree is None:
             object.__setattr__(self, "tree", str(self.workers))  # one switch is the tree of one level
-        if modes[self.mode] is Mode.TERMINATED and self.collective != "allreduce":
-            raise ValueError(f"mode I runs AllReduce only, not {self.collective}")
         # plan() or tree_plan(), and Faults(), validate the rest with their own messages.
         if self.tree is not None:
             ranks = self.tree_plan().tree.ranks

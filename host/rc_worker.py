@@ -20,10 +20,11 @@ first chunk the QP carries has PSN 0, its result too.
 
 The job's collective says whether this host sends its chunks and whether it
 gets results (:func:`inagg.models.modes.flow`): in a Reduce only the root
-rank gets results, and the others are done when every chunk is ACKed (the
-root rank's ACK, passed on by the switches); in a Broadcast only the root
-rank sends, and is done when its chunks are ACKed too (when every rank has
-them). The endpoint is the same QP either way.
+rank gets results, and the others are done when every chunk is ACKed (in
+Modes II and III the root rank's ACK, passed on by the switches; in Mode I
+its switch's); in a Broadcast only the root rank sends, and is done when
+its chunks are ACKed too (in Modes II and III when every rank has them).
+The endpoint is the same QP either way.
 """
 
 from __future__ import annotations
@@ -71,13 +72,16 @@ class RcWorker:
         self.switch, self.job, self.rank = switch, job, rank
         senders, receivers = modes.flow(job)
         self.sends, self.receives = bool(senders >> rank & 1), bool(receivers >> rank & 1)
-        # When the senders are not the receivers (Reduce, Broadcast), a sender's chunks are ACKed only once the
-        # ranks that depend on them have them, so it keeps its timer until then (an AllReduce host is done with
-        # its results: its ACKs follow from them).
+        # When the senders are not the receivers (Reduce, Broadcast), a sender keeps its timer until its chunks
+        # are ACKed: in Modes II and III only once the ranks that depend on them have them, in Mode I once the
+        # switch has them, which is all a Reduce's other ranks learn (an AllReduce host is done with its results:
+        # its ACKs follow from them).
         self._wait_acks = self.sends and senders != receivers
-        # Other ranks' chunks are ACKed only once this rank has ACKed its results (Reduce's root rank, Broadcast's
-        # other ranks): a NIC's responder keeps ACKing after the application is done, and so must its driver.
-        self.others_wait = self.receives and senders != receivers and bool(senders & ~(1 << rank))
+        # In Modes II and III other ranks' chunks are ACKed only once this rank has ACKed its results (Reduce's
+        # root rank, Broadcast's other ranks): a NIC's responder keeps ACKing after the application is done, and
+        # so must its driver. In Mode I the switch ACKs every chunk itself.
+        self.others_wait = (self.receives and senders != receivers and bool(senders & ~(1 << rank))
+                            and job.mode is not Mode.TERMINATED)
         self.timing = timing or Timing()
         self.window = job.window
         w = job.workers[rank]

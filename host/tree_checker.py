@@ -1,8 +1,8 @@
-"""Explicit-state model checking of the UC protocol and of EPIC's Modes II and III on a tree of model switches.
+"""Explicit-state model checking of the UC protocol and of EPIC's Modes I, II and III on a tree of model switches.
 
 :mod:`inagg.host.checker` grown to EPIC's IncTree: the real worker of every
 rank (:class:`~inagg.host.worker.Worker` in the UC mode,
-:class:`~inagg.host.rc_worker.RcWorker` in Modes II and III) and the real
+:class:`~inagg.host.rc_worker.RcWorker` in Modes I, II and III) and the real
 :class:`~inagg.models.switch.ModelSwitch` of every switch of a
 :class:`~inagg.models.tree.Tree`, exchanging real frames, explored over
 every interleaving within a :class:`TreeScope` with the rules of that
@@ -10,7 +10,7 @@ checker: any frame in flight on any hop may be delivered next (with
 ``reorder`` off, as EPIC checks by default, each link delivers its frames in
 the order they were sent, and any link may go next); a frame may be lost,
 at most one per timeout round and at most ``faults`` per run; the clock
-advances to the next timer (a rank's, or a Mode III switch's) only when
+advances to the next timer (a rank's, or a Mode I or III switch's) only when
 nothing is in flight. A due timer fires at any point, or (``quiet``, as
 EPIC's checks retransmit) only when nothing is in flight.
 
@@ -57,9 +57,9 @@ _RESULT_OPCODE = Opcode.UC_RDMA_WRITE_ONLY_IMM  # a UC result (its PSN is masked
 @dataclass(frozen=True)
 class TreeScope:
     """What :func:`check_tree` explores: the tree ``spec``, ``chunks`` per rank, ``window``, ``faults`` losses,
-    the job's ``mode`` (UC, TRANSLATED or AUGMENTED), whether links ``reorder`` frames, whether timers
-    fire only when nothing is in flight (``quiet``), and in Modes II and III the ``collective`` (with its
-    ``root`` rank for Reduce and Broadcast; Barrier, ReduceScatter and AllGather are AllReduces there)."""
+    the job's ``mode`` (UC, TERMINATED, TRANSLATED or AUGMENTED), whether links ``reorder`` frames, whether
+    timers fire only when nothing is in flight (``quiet``), and in Modes I, II and III the ``collective`` (with
+    its ``root`` rank for Reduce and Broadcast; Barrier, ReduceScatter and AllGather are AllReduces there)."""
 
     spec: str = "2x2"
     chunks: int = 1
@@ -85,8 +85,8 @@ class TreeScope:
             raise ValueError(f"mode must be a Mode (UC, TERMINATED, TRANSLATED or AUGMENTED), not {self.mode!r}")
         if self.collective not in (Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST):
             raise ValueError(f"collective must be ALLREDUCE, REDUCE or BROADCAST, not {self.collective!r}")
-        if self.collective is not Collective.ALLREDUCE and self.mode not in (Mode.TRANSLATED, Mode.AUGMENTED):
-            raise ValueError(f"{self.collective.value} is checked in Modes II and III, not in mode {self.mode.value}")
+        if self.collective is not Collective.ALLREDUCE and self.mode is Mode.UC:
+            raise ValueError(f"{self.collective.value} is checked in Modes I, II and III, not in mode uc")
         if not isinstance(self.root, int) or not 0 <= self.root < tree.ranks:
             raise ValueError(f"root must be a rank in 0..{tree.ranks - 1}, not {self.root!r}")
 

@@ -40,7 +40,7 @@ from inagg.models.rc import PSN_MOD, Ack, Address, Packet, Syndrome, encode, psn
 from inagg.models.tree import TreeCounter
 
 __all__ = ["MODES", "HOP_TIMEOUT", "worker_addresses", "ack_of", "RC_CONTRIBUTION", "RC_RESULT", "Entry", "flow",
-           "TranslatedJob", "TranslatedBroadcast", "AugmentedJob", "open_job"]
+           "no_data", "TranslatedJob", "TranslatedBroadcast", "AugmentedJob", "open_job"]
 
 MODES = (Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED)
 """The modes :class:`~inagg.models.switch.ModelSwitch` implements."""
@@ -70,7 +70,8 @@ def ack_of(r: wire.RoceFrame, counters) -> Ack | None:
 
 
 def flow(spec: JobSpec) -> tuple[int, int]:
-    """(senders, receivers) of a Mode II/III job, as worker bitmaps: who sends lanes up, who gets results down.
+    """(senders, receivers) of a Mode I, II or III job, as worker bitmaps: who sends lanes up, who gets results
+    down.
 
     Reduce: every child sends, only the child on the root rank's side gets
     the result (none below the top switch off the root rank's side).
@@ -86,6 +87,16 @@ def flow(spec: JobSpec) -> tuple[int, int]:
     if spec.collective is Collective.BROADCAST:
         return root, everyone
     return everyone, everyone
+
+
+def no_data(job, worker: int, r: wire.RoceFrame) -> bool:
+    """True, with ``DROP_NO_DATA`` counted, when ``job``'s collective has ``worker`` send nothing like ``r``: a
+    contribution from a child that is no sender, an ACK from one that is no receiver (section 11.1). ``job``
+    is a Mode I, II or III job with ``senders``, ``receivers`` (:func:`flow`) and ``switch``."""
+    if (job.receivers if r.opcode == Opcode.RC_ACK else job.senders) >> worker & 1:
+        return False
+    job.switch.tree_counters[TreeCounter.DROP_NO_DATA] += 1
+    return True
 
 
 @dataclass
@@ -165,9 +176,7 @@ class TranslatedJob:
     def receive(self, worker: int, r: wire.RoceFrame) -> list[tuple[int, bytes]]:
         """One checked frame (``wire.parse``) addressed to ``worker``'s switch QPN."""
         count = self.switch.counters
-        if not (self.receivers if r.opcode == Opcode.RC_ACK else self.senders) >> worker & 1:
-            # The collective has this child send nothing up (or get no result to ACK): section 11.
-            self.switch.tree_counters[TreeCounter.DROP_NO_DATA] += 1
+        if no_data(self, worker, r):
             return []
         if r.opcode == Opcode.RC_ACK:
             ack = ack_of(r, self.switch.counters)

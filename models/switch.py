@@ -190,7 +190,7 @@ class ModelSwitch(SwitchBackend):
             return self._count(r)
         c = self.spec.chunk_bytes
         up = self._uplinks.get(r.dest_qpn)
-        if up is not None and up in self.modes:  # Modes II and III: a result or an ACK from the parent
+        if up is not None and up in self.modes:  # Modes I, II and III: a result or an ACK from the parent
             return self.modes[up].from_parent(r)
         if up is not None and r.opcode == RESULT.opcode:
             return self._from_parent(self.jobs[up], r)

@@ -1,4 +1,4 @@
-"""EPIC's Mode I (connection terminated) in the model switch, for an AllReduce job on one switch or a tree.
+"""EPIC's Mode I (connection terminated) in the model switch, for every collective on one switch or a tree.
 
 The switch is the RC endpoint of every host: each host's QP ends at the
 switch, whose responder takes the host's contributions and whose requester
@@ -12,7 +12,7 @@ names its step there.
 What the job keeps (section 9): its ``slots`` slots, each one chunk's
 lanes (then its result), the chunk, the bitmap of workers in and a done
 flag; the ring of slots whose result is out, in posting order, and how
-many of them every host ACKed; per host QP the responder's state
+many of them every receiver ACKed; per host QP the responder's state
 (expected PSN, MSN, "NAK sent", the open message's next VA) and the
 requester's (next PSN, oldest unACKed PSN, results ACKed, retry count,
 timer, and the headers of the results not yet ACKed: a result's lanes
@@ -24,6 +24,15 @@ also an RC endpoint towards its parent, as a host is: the requester of its
 partials (one QP, its own PSN space from 0) and the responder of the
 results the parent sends it; a result it takes is posted to every child's
 requester as the root posts its own.
+
+The job's collective says which children send lanes up and which get
+results down (:func:`inagg.models.modes.flow`, ``docs/protocol.md``
+section 11.1): a slot completes when every sender is in, its result goes to
+the receivers' requesters only, and it is freed when every receiver ACKed
+it; a switch whose children get no result (Reduce, off the root rank's
+side) frees it when the parent ACKed its partial, and one whose children
+send nothing (Broadcast, off that side) takes the parent's result into a
+free slot.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from dataclasses import dataclass
 from inagg.models import arith, rc, wire
 from inagg.models.frame import RETH, Opcode, SegmentOpcode
 from inagg.models.job import JobSpec, Mode
-from inagg.models.modes import RC_RESULT, ack_of, worker_addresses
+from inagg.models.modes import RC_RESULT, ack_of, flow, no_data, worker_addresses
 from inagg.models.protocol import CHUNK_MOD, IMM_CHUNK_MASK, Counter, encode_imm, qp_udp_sport
 from inagg.models.tree import TreeCounter
 
@@ -59,8 +68,9 @@ class Slot:
     chunk: int = 0
     bitmap: int = 0      # workers whose contribution is in
     count: int = 0
-    done: bool = False   # the result is out; the slot is free again when every host ACKed it
-    # Below a tree's root, every child in and not done: the partial is up, the slot waits for the result.
+    done: bool = False   # the result is out; the slot is free again when every receiver ACKed it
+    # Below a tree's root, every sender in and not done: the partial is up, the slot waits for the result (or,
+    # when no child gets one, for the parent's ACK of the partial).
 
     @property
     def free(self) -> bool:
@@ -79,8 +89,8 @@ class TerminatedJob:
     their retry count.
 
     ``free_on_first_ack`` is a test-only mutation: it frees a slot as soon
-    as one host ACKed its result, the buffer-recycling bug of section 7;
-    :mod:`inagg.host.checker` must find it.
+    as one receiver ACKed its result, the buffer-recycling bug of section 7;
+    :mod:`inagg.host.checker` and :mod:`inagg.host.tree_checker` must find it.
     """
 
     mode = Mode.TERMINATED
@@ -90,13 +100,17 @@ class TerminatedJob:
         self.switch, self.spec = switch, spec
         n = len(spec.workers)
         c = switch.spec.chunk_bytes
+        self.senders, self.receivers = flow(spec)
+        self.need = self.senders.bit_count()  # contributions that complete a slot
         self.slots = [Slot(arith.LaneState(switch.spec.lanes)) for _ in range(spec.slots)]
         self.responders = [rc.Responder() for _ in range(n)]
         # A result QP holds at most one result per slot, so a window of every slot never holds one back.
         self.requesters: list[rc.Requester | None] = [
             rc.Requester(window=spec.slots, mtu=c, timeout=timeout, retries=retries) for _ in range(n)]
-        self.order: deque[int] = deque()   # slots whose result is out and not ACKed by every host, in posting order
-        self.released = 0                  # results every host ACKed (the requesters count theirs in ``completed``)
+        # Slots whose result is out and not ACKed by every receiver (or, when no child gets results, whose partial
+        # the parent has not ACKed), in posting order; and how many of them were freed.
+        self.order: deque[int] = deque()
+        self.released = 0
         self.to = worker_addresses(switch.spec, spec)
         # Below a tree's root: the QP to the parent, requester of the partials and responder of the results.
         up = spec.parent
@@ -155,6 +169,8 @@ class TerminatedJob:
         count = self.switch.counters
         if self.requesters[worker] is None:
             count[Counter.DROP_QP_ERROR] += 1  # step 7: the QP is in the error state
+            return []
+        if no_data(self, worker, r):
             return []
         if r.opcode == Opcode.RC_ACK:
             ack = ack_of(r, count)
@@ -247,10 +263,12 @@ class TerminatedJob:
         slot.bitmap |= 1 << w
         slot.count += 1
         count[Counter.RX_CONTRIB] += 1
-        if slot.count < len(self.spec.workers):
+        if slot.count < self.need:
             return []
         if self.up is not None:
             self.switch.tree_counters[TreeCounter.UP_PARTIALS] += 1
+            if not self.receivers:
+                self.order.append(chunk % len(self.slots))  # freed by the parent's ACK: no result comes back
             # A promoted partial is one WRITE ONLY WITH IMMEDIATE (section 10). Its header goes to the
             # requester; _send_up reads the lanes from the slot for every transmission.
             imm = encode_imm(chunk, True) if slot.lanes.promoted.any() else None
@@ -259,7 +277,7 @@ class TerminatedJob:
         return self._post_result(chunk, slot)
 
     def _post_result(self, chunk: int, slot: Slot) -> list[tuple[int, bytes]]:
-        """The result in ``slot`` (the root's, or the parent's below it) to every child's requester."""
+        """The result in ``slot`` (the root's, or the parent's below it) to every receiver's requester."""
         slot.done = True
         _, fp32, saturated = self.switch._lanes_out(slot.lanes)
         self.switch.counters[Counter.PROMOTED] += fp32 or saturated
@@ -267,6 +285,8 @@ class TerminatedJob:
         c, imm = self.switch.spec.chunk_bytes, encode_imm(chunk, fp32, saturated)
         out = []
         for v, ws in enumerate(self.spec.workers):
+            if not self.receivers >> v & 1:
+                continue
             # Only the header goes to the requester (an empty payload): _send reads the lanes from the slot.
             va = ws.result_va + (chunk & (self.spec.slots - 1)) * c
             out += self._requester(v, lambda q: q.post(self.switch.now, b"", va, imm))
@@ -275,7 +295,8 @@ class TerminatedJob:
     # -- downward: the switch is the RC requester of results -------------------
 
     def _requester(self, w: int, call) -> list[tuple[int, bytes]]:
-        """Run ``call`` on ``w``'s result requester (steps 5-7), send what it returns, free what every host ACKed."""
+        """Run ``call`` on ``w``'s result requester (steps 5-7), send what it returns, free what every receiver
+        ACKed."""
         q = self.requesters[w]
         if q is None:
             return []  # the QP is in error: its results are not sent any more
@@ -292,8 +313,11 @@ class TerminatedJob:
         return [f for p in pkts if (f := self._send(w, p)) is not None]
 
     def _release(self) -> None:
-        """Step 5: free the slots of the results every host ACKed (requesters complete in posting order)."""
-        done = [q.completed for q in self.requesters if q is not None]
+        """Step 5: free the slots of the results every receiver ACKed (requesters complete in posting order); when
+        no child gets results, of the partials the parent ACKed (section 11.1)."""
+        holders = ([q for w, q in enumerate(self.requesters) if self.receivers >> w & 1] if self.receivers
+                   else [self.up_requester])
+        done = [q.completed for q in holders if q is not None]
         if not done:
             return
         upto = max(done) if self.free_on_first_ack else min(done)
@@ -337,12 +361,13 @@ class TerminatedJob:
         if bad is not None:
             count[bad] += 1
             return []
+        if not self.receivers:
+            self.switch.tree_counters[TreeCounter.DROP_NO_DATA] += 1  # Reduce off the root rank's side
+            return []
         pkt = rc.Packet(Opcode.RC_RDMA_WRITE_ONLY_IMM, r.psn, r.payload, r.ackreq, r.va, r.dma_len, r.imm)
         slot = self.slots[chunk30 % len(self.slots)]
-        waiting = slot.count == len(self.spec.workers) and not slot.done and slot.chunk & IMM_CHUNK_MASK == chunk30
-        if rc.psn_diff(r.psn, self.up_responder.expected) == 0 and not waiting:
-            self.switch.tree_counters[TreeCounter.DROP_PARENT_STALE] += 1  # not taken, not ACKed
-            return []
+        if rc.psn_diff(r.psn, self.up_responder.expected) == 0 and not self._ready(slot, chunk30):
+            return []  # not taken, not ACKed: the parent sends it again
         seg, acks = self.up_responder.take(pkt)
         if seg is None:
             d = rc.psn_diff(r.psn, self.up_responder.expected)
@@ -355,11 +380,28 @@ class TerminatedJob:
         out = [(self.spec.parent.port, rc.encode(a, self.up)) for a in acks]
         if seg is None:
             return out
-        # The parent made result j from every child's partial j: this switch's partial j is in, ACK or not.
-        out += self._uplink(lambda q: q.receive(self.switch.now, rc.Ack(r.psn, rc.Syndrome.ACK, 0)))
+        if self.need:
+            # The parent made result j from every child's partial j: this switch's partial j is in, ACK or not.
+            out += self._uplink(lambda q: q.receive(self.switch.now, rc.Ack(r.psn, rc.Syndrome.ACK, 0)))
+        else:
+            slot.chunk, slot.count = chunk30, 0
         self.switch._take_result(slot.lanes, r)
         self.switch.tree_counters[TreeCounter.RX_PARENT] += 1
         return out + self._post_result(slot.chunk, slot)
+
+    def _ready(self, slot: Slot, chunk30: int) -> bool:
+        """Whether ``slot`` may take the parent's in-order result for ``chunk30`` (else counted): it holds that
+        chunk's completed partial (``DROP_PARENT_STALE``), or, when this switch's children send nothing
+        (Broadcast off the root rank's side), it is free (``DROP_BUFFER_BUSY``)."""
+        if not self.need:
+            if slot.free:
+                return True
+            self.switch.counters[Counter.DROP_BUFFER_BUSY] += 1
+            return False
+        if slot.count == self.need and not slot.done and slot.chunk & IMM_CHUNK_MASK == chunk30:
+            return True
+        self.switch.tree_counters[TreeCounter.DROP_PARENT_STALE] += 1
+        return False
 
     def _uplink(self, call) -> list[tuple[int, bytes]]:
         """Run ``call`` on the partials' requester, send what it returns; a QP error there is counted."""
@@ -377,6 +419,7 @@ class TerminatedJob:
         self.switch.counters[Counter.HOP_RESENDS] += n
         self.switch.tree_counters[TreeCounter.UP_RESENDS] += n
         self.switch.resent[self.spec.parent.port, Counter.HOP_RESENDS] += n
+        self._release()
         return [f for p in pkts if (f := self._send_up(p)) is not None]
 
     def _send_up(self, p: rc.Packet) -> tuple[int, bytes] | None:
@@ -384,7 +427,7 @@ class TerminatedJob:
         slot holds the partial (once the parent's result is in, the parent has the partial)."""
         chunk = p.va // self.switch.spec.chunk_bytes
         slot = self.slots[chunk % len(self.slots)]
-        if slot.chunk != chunk or slot.done or slot.count < len(self.spec.workers):
+        if slot.chunk != chunk or slot.done or slot.count < self.need:
             return None
         payload, _ = self.switch._partial(slot.lanes, chunk)
         return self.spec.parent.port, rc.encode(dataclasses.replace(p, payload=payload, length=len(payload)), self.up)

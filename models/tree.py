@@ -46,7 +46,7 @@ class TreeCounter(enum.IntEnum):
                           # ACK point of the children)
     ACK_DOWN = 8          # Mode II Reduce/Broadcast: an ACK sent to a child (the root rank's to every child, or
                           # the gathered one to the child on the root rank's side)
-    DROP_NO_DATA = 9      # Modes II/III: a frame the collective has nobody send (a contribution from a child that
+    DROP_NO_DATA = 9      # Modes I-III: a frame the collective has nobody send (a contribution from a child that
                           # sends nothing, an ACK from one that gets no result, a result off the root's side)
 
 

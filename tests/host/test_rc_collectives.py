@@ -1,5 +1,5 @@
-"""Every collective in EPIC's Modes II and III (docs/protocol.md sections 10.1 and 11), over the RC endpoint of the
-hosts and the model switches: exact as numpy's on one switch and on trees, under loss and duplication on every
+"""Every collective in EPIC's Modes I, II and III (docs/protocol.md sections 10.1, 10.2 and 11.1), over the RC
+endpoint of the hosts and the model switches: exact as numpy's on one switch and on trees, under loss and duplication on every
 hop, or a clear error."""
 
 import os
@@ -21,14 +21,24 @@ from inagg.models.job import Collective, Mode
 from inagg.models.modes import AugmentedJob, TranslatedJob
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
+from inagg.models.terminated import TerminatedJob
 from inagg.models.tree import Tree, TreeCounter
 
 _EXAMPLES = 200 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 20
-_RC = [Mode.TRANSLATED, Mode.AUGMENTED]
+_RC = [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED]
+
+
+class Stuck(Exception):
+    """The network went idle with a rank not done (memnet's RuntimeError), with the switches to look at."""
+
+    def __init__(self, switches):
+        super().__init__("the network is idle but not every endpoint is done")
+        self.switches = switches
 
 
 def run(spec, mode, collective, elements, *, root=0, window=2, faults=None, seed=0, tries=30):
-    """Every rank's result of ``collective`` in ``mode`` on tree ``spec``, numpy's, the switches, the net stats."""
+    """Every rank's result of ``collective`` in ``mode`` on tree ``spec``, numpy's, the switches, the net stats;
+    :class:`Stuck` when the network goes idle first."""
     tp = plan_tree(spec, window=window, chunk_bytes=256, collective=collective, root=root, mode=mode)
     switches = [ModelSwitch(q.switch, hop_timeout=20e-6) for q in tp.plans]
     TreeController(switches, tp).configure()
@@ -36,7 +46,12 @@ def run(spec, mode, collective, elements, *, root=0, window=2, faults=None, seed
     ops = {r: op for r, by_qpn in tree_operations(tp, [data], timing=Timing(timeout=50e-6, tries=tries)).items()
            for op in by_qpn.values()}
     assert all(isinstance(op.worker, RcWorker) for op in ops.values())  # the same endpoint for every collective
-    stats = TreeNetwork(tp.tree, switches, faults=faults, seed=seed).run(ops)
+    try:
+        stats = TreeNetwork(tp.tree, switches, faults=faults, seed=seed).run(ops)
+    except RuntimeError as e:
+        if "idle" not in str(e):
+            raise
+        raise Stuck(switches) from e
     want = reference(collective, data, root=root, exponent=exponent(ops[0]))
     return {r: op.result() for r, op in ops.items()}, want, switches, stats
 
@@ -60,7 +75,7 @@ def test_every_collective_is_exact_under_loss_and_duplication(spec, root, collec
         # The root rank's ACK (Reduce) or the children's gathered ACK points (Broadcast) travel end to end.
         assert sum(t[TreeCounter.ACK_DOWN] for t in tree) > 0
         assert (sum(t[TreeCounter.ACK_UP] for t in tree) > 0) == (len(switches) > 1)
-    if mode is Mode.AUGMENTED:
+    if mode in (Mode.AUGMENTED, Mode.TERMINATED):
         assert all(t[TreeCounter.ACK_UP] == t[TreeCounter.ACK_DOWN] == 0 for t in tree)  # every hop ACKs alone
     assert all(t[TreeCounter.DROP_NO_DATA] == 0 for t in tree)
 
@@ -101,6 +116,30 @@ def test_a_bad_hop_in_mode_iii_is_repaired_on_that_hop(collective):
     assert switches[0].counters[Counter.HOP_RESENDS] + switches[2].counters[Counter.HOP_RESENDS] > 0
 
 
+def test_mode_i_reduce_sends_no_result_frame_to_the_other_ranks():
+    # Every switch ACKs the contributions it takes; results go only down the root rank's side, lost or not.
+    got, want, switches, stats = run("2x2", Mode.TERMINATED, Collective.REDUCE, 6 * 64, root=1,
+                                     faults=Faults(loss=0.1, dup=0.05, reorder=0.05), seed=2)
+    assert all(same(got[r], want[r]) for r in got) and stats.link["lost"] > 0
+    top, left, right = (s.modes[1] for s in switches)
+    sent = lambda job: [q.stats["sent"] for q in job.requesters]  # result packets, resends included
+    assert sent(top)[0] > 0 and sent(top)[1] == 0                 # to s1 (rank 1's side), none to s2
+    assert sent(left)[1] > 0 and sent(left)[0] == sent(right)[0] == sent(right)[1] == 0
+    assert switches[2].counters[Counter.TX_RESULTS] == 0 and switches[2].tree_counters[TreeCounter.UP_PARTIALS] > 0
+    assert switches[1].counters[Counter.HOP_RESENDS] > 0 and switches[1].resent[0, Counter.HOP_RESENDS] == 0
+
+
+def test_mode_i_broadcast_retransmits_to_the_lossy_receiver_only():
+    # Rank 0's hop loses frames: its switch sends it results again, and no other hop sees a resend (the 7 chunks
+    # fit the 8 slots, so no slot is busy when the next chunk comes).
+    got, want, switches, stats = run("2x2", Mode.TERMINATED, Collective.BROADCAST, 6 * 64, root=2, window=4,
+                                     faults={(1, 0): Faults(loss=0.3)}, seed=1)
+    assert all(same(got[r], want[r]) for r in got) and stats.link["lost"] > 0
+    resent = {(i, port, c): n for i, s in enumerate(switches) for (port, c), n in s.resent.items() if n}
+    assert list(resent) == [(1, 0, Counter.HOP_RESENDS)]
+    assert switches[1].modes[1].requesters[1].stats["resent"] == 0
+
+
 _rate = st.sampled_from([0.0, 0.0, 0.02, 0.05, 0.15])
 
 
@@ -122,6 +161,11 @@ def test_random_trees_collectives_modes_and_faults_give_exact_results_or_a_clear
                               seed=seed, tries=12)
     except RcRetryError:
         return  # a clear error, naming the worker and the PSN
+    except Stuck as e:
+        # Mode I: a switch's QP ran out of retries (section 11.1, a Reduce off the root rank's side): the ranks
+        # below it are done, the root rank waits with no timer of its own (the real-time API gives up on it).
+        assert mode is Mode.TERMINATED and any(s.counters[Counter.QP_ERRORS] for s in e.switches)
+        return
     assert all(same(got[r], want[r]) for r in got)
 
 
@@ -142,6 +186,17 @@ def test_the_tree_checker_finds_a_mode_iii_broadcast_result_freed_at_the_first_a
                              collective=Collective.BROADCAST))
 
 
+def test_the_tree_checker_finds_a_mode_i_broadcast_result_freed_at_the_first_ack(monkeypatch):
+    # The slot is the result's only copy (section 6.4): a receiver whose copy is lost after another ACKed it
+    # never gets it. Without the mutation the same scope ends with every rank holding the root's chunk.
+    scope = TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.TERMINATED, reorder=False, quiet=True,
+                      collective=Collective.BROADCAST, root=1)
+    assert check_tree(scope).final_states > 1
+    monkeypatch.setattr(TerminatedJob, "free_on_first_ack", True)
+    with pytest.raises(Violation, match=r"missing results"):
+        check_tree(scope)
+
+
 @pytest.mark.parametrize("reduce", [False, True])  # the partial-order reduction must still find it
 def test_the_tree_checker_finds_a_mode_ii_reduce_that_reflects_the_root_ack_to_the_root_alone(monkeypatch, reduce):
     # The AllReduce rule (reflect each host's ACK to that host) in a Reduce: the other ranks are never released.
@@ -153,8 +208,7 @@ def test_the_tree_checker_finds_a_mode_ii_reduce_that_reflects_the_root_ack_to_t
 
 
 @pytest.mark.parametrize("kw,message", [
-    (dict(collective=Collective.REDUCE), r"reduce is checked in Modes II and III, not in mode uc"),
-    (dict(collective=Collective.BROADCAST, mode=Mode.TERMINATED), r"broadcast is checked in Modes II and III, not in mode I"),
+    (dict(collective=Collective.REDUCE), r"reduce is checked in Modes I, II and III, not in mode uc"),
     (dict(collective=Collective.BARRIER, mode=Mode.TRANSLATED), r"collective must be ALLREDUCE, REDUCE or BROADCAST"),
     (dict(collective=Collective.REDUCE, mode=Mode.TRANSLATED, root=4), r"root must be a rank in 0\.\.3, not 4"),
 ])

@@ -101,7 +101,7 @@ def test_mode_i_below_a_root_is_its_parents_rc_peer():
     assert root.subswitches == {1} and root.parent is None
 
 
-@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+@pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED])
 def test_the_rc_modes_take_a_tree_and_every_collective(mode):
     job = make_job(Mode.UC)
     uplink = Uplink(port=3, mac="02:00:00:00:01:00", ip="10.0.1.0", qpn=0x400000, rkey=1, result_qpn=0x200,
@@ -112,11 +112,6 @@ def test_the_rc_modes_take_a_tree_and_every_collective(mode):
         sw = ModelSwitch(SwitchSpec(slots=16))
         sw.add_job(dataclasses.replace(job, collective=other, root=root, mode=mode))
         assert sw.modes[job.job].spec.collective is other
-
-
-def test_mode_i_refuses_another_collective():
-    with pytest.raises(ValueError, match=r"^mode TERMINATED \(I\) runs AllReduce only, not barrier$"):
-        dataclasses.replace(make_job(Mode.UC), collective=Collective.BARRIER, mode=Mode.TERMINATED)
 
 
 # -- Mode II ---------------------------------------------------------------------------
@@ -251,10 +246,10 @@ UP = Uplink(port=3, mac="02:00:00:00:02:00", ip="10.0.2.1", qpn=0x10000, rkey=0x
             result_rkey=0x5E5F0002, result_va=0x7F0000000000)
 
 
-def below(mode, slots=4):
-    """A switch with a job of two children below a parent (UP)."""
+def below(mode, slots=4, **kw):
+    """A switch with a job of two children below a parent (UP); ``kw`` replaces fields of the job."""
     sw = ModelSwitch(SwitchSpec(ports=4, slots=8, chunk_bytes=CHUNK), hop_timeout=1.0)
-    job = dataclasses.replace(make_job(mode, slots=slots), parent=UP)
+    job = dataclasses.replace(make_job(mode, slots=slots), parent=UP, **kw)
     sw.add_job(job)
     return sw, job
 
@@ -614,3 +609,68 @@ def test_mode_iii_reduce_times_out_and_frees_for_the_root_child_only():
     assert [q for _, q, _ in decoded(sw.on_timer(1.0))] == [0x101]
     ack(sw, job, 1, Ack(0, Syndrome.ACK, 1))
     assert m.entries[0].bitmap == 0 and m.timers[1] is None  # the only receiver ACKed: the slot is free
+
+
+# -- Reduce and Broadcast in Mode I (section 11.1): the switch ACKs what it takes, and sends results to receivers -----
+
+def test_mode_i_reduce_acks_every_contribution_and_sends_the_result_to_the_root_child_only():
+    sw, job = rooted(Mode.TERMINATED, Collective.REDUCE)
+    m = sw.modes[job.job]
+    for w in (0, 2):
+        assert send(sw, job, w, 0) == [(w, 0x100 + w, Ack(0, Syndrome.ACK, 1))]   # taken: ACKed at once
+    out = send(sw, job, 1, 0)
+    assert acks(out) == [(1, Ack(0, Syndrome.ACK, 1))]
+    assert results(out) == [(1, 0, 0, summed((0, 0), (1, 0), (2, 0)))]           # the root child's QP, PSN 0
+    assert sw.deadline == 1.0 and [q for _, q, _ in decoded(sw.on_timer(1.0))] == [0x101]   # its timer alone
+    assert ack(sw, job, 0, Ack(0)) == [] and sw.tree_counters[TreeCounter.DROP_NO_DATA] == 1  # rank 0 got none
+    assert m.slots[0].done
+    ack(sw, job, 1, Ack(0))                                      # the single receiver ACKed: the slot is free
+    assert m.slots[0].free and sw.deadline is None and list(m.order) == []
+    assert [q.stats["sent"] for q in m.requesters] == [0, 1, 0] and sw.counters[Counter.TX_RESULTS] == 2
+
+
+def test_mode_i_broadcast_takes_the_root_childs_lanes_and_frees_when_every_receiver_acked():
+    sw, job = rooted(Mode.TERMINATED, Collective.BROADCAST)
+    m = sw.modes[job.job]
+    assert send(sw, job, 0, 0) == [] and sw.tree_counters[TreeCounter.DROP_NO_DATA] == 1   # not ACKed either
+    assert m.responders[0].expected == 0
+    out = send(sw, job, 1, 0)
+    assert acks(out) == [(1, Ack(0, Syndrome.ACK, 1))]
+    assert results(out) == [(w, 0, 0, lanes(1, 0).tolist()) for w in range(3)]    # the root child's too
+    ack(sw, job, 0, Ack(0))
+    ack(sw, job, 1, Ack(0))
+    assert m.slots[0].done                                       # rank 2 lacks it
+    assert [(p, x.psn) for p, _, x in decoded(sw.on_timer(1.0))] == [(2, 0)]      # sent again to rank 2 alone
+    ack(sw, job, 2, Ack(0))
+    assert m.slots[0].free and sw.deadline is None
+    assert (sw.counters[Counter.COMPLETED], sw.counters[Counter.RX_CONTRIB], sw.counters[Counter.HOP_RESENDS]) \
+        == (1, 1, 1)
+
+
+def test_mode_i_reduce_off_the_root_ranks_side_frees_a_slot_when_the_parent_acked_its_partial():
+    sw, job = below(Mode.TERMINATED, slots=2, collective=Collective.REDUCE)
+    m = sw.modes[job.job]
+    for p in range(2):
+        out = complete(sw, job, p)
+        assert [(port, x.psn, x.va) for port, _, x in out if isinstance(x, Packet)] == [(UP.port, p, p * CHUNK)]
+    assert send(sw, job, 0, 2) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 1   # slot 0 holds partial 0
+    assert from_parent(sw, Ack(0)) == [] and list(m.order) == [1]   # the parent holds partial 0 now
+    assert send(sw, job, 0, 2) == [(0, 0x100, Ack(2, Syndrome.ACK, 3))]
+    assert from_parent(sw, result(0)) == [] and sw.tree_counters[TreeCounter.DROP_NO_DATA] == 1
+    assert sw.counters[Counter.TX_RESULTS] == 0 and m.up_responder.expected == 0
+
+
+def test_mode_i_broadcast_off_the_root_ranks_side_takes_the_parents_results_into_free_slots():
+    sw, job = below(Mode.TERMINATED, collective=Collective.BROADCAST)
+    assert send(sw, job, 0, 0) == [] and sw.tree_counters[TreeCounter.DROP_NO_DATA] == 1   # no child sends
+    for p in range(4):
+        out = from_parent(sw, result(p))
+        assert out[0] == (UP.port, UP.qpn, Ack(p, Syndrome.ACK, p + 1))
+        assert [(port, x.psn, x.payload) for port, _, x in out[1:]] == [(w, p, result(p).payload) for w in range(2)]
+    assert from_parent(sw, result(4)) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 1   # slot 0 holds result 0
+    ack(sw, job, 0, Ack(0))
+    assert from_parent(sw, result(4)) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 2   # child 1 lacks it
+    ack(sw, job, 1, Ack(0))
+    out = from_parent(sw, result(4))
+    assert out[0] == (UP.port, UP.qpn, Ack(4, Syndrome.ACK, 5)) and [x.psn for _, _, x in out[1:]] == [4, 4]
+    assert sw.tree_counters[TreeCounter.RX_PARENT] == 5 and sw.modes[job.job].up_requester.stats["sent"] == 0
