@@ -149,10 +149,12 @@ class Counter(enum.IntEnum):
     # EPIC's Mode I (docs/protocol.md section 6.4): the switch's own RC requester of results.
     QP_ERRORS = 26          # Mode I: a result QP ran out of retries or got a NAK other than a sequence error
     DROP_QP_ERROR = 27      # Mode I: a frame to a QP in the error state (dropped)
+    RNR_NAK_SENT = 28       # Mode I: RNR NAKs sent for an in-order packet whose slot is busy, one per copy
+    RNR_NAK_RECEIVED = 29   # Mode I: RNR NAKs the switch's requesters (results, partials) received
 
 
 RC_MODE_COUNTERS = frozenset({Counter.ACK_REFLECTED, Counter.DROP_PSN_AHEAD, Counter.ACK_SENT, Counter.NAK_SENT,
                               Counter.HOP_RESENDS, Counter.DROP_BUFFER_BUSY, Counter.QP_ERRORS,
-                              Counter.DROP_QP_ERROR})
+                              Counter.DROP_QP_ERROR, Counter.RNR_NAK_SENT, Counter.RNR_NAK_RECEIVED})
 """The counters only jobs in EPIC's RC modes (``models/modes.py``, ``models/terminated.py``) count; a UC job
 leaves them at zero."""

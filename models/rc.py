@@ -30,7 +30,7 @@ from inagg.models.protocol import DEFAULT_PKEY, ETH_LEN, ICRC_LEN, IPV4_LEN, Cou
 
 __all__ = [
     "PSN_BITS", "PSN_MOD", "psn_add", "psn_diff", "Syndrome", "Packet", "Ack", "Segment", "Message", "RcError",
-    "RemoteError", "RetryExceededError", "Requester", "Responder", "Address", "encode", "decode",
+    "RemoteError", "RetryExceededError", "RnrRetryExceededError", "RNR_DELAY", "RNR_FOREVER", "Requester", "Responder", "Address", "encode", "decode",
 ]
 
 PSN_BITS = 24
@@ -53,12 +53,25 @@ class Syndrome:
     """AETH syndromes (IBTA vol. 1, 9.7.5.1.1): bits 6-5 say ACK (00) or NAK (11)."""
 
     ACK = 0x1F            # ACK, credits not used ("unlimited", as rxe sends it)
+    RNR_NAK = 0x20        # RNR NAK (bits 6-5 01): the responder cannot take the PSN yet; bits 4-0, the RNR timer
     NAK_SEQ = 0x60        # NAK: PSN sequence error; the AETH's PSN is the one expected
     NAK_INVALID = 0x61    # NAK: invalid request (an opcode out of its message sequence)
 
     @staticmethod
     def is_nak(syndrome: int) -> bool:
         return syndrome >> 5 == 0b11
+
+    @staticmethod
+    def is_rnr(syndrome: int) -> bool:
+        return syndrome >> 5 == 0b01
+
+
+RNR_DELAY = (655.36e-3, 0.01e-3, 0.02e-3, 0.03e-3, 0.04e-3, 0.06e-3, 0.08e-3, 0.12e-3, 0.16e-3, 0.24e-3, 0.32e-3,
+             0.48e-3, 0.64e-3, 0.96e-3, 1.28e-3, 1.92e-3, 2.56e-3, 3.84e-3, 5.12e-3, 7.68e-3, 10.24e-3, 15.36e-3,
+             20.48e-3, 30.72e-3, 40.96e-3, 61.44e-3, 81.92e-3, 122.88e-3, 163.84e-3, 245.76e-3, 327.68e-3, 491.52e-3)
+"""Seconds a requester waits after an RNR NAK, by the 5-bit RNR timer field (IBTA vol. 1, table 45)."""
+RNR_FOREVER = 7
+"""The ``rnr_retries`` value that retries after RNR NAKs without a limit (IBTA: an RNR retry count of 7)."""
 
 
 _FIRST = frozenset({SegmentOpcode.RC_RDMA_WRITE_FIRST, Opcode.RC_RDMA_WRITE_ONLY, Opcode.RC_RDMA_WRITE_ONLY_IMM})
@@ -137,6 +150,14 @@ class RetryExceededError(RcError):
         super().__init__(f"RC retry count exceeded: PSN {psn} unacknowledged after {retries} retries ({reason})")
 
 
+class RnrRetryExceededError(RcError):
+    """The responder answered ``retries`` RNR NAKs in a row for the same PSN (rxe's IB_WC_RNR_RETRY_EXC_ERR)."""
+
+    def __init__(self, psn: int, retries: int):
+        self.psn, self.retries = psn, retries
+        super().__init__(f"RC RNR retry count exceeded: PSN {psn} refused as not ready after {retries} RNR retries")
+
+
 class Requester:
     """The sending half of an RC QP: a send queue of WRITE messages, a PSN window, Go-Back-N.
 
@@ -155,6 +176,10 @@ class Requester:
     retries:
         Retransmissions (after a timeout or a NAK) allowed without progress
         before :class:`RetryExceededError`; progress restores the count.
+    rnr_retries:
+        Resends after an RNR NAK allowed without progress before
+        :class:`RnrRetryExceededError`; :data:`RNR_FOREVER` (7) has no limit.
+        An RNR NAK spends none of ``retries``.
 
     :attr:`completed` counts the messages fully acknowledged, in posting
     order; :attr:`stats` counts packets sent and resent, ACKs, NAKs and
@@ -162,7 +187,7 @@ class Requester:
     """
 
     def __init__(self, *, first_psn: int = 0, window: int = 128, mtu: int = 1024, timeout: float = 0.005,
-                 retries: int = 7):
+                 retries: int = 7, rnr_retries: int = RNR_FOREVER):
         if not isinstance(first_psn, int) or not 0 <= first_psn < PSN_MOD:
             raise ValueError(f"first_psn must be an integer in 0..2**24-1, not {first_psn!r}")
         if not isinstance(window, int) or not 1 <= window < _PSN_HALF:
@@ -173,7 +198,10 @@ class Requester:
             raise ValueError(f"timeout must be a positive number, not {timeout!r}")
         if not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries must be a non-negative integer, not {retries!r}")
+        if not isinstance(rnr_retries, int) or not 0 <= rnr_retries <= RNR_FOREVER:
+            raise ValueError(f"rnr_retries must be an integer in 0..7, not {rnr_retries!r}")
         self.window, self.mtu, self.timeout, self.retries = window, mtu, timeout, retries
+        self.rnr_retries = rnr_retries
         self.una = first_psn          # oldest unacknowledged PSN
         self.next_psn = first_psn     # PSN of the next new packet
         self.completed = 0
@@ -184,6 +212,8 @@ class Requester:
         self._left = retries
         self._timer: float | None = None
         self._nak_psn: int | None = None       # a Go-Back-N started by a NAK for this PSN
+        self._rnr_left = rnr_retries
+        self._rnr_wait = False                 # an RNR NAK of the oldest unACKed PSN: _timer is its RNR delay
 
     def copy(self) -> "Requester":
         """An independent copy of the state (packets are immutable and shared): a model checker branches with it."""
@@ -193,12 +223,13 @@ class Requester:
 
     def state(self, now: float) -> tuple:
         """A hashable summary of the protocol state, the timer relative to ``now`` (a model checker's key)."""
-        return (self.una, self.next_psn, self.completed, self._left, self._nak_psn, len(self._queue),
-                None if self._timer is None else self._timer - now)
+        return (self.una, self.next_psn, self.completed, self._left, self._nak_psn, self._rnr_left, self._rnr_wait,
+                len(self._queue), None if self._timer is None else self._timer - now)
 
     @property
     def deadline(self) -> float | None:
-        """When :meth:`on_timer` must run: the ACK timeout of the oldest outstanding packet."""
+        """When :meth:`on_timer` must run: the ACK timeout of the oldest outstanding packet, or the end of an
+        RNR NAK's delay."""
         return self._timer
 
     @property
@@ -233,8 +264,10 @@ class Requester:
         return self._fill(now)
 
     def receive(self, now: float, ack: Ack) -> list[Packet]:
-        """Handle an ACK or NAK; returns the packets to send (new ones, or a Go-Back-N)."""
+        """Handle an ACK, NAK or RNR NAK; returns the packets to send (new ones, or a Go-Back-N)."""
         d_next = psn_diff(ack.psn, self.next_psn)
+        if Syndrome.is_rnr(ack.syndrome):
+            return self._rnr(now, ack)
         if ack.nak:
             if ack.syndrome != Syndrome.NAK_SEQ:
                 self.stats["nak_other"] += 1
@@ -257,10 +290,37 @@ class Requester:
         return self._fill(now)
 
     def on_timer(self, now: float) -> list[Packet]:
-        """The ACK timeout: Go-Back-N from the oldest unacknowledged PSN, or :class:`RetryExceededError`."""
+        """The ACK timeout: Go-Back-N from the oldest unacknowledged PSN, or :class:`RetryExceededError`;
+        at the end of an RNR NAK's delay the same Go-Back-N, spending no retry."""
         if self._timer is None or now < self._timer:
             return []
+        if self._rnr_wait:
+            self._rnr_wait = False
+            self.stats["rnr_resent"] += len(self._sent)
+            self._timer = now + self.timeout
+            return list(self._sent) + self._fill(now)
         return self._retry(now, "ACK timeout")
+
+    def _rnr(self, now: float, ack: Ack) -> list[Packet]:
+        """An RNR NAK of PSN ``q``: everything before ``q`` arrived; wait its RNR delay, then resend from ``q``."""
+        if psn_diff(ack.psn, self.una) < 0 or psn_diff(ack.psn, self.next_psn) >= 0:
+            self.stats["ignored_ack"] += 1
+            return []
+        self._acked(now, psn_add(ack.psn, -1))
+        if self._rnr_wait:
+            self.stats["ignored_ack"] += 1  # a duplicate of the RNR NAK whose delay runs
+            return []
+        if self._rnr_left == 0:
+            raise RnrRetryExceededError(self.una, self.rnr_retries)
+        if self.rnr_retries != RNR_FOREVER:
+            self._rnr_left -= 1
+        self.stats["rnr_nak"] += 1
+        self._rnr_wait = True
+        # The packets behind q were dropped as ahead: the responder's sequence NAK of q must not start a second
+        # Go-Back-N before the delay ends.
+        self._nak_psn = ack.psn
+        self._timer = now + RNR_DELAY[ack.syndrome & 0x1F]
+        return []
 
     def _acked(self, now: float, psn: int) -> None:
         """Everything up to ``psn`` arrived: drop it from the window, complete its messages."""
@@ -274,8 +334,9 @@ class Requester:
         while self._ends and psn_diff(self._ends[0], psn) <= 0:
             self._ends.popleft()
             self.completed += 1
-        self._left = self.retries
+        self._left, self._rnr_left = self.retries, self.rnr_retries
         self._nak_psn = None
+        self._rnr_wait = False
         self._timer = now + self.timeout if self._sent else None
 
     def _retry(self, now: float, reason: str) -> list[Packet]:
@@ -289,7 +350,7 @@ class Requester:
 
     def _fill(self, now: float) -> list[Packet]:
         out = []
-        while self._queue and len(self._sent) < self.window:
+        while self._queue and len(self._sent) < self.window and not self._rnr_wait:
             p = self._queue.popleft()
             self._sent.append(p)
             out.append(p)
@@ -310,15 +371,20 @@ class Responder:
     completed (at most one) and the ACK/NAK to send (at most one). A
     receiver that places each packet as it comes (a switch in Mode I,
     which aggregates packet by packet) uses :meth:`address` and
-    :meth:`take` instead, and keeps no message buffer.
+    :meth:`take` instead, and keeps no message buffer; when it cannot
+    take the next packet yet it answers it with :meth:`refuse`, an RNR NAK
+    whose RNR timer field is ``rnr_timer`` (an index of :data:`RNR_DELAY`).
     """
 
-    def __init__(self, *, first_psn: int = 0, ack_every: int = 1):
+    def __init__(self, *, first_psn: int = 0, ack_every: int = 1, rnr_timer: int = 1):
         if not isinstance(first_psn, int) or not 0 <= first_psn < PSN_MOD:
             raise ValueError(f"first_psn must be an integer in 0..2**24-1, not {first_psn!r}")
         if not isinstance(ack_every, int) or ack_every < 1:
             raise ValueError(f"ack_every must be a positive integer, not {ack_every!r}")
+        if not isinstance(rnr_timer, int) or not 0 <= rnr_timer < len(RNR_DELAY):
+            raise ValueError(f"rnr_timer must be an integer in 0..31, not {rnr_timer!r}")
         self.expected = first_psn
+        self.rnr_timer = rnr_timer
         self.msn = 0
         self.ack_every = ack_every
         self.stats: Tally = Tally()
@@ -345,6 +411,15 @@ class Responder:
         if psn_diff(pkt.psn, self.expected) or (pkt.opcode in _FIRST) != (self._va is None):
             return None
         return pkt.va if self._va is None else self._va
+
+    def refuse(self, pkt: Packet) -> list[Ack]:
+        """The RNR NAK of the next packet (one :meth:`address` places) that the receiver cannot take yet: it
+        changes nothing, so every copy of that PSN gets one until the receiver takes it. ValueError for any
+        other packet (take() has a rule for it)."""
+        if self.address(pkt) is None:
+            raise ValueError(f"PSN {pkt.psn} is not the next packet (expected {self.expected}): nothing to refuse")
+        self.stats["rnr_nak"] += 1
+        return [Ack(self.expected, Syndrome.RNR_NAK | self.rnr_timer, self.msn)]
 
     def take(self, pkt: Packet) -> tuple[Segment | None, list[Ack]]:
         """Handle one request packet: the :class:`Segment` it places (in order only) and the ACK/NAK to send."""

@@ -137,7 +137,7 @@ def _rc_state(mode: Mode):
 # What Mode I's RC endpoints hold that is not switch state (docs/protocol.md section 9): their
 # configuration, the model's statistics, and copies a hardware switch does not keep.
 _RC_NOT_STATE = frozenset({
-    "window", "mtu", "timeout", "retries", "ack_every",  # configuration, fixed when the job is installed
+    "window", "mtu", "timeout", "retries", "rnr_retries", "ack_every", "rnr_timer",  # configuration, fixed at install
     "stats",                  # the model's tallies; the switch counts in its global Counter registers
     "_parts", "_msg_va",      # Responder.receive()'s message buffer: Mode I places packets with take()
     # The per-result header copies: unsent (never any, the window is every slot), sent and not ACKed,
@@ -151,16 +151,18 @@ def _rc_widths(job: TerminatedJob) -> dict[str, int]:
     """Bits of each state field of Mode I's responders and requesters (section 9's Mode I paragraph)."""
     ack_every = {r.ack_every for r in job.responders}
     retries = {q.retries for q in job.requesters}
-    assert len(ack_every) == len(retries) == 1, "every QP of a job has the same configuration"
+    rnr = {q.rnr_retries for q in job.requesters}
+    assert len(ack_every) == len(retries) == len(rnr) == 1, "every QP of a job has the same configuration"
     return {
         # Responder: expected PSN, MSN, "NAK sent", the open message's next VA, and the packets since its
         # last ACK, which count up to ack_every - 1 (0 bits when every packet is ACKed, as in Mode I).
         "expected": PSN_BITS, "msn": PSN_BITS, "_nak_sent": 1, "_va": 64,
         "_unacked": (ack_every.pop() - 1).bit_length(),
         # Requester: next PSN, oldest unACKed PSN, results completed, retries left, its ACK timer, and
-        # "a NAK's Go-Back-N is under way": _nak_psn is None or the oldest unACKed PSN, so one bit.
+        # "a NAK's Go-Back-N is under way": _nak_psn is None or the oldest unACKed PSN, so one bit; RNR
+        # retries left (3 bits, 7 meaning no limit) and "the timer is an RNR NAK's delay".
         "next_psn": PSN_BITS, "una": PSN_BITS, "completed": 32, "_left": retries.pop().bit_length(),
-        "_timer": TIMER_BITS, "_nak_psn": 1,
+        "_timer": TIMER_BITS, "_nak_psn": 1, "_rnr_left": rnr.pop().bit_length(), "_rnr_wait": 1,
     }
 
 

@@ -229,10 +229,11 @@ class TerminatedJob:
             chunk = va // self.switch.spec.chunk_bytes
             slot = self.slots[chunk % len(self.slots)]
             if not slot.free and slot.chunk != chunk:
-                # Not taken and not ACKed: the host sends it again on its timer, after every host
-                # ACKed the slot's result (the same rule as Mode III's).
+                # Not taken: an RNR NAK tells the sender (a host, or a child switch's partials off a Reduce's
+                # root rank side) to wait and send it again, spending no retry, until every receiver ACKed
+                # the slot's result.
                 count[Counter.DROP_BUFFER_BUSY] += 1
-                return []
+                return self._refuse(resp, pkt, self.spec.workers[w].port, self.to[w])
         seg, acks = resp.take(pkt)
         if d > 0:
             count[Counter.DROP_PSN_AHEAD] += 1
@@ -300,15 +301,17 @@ class TerminatedJob:
         q = self.requesters[w]
         if q is None:
             return []  # the QP is in error: its results are not sent any more
-        resent = q.stats["resent"]
+        resent, rnr = q.stats["resent"] + q.stats["rnr_resent"], q.stats["rnr_nak"]
         try:
             pkts = call(q)
         except rc.RcError:
             self.requesters[w] = None
             self.switch.counters[Counter.QP_ERRORS] += 1
             return []
-        self.switch.counters[Counter.HOP_RESENDS] += q.stats["resent"] - resent
-        self.switch.resent[self.spec.workers[w].port, Counter.HOP_RESENDS] += q.stats["resent"] - resent
+        n = q.stats["resent"] + q.stats["rnr_resent"] - resent
+        self.switch.counters[Counter.HOP_RESENDS] += n
+        self.switch.counters[Counter.RNR_NAK_RECEIVED] += q.stats["rnr_nak"] - rnr
+        self.switch.resent[self.spec.workers[w].port, Counter.HOP_RESENDS] += n
         self._release()
         return [f for p in pkts if (f := self._send(w, p)) is not None]
 
@@ -367,6 +370,8 @@ class TerminatedJob:
         pkt = rc.Packet(Opcode.RC_RDMA_WRITE_ONLY_IMM, r.psn, r.payload, r.ackreq, r.va, r.dma_len, r.imm)
         slot = self.slots[chunk30 % len(self.slots)]
         if rc.psn_diff(r.psn, self.up_responder.expected) == 0 and not self._ready(slot, chunk30):
+            if not self.need:  # busy (Broadcast off the root rank's side): the parent waits and sends it again
+                return self._refuse(self.up_responder, pkt, self.spec.parent.port, self.up)
             return []  # not taken, not ACKed: the parent sends it again
         seg, acks = self.up_responder.take(pkt)
         if seg is None:
@@ -389,6 +394,11 @@ class TerminatedJob:
         self.switch.tree_counters[TreeCounter.RX_PARENT] += 1
         return out + self._post_result(slot.chunk, slot)
 
+    def _refuse(self, resp: rc.Responder, pkt: rc.Packet, port: int, to: rc.Address) -> list[tuple[int, bytes]]:
+        """The RNR NAK of an in-order packet whose slot is busy (section 6.4 step 2)."""
+        self.switch.counters[Counter.RNR_NAK_SENT] += 1
+        return [(port, rc.encode(a, to)) for a in resp.refuse(pkt)]
+
     def _ready(self, slot: Slot, chunk30: int) -> bool:
         """Whether ``slot`` may take the parent's in-order result for ``chunk30`` (else counted): it holds that
         chunk's completed partial (``DROP_PARENT_STALE``), or, when this switch's children send nothing
@@ -408,14 +418,15 @@ class TerminatedJob:
         q = self.up_requester
         if q is None:
             return []
-        resent = q.stats["resent"]
+        resent, rnr = q.stats["resent"] + q.stats["rnr_resent"], q.stats["rnr_nak"]
         try:
             pkts = call(q)
         except rc.RcError:
             self.up_requester = None
             self.switch.counters[Counter.QP_ERRORS] += 1
             return []
-        n = q.stats["resent"] - resent
+        n = q.stats["resent"] + q.stats["rnr_resent"] - resent
+        self.switch.counters[Counter.RNR_NAK_RECEIVED] += q.stats["rnr_nak"] - rnr
         self.switch.counters[Counter.HOP_RESENDS] += n
         self.switch.tree_counters[TreeCounter.UP_RESENDS] += n
         self.switch.resent[self.spec.parent.port, Counter.HOP_RESENDS] += n

@@ -161,11 +161,6 @@ def test_random_trees_collectives_modes_and_faults_give_exact_results_or_a_clear
                               seed=seed, tries=12)
     except RcRetryError:
         return  # a clear error, naming the worker and the PSN
-    except Stuck as e:
-        # Mode I: a switch's QP ran out of retries (section 11.1, a Reduce off the root rank's side): the ranks
-        # below it are done, the root rank waits with no timer of its own (the real-time API gives up on it).
-        assert mode is Mode.TERMINATED and any(s.counters[Counter.QP_ERRORS] for s in e.switches)
-        return
     assert all(same(got[r], want[r]) for r in got)
 
 

@@ -471,8 +471,11 @@ def test_mode_i_frees_a_slot_only_when_every_host_acked_its_result():
     for p in range(2):
         _complete(sw, job, p)
     ack(sw, job, 0, Ack(1))                                    # worker 0 has results 0 and 1, worker 1 none
-    assert send(sw, job, 0, 2) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 1   # chunk 2 needs slot 0
-    assert m.responders[0].expected == 2                       # not taken: the host sends it again
+    # Chunk 2 needs slot 0: not taken, an RNR NAK of PSN 2 (timer 1, 0.01 ms) for every copy of it.
+    for n in (1, 2):
+        assert send(sw, job, 0, 2) == [(0, 0x100, Ack(2, Syndrome.RNR_NAK | 1, 2))]
+        assert sw.counters[Counter.DROP_BUFFER_BUSY] == sw.counters[Counter.RNR_NAK_SENT] == n
+    assert m.responders[0].expected == 2 and sw.counters[Counter.NAK_SENT] == 0
     ack(sw, job, 1, Ack(0))
     assert send(sw, job, 0, 2) == [(0, 0x100, Ack(2, Syndrome.ACK, 3))]
     assert [s.done for s in m.slots] == [False, True] and list(m.order) == [1]
@@ -653,7 +656,9 @@ def test_mode_i_reduce_off_the_root_ranks_side_frees_a_slot_when_the_parent_acke
     for p in range(2):
         out = complete(sw, job, p)
         assert [(port, x.psn, x.va) for port, _, x in out if isinstance(x, Packet)] == [(UP.port, p, p * CHUNK)]
-    assert send(sw, job, 0, 2) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 1   # slot 0 holds partial 0
+    # Slot 0 holds partial 0: an RNR NAK, so the host waits instead of spending its retries.
+    assert send(sw, job, 0, 2) == [(0, 0x100, Ack(2, Syndrome.RNR_NAK | 1, 2))]
+    assert sw.counters[Counter.DROP_BUFFER_BUSY] == sw.counters[Counter.RNR_NAK_SENT] == 1
     assert from_parent(sw, Ack(0)) == [] and list(m.order) == [1]   # the parent holds partial 0 now
     assert send(sw, job, 0, 2) == [(0, 0x100, Ack(2, Syndrome.ACK, 3))]
     assert from_parent(sw, result(0)) == [] and sw.tree_counters[TreeCounter.DROP_NO_DATA] == 1
@@ -667,9 +672,11 @@ def test_mode_i_broadcast_off_the_root_ranks_side_takes_the_parents_results_into
         out = from_parent(sw, result(p))
         assert out[0] == (UP.port, UP.qpn, Ack(p, Syndrome.ACK, p + 1))
         assert [(port, x.psn, x.payload) for port, _, x in out[1:]] == [(w, p, result(p).payload) for w in range(2)]
-    assert from_parent(sw, result(4)) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 1   # slot 0 holds result 0
+    rnr = (UP.port, UP.qpn, Ack(4, Syndrome.RNR_NAK | 1, 4))  # the parent waits and sends result 4 again
+    assert from_parent(sw, result(4)) == [rnr] and sw.counters[Counter.DROP_BUFFER_BUSY] == 1   # slot 0 holds result 0
     ack(sw, job, 0, Ack(0))
-    assert from_parent(sw, result(4)) == [] and sw.counters[Counter.DROP_BUFFER_BUSY] == 2   # child 1 lacks it
+    assert from_parent(sw, result(4)) == [rnr] and sw.counters[Counter.DROP_BUFFER_BUSY] == 2   # child 1 lacks it
+    assert sw.counters[Counter.RNR_NAK_SENT] == 2
     ack(sw, job, 1, Ack(0))
     out = from_parent(sw, result(4))
     assert out[0] == (UP.port, UP.qpn, Ack(4, Syndrome.ACK, 5)) and [x.psn for _, _, x in out[1:]] == [4, 4]

@@ -267,3 +267,63 @@ def test_lossy_channel_delivers_each_message_once_in_order_or_raises(sizes, wind
     except rc.RetryExceededError:
         pass
     assert [m.payload for m in got] == msgs[:len(got)] and [m.va for m in got] == list(range(len(got)))
+
+
+# -- RNR NAK: a responder that cannot take the next packet yet ------------------------------------------------
+
+def test_responder_sends_an_rnr_nak_for_every_copy_of_a_busy_psn_and_changes_nothing():
+    req, resp = _pair()
+    pkts = [p for _ in range(2) for p in req.post(0.0, bytes(4), va=0)]
+    before = resp.state()
+    rnr = Ack(0, Syndrome.RNR_NAK | 1, 0)
+    assert resp.refuse(pkts[0]) == resp.refuse(pkts[0]) == [rnr] and resp.state() == before
+    assert resp.stats["rnr_nak"] == 2
+    with pytest.raises(ValueError, match="PSN 1 is not the next packet"):
+        resp.refuse(pkts[1])
+    assert resp.take(pkts[1])[1] == [Ack(0, Syndrome.NAK_SEQ, 0)]   # the packet behind it is ahead, as before
+
+
+def test_requester_waits_the_rnr_delay_and_resends_from_that_psn_without_spending_retries():
+    req, resp = _pair(retries=0)
+    pkts = [p for i in range(3) for p in req.post(0.0, bytes(4), va=4 * i)]
+    resp.receive(pkts[0])
+    # PSN 0 was taken; PSN 1 is refused (timer 5: 0.06 ms); PSN 2 behind it got the gap's sequence NAK.
+    assert _feed(req, [Ack(1, Syndrome.RNR_NAK | 5, 1), Ack(1, Syndrome.NAK_SEQ, 1)]) == []
+    assert req.una == 1 and req.completed == 1 and req.deadline == pytest.approx(0.06e-3)
+    assert req.post(0.0, bytes(4), va=12) == []                   # nothing new goes out while it waits
+    assert req.receive(0.0, Ack(1, Syndrome.RNR_NAK | 5, 1)) == []  # a duplicate restarts nothing
+    assert req.on_timer(0.05e-3) == []
+    assert [p.psn for p in req.on_timer(0.06e-3)] == [1, 2, 3] and req.deadline == pytest.approx(0.06e-3 + T)
+    assert req.stats["retries"] == 0 and req.stats["rnr_nak"] == 1
+
+
+@pytest.mark.parametrize("rnr_retries,refusals,fails", [(0, 1, True), (2, 2, False), (2, 3, True),
+                                                        (rc.RNR_FOREVER, 1000, False)])
+def test_rnr_retries_run_out_unless_seven(rnr_retries, refusals, fails):
+    req = Requester(timeout=T, retries=0, rnr_retries=rnr_retries)
+    req.post(0.0, bytes(4), va=0)
+    now = 0.0
+
+    def refuse_all():
+        nonlocal now
+        for _ in range(refusals):
+            req.receive(now, Ack(0, Syndrome.RNR_NAK | 1, 0))
+            now = req.deadline
+            assert [p.psn for p in req.on_timer(now)] == [0]
+
+    if fails:
+        with pytest.raises(rc.RnrRetryExceededError, match=f"PSN 0 refused as not ready after {rnr_retries}"):
+            refuse_all()
+    else:
+        refuse_all()
+        assert req.receive(now, Ack(0, Syndrome.ACK, 1)) == [] and req.idle
+
+
+def test_progress_restores_the_rnr_retry_count():
+    req = Requester(timeout=T, rnr_retries=1)
+    for i in range(2):
+        req.post(0.0, bytes(4), va=4 * i)
+    req.receive(0.0, Ack(0, Syndrome.RNR_NAK | 1, 0))
+    req.on_timer(req.deadline)
+    req.receive(0.0, Ack(1, Syndrome.RNR_NAK | 1, 1))   # PSN 0 arrived: progress, one RNR retry again
+    assert [p.psn for p in req.on_timer(req.deadline)] == [1]

@@ -66,10 +66,11 @@ def test_mode_i_state_at_epics_point_is_section_9s_list():
     assert s.slot_bits == 32 + 32 + 7 + 1 + 1024 // 4
     # Per host QP, the responder: expected PSN and MSN, "NAK sent", the next VA (every packet is ACKed,
     # so no coalescing count); the requester: next and oldest unACKed PSN, results completed, 3 bits of
-    # retries left, its timer, the NAK Go-Back-N flag. About 30 bytes per QP, under 1 KB at 32 hosts.
-    responder, requester = 24 + 24 + 1 + 64, 24 + 24 + 32 + 3 + 32 + 1
+    # retries left, its timer, the NAK Go-Back-N flag, 3 bits of RNR retries left, the RNR-wait flag. About
+    # 30 bytes per QP, under 1 KB at 32 hosts.
+    responder, requester = 24 + 24 + 1 + 64, 24 + 24 + 32 + 3 + 32 + 1 + 3 + 1
     assert s.child_bits == responder + requester
-    assert math.ceil(s.child_bits / 8) == 29 and s.workers * s.child_bits < 8 * 1024
+    assert math.ceil(s.child_bits / 8) == 30 and s.workers * s.child_bits < 8 * 1024
     # Once: the ring of R = 256 slot indices of 8 bits and its fill count 0..256, and the ACKed count.
     assert s.job_bits == 256 * 8 + 9 + 32
 
