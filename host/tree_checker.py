@@ -232,6 +232,50 @@ def _ample(s: _State, scope: TreeScope, heads: list):
     return None
 
 
+def _switch_set(s: _State, scope: TreeScope, tree: Tree, heads: list) -> list | None:
+    """Every delivery into one Mode II switch, which together stand for every interleaving of ``s``, or None.
+
+    The transitions "deliver the head of link L" for every link L into switch ``i`` form a persistent
+    (stubborn) set when no loss or duplication can happen before the clock moves and every empty link
+    into ``i`` stays empty until ``i`` takes a frame: its sender can act only after a frame reaches it or
+    a timer falls due, and every node that can is cut off from that sender by ``i`` itself (which acts
+    only through the set: a Mode II switch keeps no timer). Other steps then touch neither ``i`` nor the
+    heads of its links (what they send lands behind a head), so they commute with the set and never
+    disable it. Mode II has no invariant a switch's state enters; a wrong result taken stays to the
+    end. The smallest such set is taken. ``docs/results/modes.md`` gives the conditions (C0-C3)."""
+    if scope.mode is not Mode.TRANSLATED or scope.reorder or (s.faults < scope.faults and not s.fault_this_round) \
+            or s.duplicates < scope.duplicates:
+        return None
+    busy = {to[:2] for to, _, _ in heads}  # ("s", j) or ("r", r): a node with a frame to take
+    if not scope.quiet:
+        busy |= {("r", r) for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock}
+    best = None
+    for i, sw in enumerate(tree.switches):
+        into = [h for h in heads if h[0][:2] == ("s", i)]
+        if not into or (best is not None and len(into) >= len(best)):
+            continue
+        active, todo = set(), [n for n in busy if n != ("s", i)]
+        while todo:  # every node that may send before i takes a frame: reached from a busy one, not through i
+            n = todo.pop()
+            if n not in active:
+                active.add(n)
+                todo += [m for m in _neighbours(tree, n) if m != ("s", i)]
+        full = {h[0][2] for h in into}
+        if all(p in full or _node(tree.peer(i, p)[0]) not in active for p in range(sw.ports)):
+            best = into
+    return best
+
+
+def _node(child) -> tuple:
+    return ("s" if child.switch else "r", child.index)
+
+
+def _neighbours(tree: Tree, node: tuple) -> list:
+    if node[0] == "r":
+        return [("s", tree.leaf_of(node[1])[0])]
+    return [_node(tree.peer(node[1], p)[0]) for p in range(tree.switches[node[1]].ports)]
+
+
 def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple, reduce: bool = False):
     # Without reordering only the oldest frame on each link may arrive (or be lost) next.
     heads = sorted(set(s.flight)) if scope.reorder else [e for i, e in enumerate(s.flight)
@@ -242,6 +286,14 @@ def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple,
         t.flight = push(t.flight, [(("s", *tp.rank(item[0][1])), g)
                                    for g in _guard(t.worker(item[0][1]).receive, t.clock, item[2], trace)])
         yield t, f"{_name(item[0])} <- {_describe(item[2])}"
+        return
+    if reduce and (into := _switch_set(s, scope, tree, heads)) is not None:
+        for item in into:
+            to, _, frame = item
+            t = s.clone()
+            t.flight = push(_remove(s.flight, item),
+                            [_routed(tree, to[1], port, g) for port, g in t.own_switch(to[1]).receive(to[2], frame)])
+            yield t, f"{_name(to)} <- {_describe(frame)}"
         return
     for item in heads:
         to, _, frame = item
