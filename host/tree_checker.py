@@ -233,16 +233,18 @@ def _ample(s: _State, scope: TreeScope, heads: list):
 
 
 def _switch_set(s: _State, scope: TreeScope, tree: Tree, heads: list) -> list | None:
-    """Every delivery into one Mode II switch, which together stand for every interleaving of ``s``, or None.
+    """Every delivery into a set of Mode II switches, which together stand for every interleaving of ``s``,
+    or None.
 
-    The transitions "deliver the head of link L" for every link L into switch ``i`` form a persistent
-    (stubborn) set when no loss or duplication can happen before the clock moves and every empty link
-    into ``i`` stays empty until ``i`` takes a frame: its sender can act only after a frame reaches it or
-    a timer falls due, and every node that can is cut off from that sender by ``i`` itself (which acts
-    only through the set: a Mode II switch keeps no timer). Other steps then touch neither ``i`` nor the
-    heads of its links (what they send lands behind a head), so they commute with the set and never
-    disable it. Mode II has no invariant a switch's state enters; a wrong result taken stays to the
-    end. The smallest such set is taken. ``docs/results/modes.md`` gives the conditions (C0-C3)."""
+    For a set ``S`` of switches, the transitions "deliver the head of link L" for every link L into a
+    switch of ``S`` form a persistent (stubborn) set when no loss or duplication can happen before the
+    clock moves and every empty link into ``S`` from outside stays empty until ``S`` takes a frame: its
+    sender can act only after a frame reaches it or a timer falls due, and every node that can is cut
+    off from that sender by ``S`` (whose switches act only through the set: a Mode II switch keeps no
+    timer). Other steps then touch neither ``S`` nor the heads of its links (what they send lands
+    behind a head), so they commute with the set and never disable it. Mode II has no invariant a
+    switch's state enters; a wrong result taken stays to the end. The set with the fewest deliveries
+    is taken. ``docs/results/modes.md`` gives the conditions (C0-C3)."""
     if scope.mode is not Mode.TRANSLATED or scope.reorder or (s.faults < scope.faults and not s.fault_this_round) \
             or s.duplicates < scope.duplicates:
         return None
@@ -250,18 +252,20 @@ def _switch_set(s: _State, scope: TreeScope, tree: Tree, heads: list) -> list | 
     if not scope.quiet:
         busy |= {("r", r) for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock}
     best = None
-    for i, sw in enumerate(tree.switches):
-        into = [h for h in heads if h[0][:2] == ("s", i)]
+    for bits in range(1, 1 << len(tree.switches)):
+        inside = {("s", i) for i in range(len(tree.switches)) if bits >> i & 1}
+        into = [h for h in heads if h[0][:2] in inside]
         if not into or (best is not None and len(into) >= len(best)):
             continue
-        active, todo = set(), [n for n in busy if n != ("s", i)]
-        while todo:  # every node that may send before i takes a frame: reached from a busy one, not through i
+        active, todo = set(), [n for n in busy if n not in inside]
+        while todo:  # every node that may send before S takes a frame: reached from a busy one, not through S
             n = todo.pop()
             if n not in active:
                 active.add(n)
-                todo += [m for m in _neighbours(tree, n) if m != ("s", i)]
-        full = {h[0][2] for h in into}
-        if all(p in full or _node(tree.peer(i, p)[0]) not in active for p in range(sw.ports)):
+                todo += [m for m in _neighbours(tree, n) if m not in inside]
+        full = {h[0] for h in into}
+        if all(("s", i, p) in full or _node(tree.peer(i, p)[0]) in inside or _node(tree.peer(i, p)[0]) not in active
+               for _, i in inside for p in range(tree.switches[i].ports)):
             best = into
     return best
 
