@@ -212,15 +212,15 @@ def _ample(s: _State, scope: TreeScope, heads: list):
     """The one delivery that stands for every interleaving of ``s`` (partial-order reduction), or None.
 
     A rank has one incoming link, so the frame at its head stays the only frame it can receive until it
-    takes it; with links in order and no loss possible until the clock moves (none left, or one this
-    round) and no duplication left, nothing else can touch that rank or that frame before it: every
-    other step is independent of this delivery (it commutes with it and neither disables the other), so
-    the set {this delivery} is persistent and exploring it alone keeps every final state (the graph is
-    acyclic, so no cycle proviso is needed). The invariant of Modes I and III reads each rank's expected
+    takes it; with links in order nothing else can touch that rank or that frame before it, so the
+    delivery, with the loss and the duplication of that frame when allowed (:func:`_steps`), is a
+    stubborn set: every other step commutes with each of them, and none disables the delivery (a loss
+    elsewhere may disable this frame's loss, but only after it, which the set's condition D1 allows);
+    exploring it alone keeps every final state (the graph is acyclic, so no cycle proviso is needed). The invariant of Modes I and III reads each rank's expected
     result PSN, so there a delivered result is visible and not reduced; an ACK or NAK is. A wrong result
     a rank took stays to the final state, so that invariant needs no such care. ``docs/results/modes.md``
     gives the conditions and their checks."""
-    if scope.reorder or (s.faults < scope.faults and not s.fault_this_round) or s.duplicates < scope.duplicates:
+    if scope.reorder:
         return None
     for item in heads:
         to, _, frame = item
@@ -236,17 +236,16 @@ def _switch_set(s: _State, scope: TreeScope, tree: Tree, heads: list) -> list | 
     """Every delivery into a set of Mode II switches, which together stand for every interleaving of ``s``,
     or None.
 
-    For a set ``S`` of switches, the transitions "deliver the head of link L" for every link L into a
-    switch of ``S`` form a persistent (stubborn) set when no loss or duplication can happen before the
-    clock moves and every empty link into ``S`` from outside stays empty until ``S`` takes a frame: its
+    For a set ``S`` of switches, the steps of the head of every link into a switch of ``S`` (its
+    delivery, loss and duplication, :func:`_steps`) form a stubborn set when every empty link into
+    ``S`` from outside stays empty until ``S`` takes a frame: its
     sender can act only after a frame reaches it or a timer falls due, and every node that can is cut
     off from that sender by ``S`` (whose switches act only through the set: a Mode II switch keeps no
     timer). Other steps then touch neither ``S`` nor the heads of its links (what they send lands
     behind a head), so they commute with the set and never disable it. Mode II has no invariant a
     switch's state enters; a wrong result taken stays to the end. The set with the fewest deliveries
     is taken. ``docs/results/modes.md`` gives the conditions (C0-C3)."""
-    if scope.mode is not Mode.TRANSLATED or scope.reorder or (s.faults < scope.faults and not s.fault_this_round) \
-            or s.duplicates < scope.duplicates:
+    if scope.mode is not Mode.TRANSLATED or scope.reorder:
         return None
     busy = {to[:2] for to, _, _ in heads}  # ("s", j) or ("r", r): a node with a frame to take
     if not scope.quiet:
@@ -285,44 +284,41 @@ def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple,
     heads = sorted(set(s.flight)) if scope.reorder else [e for i, e in enumerate(s.flight)
                                                          if i == 0 or s.flight[i - 1][0] != e[0]]
     if reduce and (item := _ample(s, scope, heads)) is not None:
-        t = s.clone()
-        t.flight = _remove(s.flight, item)
-        t.flight = push(t.flight, [(("s", *tp.rank(item[0][1])), g)
-                                   for g in _guard(t.worker(item[0][1]).receive, t.clock, item[2], trace)])
-        yield t, f"{_name(item[0])} <- {_describe(item[2])}"
+        yield from _steps(s, item, scope, tree, tp, push, trace)
         return
     if reduce and (into := _switch_set(s, scope, tree, heads)) is not None:
         for item in into:
-            to, _, frame = item
-            t = s.clone()
-            t.flight = push(_remove(s.flight, item),
-                            [_routed(tree, to[1], port, g) for port, g in t.own_switch(to[1]).receive(to[2], frame)])
-            yield t, f"{_name(to)} <- {_describe(frame)}"
+            yield from _steps(s, item, scope, tree, tp, push, trace)
         return
     for item in heads:
-        to, _, frame = item
-        t = s.clone()
-        t.flight = _remove(s.flight, item)
-        if to[0] == "s":
-            out = [_routed(tree, to[1], port, g) for port, g in t.own_switch(to[1]).receive(to[2], frame)]
-        else:
-            out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.worker(to[1]).receive, t.clock, frame, trace)]
-        t.flight = push(t.flight, out)
-        yield t, f"{_name(to)} <- {_describe(frame)}"
-        if s.faults < scope.faults and not s.fault_this_round:
-            t = s.clone()
-            t.flight = _remove(s.flight, item)
-            t.faults += 1
-            t.fault_this_round = True
-            yield t, f"lose {_describe(frame)} to {_name(to)}"
-        if s.duplicates < scope.duplicates:
-            t = s.clone()
-            t.flight = _push(s.flight, [item])  # the copy takes its original's place in the link's order
-            t.duplicates += 1
-            yield t, f"duplicate {_describe(frame)} to {_name(to)}"
+        yield from _steps(s, item, scope, tree, tp, push, trace)
     # UC and Mode II switches keep no timers of their own; Mode III switches do.
     yield from _clock(s, trace, lambda r, f: (("s", *tp.rank(r)), f), lambda state: state.switches,
                       lambda i, port, f: _routed(tree, i, port, f), push, scope.quiet)
+
+
+def _steps(s: _State, item: tuple, scope: TreeScope, tree: Tree, tp, push, trace: tuple):
+    """The steps of the frame at a link's head: its delivery, its loss, its duplication (each when allowed)."""
+    to, _, frame = item
+    t = s.clone()
+    t.flight = _remove(s.flight, item)
+    if to[0] == "s":
+        out = [_routed(tree, to[1], port, g) for port, g in t.own_switch(to[1]).receive(to[2], frame)]
+    else:
+        out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.worker(to[1]).receive, t.clock, frame, trace)]
+    t.flight = push(t.flight, out)
+    yield t, f"{_name(to)} <- {_describe(frame)}"
+    if s.faults < scope.faults and not s.fault_this_round:
+        t = s.clone()
+        t.flight = _remove(s.flight, item)
+        t.faults += 1
+        t.fault_this_round = True
+        yield t, f"lose {_describe(frame)} to {_name(to)}"
+    if s.duplicates < scope.duplicates:
+        t = s.clone()
+        t.flight = _push(s.flight, [item])  # the copy takes its original's place in the link's order
+        t.duplicates += 1
+        yield t, f"duplicate {_describe(frame)} to {_name(to)}"
 
 
 def _check_taken(s: _State, expect: list[np.ndarray], trace: tuple) -> None:
