@@ -363,10 +363,7 @@ def _check_results_held(s: _State, trace: tuple) -> None:
         for r, w in enumerate(s.workers):
             q = w.responder.expected
             if isinstance(m, TerminatedJob):
-                # The switch's requester of w's results keeps their headers; the lanes are in the slots only.
-                sent = m.requesters[r]
-                lost = [p.psn for p in (sent.unacked if sent is not None else ())
-                        if rc.psn_diff(p.psn, q) >= 0 and m.holding(p) is None]
+                lost = _terminated_lost(m, r, q)
             elif isinstance(m, AugmentedJob):
                 lost = []
                 while rc.psn_diff(q, m.next_result) < 0 and not lost:
@@ -380,6 +377,21 @@ def _check_results_held(s: _State, trace: tuple) -> None:
                                 + "\n  ".join(trace))
 
 
+def _terminated_lost(m: TerminatedJob, w: int, expected: int) -> list[int]:
+    """Mode I: the PSNs of the results child ``w`` lacks (from its responder's ``expected`` on) whose slot the
+    switch freed: its requester of ``w``'s results keeps their headers, the lanes are in the slots only."""
+    sent = m.requesters[w]
+    return [p.psn for p in (sent.unacked if sent is not None else ())
+            if rc.psn_diff(p.psn, expected) >= 0 and m.holding(p) is None]
+
+
+def _values(words: np.ndarray, fp32: np.ndarray) -> np.ndarray:
+    """Result words as the values they stand for: float32 when a chunk was promoted, else int32."""
+    if fp32.any():
+        return np.where(fp32[:, None], words.view(np.float32), words.view(np.int32).astype(np.float32))
+    return words.view(np.int32)
+
+
 def _check_final(s: _State, expect: np.ndarray | list[np.ndarray], trace: tuple) -> None:
     """Every worker done with ``expect`` (one array for all, or a list of one per worker)."""
     for r, w in enumerate(s.workers):
@@ -387,7 +399,6 @@ def _check_final(s: _State, expect: np.ndarray | list[np.ndarray], trace: tuple)
         if not w.done:
             raise Violation(f"run ends with worker {r} missing results\ntrace:\n  " + "\n  ".join(trace))
         words, fp32, _ = w.results()
-        got = np.where(fp32[:, None], words.view(np.float32), words.view(np.int32).astype(np.float32)) \
-            if fp32.any() else words.view(np.int32)
+        got = _values(words, fp32)
         if fp32.any() != (want.dtype == np.float32) or not np.array_equal(got, want):
             raise Violation(f"worker {r} ends with a wrong aggregate\ntrace:\n  " + "\n  ".join(trace))

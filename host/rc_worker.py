@@ -105,6 +105,11 @@ class RcWorker:
     base = Worker.base
     results = Worker.results
 
+    def taken(self) -> tuple[np.ndarray, np.ndarray]:
+        """(words uint32, fp32 flag per chunk) of the batch's results taken so far: RC delivers them in chunk
+        order, so they are the first chunks' (the model checkers check each one as it comes)."""
+        return self._words[:self._got], self._fp32[:self._got]
+
     @property
     def done(self) -> bool:
         """True when every chunk of the current batch has its result and, when the collective's senders are

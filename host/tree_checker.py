@@ -9,15 +9,19 @@ every interleaving within a :class:`TreeScope` with the rules of that
 checker: any frame in flight on any hop may be delivered next (with
 ``reorder`` off, as EPIC checks by default, each link delivers its frames in
 the order they were sent, and any link may go next); a frame may be lost,
-at most one per timeout round and at most ``faults`` per run; the clock
+at most one per timeout round and at most ``faults`` per run; a frame may
+be duplicated on its hop, at most ``duplicates`` per run in any round (the
+copy follows its original on an in-order link); the clock
 advances to the next timer (a rank's, or a Mode I or III switch's) only when
 nothing is in flight. A due timer fires at any point, or (``quiet``, as
 EPIC's checks retransmit) only when nothing is in flight.
 
-In Mode III every state must also keep, at every switch, the result of
-every PSN that a child still lacks, in a slot that is not free: the rule
-"free a result only when the slowest child ACKed it", checked where it
-could break rather than only at the end of a run.
+In Modes I and III every state must also keep, at every switch, the
+result of every PSN that a child still lacks (Mode III: in a slot that is
+not free; Mode I: in the slot its requester reads it from): the rule "free
+a result only when the slowest child ACKed it", checked where it could
+break rather than only at the end of a run. In Modes I, II and III every
+result a rank has taken must already be the exact one.
 
 Every explored run must end with every rank holding the exact sum of every
 chunk (Reduce: the root rank; Broadcast: the root rank's chunks on every
@@ -40,10 +44,12 @@ from inagg.models.job import Collective, Mode
 from inagg.models.modes import AugmentedJob
 from inagg.models.rc import psn_add, psn_diff
 from inagg.models.switch import ModelSwitch
+from inagg.models.terminated import TerminatedJob
 from inagg.models.tree import Tree
 
 from inagg.host.checker import (
     _OPCODE, _PSN, CheckResult, Violation, _clock, _describe, _explore, _fork_switch, _guard, _push, _remove,
+    _terminated_lost, _values,
 )
 from inagg.host.controller import TreeController, plan_tree
 from inagg.host.rc_worker import RC_MODES, RcWorker
@@ -52,6 +58,7 @@ from inagg.host.worker import Timing, Worker
 __all__ = ["TreeScope", "check_tree"]
 
 _RESULT_OPCODE = Opcode.UC_RDMA_WRITE_ONLY_IMM  # a UC result (its PSN is masked in state keys)
+_HELD = (Mode.TERMINATED, Mode.AUGMENTED)  # the modes whose invariant reads the PSN a rank expects next
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class TreeScope:
     quiet: bool = False
     collective: Collective = Collective.ALLREDUCE
     root: int = 0
+    duplicates: int = 0
 
     def __post_init__(self) -> None:
         tree = Tree.parse(self.spec)
@@ -81,6 +89,8 @@ class TreeScope:
             raise ValueError(f"window must be a power of two >= 1, not {self.window!r}")
         if not isinstance(self.faults, int) or not 0 <= self.faults <= 2:
             raise ValueError(f"faults must be an integer in 0..2, not {self.faults!r}")
+        if not isinstance(self.duplicates, int) or not 0 <= self.duplicates <= 2:
+            raise ValueError(f"duplicates must be an integer in 0..2, not {self.duplicates!r}")
         if not isinstance(self.mode, Mode):
             raise ValueError(f"mode must be a Mode (UC, TERMINATED, TRANSLATED or AUGMENTED), not {self.mode!r}")
         if self.collective not in (Collective.ALLREDUCE, Collective.REDUCE, Collective.BROADCAST):
@@ -95,12 +105,13 @@ class _State:
     """One state, its ranks and switches shared with the parent state until a step writes them (as
     :class:`inagg.host.checker._State`: ``prints`` caches each one's part of the key)."""
 
-    __slots__ = ("workers", "switches", "flight", "clock", "faults", "fault_this_round", "depth", "prints")
+    __slots__ = ("workers", "switches", "flight", "clock", "faults", "fault_this_round", "duplicates", "depth",
+                 "prints")
 
     def clone(self) -> "_State":
         s = _State()
         s.workers, s.switches, s.prints = list(self.workers), list(self.switches), list(self.prints)
-        s.flight, s.clock, s.faults = self.flight, self.clock, self.faults
+        s.flight, s.clock, s.faults, s.duplicates = self.flight, self.clock, self.faults, self.duplicates
         s.fault_this_round, s.depth = self.fault_this_round, self.depth + 1
         return s
 
@@ -132,7 +143,7 @@ class _State:
             head.setdefault(to, n)
         flight = tuple(sorted((to, n - head[to], f[:_PSN.start] + f[_PSN.stop:-4] if f[_OPCODE] == _RESULT_OPCODE
                                else f) for to, n, f in self.flight))
-        return (tuple(self.prints), flight, self.faults, self.fault_this_round)
+        return (tuple(self.prints), flight, self.faults, self.fault_this_round, self.duplicates)
 
 
 def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
@@ -167,10 +178,17 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
     push = _queue if not scope.reorder else lambda flight, out: _push(flight, ((to, 0, f) for to, f in out))
     init.flight = push((), [(("s", *tp.rank(r)), f) for r, w in enumerate(init.workers)
                             for f in w.submit(0.0, data[r])])
-    init.clock, init.faults, init.fault_this_round, init.depth = 0.0, 0, False, 0
+    init.clock, init.faults, init.fault_this_round, init.duplicates, init.depth = 0.0, 0, False, 0, 0
     init.prints = [None] * (len(init.workers) + len(init.switches))
+    expect_each = expect if isinstance(expect, list) else [expect] * tree.ranks
+
+    def invariant(s: _State, trace: tuple) -> None:
+        _check_results_held(s, tree, trace)
+        if kind is RcWorker:
+            _check_taken(s, expect_each, trace)
+
     counts = _explore(init, lambda s, trace: _successors(s, scope, tree, tp, push, trace, reduce), expect, max_states,
-                      invariant=lambda s, trace: _check_results_held(s, tree, trace))
+                      invariant=invariant)
     return CheckResult(scope, *counts, time.perf_counter() - start)
 
 
@@ -194,18 +212,19 @@ def _ample(s: _State, scope: TreeScope, heads: list):
     """The one delivery that stands for every interleaving of ``s`` (partial-order reduction), or None.
 
     A rank has one incoming link, so the frame at its head stays the only frame it can receive until it
-    takes it; with links in order and no loss possible until the clock moves (none left, or one this
-    round), nothing else can touch that rank or that frame before it: every other step is independent
-    of this delivery (it commutes with it and neither disables the other), so the set {this delivery}
-    is persistent and exploring it alone keeps every final state (the graph is acyclic, so no cycle
-    proviso is needed). The invariant of Mode III reads each rank's expected result PSN, so there a
-    delivered result is visible and not reduced; an ACK or NAK is. ``docs/results/modes.md`` gives the
-    conditions and their checks."""
-    if scope.reorder or (s.faults < scope.faults and not s.fault_this_round):
+    takes it; with links in order nothing else can touch that rank or that frame before it, so the
+    delivery, with the loss and the duplication of that frame when allowed (:func:`_steps`), is a
+    stubborn set: every other step commutes with each of them, and none disables the delivery (a loss
+    elsewhere may disable this frame's loss, but only after it, which the set's condition D1 allows);
+    exploring it alone keeps every final state (the graph is acyclic, so no cycle proviso is needed). The invariant of Modes I and III reads each rank's expected
+    result PSN, so there a delivered result is visible and not reduced; an ACK or NAK is. A wrong result
+    a rank took stays to the final state, so that invariant needs no such care. ``docs/results/modes.md``
+    gives the conditions and their checks."""
+    if scope.reorder:
         return None
     for item in heads:
         to, _, frame = item
-        if to[0] != "r" or (scope.mode is Mode.AUGMENTED and frame[_OPCODE] != Opcode.RC_ACK):
+        if to[0] != "r" or (scope.mode in _HELD and frame[_OPCODE] != Opcode.RC_ACK):
             continue
         if scope.quiet or (dl := s.workers[to[1]].deadline) is None or dl > s.clock:
             return item  # with timers at any time, the rank's own timer must not be due (it never falls due
@@ -213,45 +232,122 @@ def _ample(s: _State, scope: TreeScope, heads: list):
     return None
 
 
+def _switch_set(s: _State, scope: TreeScope, tree: Tree, heads: list) -> list | None:
+    """Every delivery into a set of Mode II switches, which together stand for every interleaving of ``s``,
+    or None.
+
+    For a set ``S`` of switches, the steps of the head of every link into a switch of ``S`` (its
+    delivery, loss and duplication, :func:`_steps`) form a stubborn set when every empty link into
+    ``S`` from outside stays empty until ``S`` takes a frame: its
+    sender can act only after a frame reaches it or a timer falls due, and every node that can is cut
+    off from that sender by ``S`` (whose switches act only through the set: a Mode II switch keeps no
+    timer). Other steps then touch neither ``S`` nor the heads of its links (what they send lands
+    behind a head), so they commute with the set and never disable it. Mode II has no invariant a
+    switch's state enters; a wrong result taken stays to the end. The set with the fewest deliveries
+    is taken. ``docs/results/modes.md`` gives the conditions (C0-C3)."""
+    if scope.mode is not Mode.TRANSLATED or scope.reorder:
+        return None
+    busy = {to[:2] for to, _, _ in heads}  # ("s", j) or ("r", r): a node with a frame to take
+    if not scope.quiet:
+        busy |= {("r", r) for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock}
+    best = None
+    for bits in range(1, 1 << len(tree.switches)):
+        inside = {("s", i) for i in range(len(tree.switches)) if bits >> i & 1}
+        into = [h for h in heads if h[0][:2] in inside]
+        if not into or (best is not None and len(into) >= len(best)):
+            continue
+        active, todo = set(), [n for n in busy if n not in inside]
+        while todo:  # every node that may send before S takes a frame: reached from a busy one, not through S
+            n = todo.pop()
+            if n not in active:
+                active.add(n)
+                todo += [m for m in _neighbours(tree, n) if m not in inside]
+        full = {h[0] for h in into}
+        if all(("s", i, p) in full or _node(tree.peer(i, p)[0]) in inside or _node(tree.peer(i, p)[0]) not in active
+               for _, i in inside for p in range(tree.switches[i].ports)):
+            best = into
+    return best
+
+
+def _node(child) -> tuple:
+    return ("s" if child.switch else "r", child.index)
+
+
+def _neighbours(tree: Tree, node: tuple) -> list:
+    if node[0] == "r":
+        return [("s", tree.leaf_of(node[1])[0])]
+    return [_node(tree.peer(node[1], p)[0]) for p in range(tree.switches[node[1]].ports)]
+
+
 def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple, reduce: bool = False):
     # Without reordering only the oldest frame on each link may arrive (or be lost) next.
     heads = sorted(set(s.flight)) if scope.reorder else [e for i, e in enumerate(s.flight)
                                                          if i == 0 or s.flight[i - 1][0] != e[0]]
     if reduce and (item := _ample(s, scope, heads)) is not None:
-        t = s.clone()
-        t.flight = _remove(s.flight, item)
-        t.flight = push(t.flight, [(("s", *tp.rank(item[0][1])), g)
-                                   for g in _guard(t.worker(item[0][1]).receive, t.clock, item[2], trace)])
-        yield t, f"{_name(item[0])} <- {_describe(item[2])}"
+        yield from _steps(s, item, scope, tree, tp, push, trace)
+        return
+    if reduce and (into := _switch_set(s, scope, tree, heads)) is not None:
+        for item in into:
+            yield from _steps(s, item, scope, tree, tp, push, trace)
         return
     for item in heads:
-        to, _, frame = item
-        t = s.clone()
-        t.flight = _remove(s.flight, item)
-        if to[0] == "s":
-            out = [_routed(tree, to[1], port, g) for port, g in t.own_switch(to[1]).receive(to[2], frame)]
-        else:
-            out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.worker(to[1]).receive, t.clock, frame, trace)]
-        t.flight = push(t.flight, out)
-        yield t, f"{_name(to)} <- {_describe(frame)}"
-        if s.faults < scope.faults and not s.fault_this_round:
-            t = s.clone()
-            t.flight = _remove(s.flight, item)
-            t.faults += 1
-            t.fault_this_round = True
-            yield t, f"lose {_describe(frame)} to {_name(to)}"
+        yield from _steps(s, item, scope, tree, tp, push, trace)
     # UC and Mode II switches keep no timers of their own; Mode III switches do.
     yield from _clock(s, trace, lambda r, f: (("s", *tp.rank(r)), f), lambda state: state.switches,
                       lambda i, port, f: _routed(tree, i, port, f), push, scope.quiet)
 
 
+def _steps(s: _State, item: tuple, scope: TreeScope, tree: Tree, tp, push, trace: tuple):
+    """The steps of the frame at a link's head: its delivery, its loss, its duplication (each when allowed)."""
+    to, _, frame = item
+    t = s.clone()
+    t.flight = _remove(s.flight, item)
+    if to[0] == "s":
+        out = [_routed(tree, to[1], port, g) for port, g in t.own_switch(to[1]).receive(to[2], frame)]
+    else:
+        out = [(("s", *tp.rank(to[1])), g) for g in _guard(t.worker(to[1]).receive, t.clock, frame, trace)]
+    t.flight = push(t.flight, out)
+    yield t, f"{_name(to)} <- {_describe(frame)}"
+    if s.faults < scope.faults and not s.fault_this_round:
+        t = s.clone()
+        t.flight = _remove(s.flight, item)
+        t.faults += 1
+        t.fault_this_round = True
+        yield t, f"lose {_describe(frame)} to {_name(to)}"
+    if s.duplicates < scope.duplicates:
+        t = s.clone()
+        t.flight = _push(s.flight, [item])  # the copy takes its original's place in the link's order
+        t.duplicates += 1
+        yield t, f"duplicate {_describe(frame)} to {_name(to)}"
+
+
+def _check_taken(s: _State, expect: list[np.ndarray], trace: tuple) -> None:
+    """Modes I, II and III: every result a rank has taken is already the exact one (module docstring).
+
+    A result, once taken, stays to the end of the run, where the final check
+    would find it wrong too: checked here, the trace ends where it went wrong."""
+    for r, w in enumerate(s.workers):
+        words, fp32 = w.taken()
+        if not np.array_equal(_values(words, fp32), expect[r][:len(words)]):
+            raise Violation(f"rank {r} took a wrong result for chunk {len(words) - 1}\ntrace:\n  " + "\n  ".join(trace))
+
+
 def _check_results_held(s: _State, tree: Tree, trace: tuple) -> None:
-    """Mode III: every result a child still lacks is in a slot of its switch that is not free (module docstring).
+    """Modes I and III: every result a child still lacks is still held by its switch (module docstring).
 
     A child rank lacks the results from its responder's expected PSN on, a
-    child switch those from the PSN it expects from its parent on."""
+    child switch those from the PSN it expects from its parent on (Mode I:
+    its responder's towards the parent). Mode III holds them in slots that
+    are not free, Mode I in the slots its requester of that child reads."""
     for i, sw in enumerate(s.switches):
         for m in sw.modes.values():
+            if isinstance(m, TerminatedJob):
+                for w, child in enumerate(tree.switches[i].children):
+                    q = (s.switches[child.index].modes[m.spec.job].up_responder.expected if child.switch
+                         else s.workers[child.index].responder.expected)
+                    if lost := _terminated_lost(m, w, q):
+                        raise Violation(f"switch {i} no longer holds result PSN {lost[0]}, which its child {w} "
+                                        "lacks\ntrace:\n  " + "\n  ".join(trace))
             if not isinstance(m, AugmentedJob):
                 continue
             for w, child in enumerate(tree.switches[i].children):

@@ -129,10 +129,14 @@ class TranslatedJob:
     ``shadow_skew`` is a test-only mutation: the shadow wipe of step 2 lands
     that many slots past the shadow slot, an off-by-one in the "2W slots
     indexed by PSN mod 2W" rule; :mod:`inagg.host.tree_checker` must find it.
+    ``add_duplicates`` is another: a child's duplicate of a contribution its
+    slot still aggregates is added again (step 4 forgotten while the slot is
+    open); the tree checker must find it through a duplicated frame.
     """
 
     mode = Mode.TRANSLATED
     shadow_skew = 0
+    add_duplicates = False
 
     def __init__(self, switch, spec: JobSpec):
         self.switch, self.spec = switch, spec
@@ -201,7 +205,7 @@ class TranslatedJob:
         if d > 0:
             count[Counter.DROP_PSN_AHEAD] += 1
             return self._ahead(w)
-        if d < 0:
+        if d < 0 and not (self.add_duplicates and e.psn == psn and e.bitmap >> w & 1 and not e.done):
             return self._behind(w, psn, chunk, e)
         if e.bitmap and e.psn != psn:
             return self._busy(e)
@@ -210,8 +214,10 @@ class TranslatedJob:
             return []
         if not e.bitmap:
             e.chunk, e.psn, e.count, e.done, e.held, e.acked = chunk, psn, 0, False, False, 0
-        self.expected[w] = psn_add(psn, 1)
-        out = self._in_order(w, psn)
+        out = []  # the test-only mutation adds a duplicate again, taking nothing in order
+        if d == 0:
+            self.expected[w] = psn_add(psn, 1)
+            out = self._in_order(w, psn)
         self.switch._add(e.lanes, payload, promoted, first=e.count == 0)
         e.bitmap |= 1 << w
         e.count += 1
