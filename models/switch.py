@@ -196,7 +196,8 @@ class ModelSwitch(SwitchBackend):
             return self._from_parent(self.jobs[up], r)
         named = split_qpn(r.dest_qpn)
         job = self.jobs.get(named[0]) if named else None
-        known = job is not None and named[1] < len(job.spec.workers)
+        # Ingress-port binding: a worker's frames count only on the port it is attached to (check 14).
+        known = job is not None and named[1] < len(job.spec.workers) and job.spec.workers[named[1]].port == port
         if known and job.spec.mode is not Mode.UC:
             return self.modes[job.spec.job].receive(named[1], r)
         kind, size = self._expects(job, named[1], r.opcode) if known else (CONTRIBUTION, c)
