@@ -258,7 +258,8 @@ class WorkerTable(wiring.Component):
         self._entries, self._port_bits = entries, port_bits
         super().__init__({
             "worker_rd": In(WorkerRead()).array(readers),
-            "contrib_rd": In(wiring.Signature({"index": Out(range(entries)), "entry": In(ContribEntry)})).array(readers),
+            "contrib_rd": In(wiring.Signature({"index": Out(range(entries)),
+                                               "entry": In(ContribEntry)})).array(readers),
             "bus": In(TableAccess(max(1, (entries - 1).bit_length()), (rm.WORKER_STRIDE - 1).bit_length())),
             "psn_busy": Out(1),
             "ports": Out(entries * port_bits),
