@@ -19,6 +19,7 @@ from inagg.models.protocol import DEFAULT_PKEY, MAX_WORKERS, QPN_JOB_BITS, QPN_W
 from inagg.hdl.exception import STATS, stats_layout
 
 __all__ = ["register_layout", "register_view", "AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead",
+           "ContribEntry", "ContribRead",
            "SwitchConfig", "TeardownRequest", "TableAccess", "JobTable", "WorkerTable", "Counters", "Control",
            "N_COUNTERS", "event_vector"]
 
@@ -68,7 +69,7 @@ class AXILiteSignature(wiring.Signature):
         })
 
 
-JobEntry = data.StructLayout({"valid": 1, "workers": range(MAX_WORKERS + 1), "rkey": _width(rm.JOB_REGISTERS, "RKEY"),
+JobEntry = data.StructLayout({"valid": 1, "workers": range(MAX_WORKERS + 1),
                               "slot_base": _width(rm.JOB_REGISTERS, "SLOT_BASE"),
                               "slots": _width(rm.JOB_REGISTERS, "SLOTS"),
                               "mode": register_layout(rm.JOB_CTRL)["mode"].shape})
@@ -81,6 +82,10 @@ WorkerEntry = data.StructLayout({
     "va": _width(rm.WORKER_REGISTERS, "VA_HI") + _width(rm.WORKER_REGISTERS, "VA_LO"),
     "psn": _width(rm.WORKER_REGISTERS, "PSN")})
 """Where one worker's results go (its port is in :attr:`Control.ports`)."""
+
+ContribEntry = data.StructLayout({"rkey": _width(rm.WORKER_REGISTERS, "CONTRIB_RKEY"),
+                                  "port": _width(rm.WORKER_REGISTERS, "PORT")})
+"""What the ingress checks of one worker's contributions: their R_Key (check 15) and the port they must come in on."""
 
 SwitchConfig = data.StructLayout({
     "mac": _width(rm.SWITCH_REGISTERS, "MAC_HI") + _width(rm.SWITCH_REGISTERS, "MAC_LO"),
@@ -104,6 +109,16 @@ class WorkerRead(wiring.Signature):
     def __init__(self):
         super().__init__({"index": Out(QPN_JOB_BITS + QPN_WORKER_BITS), "entry": In(WorkerEntry),
                           "psn_inc": Out(1)})
+
+
+class ContribRead(wiring.Signature):
+    """A combinational read of the worker table's :data:`ContribEntry` of (``job``, ``worker``), from the reader's side.
+
+    ``entry`` is meaningless where the pair names no worker of the table.
+    """
+
+    def __init__(self):
+        super().__init__({"job": Out(QPN_JOB_BITS), "worker": Out(QPN_WORKER_BITS), "entry": In(ContribEntry)})
 
 
 class TableAccess(wiring.Signature):
@@ -180,7 +195,6 @@ class JobTable(wiring.Component):
             m.d.comb += [
                 rd.entry.valid.eq((rd.index < jobs) & ctrl.enable),
                 rd.entry.workers.eq(ctrl.workers),
-                rd.entry.rkey.eq(regs["RKEY"][idx]),
                 rd.entry.slot_base.eq(regs["SLOT_BASE"][idx]),
                 rd.entry.slots.eq(regs["SLOTS"][idx]),
                 rd.entry.mode.eq(ctrl.mode),
@@ -207,25 +221,30 @@ class JobTable(wiring.Component):
 
 
 class WorkerTable(wiring.Component):
-    """The worker table: where each worker's results go, one entry per (job, worker).
+    """The worker table: where each worker's results go and what its contributions must be, per (job, worker).
 
     One memory per 32-bit register of :data:`~inagg.models.regmap.WORKER_REGISTERS`
     with a combinational read port per reader (result emitter); the ports
     are registers (:attr:`ports`), and the result PSNs a memory per reader
-    (see :class:`Control`'s ``worker_rd``).
+    (see :class:`Control`'s ``worker_rd``). ``CONTRIB_RKEY`` and a copy of
+    the ports are memories of their own, read combinationally by each
+    ingress port's checks (``contrib_rd``) in the cycle they read the job
+    table, so the checks take no cycle more.
 
     Parameters
     ----------
     entries:
         ``jobs * workers``.
     readers:
-        Number of read ports (the switch's ports).
+        Number of read ports of each kind (the switch's ports).
     port_bits:
         Bits of a port number.
 
     Members
     -------
     worker_rd : In(WorkerRead()).array(readers)
+    contrib_rd : In(index, ContribEntry).array(readers)
+        The ingress checks' reads, by entry ``index``.
     bus : In(TableAccess(entry bits, 6))
         Register writes (offsets within ``WORKER_STRIDE``); the registers are write-only.
     psn_busy : Out(1)
@@ -239,6 +258,8 @@ class WorkerTable(wiring.Component):
         self._entries, self._port_bits = entries, port_bits
         super().__init__({
             "worker_rd": In(WorkerRead()).array(readers),
+            "contrib_rd": In(wiring.Signature({"index": Out(range(entries)),
+                                               "entry": In(ContribEntry)})).array(readers),
             "bus": In(TableAccess(max(1, (entries - 1).bit_length()), (rm.WORKER_STRIDE - 1).bit_length())),
             "psn_busy": Out(1),
             "ports": Out(entries * port_bits),
@@ -253,10 +274,18 @@ class WorkerTable(wiring.Component):
         w_port = Array(Signal(self._port_bits, name=f"worker{i}_port") for i in range(entries))
         m.d.comb += self.ports.eq(Cat(*w_port))
         fields = {name: memory.Memory(shape=reg.width, depth=entries, init=[])
-                  for name, reg in rm.WORKER_REGISTERS.items() if name not in ("PORT", "PSN")}
-        for name, mem in fields.items():
+                  for name, reg in rm.WORKER_REGISTERS.items() if name not in ("PORT", "PSN", "CONTRIB_RKEY")}
+        contrib = {"CONTRIB_RKEY": memory.Memory(shape=rm.WORKER_REGISTERS["CONTRIB_RKEY"].width, depth=entries,
+                                                 init=[]),
+                   "PORT": memory.Memory(shape=self._port_bits, depth=entries, init=[])}
+        for name, mem in {**fields, "CONTRIB_RKEY": contrib["CONTRIB_RKEY"]}.items():
             m.submodules[f"worker_{name.lower()}"] = mem
-        wr = {name: mem.write_port() for name, mem in fields.items()}
+        m.submodules.worker_port_copy = contrib["PORT"]
+        wr = {name: mem.write_port() for name, mem in {**fields, **contrib}.items()}
+        for rd in self.contrib_rd:
+            r = {name: mem.read_port(domain="comb") for name, mem in contrib.items()}
+            m.d.comb += [p.addr.eq(rd.index) for p in r.values()]
+            m.d.comb += [rd.entry.rkey.eq(r["CONTRIB_RKEY"].data), rd.entry.port.eq(r["PORT"].data)]
         psn_wr = []
         for i, rd in enumerate(self.worker_rd):
             m.submodules[f"worker_psn{i}"] = psn = memory.Memory(shape=rm.WORKER_REGISTERS["PSN"].width,
@@ -354,6 +383,8 @@ class Control(wiring.Component):
         that port's copy unless its ``PSN`` is written again after the move
         (:meth:`~inagg.models.regmap.RegMap.job_writes` writes ``PORT``
         before ``PSN``).
+    contrib_rd : In(ContribRead()).array(ports)
+        The ingress checks' reads of the worker table, one per port.
     ports : Out(jobs * workers * port_bits)
         The switch port of every worker, at ``(job * workers + worker) * port_bits``.
     events : In(N_COUNTERS).array(event_sources)
@@ -387,6 +418,7 @@ class Control(wiring.Component):
             "switch": Out(SwitchConfig),
             "job_rd": In(JobRead()).array(job_readers),
             "worker_rd": In(WorkerRead()).array(ports),
+            "contrib_rd": In(ContribRead()).array(ports),
             "ports": Out(jobs * workers * self.port_bits),
             "events": In(N_COUNTERS).array(event_sources),
             "enabled": Out(jobs),
@@ -413,6 +445,8 @@ class Control(wiring.Component):
             wiring.connect(m, wiring.flipped(rd), port)
         for rd, port in zip(self.worker_rd, worker_table.worker_rd):
             wiring.connect(m, wiring.flipped(rd), port)
+        for rd, port in zip(self.contrib_rd, worker_table.contrib_rd):
+            m.d.comb += [port.index.eq(rd.job * g.workers + rd.worker), rd.entry.eq(port.entry)]
         m.d.comb += [self.enabled.eq(job_table.enabled), self.ports.eq(worker_table.ports)]
         m.d.comb += [port.eq(src) for port, src in zip(counters.events, self.events)]
 

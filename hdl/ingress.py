@@ -37,7 +37,7 @@ from inagg.models.protocol import (
     IPV4_LEN, QPN_JOB_BITS, QPN_PREFIX, QPN_WORKER_BITS, RETH_LEN, RETH_OPCODES, ROCE_UDP_PORT, UDP_LEN, Counter,
 )
 from inagg.hdl.axis import be_get, beat_signature, check_chunk_bytes, check_slots, check_width
-from inagg.hdl.control import JobRead, N_COUNTERS, event_vector
+from inagg.hdl.control import ContribRead, JobRead, N_COUNTERS, event_vector
 from inagg.hdl.headers import field
 from inagg.hdl.icrc import ICRCChecker
 
@@ -188,14 +188,19 @@ class FrameChecks(wiring.Component):
     """Checks stage: every check of ``docs/protocol.md`` section 5 but the ICRC, on a captured header.
 
     In the cycle after a frame's last beat the checks run (compares, the
-    IPv4 checksum, the job-table read) and their outcome is registered: the
-    first failing check before the ICRC's place in the order, the first
-    after it, and the accepted contribution's descriptor.
+    IPv4 checksum, the job-table and worker-table reads) and their outcome
+    is registered: the first failing check before the ICRC's place in the
+    order, the first after it, and the accepted contribution's descriptor.
+    A contribution must carry its worker's ``CONTRIB_RKEY`` (check 15) and
+    come in on its worker's ``PORT`` (check 14: on another port its QPN
+    names no worker, ``DROP_UNKNOWN_QPN``).
 
     Parameters
     ----------
     chunk_bytes, slots, beats:
         The switch's chunk size and slot count; payload beats per contribution.
+    port:
+        The switch port the checks serve.
 
     Members
     -------
@@ -207,17 +212,20 @@ class FrameChecks(wiring.Component):
         The P_Key contributions must carry.
     job : Out(JobRead())
         The job table, read for the frame's job.
+    worker : Out(ContribRead())
+        The worker table, read for the frame's (job, worker).
     checked : Out(StructLayout({"fire", "before", "after", "stored", "desc"}))
         A cycle after ``start.fire``: the outcome.
     """
 
-    def __init__(self, chunk_bytes: int, slots: int, beats: int):
-        self._chunk, self._slots, self._beats = chunk_bytes, slots, beats
+    def __init__(self, chunk_bytes: int, slots: int, beats: int, port: int):
+        self._chunk, self._slots, self._beats, self._port = chunk_bytes, slots, beats, port
         super().__init__({
             "hdr": In(8 * _HDR_LEN),
             "start": In(_start_layout(beats)),
             "pkey": In(16),
             "job": Out(JobRead()),
+            "worker": Out(ContribRead()),
             "checked": Out(_checked_layout(beats, slots)),
         })
 
@@ -250,13 +258,14 @@ class FrameChecks(wiring.Component):
         dma_expect = Signal(signed(19))
         m.d.comb += dma_expect.eq(total - (IPV4_LEN + UDP_LEN + BTH_LEN + RETH_LEN + ICRC_LEN)
                                   - Mux(has_imm, IMMDT_LEN, 0) - pad)
-        m.d.comb += self.job.index.eq(job_no)
-        entry = self.job.entry
+        m.d.comb += [self.job.index.eq(job_no), self.worker.job.eq(job_no), self.worker.worker.eq(worker)]
+        entry, own = self.job.entry, self.worker.entry
         chunk = va[lg_chunk:lg_chunk + 32]
 
         # Mode II (protocol.md section 6.2, step 1): a known worker of a Mode II job sends RC WRITE ONLY
         # contributions and RC ACKs of its results; everyone else UC contributions.
-        known = (qpn[16:] == QPN_PREFIX) & entry.valid & (worker < entry.workers)
+        # Check 14 with ingress-port binding: the worker's QPN is known on its own port only.
+        known = (qpn[16:] == QPN_PREFIX) & entry.valid & (worker < entry.workers) & (own.port == self._port)
         translated = known & (entry.mode == MODE_CODES[Mode.TRANSLATED])
         ack = translated & (opcode == Opcode.RC_ACK)
         want = Mux(translated, Opcode.RC_RDMA_WRITE_ONLY, CONTRIBUTION.opcode)
@@ -288,7 +297,7 @@ class FrameChecks(wiring.Component):
             (~ack & (opcode != want), Counter.DROP_BAD_OPCODE),
             (~ack & ((dma_len != self._chunk) | (pad != 0)), Counter.DROP_BAD_LENGTH),
             (~known, Counter.DROP_UNKNOWN_QPN),
-            (~ack & (rkey != entry.rkey), Counter.DROP_BAD_RKEY),
+            (~ack & (rkey != own.rkey), Counter.DROP_BAD_RKEY),
             (~ack & ((va[:lg_chunk] != 0) | (va[lg_chunk + 32:] != 0)), Counter.DROP_BAD_ADDRESS),
         ])
         checked = self.checked
@@ -383,6 +392,8 @@ class IngressPort(wiring.Component):
         Payload bytes of a contribution, C.
     slots:
         Slots of the switch (the descriptor's slot number).
+    port:
+        The switch port this is: a worker's contributions count only on its own.
 
     Members
     -------
@@ -394,6 +405,8 @@ class IngressPort(wiring.Component):
         to the payload buffer).
     job : Out(JobRead())
         The job table, read at each frame's verdict.
+    worker : Out(ContribRead())
+        The worker table, read with the job table.
     pkey : In(16)
         The P_Key contributions must carry.
     events : Out(N_COUNTERS)
@@ -408,14 +421,16 @@ class IngressPort(wiring.Component):
         is full.
     """
 
-    def __init__(self, width: int, chunk_bytes: int, slots: int):
+    def __init__(self, width: int, chunk_bytes: int, slots: int, port: int):
         self._width = check_width(width)
         self._chunk = check_chunk_bytes(chunk_bytes)
         self._slots = check_slots(slots)
+        self._port = port
         super().__init__({
             "i": In(beat_signature(width)),
             "o": Out(frame_signature(width, slots)),
             "job": Out(JobRead()),
+            "worker": Out(ContribRead()),
             "pkey": In(16),
             "events": Out(N_COUNTERS),
             "ack": Out(stream.Signature(AckDesc, always_ready=True)),
@@ -430,7 +445,7 @@ class IngressPort(wiring.Component):
         m.submodules.descs = dq = fifo.SyncFIFOBuffered(width=verdict_layout.size, depth=_FIFO_DESCS)
         m.submodules.capture = cap = HeaderCapture(self._width, beats)
         m.submodules.icrc = icrc = ICRCChecker(self._width)
-        m.submodules.checks = chk = FrameChecks(self._chunk, self._slots, beats)
+        m.submodules.checks = chk = FrameChecks(self._chunk, self._slots, beats, self._port)
         m.submodules.send = snd = PayloadSender(self._width, self._slots, beats)
 
         # -- receive: count beats, capture the headers, realign the payload --
@@ -446,6 +461,7 @@ class IngressPort(wiring.Component):
         # ICRC's result and the choice between them a cycle later, when the checker has it.
         m.d.comb += [chk.hdr.eq(cap.hdr), chk.start.eq(cap.start), chk.pkey.eq(self.pkey)]
         wiring.connect(m, chk.job, wiring.flipped(self.job))
+        wiring.connect(m, chk.worker, wiring.flipped(self.worker))
         checked = chk.checked
         code = Signal(range(N_COUNTERS))
         take = Signal()

@@ -184,7 +184,7 @@ class Switch(wiring.Component):
         stop = self._teardown(m, taken, starting, ports_idle)
         space, insides = [], []
         for p in range(self.ports):
-            ing = IngressPort(self.width, self.chunk_bytes, self.slots)
+            ing = IngressPort(self.width, self.chunk_bytes, self.slots, p)
             emi = ResultEmitter(width=self.width, chunk_bytes=self.chunk_bytes, slots=self.slots, jobs=self.jobs,
                                 workers=self.workers, port=p, port_bits=ctl.port_bits)
             m.submodules[f"ingress{p}"] = ing
@@ -202,6 +202,7 @@ class Switch(wiring.Component):
             m.d.comb += [getattr(dst.p.desc, name).eq(getattr(src.p.desc, name))
                          for name in src.p.desc.shape().members]
             wiring.connect(m, ing.job, ctl.job_rd[p])
+            wiring.connect(m, ing.worker, ctl.contrib_rd[p])
             wiring.connect(m, emi.o, wiring.flipped(self.m[p]))
             wiring.connect(m, emi.worker, ctl.worker_rd[p])
             m.d.comb += [

@@ -41,6 +41,7 @@ SWITCH_IP = "10.0.0.254"
 # Result rings sit at this virtual address in every worker's (notional) memory.
 RESULT_VA = 0x7F00_0000_0000
 _JOB_RKEY = 0x4A0B_0000
+_CONTRIB_RKEY = 0x4A0C_0000
 _RESULT_RKEY = 0x5E5E_0000
 _WORKER_QPN = 0x01_0000
 # A switch of a tree takes its parent's results on QPN _SWITCH_QPN + its index, R_Key _SWITCH_RKEY + index.
@@ -70,10 +71,11 @@ class Plan:
 
 def plan(workers: Sequence[int], *, window: int = 128, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
          first_job: int = 1, collective: Collective | str = Collective.ALLREDUCE, root: int = 0,
-         mode: Mode = Mode.UC) -> Plan:
+         mode: Mode = Mode.UC, worker_rkeys: bool = False) -> Plan:
     """Plan ``len(workers)`` concurrent jobs, job ``j`` with ``workers[j]`` workers, each running ``collective``
     (with root worker ``root`` for Reduce and Broadcast) in ``mode`` (``JobSpec`` refuses a collective the
-    mode does not run).
+    mode does not run). With ``worker_rkeys`` every worker gets a contribution R_Key of its own
+    (``WorkerSpec.contrib_rkey``: the model, fast and RTL switches take it, the P4 programs refuse it).
 
     Each worker gets its own switch port (ports numbered job by job); each job
     a region of ``2 * window`` slots (the window rule of ``docs/protocol.md``
@@ -104,7 +106,8 @@ def plan(workers: Sequence[int], *, window: int = 128, chunk_bytes: int = CHUNK_
         specs = []
         for _ in range(n):
             specs.append(WorkerSpec(port=port, mac=worker_mac(port), ip=worker_ip(port), qpn=_WORKER_QPN + port,
-                                    rkey=_RESULT_RKEY + port, result_va=RESULT_VA))
+                                    rkey=_RESULT_RKEY + port, result_va=RESULT_VA,
+                                    contrib_rkey=_CONTRIB_RKEY + port if worker_rkeys else None))
             port += 1
         jobs.append(JobSpec(job=first_job + j, rkey=_JOB_RKEY + first_job + j, slot_base=j * region,
                             slots=region, workers=tuple(specs), collective=Collective(collective),

@@ -99,8 +99,8 @@ class SwitchBackend(DataPlane, Protocol):
         could not clear: no later job may take them until it restarts.
     per_worker_rkeys:
         Whether ``add_job`` takes a ``WorkerSpec.contrib_rkey`` per worker
-        (the model and fast switches); a switch service gives each worker
-        a key of its own where it does. False (one key per job: the RTL).
+        (the model, fast and RTL switches); a switch service gives each
+        worker a key of its own where it does. False: one key per job.
     """
 
     spec: SwitchSpec

@@ -235,8 +235,9 @@ def _ip_checksum_ok(buf, ip, n):
 
 
 @njit(cache=True)
-def _check(buf, base, n, k, f, ops, t, masked, jobs, wk):
-    """Checks of docs/protocol.md section 5 on one frame: (counter or -1, job, worker, chunk)."""
+def _check(buf, base, n, port, k, f, ops, t, masked, jobs, wk):
+    """Checks of docs/protocol.md section 5 on one frame that came in on ``port``: (counter or -1, job, worker,
+    chunk)."""
     if n < k[_K.ETH_LEN]:
         return Counter.DROP_BAD_LENGTH, 0, 0, 0
     if _get(buf, base, f, F_ETYPE) != k[_K.ETYPE]:
@@ -285,6 +286,8 @@ def _check(buf, base, n, k, f, ops, t, masked, jobs, wk):
     qpn = _get(buf, base, f, F_DQPN)
     job, worker = (qpn >> k[_K.QPN_WORKER_BITS]) & (k[_K.MAX_JOBS] - 1), qpn & ((1 << k[_K.QPN_WORKER_BITS]) - 1)
     if qpn >> k[_K.QPN_PREFIX_SHIFT] != k[_K.QPN_PREFIX] or not jobs[job, J_ON] or worker >= jobs[job, J_WORKERS]:
+        return Counter.DROP_UNKNOWN_QPN, 0, 0, 0
+    if wk[jobs[job, J_FIRST] + worker, W_PORT] != port:  # ingress-port binding: the worker's own port only
         return Counter.DROP_UNKNOWN_QPN, 0, 0, 0
     if rkey != wk[jobs[job, J_FIRST] + worker, W_RKEY]:  # the worker's contribution R_Key (the job's, or its own)
         return Counter.DROP_BAD_RKEY, 0, 0, 0
@@ -412,9 +415,10 @@ def _emit(out, out_port, n_out, k, r, t, x, tmpl, wk, w, s, chunk, job_slots, fp
 
 
 @njit(cache=True)
-def _run(buf, offs, lens, start, k, f, r, ops, t, x, masked, jobs, wk, tmpl, meta, words, prom, ckeys,
+def _run(buf, offs, lens, ports, start, k, f, r, ops, t, x, masked, jobs, wk, tmpl, meta, words, prom, ckeys,
          cvals, out, out_port, counters):
-    """Frames ``start..`` of the batch in order; returns (why it stopped, the frame it stopped at, results out).
+    """Frames ``start..`` of the batch (frame ``i`` in on port ``ports[i]``) in order; returns (why it stopped,
+    the frame it stopped at, results out).
 
     It stops before a frame that needs a cuckoo insertion (Python inserts and calls again from that
     frame) and before a frame whose results might not fit ``out`` (Python drains it and calls again).
@@ -426,7 +430,7 @@ def _run(buf, offs, lens, start, k, f, r, ops, t, x, masked, jobs, wk, tmpl, met
         if n_out + k[_K.WORKERS_MAX] > out.shape[0]:
             return OUT_FULL, i, n_out
         base, n = offs[i], lens[i]
-        bad, job, worker, chunk = _check(buf, base, n, k, f, ops, t, masked, jobs, wk)
+        bad, job, worker, chunk = _check(buf, base, n, ports[i], k, f, ops, t, masked, jobs, wk)
         if bad >= 0:
             counters[Counter.RX_FRAMES] += 1
             counters[bad] += 1
@@ -525,7 +529,7 @@ class FastSwitch(SwitchBackend):
         rows = self.spec.slots + capacity
         self._meta = np.zeros((rows, S_FIRST + 1), np.int64)
         self._words = np.zeros((rows, self.spec.lanes), np.int32)
-        self._off1, self._len1 = np.zeros(1, np.int64), np.zeros(1, np.int64)  # receive()'s one frame
+        self._off1, self._len1, self._port1 = (np.zeros(1, np.int64) for _ in range(3))  # receive()'s one frame
         self._prom = np.zeros((rows, self.spec.lanes), np.bool_)
         self._jobs = np.zeros((MAX_JOBS, 5), np.int64)
         self._specs: dict[int, JobSpec] = {}
@@ -648,8 +652,8 @@ class FastSwitch(SwitchBackend):
         """Process one frame that arrived on ``port``; return what the switch sends."""
         if not 0 <= port < self.spec.ports:
             raise ValueError(f"port {port} does not exist: the switch has {self.spec.ports} ports")
-        self._len1[0] = len(frame)
-        return self._drain(np.frombuffer(frame, np.uint8), self._off1, self._len1)
+        self._len1[0], self._port1[0] = len(frame), port
+        return self._drain(np.frombuffer(frame, np.uint8), self._off1, self._len1, self._port1)
 
     def receive_batch(self, frames: Iterable[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
         """Process ``(port, frame)`` pairs in order; return everything the switch sends, in sending order.
@@ -665,14 +669,15 @@ class FastSwitch(SwitchBackend):
         lens = np.fromiter(map(len, data), np.int64, len(data))
         offs = np.zeros(lens.size, np.int64)
         np.cumsum(lens[:-1], out=offs[1:])
-        return self._drain(np.frombuffer(b"".join(data), np.uint8), offs, lens)
+        return self._drain(np.frombuffer(b"".join(data), np.uint8), offs, lens, np.fromiter(ports, np.int64, lens.size))
 
-    def _drain(self, buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> list[tuple[int, bytes]]:
-        """Run the loop over the frames at ``offs`` in ``buf`` to the end, inserting and draining on the way."""
+    def _drain(self, buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, ports: np.ndarray) -> list[tuple[int, bytes]]:
+        """Run the loop over the frames at ``offs`` in ``buf`` (in on ``ports``) to the end, inserting and
+        draining on the way."""
         sent: list[tuple[int, bytes]] = []
         i = 0
         while True:
-            why, i, n = _run(buf, offs, lens, i, *self._state)
+            why, i, n = _run(buf, offs, lens, ports, i, *self._state)
             if n:
                 out = self._out[:n].tobytes()
                 size = self._result_len

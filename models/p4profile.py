@@ -81,9 +81,6 @@ class P4Target:
         if len(job.workers) > self.max_workers:
             raise ValueError(f"the {self.name} program takes at most {self.max_workers} workers per job, "
                              f"not {len(job.workers)}")
-        if any(w.contrib_rkey is not None for w in job.workers):  # its control plane writes the job's key
-            raise ValueError(f"the {self.name} program checks the job's R_Key (JobSpec.rkey), not a "
-                             "WorkerSpec.contrib_rkey per worker")
 
 
 # BMv2 parses a whole chunk into header fields and hashes it with CRC-32, so
@@ -124,6 +121,8 @@ class P4ProfileSwitch(ModelSwitch):
     spec:
         The switch; see :class:`~inagg.models.job.SwitchSpec`.
     """
+
+    binds_ports = False  # the programs' workers table is keyed on the QPN alone: any port takes a worker's frames
 
     def __init__(self, target: P4Target, spec: SwitchSpec | None = None):
         if not isinstance(target, P4Target):

@@ -225,7 +225,6 @@ JOB_CTRL = _reg("CTRL", 0x00, "RW", "the job's state (a write of a mode the swit
                 Field("mode", 16, 2, "RW", "transport mode (MODE_CODES)"))
 JOB_REGISTERS = {r.name: r for r in (
     JOB_CTRL,
-    _reg("RKEY", 0x04, "RW", "R_Key of the job's contributions"),
     _reg("SLOT_BASE", 0x08, "RW", "first slot of the job's region", bits=16),
     _reg("SLOTS", 0x0C, "RW", "slots in the region (a power of two)", bits=17),
 )}
@@ -241,6 +240,7 @@ WORKER_REGISTERS = {r.name: r for r in (
     _reg("VA_HI", 0x18, "WO", "result ring address bits 63:32"),
     _reg("VA_LO", 0x1C, "WO", "result ring address bits 31:0"),
     _reg("PSN", 0x20, "WO", "PSN of the next result to this worker", bits=24),
+    _reg("CONTRIB_RKEY", 0x24, "WO", "R_Key the worker's contributions must carry (check 15)"),
 )}
 
 
@@ -362,18 +362,15 @@ class RegMap:
         and worker counts and modes).
         """
         spec.check_job(job, jobs=self.jobs, workers=self.workers, modes=sorted(self.modes, key=MODE_CODES.get))
-        if any(w.contrib_rkey is not None for w in job.workers):
-            raise ValueError(f"job {job.job}: the RTL checks one contribution R_Key per job (JobSpec.rkey), not a "
-                             "WorkerSpec.contrib_rkey per worker")
         out = []
         for w, ws in enumerate(job.workers):
             hi, lo = _mac_words(ws.mac)
             values = {"PORT": ws.port, "MAC_HI": hi, "MAC_LO": lo, "IP": int.from_bytes(ip_bytes(ws.ip), "big"),
                       "QPN": ws.qpn, "RKEY": ws.rkey, "VA_HI": ws.result_va >> 32,
-                      "VA_LO": ws.result_va & 0xFFFFFFFF, "PSN": ws.result_psn}
+                      "VA_LO": ws.result_va & 0xFFFFFFFF, "PSN": ws.result_psn, "CONTRIB_RKEY": job.contrib_rkey(w)}
             out += [(self.worker(job.job, w, name), WORKER_REGISTERS[name].encode(value=v))
                     for name, v in values.items()]
-        values = {"RKEY": job.rkey, "SLOT_BASE": job.slot_base, "SLOTS": job.slots}
+        values = {"SLOT_BASE": job.slot_base, "SLOTS": job.slots}
         out += [(self.job(job.job, name), JOB_REGISTERS[name].encode(value=v)) for name, v in values.items()]
         out.append((self.job(job.job, "CTRL"), self.ctrl(job)))
         return out

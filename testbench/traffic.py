@@ -49,7 +49,7 @@ def contribution(spec: SwitchSpec, job: JobSpec, worker: int, chunk: int, values
 
 
 def strays(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> tuple[list[tuple[int, bytes]], dict]:
-    """Stray chunks on FREE slots, the job's first region of chunks, then the strays again, all on port 0.
+    """Stray chunks on FREE slots, the job's first region of chunks, then the strays again, each on its worker's port.
 
     Slot liveness (``docs/protocol.md`` section 3, issue 21 row 6): worker
     0's strays, far ahead of or behind the job's chunks, take slots 1 to 3 of
@@ -59,12 +59,13 @@ def strays(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> tuple[li
     Returns the (port, frame) traffic and the counters it must end with.
     """
     stray = [(1 + CHUNK_MOD // 2) % CHUNK_MOD, (2 - 3 * job.slots) % CHUNK_MOD, 3 + 5 * job.slots]
-    late = [contribution(spec, job, 0, c, lanes(rng, spec)) for c in stray]
-    own = [contribution(spec, job, w, c, lanes(rng, spec)) for c in range(job.slots) for w in range(len(job.workers))]
+    late = [(job.workers[0].port, contribution(spec, job, 0, c, lanes(rng, spec))) for c in stray]
+    own = [(ws.port, contribution(spec, job, w, c, lanes(rng, spec)))
+           for c in range(job.slots) for w, ws in enumerate(job.workers)]
     # Each stray is stale or beyond the window once its slot holds the job's chunk.
     counts = {Counter.COMPLETED: job.slots, Counter.RX_CONTRIB: len(stray) + len(own),
               Counter.DROP_STALE: 2, Counter.DROP_WINDOW: 1}
-    return [(0, f) for f in late + own + late], counts
+    return late + own + late, counts
 
 
 def lossy(frames: list, pyrng: random.Random, *, loss: float, dup: float) -> tuple[list, list]:
@@ -155,7 +156,9 @@ def bad_frames(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> list
     """Malformed and foreign frames, each with the counter ``docs/protocol.md`` section 5 books it under.
 
     Each is one check failing on an otherwise good contribution of worker 0
-    of ``job`` (a job the switch has), so together they walk the check order.
+    of ``job`` (a job the switch has), so together they walk the check order
+    when they come in on worker 0's port (on another, a frame that passes
+    checks 1-13 is ``DROP_UNKNOWN_QPN``: ingress-port binding).
     """
     from scapy.layers.inet import IP, TCP, UDP
     from scapy.layers.inet6 import IPv6
@@ -205,7 +208,7 @@ def bad_frames(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> list
         ("qpn prefix", contrib(dest_qpn=job.qpn(0) ^ 0x010000), Counter.DROP_UNKNOWN_QPN),
         ("job absent", contrib(dest_qpn=job.qpn(0) ^ (1 << 8)), Counter.DROP_UNKNOWN_QPN),
         ("worker absent", contrib(dest_qpn=job.qpn(len(job.workers))), Counter.DROP_UNKNOWN_QPN),
-        ("rkey", contrib(rkey=job.rkey ^ 1), Counter.DROP_BAD_RKEY),
+        ("rkey", contrib(rkey=job.contrib_rkey(0) ^ 1), Counter.DROP_BAD_RKEY),
         ("va unaligned", contrib(va=spec.chunk_bytes + 4), Counter.DROP_BAD_ADDRESS),
         ("va too high", contrib(va=CHUNK_MOD * spec.chunk_bytes), Counter.DROP_BAD_ADDRESS),
     ]

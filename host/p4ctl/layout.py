@@ -2,7 +2,8 @@
 
 :func:`plan` turns a switch and its jobs into the entries the programs of
 ``p4/`` need: one ``workers`` entry per (job, worker) keyed on the switch
-QPN, one ``results`` entry per (job, worker) for the egress rewrite, one
+QPN (with the worker's contribution R_Key: its own, else the job's), one
+``results`` entry per (job, worker) for the egress rewrite, one
 multicast group per job with one replica per worker (replication id = worker
 index), and the initial result PSN of every worker. The renderers in
 :mod:`.bmv2` and :mod:`.bfrt` only spell these out; the names they use are
@@ -121,7 +122,7 @@ def plan(target: P4Target, spec: SwitchSpec, jobs: list[JobSpec] | tuple[JobSpec
             if ring_align and w.result_va % ring:
                 raise ValueError(f"job {job.job} worker {i}: result_va 0x{w.result_va:x} must be a multiple of "
                                  f"the ring size {ring} on tna")
-            workers.append(WorkerEntry(qpn=job.qpn(i), job=job.job, worker=i, rkey=job.rkey,
+            workers.append(WorkerEntry(qpn=job.qpn(i), job=job.job, worker=i, rkey=job.contrib_rkey(i),
                                        slot_base=job.slot_base, slot_mask=job.slots - 1, nworkers=n, port=w.port))
             results.append(ResultEntry(job=job.job, worker=i, mac=int.from_bytes(wire.mac_bytes(w.mac), "big"),
                                        ip=int.from_bytes(wire.ip_bytes(w.ip), "big"), qpn=w.qpn, rkey=w.rkey,

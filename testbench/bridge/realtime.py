@@ -229,6 +229,8 @@ class RtlSwitch(SwitchBackend):
     never reach the RTL.
     """
 
+    per_worker_rkeys = True  # the worker table holds each worker's CONTRIB_RKEY
+
     def __init__(self, spec: SwitchSpec, *, width: int = 64, jobs: int = 4, workers: int | None = None,
                  start_timeout: float = START_TIMEOUT):
         if not isinstance(spec, SwitchSpec):

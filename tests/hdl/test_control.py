@@ -31,18 +31,26 @@ def test_registers_and_errors():
         assert await axil_read(ctx, dut.axil, regmap.switch("ID")) == (rm.ID_VALUE, 0)
         assert await axil_read(ctx, dut.axil, regmap.switch("JOBS")) == (2 | 4 << 16, 0)
         assert await axil_read(ctx, dut.axil, regmap.switch("PKEY")) == (0xFFFF, 0)
-        assert await axil_write(ctx, dut.axil, regmap.job(1, "RKEY"), 0x1234_5678) == 0
+        assert await axil_write(ctx, dut.axil, regmap.job(1, "SLOT_BASE"), 8) == 0
         assert await axil_write(ctx, dut.axil, regmap.job(1, "CTRL"), 1 | 3 << 8) == 0
-        assert await axil_read(ctx, dut.axil, regmap.job(1, "RKEY")) == (0x1234_5678, 0)
+        assert await axil_read(ctx, dut.axil, regmap.job(1, "SLOT_BASE")) == (8, 0)
+        assert await axil_write(ctx, dut.axil, regmap.job(1, "CTRL") + 0x04, 0) == 0b10  # no job R_Key any more
+        assert await axil_write(ctx, dut.axil, regmap.worker(1, 3, "CONTRIB_RKEY"), 0x1234_5678) == 0
+        assert await axil_write(ctx, dut.axil, regmap.worker(1, 2, "CONTRIB_RKEY"), 0x0BAD_0BAD) == 0
+        assert (await axil_read(ctx, dut.axil, regmap.worker(1, 3, "CONTRIB_RKEY")))[1] == 0b10  # write-only
         assert await axil_write(ctx, dut.axil, regmap.switch("ID"), 0) == 0b10          # read-only
         assert await axil_write(ctx, dut.axil, 0x0F00, 0) == 0b10                        # unmapped
         assert (await axil_read(ctx, dut.axil, 0x0F00))[1] == 0b10
         assert await axil_write(ctx, dut.axil, regmap.job(0, "CTRL") + 0x10, 0) == 0b10  # hole in a job
-        assert await axil_write(ctx, dut.axil, regmap.worker(1, 3, "PSN") + 4, 0) == 0b10
+        assert await axil_write(ctx, dut.axil, regmap.worker(1, 3, "CONTRIB_RKEY") + 4, 0) == 0b10
         assert await axil_write(ctx, dut.axil, regmap.worker(1, 3, "PORT"), 1) == 0
         ctx.set(dut.job_rd[0].index, 1)
         seen["entry"] = (ctx.get(dut.job_rd[0].entry.valid), ctx.get(dut.job_rd[0].entry.workers),
-                         ctx.get(dut.job_rd[0].entry.rkey))
+                         ctx.get(dut.job_rd[0].entry.slot_base))
+        for p in range(2):  # every port's checks read worker (1, 3): its contribution R_Key and its port
+            ctx.set(dut.contrib_rd[p].job, 1)
+            ctx.set(dut.contrib_rd[p].worker, 3 - p)
+        seen["contrib"] = [(ctx.get(rd.entry.rkey), ctx.get(rd.entry.port)) for rd in dut.contrib_rd]
         ctx.set(dut.job_rd[0].index, 2)  # beyond the table: not a job
         seen["beyond"] = ctx.get(dut.job_rd[0].entry.valid)
         seen["port"] = ctx.get(dut.ports) >> (7 * dut.port_bits) & 1
@@ -59,7 +67,7 @@ def test_registers_and_errors():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    assert seen == {"entry": (1, 3, 0x1234_5678), "beyond": 0, "port": 1}
+    assert seen == {"entry": (1, 3, 8), "beyond": 0, "port": 1, "contrib": [(0x1234_5678, 1), (0x0BAD_0BAD, 0)]}
 
 
 

@@ -4,19 +4,22 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
+import dataclasses
+
 from inagg.hdl.ingress import IngressPort
 from inagg.models.job import SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.testbench.streams import put_frame
 from inagg.testbench.traffic import bad_frames, contribution, lanes, make_job
 
-SPEC = SwitchSpec(ports=1, slots=16, chunk_bytes=256)
-JOB = make_job(SPEC, 1, 2, 4, 4)
+SPEC = SwitchSpec(ports=2, slots=16, chunk_bytes=256)
+JOB = make_job(SPEC, 1, 2, 4, 4, ports=[0])
 
 
-def _run(width, frames, hold_output_until=0, ready=None):
-    """``ready(n)``, if given, is o.ready in cycle n (after ``hold_output_until``)."""
-    dut = IngressPort(width, SPEC.chunk_bytes, SPEC.slots)
+def _run(width, frames, hold_output_until=0, ready=None, job=JOB, port=0):
+    """Port ``port`` with ``job`` configured; ``ready(n)``, if given, is o.ready in cycle n (after
+    ``hold_output_until``)."""
+    dut = IngressPort(width, SPEC.chunk_bytes, SPEC.slots, port)
     out, events, stalls, held = [], [], [], []
 
     async def feed(ctx):
@@ -26,12 +29,17 @@ def _run(width, frames, hold_output_until=0, ready=None):
 
     async def table(ctx):  # the job table of one configured job, read combinationally
         async for (index,) in ctx.changed(dut.job.index):
-            known = index == JOB.job
+            known = index == job.job
             ctx.set(dut.job.entry.valid, known)
-            ctx.set(dut.job.entry.workers, 2)
-            ctx.set(dut.job.entry.rkey, JOB.rkey)
-            ctx.set(dut.job.entry.slot_base, JOB.slot_base)
-            ctx.set(dut.job.entry.slots, JOB.slots)
+            ctx.set(dut.job.entry.workers, len(job.workers))
+            ctx.set(dut.job.entry.slot_base, job.slot_base)
+            ctx.set(dut.job.entry.slots, job.slots)
+
+    async def workers(ctx):  # the worker table's contribution R_Keys and ports, read combinationally
+        async for index, worker in ctx.changed(dut.worker.job, dut.worker.worker):
+            if index == job.job and worker < len(job.workers):
+                ctx.set(dut.worker.entry.rkey, job.contrib_rkey(worker))
+                ctx.set(dut.worker.entry.port, job.workers[worker].port)
 
     async def drain(ctx):
         beats, offered = [], None
@@ -57,6 +65,7 @@ def _run(width, frames, hold_output_until=0, ready=None):
     sim.add_clock(1e-8)
     sim.add_testbench(feed)
     sim.add_process(table)
+    sim.add_process(workers)
     sim.add_testbench(drain, background=False)
     sim.run()
     assert all(held)
@@ -105,3 +114,26 @@ def test_random_backpressure_loses_no_beat(width):
     out, _, _, held = _run(width, frames, ready=lambda n: bool(pattern[n]))
     assert [payload for _, payload in out] == [f[70:70 + 256] for f in frames]
     assert len(held) > 10  # the pattern did hold beats back
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_each_worker_only_with_its_key_on_its_port(width):
+    """Checks 14 and 15 per worker: worker 0 of port 0 and worker 1 of port 1, each with a contribution R_Key
+    of its own; another worker's key is DROP_BAD_RKEY, the job's too, and a worker's frame on the other port
+    DROP_UNKNOWN_QPN, whatever its key."""
+    job = make_job(SPEC, 1, 2, 4, 4)
+    job = dataclasses.replace(job, workers=tuple(dataclasses.replace(w, contrib_rkey=0xA000_0000 + i)
+                                                 for i, w in enumerate(job.workers)))
+    assert [w.port for w in job.workers] == [0, 1]
+    rng = np.random.default_rng(width)
+
+    def frame(worker, rkey):
+        return contribution(SPEC, job, worker, 5, lanes(rng, SPEC), rkey=rkey)
+
+    own = [frame(0, job.contrib_rkey(0)), frame(1, job.contrib_rkey(1))]
+    for port in (0, 1):
+        frames = [frame(port, job.contrib_rkey(1 - port)), frame(port, job.rkey), own[port], own[1 - port]]
+        out, events, _, _ = _run(width, frames, job=job, port=port)
+        assert [payload for _, payload in out] == [own[port][70:70 + 256]]
+        assert events == [[Counter.RX_FRAMES, Counter.DROP_BAD_RKEY]] * 2 + [
+            [Counter.RX_FRAMES], [Counter.RX_FRAMES, Counter.DROP_UNKNOWN_QPN]]

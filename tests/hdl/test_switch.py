@@ -23,18 +23,21 @@ def _spec(ports=2):
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_bad_input_is_counted_and_never_added(width):
-    """Every check of protocol.md section 5 fails once, between good contributions on the same slot."""
+    """Every check of protocol.md section 5 fails once, between good contributions on the same slot; then
+    worker 0's good contribution on worker 1's port (DROP_UNKNOWN_QPN: ingress-port binding)."""
     spec = _spec()
     job = make_job(spec, 1, 2, 0, 4)
     rng = np.random.default_rng(width)
     bad = bad_frames(spec, job, rng)
     good = [contribution(spec, job, w, 0, lanes(rng, spec)) for w in range(2)]
     padded = good[1] + bytes(7)  # Ethernet padding after the ICRC is not part of the datagram
-    traffic = [(0, good[0])] + [(n % 2, f) for n, (_, f, _) in enumerate(bad)] + [(1, padded)]
+    traffic = ([(0, good[0])] + [(0, f) for _, f, _ in bad] + [(1, contribution(spec, job, 0, 1, lanes(rng, spec)))]
+               + [(1, padded)])
     run = simulate(spec, [job], traffic, width=width)
     run.assert_matches()
     for name, _, counter in bad:
         assert run.counters[counter] > 0, name
+    assert run.counters[Counter.DROP_UNKNOWN_QPN] == sum(c is Counter.DROP_UNKNOWN_QPN for _, _, c in bad) + 1
     assert run.counters[Counter.COMPLETED] == 1
     assert run.counters[Counter.RX_FRAMES] == len(traffic)
 
@@ -51,8 +54,8 @@ def test_scenario_at_256_bits():
                 t.append((j.workers[w].port, contribution(spec, j, w, c, lanes(rng, spec))))
     t.append(t[0])                                                           # duplicate: resend
     t.append((0, contribution(spec, jobs[1], 0, 2 + 2, lanes(rng, spec))))   # next generation of a done slot
-    t.append((0, contribution(spec, jobs[1], 1, 2, lanes(rng, spec))))       # stale now
-    t.append((1, contribution(spec, jobs[0], 0, 9, lanes(rng, spec))))       # too far ahead
+    t.append((0, contribution(spec, jobs[1], 0, 2, lanes(rng, spec))))       # stale now
+    t.append((0, contribution(spec, jobs[0], 0, 9, lanes(rng, spec))))       # too far ahead
     run = simulate(spec, jobs, t, width=256, pause=lambda p: cycle([0, 1, 1, 0]),
                    gaps=lambda p: cycle([0, 0, 0, 1]))
     run.assert_matches()

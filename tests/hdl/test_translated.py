@@ -364,7 +364,10 @@ def _mode_ii_frames(sw, job, uc):
 @pytest.mark.parametrize("width", [64, 512])
 def test_ingress_checks_mode_ii_frames_as_the_model(width):
     sw, job = _switch(2, 4)
+    sw.remove_job(job.job)  # every worker on the port under test, port 0
+    job = dataclasses.replace(job, workers=tuple(dataclasses.replace(w, port=0) for w in job.workers))
     uc = dataclasses.replace(job, job=2, mode=Mode.UC, slot_base=8)
+    sw.add_job(job)
     sw.add_job(uc)
     frames = _mode_ii_frames(sw, job, uc)
     for frame, verdict in frames:  # the model agrees with what the port must do
@@ -372,7 +375,7 @@ def test_ingress_checks_mode_ii_frames_as_the_model(width):
         sw.receive(0, frame)
         drops = {c for c in _CHECKS if sw.counters[c] != before[c]}
         assert drops == ({verdict} if isinstance(verdict, Counter) else set()), verdict
-    dut = IngressPort(width, CHUNK, 16)
+    dut = IngressPort(width, CHUNK, 16, 0)
     jobs = {j.job: j for j in (job, uc)}
     taken, acks, drops = [], [], []
 
@@ -387,10 +390,16 @@ def test_ingress_checks_mode_ii_frames_as_the_model(width):
             ctx.set(dut.job.entry.valid, j is not None)
             if j is not None:
                 ctx.set(dut.job.entry.workers, len(j.workers))
-                ctx.set(dut.job.entry.rkey, j.rkey)
                 ctx.set(dut.job.entry.slot_base, j.slot_base)
                 ctx.set(dut.job.entry.slots, j.slots)
                 ctx.set(dut.job.entry.mode, MODE_CODES[j.mode])
+
+    async def workers(ctx):
+        async for index, worker in ctx.changed(dut.worker.job, dut.worker.worker):
+            j = jobs.get(index)
+            if j is not None and worker < len(j.workers):
+                ctx.set(dut.worker.entry.rkey, j.contrib_rkey(worker))
+                ctx.set(dut.worker.entry.port, j.workers[worker].port)
 
     async def drain(ctx):
         ctx.set(dut.o.ready, 1)
@@ -403,7 +412,7 @@ def test_ingress_checks_mode_ii_frames_as_the_model(width):
                 acks.append(("ack", ack.worker, rc.Ack(ack.psn, ack.syndrome, ack.msn)))
             drops.extend(c for c in Counter if ev >> c & 1 and c is not Counter.RX_FRAMES)
 
-    _sim(dut, feed, drain, processes=[table])
+    _sim(dut, feed, drain, processes=[table, workers])
     assert taken == [(*v, 1, job.slot_base + v[2] % job.slots) for _, v in frames
                      if isinstance(v, tuple) and v[0] == "contribution"]
     assert acks == [v for _, v in frames if isinstance(v, tuple) and v[0] == "ack"]

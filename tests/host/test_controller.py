@@ -55,6 +55,28 @@ def test_register_target_writes_the_rtl_register_map():
     assert log[n:] == [(rm.switch("TEARDOWN"), 2), (rm.switch("TEARDOWN"), 1)]
 
 
+@pytest.mark.parametrize("worker_rkeys", [False, True])
+def test_register_target_writes_each_workers_key_and_port(worker_rkeys):
+    """Issue 21: every worker's CONTRIB_RKEY (its own, else the job's) and the PORT its contributions must come
+    in on, before the job's CTRL."""
+    from inagg.host.controller import RegisterTarget
+    from inagg.models.regmap import RegMap
+
+    p = plan([2, 3], window=4, worker_rkeys=worker_rkeys)
+    rm = RegMap(jobs=4, workers=4)
+    log = []
+    Controller(RegisterTarget(lambda a, v: log.append((a, v)), rm, p.switch), p).configure()
+    at = {a: i for i, (a, _) in enumerate(log)}
+    keys = []
+    for job in p.jobs:
+        for w, ws in enumerate(job.workers):
+            keys.append(dict(log)[rm.worker(job.job, w, "CONTRIB_RKEY")])
+            assert dict(log)[rm.worker(job.job, w, "PORT")] == ws.port
+            assert at[rm.worker(job.job, w, "CONTRIB_RKEY")] < at[rm.job(job.job, "CTRL")]
+    assert keys == [j.contrib_rkey(w) for j in p.jobs for w in range(len(j.workers))]
+    assert len(set(keys)) == (5 if worker_rkeys else 2)
+
+
 def test_register_target_waits_for_the_teardown_and_reports_a_refusal():
     from inagg.host.controller import RegisterTarget
     from inagg.models.regmap import TEARDOWN_BUSY, TEARDOWN_REFUSED, RegMap

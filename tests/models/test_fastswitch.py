@@ -20,7 +20,6 @@ from inagg.models.backend import load_backend
 from inagg.models.fastswitch import FastSwitch
 from inagg.models.frame import CONTRIBUTION, Opcode
 from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec, WorkerSpec
-from inagg.models.p4profile import TARGETS
 from inagg.models.protocol import CHUNK_MOD, ETH_LEN, ICRC_LEN, RC_MODE_COUNTERS, Counter
 from inagg.models.regmap import RegMap
 from inagg.models.switch import ModelSwitch
@@ -272,22 +271,40 @@ def test_fast_switch_is_the_default_backend_and_refuses_what_it_lacks():
 
 
 @pytest.mark.parametrize("make", [ModelSwitch, FastSwitch])
+def test_a_worker_counts_on_its_own_port_only(make):
+    """Issue 21, ingress-port binding (check 14): a worker's contribution that comes in on another port than its
+    own is DROP_UNKNOWN_QPN, with its right key; on its own port it counts."""
+    spec = SwitchSpec(ports=3, slots=8, chunk_bytes=256)
+    job = JobSpec(job=1, rkey=0xB1, slot_base=0, slots=8, workers=_workers(1, 2, 3, own_keys=True))
+    assert [w.port for w in job.workers] == [1, 2]
+    switch = make(spec)
+    switch.add_job(job)
+    lanes = np.ones(spec.lanes, np.int64)
+    for port in (0, 2):
+        assert switch.receive(port, contribution(spec, job, 0, 0, lanes)) == []
+    assert switch.counters[Counter.DROP_UNKNOWN_QPN] == 2 and switch.counters[Counter.RX_CONTRIB] == 0
+    assert switch.receive(1, contribution(spec, job, 0, 0, lanes)) == []
+    out = switch.receive_batch([(1, contribution(spec, job, 1, 0, lanes)), (2, contribution(spec, job, 1, 0, lanes))])
+    assert switch.counters[Counter.RX_CONTRIB] == 2 and sorted(p for p, _ in out) == [1, 2]
+    assert switch.counters[Counter.DROP_UNKNOWN_QPN] == 3
+
+
+@pytest.mark.parametrize("make", [ModelSwitch, FastSwitch])
 def test_a_worker_with_its_own_r_key_takes_no_other(make):
     """Issue 21: with per-worker contribution R_Keys one worker's leaked key does not let anyone contribute as
-    another worker, nor does the job's key; the RTL and the P4 programs refuse such a job (one key per job)."""
+    another worker, nor does the job's key; the RTL takes such a job (a CONTRIB_RKEY register per worker)."""
     spec = SwitchSpec(ports=2, slots=8, chunk_bytes=256)
     job = JobSpec(job=1, rkey=0xB1, slot_base=0, slots=8, workers=_workers(1, 2, 2, own_keys=True))
     switch = make(spec)
     switch.add_job(job)
     lanes = np.ones(spec.lanes, np.int64)
+    port = [w.port for w in job.workers]
     for key in (job.contrib_rkey(1), job.rkey):  # as worker 0: worker 1's key, then the job's
-        assert switch.receive(0, contribution(spec, job, 0, 0, lanes, rkey=key)) == []
+        assert switch.receive(port[0], contribution(spec, job, 0, 0, lanes, rkey=key)) == []
     assert switch.counters[Counter.DROP_BAD_RKEY] == 2 and switch.counters[Counter.RX_CONTRIB] == 0
-    switch.receive(0, contribution(spec, job, 0, 0, lanes))  # its own key
-    out = switch.receive(1, contribution(spec, job, 1, 0, lanes))
+    switch.receive(port[0], contribution(spec, job, 0, 0, lanes))  # its own key
+    out = switch.receive(port[1], contribution(spec, job, 1, 0, lanes))
     assert switch.counters[Counter.RX_CONTRIB] == 2 and len(out) == 2
-    with pytest.raises(ValueError, match="the RTL checks one contribution R_Key per job"):
-        RegMap(jobs=4, workers=4).job_writes(job, spec)
-    for target in TARGETS.values():
-        with pytest.raises(ValueError, match="checks the job's R_Key .JobSpec.rkey., not a WorkerSpec.contrib_rkey"):
-            target.validate_job(job)
+    regmap = RegMap(jobs=4, workers=4)
+    writes = dict(regmap.job_writes(job, spec))
+    assert [writes[regmap.worker(1, w, "CONTRIB_RKEY")] for w in range(2)] == [job.contrib_rkey(w) for w in range(2)]

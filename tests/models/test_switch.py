@@ -198,14 +198,14 @@ def test_duplicates_are_ignored_then_answered_with_a_resend():
 def test_slot_reuse_stale_and_window_rules():
     sw, job = _setup(n=2, slots=4)
     for w in range(2):
-        sw.receive(0, contrib(sw, job, w, 1, ones()))
+        sw.receive(w, contrib(sw, job, w, 1, ones()))
     # chunk 1 + 4 (next generation of slot 1) may start: the slot was DONE.
     assert sw.receive(0, contrib(sw, job, 0, 5, ones())) == []
     assert sw.fast[1].chunk == 5 and sw.fast[1].state == SlotState.AGG
-    sw.receive(0, contrib(sw, job, 1, 1, ones()))  # late retransmission of chunk 1
+    sw.receive(1, contrib(sw, job, 1, 1, ones()))  # late retransmission of chunk 1
     assert sw.counters[Counter.DROP_STALE] == 1
-    sw.receive(0, contrib(sw, job, 1, 9, ones()))  # chunk 9 while 5 still aggregates
-    sw.receive(0, contrib(sw, job, 1, 13, ones()))  # too far ahead
+    sw.receive(1, contrib(sw, job, 1, 9, ones()))  # chunk 9 while 5 still aggregates
+    sw.receive(1, contrib(sw, job, 1, 13, ones()))  # too far ahead
     assert sw.counters[Counter.DROP_WINDOW] == 2
     assert sw.fast[1].bitmap == 1 and sw.fast[1].count == 1
 
@@ -217,7 +217,7 @@ def test_a_stray_chunk_on_a_free_slot_does_not_hold_it(stray):
     sw, job = _setup(n=2, slots=4)
     sw.receive(0, contrib(sw, job, 0, stray, ones()))
     assert sw.fast[1].chunk == stray and sw.fast[1].first
-    sw.receive(0, contrib(sw, job, 1, 1, ones()))
+    sw.receive(1, contrib(sw, job, 1, 1, ones()))
     assert sw.fast[1].chunk == 1 and sw.fast[1].bitmap == 2  # the stray's lanes are gone
     assert len(sw.receive(0, contrib(sw, job, 0, 1, ones()))) == 2
     assert sw.fast[1].state == SlotState.DONE and not sw.fast[1].first

@@ -45,6 +45,39 @@ def test_plan_matches_job_description_and_model(target):
     assert dict(p.psns) == {psn_index(target, j.job, i): w.result_psn for j in jobs for i, w in enumerate(j.workers)}
 
 
+@pytest.mark.parametrize("target", [V1MODEL, TNA], ids=lambda t: t.name)
+def test_per_worker_r_keys_go_into_the_workers_table(target):
+    """Issue 21: both programs' ``workers`` entries carry an R_Key per QPN, so the plan writes each worker's own
+    contribution R_Key; the profile model checks it. Neither program checks the ingress port (the profile
+    model neither): a worker's frame on another port still counts."""
+    import dataclasses
+
+    import numpy as np
+
+    from inagg.models.protocol import Counter
+    from inagg.testbench.traffic import contribution
+
+    spec, jobs = jobs_and_spec(target)
+    job = jobs[0]
+    job = dataclasses.replace(job, workers=tuple(dataclasses.replace(w, contrib_rkey=0x7100_0000 + i)
+                                                 for i, w in enumerate(job.workers)))
+    p = plan(target, spec, [job])
+    assert [w.rkey for w in p.workers] == [0x7100_0000 + i for i in range(len(job.workers))]
+    if target is V1MODEL:
+        assert f"0x{job.qpn(1):06x} => {job.job} 1 0x71000001 " in "\n".join(bmv2.commands(p))
+    else:
+        assert "rkey=0x71000001," in bfrt.script(p)
+    model = P4ProfileSwitch(target, spec)
+    model.add_job(job)
+    lanes = np.ones(spec.lanes, np.int32)
+    port = job.workers[0].port
+    for key in (job.contrib_rkey(1), job.rkey):
+        model.receive(port, contribution(spec, job, 0, 0, lanes, rkey=key))
+    assert model.counters[Counter.DROP_BAD_RKEY] == 2
+    model.receive((port + 1) % spec.ports, contribution(spec, job, 0, 0, lanes))
+    assert model.counters[Counter.RX_CONTRIB] == 1 and model.counters[Counter.DROP_UNKNOWN_QPN] == 0
+
+
 def test_bmv2_commands():
     spec, jobs = jobs_and_spec(V1MODEL)
     cmds = bmv2.commands(plan(V1MODEL, spec, jobs))

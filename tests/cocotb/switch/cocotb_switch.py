@@ -7,6 +7,7 @@ model's, and nothing is left in flight.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -83,13 +84,43 @@ async def bad_input(dut):
     rng = np.random.default_rng(11)
     bad = bad_frames(spec, job, rng)
     good = [contribution(spec, job, w, 0, lanes(rng, spec)) for w in range(2)]
-    traffic = [(0, good[0])] + [(n % tb.ports, f) for n, (_, f, _) in enumerate(bad)] + [(1 % tb.ports, good[1])]
+    # On worker 0's port each walks the check order (bad_frames); on another, worker 0 is not known there.
+    on = [w.port for w in job.workers]
+    traffic = ([(on[0], good[0])] + [(on[0], f) for _, f, _ in bad]
+               + [(on[1], contribution(spec, job, 0, 1, lanes(rng, spec))), (on[1], good[1])])
     await tb.send_all(traffic)
     await tb.check()
     counters = await tb.counters()
     for name, _, counter in bad:
         assert counters[counter] > 0, name
     assert counters[Counter.COMPLETED] == 1
+
+
+@cocotb.test()
+async def worker_keys_and_ports(dut):
+    """Issue 21: each worker's own contribution R_Key (CONTRIB_RKEY), on its own port only, as the model checks:
+    another worker's key and the job's are DROP_BAD_RKEY, the right key on another port DROP_UNKNOWN_QPN."""
+    tb = await _tb(dut)
+    spec = tb.spec
+    job = make_job(spec, 1, 2, 0, 4, ports=[0, 1])
+    job = dataclasses.replace(job, workers=tuple(dataclasses.replace(w, contrib_rkey=0x6B00_0000 + 0x111 * i)
+                                                 for i, w in enumerate(job.workers)))
+    await tb.configure([job])
+    rng = np.random.default_rng(13)
+    traffic = []
+    for w, ws in enumerate(job.workers):
+        def frame(**kw):
+            return contribution(spec, job, w, 0, lanes(rng, spec), **kw)
+        traffic += [(ws.port, frame(rkey=job.contrib_rkey(1 - w))), (ws.port, frame(rkey=job.rkey)),
+                    (1 - ws.port, frame()), (ws.port, frame())]
+    for port, f in traffic:  # one at a time: the last of each worker completes the chunk
+        await tb.send(port, f)
+        await tb.settle(quiet=20)
+    out = await tb.check()
+    counters = await tb.counters()
+    assert counters[Counter.DROP_BAD_RKEY] == 4 and counters[Counter.DROP_UNKNOWN_QPN] == 2
+    assert counters[Counter.RX_CONTRIB] == 2 and counters[Counter.COMPLETED] == 1
+    assert sum(len(v) for v in out.values()) == 2
 
 
 @cocotb.test()
@@ -139,7 +170,8 @@ async def registers(dut):
     assert (await tb.axil.write(rm.RegMap.switch("ID"), b"\0\0\0\0")).resp == 2
     job = make_job(tb.spec, 1, 2, 4, 4)
     await tb.add_job(job)
-    assert await tb.read(tb.regmap.job(1, "RKEY")) == job.rkey
+    assert await tb.read(tb.regmap.job(1, "SLOT_BASE")) == job.slot_base
+    assert (await tb.axil.read(tb.regmap.worker(1, 0, "CONTRIB_RKEY"), 4)).resp == 2  # write-only
     rng = np.random.default_rng(2)
     traffic = [(job.workers[w].port, contribution(tb.spec, job, w, 5, lanes(rng, tb.spec))) for w in range(2)]
     traffic.append((0, contribution(tb.spec, job, 0, 6, lanes(rng, tb.spec), pkey=0xFFFF)))
