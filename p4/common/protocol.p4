@@ -58,7 +58,9 @@ const bit<32> CNT_HOP_RESENDS = 24;
 const bit<32> CNT_DROP_BUFFER_BUSY = 25;
 const bit<32> CNT_QP_ERRORS = 26;
 const bit<32> CNT_DROP_QP_ERROR = 27;
-const bit<32> N_COUNTERS = 28;
+const bit<32> CNT_RNR_NAK_SENT = 28;
+const bit<32> CNT_RNR_NAK_RECEIVED = 29;
+const bit<32> N_COUNTERS = 30;
 
 /* Slot states (inagg.models.switch.SlotState). */
 const bit<2> SLOT_FREE = 0;
