@@ -219,7 +219,7 @@ class WorkerTable(wiring.Component):
     entries:
         ``jobs * workers``.
     readers:
-        Number of read ports (the switch's ports).
+        Number of read ports (the result emitters' and the ACK reflectors').
     port_bits:
         Bits of a port number.
 
@@ -334,6 +334,8 @@ class Control(wiring.Component):
         ``EXC_BASE``.
     job_readers:
         Number of job-table read ports.
+    worker_readers:
+        Number of worker-table read ports (``ports`` when not given).
     event_sources:
         Number of counter event inputs.
 
@@ -344,8 +346,9 @@ class Control(wiring.Component):
     switch : Out(SwitchConfig)
         The switch's own MAC, IP and P_Key.
     job_rd : In(JobRead()).array(job_readers)
-    worker_rd : In(WorkerRead()).array(ports)
-        Worker-table reads, one per result emitter. ``index`` is
+    worker_rd : In(WorkerRead()).array(worker_readers)
+        Worker-table reads: the result emitters', then the ACK reflectors'
+        (which leave ``psn_inc`` low). ``index`` is
         ``job * workers + worker``; ``psn_inc`` advances that worker's
         result PSN by one. Reader ``p`` must serve only the workers whose
         port is ``p`` (as the emitter of port ``p`` does): each reader keeps
@@ -373,7 +376,8 @@ class Control(wiring.Component):
         Clear the enable bit of the job being torn down.
     """
 
-    def __init__(self, geometry: SwitchGeometry, *, job_readers: int, event_sources: int):
+    def __init__(self, geometry: SwitchGeometry, *, job_readers: int, event_sources: int,
+                 worker_readers: int | None = None):
         if not isinstance(geometry, SwitchGeometry):
             raise TypeError(f"Geometry must be a SwitchGeometry, not {geometry!r}")
         self.geometry = geometry
@@ -386,7 +390,7 @@ class Control(wiring.Component):
             "axil": In(AXILiteSignature(self.regmap.addr_width)),
             "switch": Out(SwitchConfig),
             "job_rd": In(JobRead()).array(job_readers),
-            "worker_rd": In(WorkerRead()).array(ports),
+            "worker_rd": In(WorkerRead()).array(ports if worker_readers is None else worker_readers),
             "ports": Out(jobs * workers * self.port_bits),
             "events": In(N_COUNTERS).array(event_sources),
             "enabled": Out(jobs),
