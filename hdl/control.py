@@ -226,24 +226,29 @@ class WorkerTable(wiring.Component):
     One memory per 32-bit register of :data:`~inagg.models.regmap.WORKER_REGISTERS`
     with a combinational read port per reader (result emitter); the ports
     are registers (:attr:`ports`), and the result PSNs a memory per reader
-    (see :class:`Control`'s ``worker_rd``). ``CONTRIB_RKEY`` and a copy of
-    the ports are memories of their own, read combinationally by each
-    ingress port's checks (``contrib_rd``) in the cycle they read the job
-    table, so the checks take no cycle more.
+    that sends results (see :class:`Control`'s ``worker_rd``). ``CONTRIB_RKEY``
+    and a copy of the ports are memories of their own, read combinationally
+    by each ingress port's checks (``contrib_rd``) in the cycle they read the
+    job table, so the checks take no cycle more.
 
     Parameters
     ----------
     entries:
         ``jobs * workers``.
     readers:
-        Number of read ports of each kind (the switch's ports).
+        Number of read ports (the result emitters' and the ACK reflectors').
     port_bits:
         Bits of a port number.
+    counting:
+        The first ``counting`` readers send results and keep result PSNs (``readers`` when not given); the
+        others read no PSN (``entry.psn`` is 0) and must keep ``psn_inc`` low.
+    checkers:
+        Number of contribution read ports (the ingress ports'; ``readers`` when not given).
 
     Members
     -------
     worker_rd : In(WorkerRead()).array(readers)
-    contrib_rd : In(index, ContribEntry).array(readers)
+    contrib_rd : In(index, ContribEntry).array(checkers)
         The ingress checks' reads, by entry ``index``.
     bus : In(TableAccess(entry bits, 6))
         Register writes (offsets within ``WORKER_STRIDE``); the registers are write-only.
@@ -254,12 +259,14 @@ class WorkerTable(wiring.Component):
         The switch port of every worker.
     """
 
-    def __init__(self, entries: int, readers: int, port_bits: int):
+    def __init__(self, entries: int, readers: int, port_bits: int, counting: int | None = None,
+                 checkers: int | None = None):
         self._entries, self._port_bits = entries, port_bits
+        self._counting = readers if counting is None else counting
         super().__init__({
             "worker_rd": In(WorkerRead()).array(readers),
-            "contrib_rd": In(wiring.Signature({"index": Out(range(entries)),
-                                               "entry": In(ContribEntry)})).array(readers),
+            "contrib_rd": In(wiring.Signature({"index": Out(range(entries)), "entry": In(ContribEntry)})).array(
+                readers if checkers is None else checkers),
             "bus": In(TableAccess(max(1, (entries - 1).bit_length()), (rm.WORKER_STRIDE - 1).bit_length())),
             "psn_busy": Out(1),
             "ports": Out(entries * port_bits),
@@ -288,21 +295,24 @@ class WorkerTable(wiring.Component):
             m.d.comb += [rd.entry.rkey.eq(r["CONTRIB_RKEY"].data), rd.entry.port.eq(r["PORT"].data)]
         psn_wr = []
         for i, rd in enumerate(self.worker_rd):
-            m.submodules[f"worker_psn{i}"] = psn = memory.Memory(shape=rm.WORKER_REGISTERS["PSN"].width,
-                                                                 depth=entries, init=[])
             r = {name: mem.read_port(domain="comb") for name, mem in fields.items()}
-            r["PSN"] = psn.read_port(domain="comb")
             for p in r.values():
                 m.d.comb += p.addr.eq(rd.index)
             m.d.comb += [
                 rd.entry.mac.eq(Cat(r["MAC_LO"].data, r["MAC_HI"].data)),
                 rd.entry.ip.eq(r["IP"].data), rd.entry.qpn.eq(r["QPN"].data), rd.entry.rkey.eq(r["RKEY"].data),
-                rd.entry.va.eq(Cat(r["VA_LO"].data, r["VA_HI"].data)), rd.entry.psn.eq(r["PSN"].data),
+                rd.entry.va.eq(Cat(r["VA_LO"].data, r["VA_HI"].data)),
             ]
-            psn_wr.append((psn.write_port(), rd, r["PSN"].data + 1))
+            if i >= self._counting:
+                continue
+            m.submodules[f"worker_psn{i}"] = psn = memory.Memory(shape=rm.WORKER_REGISTERS["PSN"].width,
+                                                                 depth=entries, init=[])
+            psn_rd = psn.read_port(domain="comb")
+            m.d.comb += [psn_rd.addr.eq(rd.index), rd.entry.psn.eq(psn_rd.data)]
+            psn_wr.append((psn.write_port(), rd, psn_rd.data + 1))
 
         psn_hit = bus.w_offset == rm.WORKER_REGISTERS["PSN"].offset
-        m.d.comb += self.psn_busy.eq(psn_hit & Cat(rd.psn_inc for rd in self.worker_rd).any())
+        m.d.comb += self.psn_busy.eq(psn_hit & Cat(rd.psn_inc for rd in self.worker_rd[:self._counting]).any())
         for name, port in wr.items():
             m.d.comb += [port.addr.eq(bus.w_index), port.data.eq(bus.w_data),
                          port.en.eq(bus.w_en & (bus.w_offset == rm.WORKER_REGISTERS[name].offset))]
@@ -363,6 +373,9 @@ class Control(wiring.Component):
         ``EXC_BASE``.
     job_readers:
         Number of job-table read ports.
+    worker_readers:
+        Number of worker-table read ports (``ports`` when not given): the
+        first ``ports`` send results, the others read no result PSN.
     event_sources:
         Number of counter event inputs.
 
@@ -373,8 +386,9 @@ class Control(wiring.Component):
     switch : Out(SwitchConfig)
         The switch's own MAC, IP and P_Key.
     job_rd : In(JobRead()).array(job_readers)
-    worker_rd : In(WorkerRead()).array(ports)
-        Worker-table reads, one per result emitter. ``index`` is
+    worker_rd : In(WorkerRead()).array(worker_readers)
+        Worker-table reads: the result emitters', then the ACK reflectors'
+        (which leave ``psn_inc`` low and read ``entry.psn`` as 0). ``index`` is
         ``job * workers + worker``; ``psn_inc`` advances that worker's
         result PSN by one. Reader ``p`` must serve only the workers whose
         port is ``p`` (as the emitter of port ``p`` does): each reader keeps
@@ -404,7 +418,8 @@ class Control(wiring.Component):
         Clear the enable bit of the job being torn down.
     """
 
-    def __init__(self, geometry: SwitchGeometry, *, job_readers: int, event_sources: int):
+    def __init__(self, geometry: SwitchGeometry, *, job_readers: int, event_sources: int,
+                 worker_readers: int | None = None):
         if not isinstance(geometry, SwitchGeometry):
             raise TypeError(f"Geometry must be a SwitchGeometry, not {geometry!r}")
         self.geometry = geometry
@@ -417,7 +432,7 @@ class Control(wiring.Component):
             "axil": In(AXILiteSignature(self.regmap.addr_width)),
             "switch": Out(SwitchConfig),
             "job_rd": In(JobRead()).array(job_readers),
-            "worker_rd": In(WorkerRead()).array(ports),
+            "worker_rd": In(WorkerRead()).array(ports if worker_readers is None else worker_readers),
             "contrib_rd": In(ContribRead()).array(ports),
             "ports": Out(jobs * workers * self.port_bits),
             "events": In(N_COUNTERS).array(event_sources),
@@ -439,7 +454,8 @@ class Control(wiring.Component):
 
         m.submodules.jobs = job_table = JobTable(jobs, len(self.job_rd),
                                                  frozenset(rm.MODE_CODES[mode] for mode in self.regmap.modes))
-        m.submodules.workers = worker_table = WorkerTable(entries, len(self.worker_rd), self.port_bits)
+        m.submodules.workers = worker_table = WorkerTable(entries, len(self.worker_rd), self.port_bits, g.ports,
+                                                         len(self.contrib_rd))
         m.submodules.counters = counters = Counters(len(self.events))
         for rd, port in zip(self.job_rd, job_table.job_rd):
             wiring.connect(m, wiring.flipped(rd), port)

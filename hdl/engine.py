@@ -638,7 +638,7 @@ class SlotEngine(wiring.Component):
         :class:`~inagg.hdl.translated.PsnTable` (read in A with the metadata,
         written in B), and its second beat clears its worker's bit in the
         shadow slot, read in A and written in B with the ports the first beat
-        leaves free.
+        leaves free; ``psn_clear`` clears a job's expected PSNs.
 
     Attributes
     ----------
@@ -679,6 +679,10 @@ class SlotEngine(wiring.Component):
         A sweep runs, from the cycle after its ``start``.
     sweep_hazard : Out(1)
         After a checking sweep: a slot of the job is marked ``guest``.
+    psn_clear : In(1)
+        With ``psn_jobs``: set the expected PSN of every worker of
+        ``sweep.job`` to 0 (its teardown: a job set up again starts at PSN
+        0, as the model's does); ``i.ready`` is low for the 64 cycles it takes.
     passing : Out(frame payload)
     passing_valid : Out(1)
         The beat in stage B, as it came: its frame's slot-rule strobes are in ``events``
@@ -713,6 +717,7 @@ class SlotEngine(wiring.Component):
             "sweep_hazard": Out(1),
             "passing": Out(frame_signature(width, self._depth).members["payload"].shape),
             "passing_valid": Out(1),
+            **({"psn_clear": In(1)} if psn_jobs else {}),
         })
 
     def elaborate(self, platform):
@@ -747,7 +752,7 @@ class SlotEngine(wiring.Component):
             shadow = Mux((d.psn & half) != 0, d.slot - half, d.slot + half)[:len(d.slot)]
             m.d.comb += m_rd.addr.eq(Mux(sweeper.read, sweeper.read_addr, Mux(first, d.slot, shadow)))
             m.submodules.psns = psns = PsnTable(self._psn_jobs)
-            m.d.comb += psn_busy.eq(psns.busy)
+            m.d.comb += [psn_busy.eq(psns.busy), psns.clear.eq(self.psn_clear), psns.clear_job.eq(self.sweep.job)]
             m.d.comb += [psns.read_en.eq(take & first), psns.read_job.eq(d.job), psns.read_worker.eq(d.worker)]
         else:
             m.d.comb += m_rd.addr.eq(Mux(sweeper.read, sweeper.read_addr, d.slot))

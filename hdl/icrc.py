@@ -247,6 +247,9 @@ class ICRCGenerator(wiring.Component):
         Beat width in bits (64, 256 or 512).
     end:
         Frame byte offset where the ICRC goes (14 + IPv4 total length - 4).
+    beats:
+        Most beats a frame has, when the caller's frames end in the beat of byte ``end - 1`` (then no later
+        beat needs to be told apart); None: any.
 
     Members
     -------
@@ -257,11 +260,11 @@ class ICRCGenerator(wiring.Component):
         32-bit integer (sent least significant byte first).
     """
 
-    def __init__(self, width: int, end: int):
+    def __init__(self, width: int, end: int, beats: int | None = None):
         self._width = check_width(width)
         if not isinstance(end, int) or end <= ETH_LEN + IPV4_LEN + UDP_LEN:
             raise ValueError(f"ICRC offset must be an integer above {ETH_LEN + IPV4_LEN + UDP_LEN}, not {end!r}")
-        self._end = end
+        self._end, self._beats = end, beats
         super().__init__({"valid": In(1), "beat": In(16), "data": In(width), "value": Out(32)})
 
     def elaborate(self, platform):
@@ -272,9 +275,12 @@ class ICRCGenerator(wiring.Component):
         zeros = nbytes - 1 - tail
         data = Signal(self._width)
         m.d.comb += data.eq(icrc_mask(self.data, self.beat, self._width))
+        # Without a beat after the end, the check would compare a counter with a bound it cannot pass.
+        covered = self.valid if self._beats is not None and self._beats <= last_beat + 1 else \
+            self.valid & (self.beat <= last_beat)
         m.d.comb += [
             proc.start.eq(self.valid & (self.beat == 0)),
-            proc.valid.eq(self.valid & (self.beat <= last_beat)),
+            proc.valid.eq(covered),
             proc.data.eq(Mux(self.beat == last_beat, _tail_zero(data, nbytes, tail + 1), data)),
         ]
         raw = proc.crc ^ _ONES

@@ -7,7 +7,7 @@ between the result emitter's frames, whole frames each.
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -33,8 +33,9 @@ class AckReflector(wiring.Component):
     switch's addresses to the worker's MAC, IP and QPN, from its QP's UDP source port, with the PSN, syndrome
     and MSN unchanged, and a fresh ICRC. Descriptors wait in a FIFO of ``depth`` entries, so that a port's
     ingress hands an ACK over in one cycle while the egress is busy with a result; its header is built in the
-    cycle it leaves the FIFO (the worker table read), and its beats go out through a one-beat register, as
-    the :class:`~inagg.hdl.emitter.ResultEmitter`'s do.
+    cycle it leaves the FIFO (the worker table read), which is the cycle the last beat of the ACK before goes
+    out, and its beats go out through a one-beat register, as the :class:`~inagg.hdl.emitter.ResultEmitter`'s
+    do: back to back, one beat a cycle.
 
     Parameters
     ----------
@@ -66,28 +67,20 @@ class AckReflector(wiring.Component):
         m = Module()
         nb = self._width // 8
         m.submodules.queue = queue = fifo.SyncFIFO(width=AckDesc.size, depth=self._depth)
-        m.submodules.icrc = gen = ICRCGenerator(self._width, _ACK_HDR_LEN)
+        # The header's full beats, then one with its last r bytes and the ICRC (58 bytes of header: r + 4 fits
+        # a beat of every width).
+        q, r = divmod(_ACK_HDR_LEN, nb)
+        m.submodules.icrc = gen = ICRCGenerator(self._width, _ACK_HDR_LEN, beats=q + 1)
         m.d.comb += [queue.w_data.eq(self.i.payload), queue.w_en.eq(self.i.valid), self.i.ready.eq(queue.w_rdy)]
         head = data.View(AckDesc, queue.r_data)
         entry = self.worker.entry
         m.d.comb += self.worker.index.eq(head.job * self._workers + head.worker)
-        # The header's full beats, then one with its last r bytes and the ICRC (58 bytes of header: r + 4 fits
-        # a beat of every width).
-        q, r = divmod(_ACK_HDR_LEN, nb)
         hdr = Signal(8 * _ACK_HDR_LEN)
         hdr_pad = Signal((q + 1) * self._width)
         m.d.comb += hdr_pad.eq(hdr)
-        i = Signal(range(q + 1))
+        # The beat of the frame; a frame of one beat (W = 512) needs no counter.
+        i = Signal(range(q + 1)) if q else Const(0, 1)
         busy = Signal()
-        load = queue.r_rdy & ~busy
-        with m.If(load):
-            m.d.sync += [hdr.eq(header_bytes(_ACK, {
-                **to_worker(entry, self.switch, _ACK_HDR_LEN + ICRC_LEN),
-                "bth.opcode": Opcode.RC_ACK, "bth.pkey": self.switch.pkey, "bth.dqpn": entry.qpn,
-                "bth.psn": head.psn, "aeth.syndrome": head.syndrome, "aeth.msn": head.msn})),
-                i.eq(0), busy.eq(1)]
-        m.d.comb += [queue.r_en.eq(load), self.events.eq(event_vector({Counter.ACK_REFLECTED: load}))]
-
         o_valid, o_last = Signal(), Signal()
         o_data = Signal(self._width)
         o_keep = Signal(nb)
@@ -99,9 +92,23 @@ class AckReflector(wiring.Component):
             m.d.sync += o_valid.eq(0)
         with m.If(adv):
             m.d.sync += [o_valid.eq(1), o_data.eq(g_data), o_last.eq(g_last),
-                         o_keep.eq(Mux(g_last, (1 << (r + ICRC_LEN)) - 1, (1 << nb) - 1)), i.eq(i + 1)]
+                         o_keep.eq(Mux(g_last, (1 << (r + ICRC_LEN)) - 1, (1 << nb) - 1))]
+            if q:
+                m.d.sync += i.eq(i + 1)
             with m.If(g_last):
                 m.d.sync += busy.eq(0)
+        # The next header is built in the cycle the last beat of this one goes out, so ACKs leave back to
+        # back, one beat a cycle: as fast as a port takes the ACKs in (an ACK is as long out as in).
+        load = queue.r_rdy & (~busy | (adv & g_last))
+        with m.If(load):
+            m.d.sync += [hdr.eq(header_bytes(_ACK, {
+                **to_worker(entry, self.switch, _ACK_HDR_LEN + ICRC_LEN),
+                "bth.opcode": Opcode.RC_ACK, "bth.pkey": self.switch.pkey, "bth.dqpn": entry.qpn,
+                "bth.psn": head.psn, "aeth.syndrome": head.syndrome, "aeth.msn": head.msn})),
+                busy.eq(1)]
+            if q:
+                m.d.sync += i.eq(0)
+        m.d.comb += [queue.r_en.eq(load), self.events.eq(event_vector({Counter.ACK_REFLECTED: load}))]
         m.d.comb += [
             self.o.valid.eq(o_valid), self.o.p.keep.eq(o_keep), self.o.p.last.eq(o_last),
             # The generator has taken the last beat when it leaves the register: its ICRC is ready.

@@ -1,10 +1,12 @@
-"""The Mode II aggregation switch: ports, slot engine, result emitters and registers, and its Verilog top.
+"""The aggregation switch: ports, slot engine, result emitters, ACK reflection and registers, and its Verilog top.
 
 Data path, one beat of ``width`` bits per cycle on every port::
 
-    s[p] -> IngressPort[p] --\\                          /--> ResultEmitter[p] -> m[p]
-                              FrameArbiter -> SlotEngine
-    s[q] -> IngressPort[q] --/                          \\--> ResultEmitter[q] -> m[q]
+    s[p] -> IngressPort[p] --\\                          /--> ResultEmitter[p] --> FrameMux[p] -> m[p]
+                              FrameArbiter -> SlotEngine                       AckReflector[p] -/
+    s[q] -> IngressPort[q] --/                          \\--> ResultEmitter[q] --> FrameMux[q] -> m[q]
+                                                                               AckReflector[q] -/
+    IngressPort[p].ack, IngressPort[q].ack -> AckRouter -> AckReflector[p], AckReflector[q]
 
 Every port checks and buffers its own frames at line rate; the slot engine
 behind the arbiter takes one beat per cycle in total (one ``width``-bit
@@ -12,8 +14,13 @@ beat per clock is the switch's aggregate throughput; banking the slots by
 index would multiply it). With an exception path (``exc_table``), a
 contribution whose slot another job holds goes through
 :class:`~inagg.hdl.divert.Divert` and back into the arbiter, as one more
-input, to an overflow slot. ``docs/rtl.md`` describes each block and the
-Verilog ports of :class:`SwitchTop`.
+input, to an overflow slot. A job is UC or Mode II (``docs/protocol.md``
+section 6.2, its ``JOB.CTRL`` mode): a Mode II contribution takes the slot
+engine's PSN rules, and a host's ACK of a Mode II result leaves its port
+for the :class:`~inagg.hdl.reflect.AckRouter`, which takes it to the
+reflector of the worker's port; that port's egress merges the reflected
+ACKs with the results, whole frames each. ``docs/rtl.md`` describes each
+block and the Verilog ports of :class:`SwitchTop`.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from inagg.hdl.divert import Divert
 from inagg.hdl.emitter import ResultEmitter
 from inagg.hdl.engine import SlotEngine, _delay_line, check_fp32_latencies
 from inagg.hdl.ingress import IngressPort
+from inagg.hdl.reflect import AckReflector, AckRouter, FrameMux
 
 __all__ = ["check_parameters", "Switch", "SwitchTop", "generate_verilog"]
 
@@ -55,7 +63,8 @@ def _check_pipeline(geometry: SwitchGeometry, divert_frames, convert_latency, ad
 
 
 class Switch(wiring.Component):
-    """The Mode II switch: INT32 lanes promoted to FP32 on overflow, with an optional cuckoo exception path.
+    """The switch of UC and Mode II jobs: INT32 lanes promoted to FP32 on overflow, with an optional cuckoo
+    exception path.
 
     Parameters
     ----------
@@ -123,10 +132,13 @@ class Switch(wiring.Component):
         self.exception = geometry.exception
         self.space = space = geometry.space
         inputs = ports + (self.exception is not None)
-        self.control = Control(geometry, job_readers=ports, event_sources=2 * ports + 1 + (inputs > ports))
+        # Event sources: the ingress ports, the emitters, the engine, the exception path, the reflectors.
+        self._reflect_events = 2 * ports + 1 + (inputs > ports)
+        self.control = Control(geometry, job_readers=ports, event_sources=self._reflect_events + ports,
+                               worker_readers=2 * ports)
         self.arbiter = FrameArbiter(width, space, inputs)
         self.engine = SlotEngine(width, chunk_bytes, slots, workers, overflow=space - slots,
-                                 convert_latency=convert_latency, add_latency=add_latency)
+                                 convert_latency=convert_latency, add_latency=add_latency, psn_jobs=jobs)
         self.divert = None if self.exception is None else Divert(
             width=width, chunk_bytes=chunk_bytes, slots=slots, space=space, jobs=jobs, exception=self.exception,
             frames=divert_frames)
@@ -182,6 +194,9 @@ class Switch(wiring.Component):
         m.d.comb += ctl.events[2 * self.ports].eq(events)
         ports_idle = Signal()  # no port is inside a frame at the arbiter's input
         stop = self._teardown(m, taken, starting, ports_idle)
+        m.submodules.acks = router = AckRouter(ports=self.ports, jobs=self.jobs, workers=self.workers,
+                                               port_bits=ctl.port_bits)
+        m.d.comb += router.ports_of.eq(ctl.ports)
         space, insides = [], []
         for p in range(self.ports):
             ing = IngressPort(self.width, self.chunk_bytes, self.slots, p)
@@ -203,8 +218,20 @@ class Switch(wiring.Component):
                          for name in src.p.desc.shape().members]
             wiring.connect(m, ing.job, ctl.job_rd[p])
             wiring.connect(m, ing.worker, ctl.contrib_rd[p])
-            wiring.connect(m, emi.o, wiring.flipped(self.m[p]))
             wiring.connect(m, emi.worker, ctl.worker_rd[p])
+            # Mode II: the port's checked ACKs to the router, its workers' ACKs back out between its results.
+            ref = AckReflector(width=self.width, workers=self.workers)
+            mux = FrameMux(self.width)
+            m.submodules[f"reflector{p}"] = ref
+            m.submodules[f"egress{p}"] = mux
+            wiring.connect(m, ing.ack, router.i[p])
+            wiring.connect(m, router.o[p], ref.i)
+            wiring.connect(m, ref.worker, ctl.worker_rd[self.ports + p])
+            wiring.connect(m, emi.o, mux.a)
+            wiring.connect(m, ref.o, mux.b)
+            wiring.connect(m, mux.o, wiring.flipped(self.m[p]))
+            m.d.comb += [ing.ack_room.eq(router.room[p]), ref.switch.eq(ctl.switch),
+                         ctl.events[self._reflect_events + p].eq(ref.events)]
             m.d.comb += [
                 ing.pkey.eq(ctl.switch.pkey), emi.switch.eq(ctl.switch), emi.ports.eq(ctl.ports),
                 emi.i.valid.eq(eng.o.valid), emi.i.p.eq(eng.o.p),
@@ -262,7 +289,8 @@ class Switch(wiring.Component):
                     m.d.sync += stop.eq(0)
                     m.next = "IDLE"
                 with m.Elif(~eng.sweep_busy):
-                    m.d.comb += [ctl.teardown_disable.eq(1), self.torn.eq(1), eng.sweep.start.eq(1)]
+                    m.d.comb += [ctl.teardown_disable.eq(1), self.torn.eq(1), eng.sweep.start.eq(1),
+                                 eng.psn_clear.eq(1)]
                     if div is not None:
                         m.d.comb += div.teardown.eq(1)
                     m.next = "FAST"

@@ -13,8 +13,8 @@ for the UC mode; its counter strobes (:func:`translated_events`) are the
 model's for the same frame. :class:`~inagg.hdl.reflect.AckReflector` sends a host's
 ACK or NAK of a result back to it as the ACK of its contribution (step 5).
 
-These blocks stand on their own: the slot engine does not use them yet
-(``docs/rtl.md``, "Mode II").
+The slot engine uses them for Mode II frames (``SlotEngine(psn_jobs=...)``), and
+:class:`~inagg.hdl.switch.Switch` for every job whose mode is II (``docs/rtl.md``, "Mode II").
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec, check_job
 from inagg.models.protocol import CHUNK_BYTES_ALLOWED, CHUNK_BYTES_DEFAULT, MAX_WORKERS
-from inagg.models.regmap import RegMap
+from inagg.models.regmap import MODE_CODES, RegMap
 
 __all__ = ["WIDTHS", "MAX_PORTS", "MAX_JOB_TABLE", "SLOT_SPACE", "MAX_KICKS", "MAX_STASH", "check_width", "check_chunk_bytes", "check_slots",
            "SwitchGeometry"]
@@ -172,4 +172,4 @@ class SwitchGeometry:
     def check_job(self, job: JobSpec) -> None:
         """Raise ``ValueError`` when this build cannot hold ``job`` (:func:`~inagg.models.job.check_job`)."""
         check_job(job, ports=self.ports, slots=self.slots, exception=self.exception, jobs=self.jobs,
-                  workers=self.workers)
+                  workers=self.workers, modes=sorted(self.regmap.modes, key=MODE_CODES.get))

@@ -328,7 +328,7 @@ def check_job(job: JobSpec, *, ports: int, slots: int, exception: ExceptionSpec 
     for ``jobs`` job numbers and ``workers`` workers per job (the RTL's
     register map) also checks the job's number and worker count. The
     job's mode must be one of ``modes``, the modes the switch implements
-    (the RTL and the P4 programs: ``Mode.UC`` only).
+    (the P4 programs: ``Mode.UC`` only; the RTL's: ``RegMap.modes``).
     """
     modes = tuple(modes)
     if job.mode not in modes:

@@ -254,12 +254,12 @@ class RegMap:
     """Addresses of one switch geometry: ``jobs`` jobs of up to ``workers`` workers each.
 
     ``modes``: the transport modes the switch implements (``MODES``; the
-    RTL's only one is ``Mode.UC``); :meth:`job_writes` refuses a job of any other.
+    RTL's are ``Mode.UC`` and Mode II, ``Mode.TRANSLATED``); :meth:`job_writes` refuses a job of any other.
     """
 
     jobs: int
     workers: int
-    modes: frozenset[Mode] = frozenset({Mode.UC})
+    modes: frozenset[Mode] = frozenset({Mode.UC, Mode.TRANSLATED})
 
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, int) or not 1 <= self.jobs <= MAX_JOBS:

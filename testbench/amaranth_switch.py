@@ -21,7 +21,7 @@ from inagg.testbench.axil_sim import axil_read, axil_write
 from inagg.testbench.collisions import model_state
 from inagg.testbench.exception.reference import State
 from inagg.testbench.exception.state import decode
-from inagg.testbench.replay import DIVERTED, replay
+from inagg.testbench.replay import DIVERTED, assert_frames_match, replay
 from inagg.testbench.streams import get_frame, put_frame
 
 __all__ = ["SimRun", "simulate", "cycle"]
@@ -36,15 +36,15 @@ class SimRun:
     counters: dict[Counter, int]
     model_counters: dict[Counter, int]
     order: list[int] = field(default_factory=list)
+    stalls: dict[int, int] = field(default_factory=dict)
+    """Per port, the cycles in which its ingress held back a beat it was offered."""
     exception: State | None = None
     model_exception: State | None = None
 
     def assert_matches(self) -> None:
-        for p, want in self.expected.items():
-            got = self.received[p]
-            for n, (g, w) in enumerate(zip(got, want)):
-                assert g == w, f"port {p} frame {n}:\n  rtl   {g.hex()}\n  model {w.hex()}"
-            assert len(got) == len(want), f"port {p}: RTL sent {len(got)} frames, the model {len(want)}"
+        """Every port's frames the model's (:func:`~inagg.testbench.replay.assert_frames_match`), and every
+        counter the model's."""
+        assert_frames_match(self.received, self.expected)
         diff = {c.name: (self.counters[c], self.model_counters[c]) for c in Counter
                 if self.counters[c] != self.model_counters[c]}
         assert not diff, f"counters differ (rtl, model): {diff}"
@@ -117,13 +117,18 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
                 received[p].append(await get_frame(ctx, dut.m[p], width, ps))
         return run
 
+    stalls = {p: 0 for p in range(spec.ports)}
+
     async def watch(ctx):
-        async for _, _, valid, port, diverted, refused in ctx.tick().sample(
-                dut.order.valid, dut.order.p.port, dut.order.p.diverted, dut.refused):
+        async for _, _, valid, port, diverted, refused, *offered in ctx.tick().sample(
+                dut.order.valid, dut.order.p.port, dut.order.p.diverted, dut.refused,
+                *[s.valid & ~s.ready for s in dut.s]):
             if valid:
                 order.append(port | (DIVERTED if diverted else 0))
             if refused:
                 order.append(spec.ports)
+            for p, held in enumerate(offered):
+                stalls[p] += held
 
     sim = Simulator(dut)
     sim.add_clock(4e-9)
@@ -134,7 +139,7 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     sim.add_process(watch)
     sim.run()
     expected = replay(model, sent, order)
-    return SimRun(received, expected, counters, {c: model.counters[c] for c in Counter}, order,
+    return SimRun(received, expected, counters, {c: model.counters[c] for c in Counter}, order, stalls,
                   exception[0] if exception else None, model_state(model) if exception else None)
 
 

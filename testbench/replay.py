@@ -6,7 +6,8 @@ order (the port of every contribution its engine takes); :func:`replay`
 feeds each port's frames to :class:`~inagg.models.switch.ModelSwitch` in
 that merged order. Which frames the engine takes is the model's own
 decision: a frame reached the engine when one of the slot-rule counters
-moved.
+moved. A Mode II ACK never does: it leaves its port for the ACK
+reflectors, and the model sends its reflection when it takes the ACK.
 
 With an exception path the engine takes a diverted frame twice: where it
 diverts (reported with :data:`DIVERTED`), which the model must not see yet,
@@ -27,14 +28,17 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from inagg.models.frame import BTH, CONTRIBUTION, Opcode
 from inagg.models.job import JobSpec
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
 
-__all__ = ["ENGINE_COUNTERS", "DIVERTED", "GONE", "RemoveJob", "AddJob", "replay"]
+__all__ = ["ENGINE_COUNTERS", "DIVERTED", "GONE", "RemoveJob", "AddJob", "replay", "assert_frames_match"]
+
+_OPCODE = BTH.slice("opcode", CONTRIBUTION.offset("bth"))
 
 ENGINE_COUNTERS = (Counter.RX_CONTRIB, Counter.DUP_CONTRIB, Counter.DROP_STALE, Counter.DROP_WINDOW,
-                   Counter.DROP_COLLISION, Counter.EXC_REFUSED)
+                   Counter.DROP_COLLISION, Counter.EXC_REFUSED, Counter.DROP_PSN_AHEAD)
 DIVERTED = 1 << 16
 """Flag of an ``order`` entry: the engine took this frame of the port and diverted it."""
 GONE = 1 << 17
@@ -57,9 +61,21 @@ class AddJob:
 
 def _reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, list[bytes]]) -> bool:
     before = [model.counters[c] for c in ENGINE_COUNTERS]
+    bad_address = model.counters[Counter.DROP_BAD_ADDRESS]
     for p, f in model.receive(port, frame):
         out[p].append(f)
-    return [model.counters[c] for c in ENGINE_COUNTERS] != before
+    if [model.counters[c] for c in ENGINE_COUNTERS] != before:
+        return True
+    if model.counters[Counter.DROP_BAD_ADDRESS] == bad_address:
+        return False
+    # Mode II's engine counts a contribution of another chunk than its slot holds as the ingress
+    # checks count a bad VA. Those checks are stateless, and the engine's needs a held slot: a
+    # switch with the same jobs and every slot empty tells them apart.
+    fresh = ModelSwitch(model.spec)
+    for job in model.jobs.values():
+        fresh.add_job(job.spec)
+    fresh.receive(port, frame)
+    return fresh.counters[Counter.DROP_BAD_ADDRESS] == 0
 
 
 def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dict[int, list[bytes]]:
@@ -124,3 +140,20 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
             if _reached_engine(model, port, frame, out):
                 raise AssertionError(f"the model takes a frame of port {port} that the RTL's engine never took")
     return out
+
+
+def _of_kind(frames: list[bytes], acks: bool) -> list[bytes]:
+    """The RC ACK frames of ``frames`` (``acks``) or the others, in order."""
+    return [f for f in frames if (f[_OPCODE] == bytes([Opcode.RC_ACK])) == acks]
+
+
+def assert_frames_match(received: dict[int, list[bytes]], expected: dict[int, list[bytes]]) -> None:
+    """Every port's frames the RTL sent are the model's (:func:`replay`), byte for byte: its results in the
+    model's order and its reflected Mode II ACKs in the model's order. The two orders are each the
+    model's, not their merge: a port's egress puts a reflected ACK between results as it comes."""
+    for p, want_all in expected.items():
+        for kind, acks in (("frame", False), ("ACK", True)):
+            got, want = _of_kind(received[p], acks), _of_kind(want_all, acks)
+            for n, (g, w) in enumerate(zip(got, want)):
+                assert g == w, f"port {p} {kind} {n} differs from the model:\n  rtl   {g.hex()}\n  model {w.hex()}"
+            assert len(got) == len(want), f"port {p}: RTL sent {len(got)} {kind}s, the model {len(want)}"

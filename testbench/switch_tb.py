@@ -4,7 +4,8 @@ One :class:`SwitchTB` owns the clock, the reset, an AXI-Stream source and
 sink per port (cocotbext-axi), the AXI4-Lite manager, and a monitor of the
 order in which the slot engine takes contributions. :meth:`SwitchTB.check`
 replays everything sent into :class:`~inagg.models.switch.ModelSwitch` in
-that order and compares every frame, byte for byte, and every counter.
+that order and compares every frame, byte for byte (results and reflected Mode II ACKs each in the model's
+order), and every counter.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from inagg.models import regmap as rm
 from inagg.models.job import JobSpec, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
-from inagg.testbench.replay import DIVERTED, replay
+from inagg.testbench.replay import DIVERTED, assert_frames_match, replay
 
 __all__ = ["SwitchTB"]
 
@@ -133,11 +134,7 @@ class SwitchTB:
         """Settle, then compare every output frame and every counter with the model; return the frames."""
         await self.settle()
         expect = replay(self.model, self.sent, self.order)
-        for p in range(self.ports):
-            got, want = self.received[p], expect[p]
-            for n, (g, w) in enumerate(zip(got, want)):
-                assert g == w, f"port {p} frame {n} differs from the model:\n  rtl   {g.hex()}\n  model {w.hex()}"
-            assert len(got) == len(want), f"port {p}: RTL sent {len(got)} frames, the model {len(want)}"
+        assert_frames_match(self.received, expect)
         rtl = await self.counters()
         model = {c: self.model.counters[c] & 0xFFFFFFFF for c in Counter}
         diff = {c.name: (rtl[c], model[c]) for c in Counter if rtl[c] != model[c]}

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 
 import numpy as np
 
-from inagg.models import icrc, wire
-from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
+from inagg.models import icrc, rc, wire
+from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
 from inagg.models.frame import CONTRIBUTION, HEADERS, IPV4
 from inagg.models.protocol import CHUNK_MOD, CONTRIB_HDR_LEN, ICRC_LEN, IPV4_LEN, Counter, Opcode, qp_udp_sport
 
-__all__ = ["make_job", "contribution", "lanes", "bad_frames", "strays", "lossy", "windowed", "interleave"]
+__all__ = ["make_job", "contribution", "rc_contribution", "rc_ack", "mode_ii_allreduce", "lanes", "bad_frames", "strays", "lossy", "windowed", "interleave"]
 
 
 def make_job(spec: SwitchSpec, job: int, workers: int, slot_base: int, slots: int, *, ports=None,
@@ -46,6 +47,91 @@ def contribution(spec: SwitchSpec, job: JobSpec, worker: int, chunk: int, values
                   payload=np.asarray(values, ">i4").tobytes(), pkey=spec.pkey)
     fields.update(overrides)
     return wire.build(**fields)
+
+
+def _to_switch(spec: SwitchSpec, job: JobSpec, worker: int) -> rc.Address:
+    """Worker ``worker``'s RC queue pair to its switch QPN."""
+    w = job.workers[worker]
+    return rc.Address(eth_dst=wire.mac_bytes(spec.mac), eth_src=wire.mac_bytes(w.mac), ip_src=wire.ip_bytes(w.ip),
+                      ip_dst=wire.ip_bytes(spec.ip), udp_sport=qp_udp_sport(w.qpn), dest_qpn=job.qpn(worker),
+                      rkey=job.rkey, pkey=spec.pkey)
+
+
+def rc_contribution(spec: SwitchSpec, job: JobSpec, worker: int, psn: int, chunk: int, values: np.ndarray, *,
+                    va: int | None = None) -> bytes:
+    """Worker ``worker``'s Mode II contribution (RC WRITE ONLY) of ``chunk`` at ``psn`` (``va``: another VA)."""
+    va = (chunk % CHUNK_MOD) * spec.chunk_bytes if va is None else va
+    return rc.encode(rc.Packet(Opcode.RC_RDMA_WRITE_ONLY, psn % rc.PSN_MOD, np.asarray(values, ">i4").tobytes(), True,
+                               va, spec.chunk_bytes), _to_switch(spec, job, worker))
+
+
+def rc_ack(spec: SwitchSpec, job: JobSpec, worker: int, ack: rc.Ack) -> bytes:
+    """Worker ``worker``'s ACK or NAK of a Mode II result."""
+    return rc.encode(ack, _to_switch(spec, job, worker))
+
+
+def mode_ii_allreduce(spec: SwitchSpec, seed: int) -> tuple[list[JobSpec], list[tuple[int, bytes]], int]:
+    """A UC job 0 (slots 0-3) and a Mode II AllReduce job 1 of four workers (slots 4-7: W = 2) over the ports of
+    ``spec`` (two or more, eight slots or more), and their traffic, as (port, frame).
+
+    The hosts send PSNs 0 and 1 in order, then a re-send of PSN 0 (behind: the result again, once the
+    slot is done), a PSN ahead (dropped), ACKs and a NAK of results, another chunk for a PSN
+    (``DROP_BAD_ADDRESS`` in the slot rules) and a VA off a chunk boundary (the same counter, at the
+    port); then rounds in which each host's frame may be lost (its next PSN is then ahead, and it goes
+    back to the lost one), sent twice, or followed by an ACK; the UC job's chunks come in between.
+    Returns the jobs, the traffic and how many of its frames are ACKs.
+    """
+    uc = make_job(spec, 0, 2, 0, 4)
+    job = dataclasses.replace(make_job(spec, 1, 4, 4, 4), mode=Mode.TRANSLATED)
+    rng, pyrng = np.random.default_rng(seed), random.Random(seed)
+    t, acks = [], []
+
+    def c(w, psn, chunk=None, **kw):
+        t.append((job.workers[w].port,
+                  rc_contribution(spec, job, w, psn, psn if chunk is None else chunk, lanes(rng, spec), **kw)))
+
+    def a(w, psn, syndrome=rc.Syndrome.ACK):
+        t.append((job.workers[w].port, rc_ack(spec, job, w, rc.Ack(psn, syndrome, psn + 1))))
+        acks.append(psn)
+
+    for psn in (0, 1):
+        for w in range(4):
+            c(w, psn)
+        t.append((uc.workers[psn].port, contribution(spec, uc, psn, 0, lanes(rng, spec))))
+    c(0, 0)                        # behind
+    c(1, 3)                        # ahead
+    a(0, 0)
+    a(1, 0, rc.Syndrome.NAK_SEQ)
+    a(2, 1)
+    c(0, 2)
+    c(1, 2, chunk=6)               # another chunk for PSN 2 (or the first of two that disagree)
+    c(2, 2, va=2 * spec.chunk_bytes + 4)      # a VA inside a chunk: the port drops it
+    c(2, 2)
+    c(3, 2)
+    c(2, 1)                        # behind, PSN 1 done by now
+    expected = [3, 2, 3, 3]        # the next PSN each host sends (worker 1's PSN 2 went to the wrong chunk)
+    c(1, 2)
+    for chunk in range(1, 4):
+        for w in range(2):
+            t.append((uc.workers[w].port, contribution(spec, uc, w, chunk, lanes(rng, spec))))
+        for w in range(4):
+            p = expected[w]
+            r = pyrng.random()
+            if r < 0.2:            # lost: the next one is ahead, the host goes back
+                c(w, p + 1)
+                c(w, p)
+            elif r < 0.35:
+                c(w, p)
+                c(w, p)
+            else:
+                c(w, p)
+            expected[w] = p + 1
+            if pyrng.random() < 0.5:
+                a(w, p, pyrng.choice([rc.Syndrome.ACK, rc.Syndrome.NAK_SEQ]))
+    for w in range(4):             # the hosts catch up: PSNs to the same point
+        for p in range(expected[w], max(expected)):
+            c(w, p)
+    return [uc, job], t, len(acks)
 
 
 def strays(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> tuple[list[tuple[int, bytes]], dict]:

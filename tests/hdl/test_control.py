@@ -74,12 +74,12 @@ def test_registers_and_errors():
 
 def test_a_mode_the_build_lacks_is_refused_and_read_back():
     """Issue 18, mode per job: a CTRL write of a mode the build lacks is SLVERR and changes nothing; the
-    controller, told by a register map that claims the mode, reads CTRL back and names MODES."""
+    controller, told by a register map that claims the mode, reads CTRL back and names MODES (UC and Mode II)."""
     dut = _control()
-    claims = rm.RegMap(2, 4, modes=frozenset({Mode.UC, Mode.TRANSLATED}))
+    claims = rm.RegMap(2, 4, modes=frozenset(Mode))
     spec = SwitchSpec(ports=2, slots=16, chunk_bytes=256)
     uc = make_job(spec, 1, 3, 0, 4)
-    rc = dataclasses.replace(uc, mode=Mode.TRANSLATED)
+    rc = dataclasses.replace(uc, mode=Mode.TERMINATED)
     ctrl = claims.job(1, "CTRL")
     seen, regs = {}, {}
 
@@ -89,6 +89,8 @@ def test_a_mode_the_build_lacks_is_refused_and_read_back():
         regs[claims.switch("MODES")], _ = await axil_read(ctx, dut.axil, claims.switch("MODES"))
         ctx.set(dut.job_rd[0].index, 1)
         seen["rc enabled"] = ctx.get(dut.job_rd[0].entry.valid)
+        seen["ii"] = await axil_write(ctx, dut.axil, ctrl, claims.ctrl(dataclasses.replace(uc, mode=Mode.TRANSLATED)))
+        seen["ii entry"] = ctx.get(dut.job_rd[0].entry.valid), ctx.get(dut.job_rd[0].entry.mode)
         seen["uc"] = await axil_write(ctx, dut.axil, ctrl, claims.ctrl(uc))
         seen["uc enabled"] = ctx.get(dut.job_rd[0].entry.valid)
         seen["again"] = await axil_write(ctx, dut.axil, ctrl, claims.ctrl(dataclasses.replace(uc, mode=Mode.AUGMENTED)))
@@ -99,12 +101,14 @@ def test_a_mode_the_build_lacks_is_refused_and_read_back():
     sim.add_testbench(bench)
     sim.run()
     assert seen["rc"][:-1] == [0] * (len(seen["rc"]) - 1) and seen["rc"][-1] == _SLVERR
-    assert regs == {ctrl: 0, claims.switch("MODES"): 1} and seen["rc enabled"] == 0
+    assert regs == {ctrl: 0, claims.switch("MODES"): 0x5} and seen["rc enabled"] == 0
+    assert (seen["ii"], seen["ii entry"]) == (0, (1, rm.MODE_CODES[Mode.TRANSLATED]))
     assert (seen["uc"], seen["uc enabled"]) == (0, 1)
     assert seen["again"] == _SLVERR and seen["kept"] == (claims.ctrl(uc), 1)
     target = RegisterTarget(lambda a, v: None, claims, spec, read=regs.__getitem__)
-    with pytest.raises(RuntimeError, match=r"^the switch refused job 1: its CTRL reads 0x00000000, not 0x00020301; "
-                                           r"the job asks for mode TRANSLATED, the switch takes UC \(MODES\)$"):
+    with pytest.raises(RuntimeError, match=r"^the switch refused job 1: its CTRL reads 0x00000000, not 0x00010301; "
+                                           r"the job asks for mode TERMINATED, the switch takes UC, TRANSLATED "
+                                           r"\(MODES\)$"):
         target.add_job(rc)
 
 

@@ -72,15 +72,22 @@ def test_jobs_are_uc_by_default_and_the_mode_is_checked():
 
 
 @pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED, Mode.TERMINATED])
-def test_the_rtl_and_p4_switches_refuse_every_mode_but_uc(mode):
+def test_the_rtl_takes_uc_and_mode_ii_and_p4_uc_alone(mode):
     job = make_job(mode)
+    spec = SwitchSpec(ports=4, slots=8, chunk_bytes=CHUNK)
+    geometry = SwitchGeometry(ports=4, width=64, slots=8, chunk_bytes=CHUNK)
+    rtl = rf"^job 3 asks for mode {mode.name} \({mode.value}\); this switch implements UC \(uc\), TRANSLATED \(II\)$"
+    if mode is Mode.TRANSLATED:
+        assert RegMap(4, 8).job_writes(job, spec)[-1] == (RegMap(4, 8).job(3, "CTRL"), RegMap(4, 8).ctrl(job))
+        geometry.check_job(job)
+    else:
+        with pytest.raises(ValueError, match=rtl):
+            RegMap(4, 8).job_writes(job, spec)
+        with pytest.raises(ValueError, match=rtl):
+            geometry.check_job(job)
     message = rf"^job 3 asks for mode {mode.name} \({mode.value}\); this switch implements UC \(uc\)$"
     with pytest.raises(ValueError, match=message):
-        RegMap(4, 8).job_writes(job, SwitchSpec(ports=4, slots=8, chunk_bytes=CHUNK))
-    with pytest.raises(ValueError, match=message):
-        SwitchGeometry(ports=4, width=64, slots=8, chunk_bytes=CHUNK).check_job(job)
-    with pytest.raises(ValueError, match=message):
-        p4_plan(V1MODEL, SwitchSpec(ports=4, slots=8, chunk_bytes=CHUNK), [job])
+        p4_plan(V1MODEL, spec, [job])
 
 
 def test_the_model_switch_takes_every_mode():

@@ -49,7 +49,8 @@ def test_job_writes_put_ctrl_last_and_split_fields():
     (_job(workers=9), r"^job 1 has 9 workers, the switch at most 8$"),
     (_job(slot_base=16, slots=4), r"^job 1's slots 16\.\.19 exceed the switch's 16 slots$"),
     (_job(port=2), r"^worker port 2 does not exist: the switch has 2 ports$"),
-    (_job(mode=Mode.TRANSLATED), r"^job 1 asks for mode TRANSLATED \(II\); this switch implements UC \(uc\)$"),
+    (_job(mode=Mode.AUGMENTED), r"^job 1 asks for mode AUGMENTED \(III\); this switch implements UC \(uc\), "
+                                r"TRANSLATED \(II\)$"),
 ])
 def test_job_writes_refuse_what_the_switch_cannot_hold(job, message):
     with pytest.raises(ValueError, match=message):
@@ -63,7 +64,8 @@ def test_a_jobs_mode_goes_into_its_ctrl_and_modes_name_the_switchs():
     assert writes[-1] == (both.job(1, "CTRL"), 1 | 2 << 8 | rm.MODE_CODES[Mode.TRANSLATED] << 16)
     assert rm.JOB_CTRL.decode(writes[-1][1])["mode"] == 2
     assert both.modes_value() == 0b101 and rm.RegMap.decode_modes(0b101) == both.modes
-    assert rm.RegMap(4, 8).modes_value() == 1 and rm.RegMap.decode_modes(0b1010) == {Mode.TERMINATED, Mode.AUGMENTED}
+    assert rm.RegMap(4, 8).modes_value() == 0b101 and rm.RegMap(4, 8, modes=frozenset({Mode.UC})).modes_value() == 1
+    assert rm.RegMap.decode_modes(0b1010) == {Mode.TERMINATED, Mode.AUGMENTED}
     assert sorted(rm.MODE_CODES.values()) == list(range(len(Mode)))  # one code a mode, each fits the field
     assert rm.JOB_CTRL.field("mode").width == rm.MODES.width.bit_length() - 1 == 2
 

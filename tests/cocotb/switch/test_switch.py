@@ -8,7 +8,8 @@ and those of FP32 promotion (cocotb_promotion.py): its parameters are the
 union of what both need. W = 64 takes 64 workers per job (``MAX_WORKERS``,
 the most the switch takes), for promotion's job of every worker; W = 512
 runs chunks of 4 beats. ``most_workers`` is the size of the largest job the
-switch's random stimulus makes.
+switch's random stimulus makes. Mode II's test (cocotb_translated.py) runs on
+the W = 64 build alone.
 """
 
 from __future__ import annotations
@@ -35,3 +36,9 @@ def test_switch(name, module):
     from inagg.testbench.sim import build_switch
 
     build_switch(**BUILDS[name]).run(module, module_dir=Path(__file__).parent, stimulus=STIMULUS[module][name])
+
+
+def test_mode_ii():
+    from inagg.testbench.sim import build_switch
+
+    build_switch(**BUILDS["w64"]).run("cocotb_translated", module_dir=Path(__file__).parent)
