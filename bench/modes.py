@@ -83,6 +83,14 @@ COLLECTIVE_MUTATION = TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.A
                                 collective=Collective.BROADCAST)
 
 
+def _measured(command: str, load: tuple[float, ...], *, commit: str | None = None, per_row: bool = True,
+              note: str = "") -> str:
+    """The sentence that opens a section: what ran, where, and the machine's load at the start."""
+    return (f"Measured with `{command}` at commit {commit or head_commit()} on {platform.machine()}, Python "
+            f"{platform.python_version()}, 2 cores shared with other jobs (load average {load[0]:.1f} at the start"
+            f"{note})" + ("; one run per row." if per_row else "."))
+
+
 def _row(scope: Scope | TreeScope, budget: int, checker=check, lead: str = "") -> str:
     """One table row: ``lead`` (the first columns), the scope, and what ``checker`` found in ``budget`` states."""
     head = f"{lead}| {scope.mode.value} | {scope.window} | {scope.chunks} | {scope.faults} |"
@@ -105,9 +113,7 @@ def reach_section(budget: int, command: str) -> str:
     return "\n".join([
         REACH_HEADING,
         "",
-        f"Measured with `{command}` at commit {head_commit()} on {platform.machine()}, Python "
-        f"{platform.python_version()}, 2 cores shared with other jobs (load average {load[0]:.1f} at the start); "
-        "one run per row.",
+        _measured(command, load),
         "",
         "The scope of the section above (2x2, root rank 0, links in order, timers when nothing is in flight, at",
         "most one loss per timeout round and `faults` per run), explored with `check_tree(..., reduce=True)`:",
@@ -183,9 +189,7 @@ def collectives_section(budget: int, command: str) -> str:
     lines = [
         COLLECTIVES_HEADING,
         "",
-        f"Measured with `{command}` at commit {head_commit()} on {platform.machine()}, Python "
-        f"{platform.python_version()}, 2 cores shared with other jobs (load average {load[0]:.1f} at the start); "
-        "one run per row.",
+        _measured(command, load),
         "",
         "`inagg.host.tree_checker` on EPIC's scope: a root switch over two switches of two ranks each, root rank",
         "0, links delivering in order, timers firing only when nothing is in flight, at most one loss per",
@@ -272,8 +276,7 @@ def tree_mutations_section(budget: int, command: str) -> str:
     return "\n".join([
         TREE_MUTATIONS_HEADING,
         "",
-        f"Measured with `{command}` at commit {head_commit()} on {platform.machine()}, Python "
-        f"{platform.python_version()}, 2 cores shared with other jobs (load average {load[0]:.1f} at the start).",
+        _measured(command, load, per_row=False),
         "",
         "`inagg.host.tree_checker` (`docs/results/tree.md`) with a test-only mutation of the model switch in",
         "place, on EPIC's scope: a root over two switches of two ranks each, links in order (timers quiet for",
@@ -354,9 +357,7 @@ def faults_section(budget: int, command: str) -> str:
     return "\n".join([
         FAULTS_HEADING,
         "",
-        f"Measured with `{command}` at commit {head_commit()} on {platform.machine()}, Python "
-        f"{platform.python_version()}, 2 cores shared with other jobs (load average {load[0]:.1f} at the start, "
-        "so the times are under load); one run per row.",
+        _measured(command, load, note=", so the times are under load"),
         "",
         "`inagg.host.tree_checker` with `TreeScope(duplicates=1)`: any frame in flight on any hop may be",
         "duplicated once per run, at any point (the copy follows its original on a link that keeps order),",
@@ -488,9 +489,7 @@ def _mode_i_section(budget: int, command: str) -> list[str]:
     lines = [
         MODE_I_HEADING,
         "",
-        f"Measured with `{command}` at commit {commit} on {platform.machine()}, Python "
-        f"{platform.python_version()}, 2 cores shared with other jobs (load average {load[0]:.1f} at the start); "
-        "one run per row.",
+        _measured(command, load, commit=commit),
         "",
         "The switch is each rank's RC peer (`models/terminated.py`): its responders ACK and NAK the",
         "contributions, its requesters send the results from their own PSN spaces and go back N on a NAK",
