@@ -160,9 +160,10 @@ def test_ecp5_build_of_the_smallest_switch(tmp_path, capsys):
     # ingress's HeaderCapture registers every header byte, and only the flattened netlist drops the
     # bytes FrameChecks and PayloadSender never read (4,644 FF summed against 4,384 placed at 3983e86),
     # and merges the slot engine's per-lane-group copies of its write strobes, which only the
-    # per-module netlists keep apart (5,287 against 4,926, 7.3 %, at 438213b:
-    # docs/results/synth/switch-p1-w64-s8-c256-j1-k2.json).
-    assert abs(sum(c["ffs"] for c in r["modules"].values()) - r["ffs"]) <= 0.08 * r["ffs"]
+    # per-module netlists keep apart (5,287 against 4,926, 7.3 %, at 438213b). Mode II's blocks (the ACK
+    # reflector with its ICRC, the ACK queue, the PSN table) widened the gap to 6,629 against 6,090, 8.9 %
+    # (docs/results/synth/switch-p1-w64-s8-c256-j1-k2.json).
+    assert abs(sum(c["ffs"] for c in r["modules"].values()) - r["ffs"]) <= 0.10 * r["ffs"]
     assert (tmp_path / "top.bit").stat().st_size > 100_000
     text = format_result(ecp5.SynthResult(**r))
     assert "Fmax" in text and "W x Fmax = 64 x" in text
