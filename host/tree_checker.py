@@ -103,16 +103,21 @@ class TreeScope:
 
 class _State:
     """One state, its ranks and switches shared with the parent state until a step writes them (as
-    :class:`inagg.host.checker._State`: ``prints`` caches each one's part of the key)."""
+    :class:`inagg.host.checker._State`: ``prints`` caches each one's part of the key).
+
+    ``names``, one dict for every state of a run, numbers each distinct node summary and frame in
+    flight in the order first seen; keys hold those numbers. A number stands for exactly one value,
+    so two keys are equal exactly when the states' summaries are (no hashing away of states), and each
+    summary is stored once however many states share it."""
 
     __slots__ = ("workers", "switches", "flight", "clock", "faults", "fault_this_round", "duplicates", "depth",
-                 "prints")
+                 "prints", "names")
 
     def clone(self) -> "_State":
         s = _State()
         s.workers, s.switches, s.prints = list(self.workers), list(self.switches), list(self.prints)
         s.flight, s.clock, s.faults, s.duplicates = self.flight, self.clock, self.faults, self.duplicates
-        s.fault_this_round, s.depth = self.fault_this_round, self.depth + 1
+        s.fault_this_round, s.depth, s.names = self.fault_this_round, self.depth + 1, self.names
         return s
 
     def worker(self, r: int):
@@ -129,20 +134,23 @@ class _State:
         return sw
 
     def key(self) -> tuple:
+        names = self.names
         for r, w in enumerate(self.workers):
             if self.prints[r] is None:
-                self.prints[r] = w.fingerprint(self.clock)
+                self.prints[r] = names.setdefault(w.fingerprint(self.clock), len(names))
         for i, t in enumerate(self.switches, len(self.workers)):
             if self.prints[i] is None:
                 t.now = self.clock  # Mode III timers enter the key relative to the clock, as the ranks'
-                self.prints[i] = (tuple((int(s.state), s.chunk, s.bitmap, s.count, s.lanes.words.tobytes())
-                                        for s in t.fast), tuple(m.state() for m in t.modes.values()))
+                self.prints[i] = names.setdefault((tuple((int(s.state), s.chunk, s.bitmap, s.count,
+                                                          s.lanes.words.tobytes()) for s in t.fast),
+                                                   tuple(m.state() for m in t.modes.values())), len(names))
         # A link's queue keeps its order, numbered from its head (with reordering every frame is 0).
         head = {}
         for to, n, _ in self.flight:
             head.setdefault(to, n)
-        flight = tuple(sorted((to, n - head[to], f[:_PSN.start] + f[_PSN.stop:-4] if f[_OPCODE] == _RESULT_OPCODE
-                               else f) for to, n, f in self.flight))
+        flight = tuple(names.setdefault(e, len(names)) for e in sorted(
+            (to, n - head[to], f[:_PSN.start] + f[_PSN.stop:-4] if f[_OPCODE] == _RESULT_OPCODE else f)
+            for to, n, f in self.flight))
         return (tuple(self.prints), flight, self.faults, self.fault_this_round, self.duplicates)
 
 
@@ -179,7 +187,7 @@ def check_tree(scope: TreeScope = TreeScope(), *, timing: Timing | None = None,
     init.flight = push((), [(("s", *tp.rank(r)), f) for r, w in enumerate(init.workers)
                             for f in w.submit(0.0, data[r])])
     init.clock, init.faults, init.fault_this_round, init.duplicates, init.depth = 0.0, 0, False, 0, 0
-    init.prints = [None] * (len(init.workers) + len(init.switches))
+    init.prints, init.names = [None] * (len(init.workers) + len(init.switches)), {}
     expect_each = expect if isinstance(expect, list) else [expect] * tree.ranks
 
     def invariant(s: _State, trace: tuple) -> None:

@@ -13,12 +13,15 @@ from inagg.models.terminated import TerminatedJob
 
 
 def _finals(monkeypatch, scope: TreeScope, reduce: bool):
-    """The exploration's counts and the keys of its final states."""
+    """The exploration's counts and the keys of its final states, each number in them replaced by the
+    value it stands for (numbers are a run's own: ``names`` lists the values in the order numbered)."""
     finals, real = set(), checker._check_final
 
     def record(s, expect, trace):
         real(s, expect, trace)
-        finals.add(s.key())
+        prints, flight, *rest = s.key()
+        values = list(s.names)
+        finals.add((tuple(values[n] for n in prints), tuple(values[n] for n in flight), *rest))
 
     monkeypatch.setattr(checker, "_check_final", record)
     return check_tree(scope, reduce=reduce), finals
