@@ -30,7 +30,8 @@ from inagg.models.protocol import DEFAULT_PKEY, ETH_LEN, ICRC_LEN, IPV4_LEN, Cou
 
 __all__ = [
     "PSN_BITS", "PSN_MOD", "psn_add", "psn_diff", "Syndrome", "Packet", "Ack", "Segment", "Message", "RcError",
-    "RemoteError", "RetryExceededError", "RnrRetryExceededError", "RNR_DELAY", "RNR_FOREVER", "Requester", "Responder", "Address", "encode", "decode",
+    "RemoteError", "RetryExceededError", "RnrRetryExceededError", "RNR_DELAY", "RNR_FOREVER", "Requester",
+    "Responder", "Address", "encode", "decode",
 ]
 
 PSN_BITS = 24
