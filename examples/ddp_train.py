@@ -26,7 +26,6 @@ import argparse
 import copy
 import json
 import math
-import sys
 import time
 
 import numpy as np
@@ -35,7 +34,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from inagg.host.torch import allreduce_hook, group_from_process_group
+from inagg.host.torch import allreduce_hook, exit_process, group_from_process_group
 from inagg.models import quant
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -188,4 +187,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

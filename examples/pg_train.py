@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 
 import torch
 import torch.distributed as dist
@@ -37,6 +36,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import inagg.host.torch_backend as inagg_backend
+from inagg.host.torch import exit_process
 
 
 def make_model(args) -> nn.Module:
@@ -128,4 +128,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -39,10 +39,12 @@ or dies, or a rank that fails, ends every rank's backward at once with
 # No ``from __future__ import annotations``: DDP checks the hook's annotations as objects.
 import itertools
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import NoReturn
 
 import numpy as np
 
@@ -60,7 +62,7 @@ from inagg.host.service import ENV_SWITCH, ServiceError, SwitchClient, SwitchSer
 from inagg.host.worker import AllReduce, Timing
 
 __all__ = ["BackwardCheck", "DistGroup", "InaggFallbackWarning", "group_from_process_group", "setup",
-           "allreduce_hook"]
+           "allreduce_hook", "exit_process"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # Every call takes fresh store keys; all ranks call in the same order, as for any collective.
@@ -310,3 +312,22 @@ def allreduce_hook(state: DistGroup, bucket: dist.GradBucket) -> torch.futures.F
 
     state._executor.submit(run)
     return fut
+
+
+def exit_process(code: int) -> NoReturn:
+    """End this process with ``code`` without finalizing the interpreter: the last call of a torchrun script.
+
+    Gloo's worker threads drop a collective's work, and with it its tensors,
+    after the collective has completed. A tensor Python has let go of then
+    needs the GIL, and in an interpreter that is being finalized taking it
+    ends the thread by a forced unwind that C++ turns into an abort
+    ("terminate called without an active exception"), after the script has
+    done its work: a race of PyTorch's, with plain gloo too
+    (pytorch/pytorch#179291). Process groups still initialized are destroyed
+    first and the standard streams flushed; atexit handlers do not run.
+    """
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

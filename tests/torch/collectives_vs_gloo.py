@@ -5,12 +5,12 @@ Prints one JSON line per rank: {"rank", "results": {name: problem or "ok"}, "fal
 
 import json
 import math
-import sys
 
 import torch
 import torch.distributed as dist
 
 import inagg.host.torch_backend as tb
+from inagg.host.torch import exit_process
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 # Relative bound of the quantized float32 sum at these sizes (docs/scaleout.md), and of the cast to the dtype.
@@ -139,4 +139,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

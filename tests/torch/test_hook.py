@@ -211,3 +211,21 @@ def test_torchrun_four_ranks_bfloat16_through_a_served_switch_matches_gloo(torch
                      env={ENV_SWITCH: addr}), 4)
     serve.popen.terminate()
     assert serve.finish(30) == 0, serve.report()
+
+
+def test_exit_process_flushes_destroys_the_groups_and_exits_with_the_code(unused_address):
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, atexit, torch.distributed as dist\n"
+        "from inagg.host.torch import exit_process\n"
+        f"dist.init_process_group('gloo', init_method='tcp://{unused_address()}', rank=0, world_size=1)\n"
+        "atexit.register(lambda: print('finalized'))\n"
+        "dist.destroy_process_group = (lambda f: lambda: (print('destroyed', end=' '), f()))(dist.destroy_process_group)\n"
+        "print('out', end=' '); print('err', end=' ', file=sys.stderr)\n"
+        "exit_process(3)\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    # Buffered output reaches the pipes; the interpreter is not finalized (no atexit handler runs).
+    assert (p.returncode, p.stdout, p.stderr) == (3, "out destroyed ", "err ")
+
