@@ -44,6 +44,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import NoReturn
 
 import numpy as np
@@ -62,8 +63,10 @@ from inagg.host.service import ENV_SWITCH, ServiceError, SwitchClient, SwitchSer
 from inagg.host.worker import AllReduce, Timing
 
 __all__ = ["BackwardCheck", "DistGroup", "InaggFallbackWarning", "group_from_process_group", "setup",
-           "allreduce_hook", "exit_process"]
+           "allreduce_hook", "leave", "exit_process", "LEAVE_TIMEOUT"]
 
+#: Seconds rank 0 waits in :func:`leave` for the other ranks before it ends the job anyway.
+LEAVE_TIMEOUT = 30.0
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # Every call takes fresh store keys; all ranks call in the same order, as for any collective.
 _calls = itertools.count()
@@ -127,7 +130,7 @@ class DistGroup:
     started one: :meth:`close` (or the end of the process) releases them.
     """
 
-    def __init__(self, process_group, group: Group | None, *, fallback_reason: str | None = None,
+    def __init__(self, process_group, group: Group | None, *, fallback_reason: str | None = None, store=None,
                  owner: SwitchClient | None = None, service: SwitchService | None = None):
         self.process_group = process_group
         self.rank = dist.get_rank(process_group)
@@ -136,7 +139,7 @@ class DistGroup:
         self.fallback_reason = fallback_reason
         #: The error that broke the group (None while it works): every later :meth:`reduce` raises it.
         self.failure: Exception | None = None
-        self._owner, self._service = owner, service
+        self._store, self._owner, self._service = store, owner, service
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inagg-ddp")
         self.backward_check = BackwardCheck(self._executor, lambda: self.failure)
 
@@ -164,9 +167,10 @@ class DistGroup:
         return avg.to(device=tensor.device, dtype=tensor.dtype)
 
     def close(self) -> None:
-        """Release the VXLAN socket, the job (rank 0) and the embedded service."""
+        """Release the VXLAN socket, then (rank 0) the job and the embedded service: see :func:`leave`."""
         self._executor.shutdown(wait=True)
-        _release(self.group, self._owner, self._service)
+        if self.group is not None:
+            leave(self._store, self.rank, self.size, self.group, self._owner, self._service)
 
 
 def _resolve_switch(switch: str | None, size: int, window: int) -> tuple[SwitchClient, SwitchService | None]:
@@ -212,12 +216,12 @@ def group_from_process_group(process_group=None, *, switch: str | None = None, w
         from torch.distributed.distributed_c10d import _get_process_group_store
 
         store = _get_process_group_store(pg)
+    store = dist.PrefixStore(f"inagg/{next(_calls)}", store)
     try:
-        group, owner, service = setup(dist.PrefixStore(f"inagg/{next(_calls)}", store), rank, size, switch=switch,
-                                      window=window, timing=timing, watch=True)
+        group, owner, service = setup(store, rank, size, switch=switch, window=window, timing=timing, watch=True)
     except SwitchUnavailableError as e:
         return _failed(pg, str(e), fallback)
-    return DistGroup(pg, group, owner=owner, service=service)
+    return DistGroup(pg, group, store=store, owner=owner, service=service)
 
 
 def setup(store, rank: int, size: int, *, switch: str | None = None, window: int = 16, timing: Timing | None = None,
@@ -261,6 +265,29 @@ def setup(store, rank: int, size: int, *, switch: str | None = None, window: int
         _release(group, owner, service)
         raise SwitchUnavailableError(failed)
     return group, owner, service
+
+
+def leave(store, rank: int, size: int, group: Group, owner: SwitchClient | None, service: SwitchService | None, *,
+          timeout: float = LEAVE_TIMEOUT) -> None:
+    """Rank ``rank`` is done with the job :func:`setup` gave it; every rank calls it, with what setup returned.
+
+    Each rank closes its socket and says so in ``store``. Rank 0 ends the
+    job, and stops the embedded service, only when every rank has, or after
+    ``timeout`` s (a rank that died says nothing): a rank that has its last
+    result may leave while another still waits for a retransmission of
+    its own, and a service stopped under it would fail that rank's last call.
+    """
+    _release(group, None, None)
+    store.set(f"left/{rank}", "")
+    if owner is None and service is None:
+        return
+    try:
+        store.wait([f"left/{r}" for r in range(size)], timedelta(seconds=timeout))
+    except dist.DistStoreError:
+        missing = [r for r in range(size) if not store.check([f"left/{r}"])]
+        warnings.warn(f"inagg: ranks {missing} did not leave job {group.job.job} within {timeout:g} s; "
+                      "ending it anyway", RuntimeWarning, stacklevel=2)
+    _release(None, owner, service)
 
 
 def _release(group: Group | None, owner: SwitchClient | None, service: SwitchService | None) -> None:

@@ -58,7 +58,7 @@ except ImportError as e:  # the optional extra is not installed
 
 from inagg.host.api import run
 from inagg.host.exact import ExactSum
-from inagg.host.torch import BackwardCheck, _release, setup
+from inagg.host.torch import BackwardCheck, leave, setup
 from inagg.host.worker import AllReduce
 
 __all__ = ["BACKEND", "InaggWork", "ProcessGroupInagg", "fallback_counts"]
@@ -145,7 +145,8 @@ class ProcessGroupInagg(dist.ProcessGroup):
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo", store), rank, size, timeout)
         # Collectives PyTorch dispatches in C++ (the *_tensor ones) find gloo here.
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
-        self.group, self._owner, self._service = setup(dist.PrefixStore("inagg", store), rank, size,
+        self._store = dist.PrefixStore("inagg", store)
+        self.group, self._owner, self._service = setup(self._store, rank, size,
                                                        switch=switch, window=window, timing=timing, watch=True)
         self.fallbacks: Counter = Counter()
         self._lock = threading.Lock()
@@ -272,9 +273,10 @@ class ProcessGroupInagg(dist.ProcessGroup):
         return call(*args)
 
     def shutdown(self) -> None:
-        """Finish the calls in flight, then release the job, the socket and the embedded service."""
+        """Finish the calls in flight, then release the socket, the job and the embedded service (:func:`leave`)."""
         self._executor.shutdown(wait=True)
-        _release(self.group, self._owner, self._service)
+        if self.group is not None:
+            leave(self._store, self.rank(), self.size(), self.group, self._owner, self._service)
         self.group = self._owner = self._service = None
 
 

@@ -16,7 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from inagg.host.service import (  # noqa: E402
     ENV_SWITCH, ServiceError, SwitchClient, SwitchGoneError, SwitchService, SwitchUnavailableError,
 )
-from inagg.host.torch import InaggFallbackWarning, allreduce_hook, group_from_process_group  # noqa: E402
+from inagg.host.torch import InaggFallbackWarning, allreduce_hook, group_from_process_group, leave  # noqa: E402
 from inagg.host.worker import ChunkTimeoutError, Timing  # noqa: E402
 from inagg.models.job import SwitchSpec  # noqa: E402
 
@@ -228,4 +228,39 @@ def test_exit_process_flushes_destroys_the_groups_and_exits_with_the_code(unused
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     # Buffered output reaches the pipes; the interpreter is not finalized (no atexit handler runs).
     assert (p.returncode, p.stdout, p.stderr) == (3, "out destroyed ", "err ")
+
+
+def _member(events: list, name: str):
+    """A group, control connection and service whose release is appended to ``events``."""
+    group = SimpleNamespace(port=SimpleNamespace(close=lambda: events.append(f"{name} socket")),
+                            job=SimpleNamespace(job=7))
+    return group, SimpleNamespace(close=lambda: events.append(f"{name} job")), \
+        SimpleNamespace(stop=lambda: events.append(f"{name} service"))
+
+
+def test_rank_0_ends_the_job_only_after_every_rank_has_left():
+    import threading
+    import time
+
+    store, events = dist.HashStore(), []
+    group0, owner, service = _member(events, "rank 0")
+    group1, _, _ = _member(events, "rank 1")
+
+    def late_rank_1():
+        time.sleep(0.3)  # still waiting for its last result
+        leave(store, 1, 2, group1, None, None)
+
+    t = threading.Thread(target=late_rank_1)
+    t.start()
+    leave(store, 0, 2, group0, owner, service)
+    t.join()
+    assert events == ["rank 0 socket", "rank 1 socket", "rank 0 job", "rank 0 service"]
+
+
+def test_rank_0_ends_the_job_after_the_timeout_when_a_rank_never_leaves():
+    store, events = dist.HashStore(), []
+    group0, owner, service = _member(events, "rank 0")
+    with pytest.warns(RuntimeWarning, match=r"^inagg: ranks \[1, 2\] did not leave job 7 within 0.2 s; ending it"):
+        leave(store, 0, 3, group0, owner, service, timeout=0.2)
+    assert events == ["rank 0 socket", "rank 0 job", "rank 0 service"]
 
