@@ -448,13 +448,13 @@ class SwitchService:
         if tls is not None and not isinstance(tls, ssl.SSLContext):
             raise TypeError(f"tls must be an ssl.SSLContext, not {type(tls).__name__}")
         self.tls = tls
+        if not isinstance(switch_batch, bool):
+            raise TypeError(f"switch_batch must be a bool, not {type(switch_batch).__name__}")
         if switch is None:
             switch = load_backend(DEFAULT_BACKEND).open(spec)
         elif not isinstance(switch, SwitchBackend):
             raise TypeError(f"switch must be a SwitchBackend, not {type(switch).__name__}")
         self.spec, self.switch, self.capture = spec, switch, capture
-        if not isinstance(switch_batch, bool):
-            raise TypeError(f"switch_batch must be a bool, not {type(switch_batch).__name__}")
         self.switch_batch = switch_batch
         self._vxlan_head = encap(b"", self.vni)
         self.failure: str | None = None
