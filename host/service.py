@@ -75,7 +75,7 @@ from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter, switch_qpn
 from inagg.host.api import Group
 from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
 from inagg.host.link import Faults, HeldFrames, LossyLink, clocked_receive, idle_wait
-from inagg.host.vxlan import Capture, VxlanDrop, VxlanPort, check_vni, decap, encap
+from inagg.host.vxlan import Capture, VxlanDrop, VxlanPort, check_vni, decap, encap, send_all
 from inagg.host.worker import ProtocolError, Timing
 
 __all__ = [
@@ -312,6 +312,15 @@ def _add_growth(mine: Tally, before: dict, after) -> None:
     for c, n in after.items():
         if n != before.get(c, 0):
             mine[getattr(c, "name", c)] += n - before.get(c, 0)
+
+
+def _sendto(sock: socket.socket, datagram: bytes, dst: tuple[str, int]) -> OSError | None:
+    """Send ``datagram`` to ``dst`` on ``sock``; None, or the error that refused it."""
+    try:
+        sock.sendto(datagram, dst)
+    except OSError as e:
+        return e
+    return None
 
 
 def _socket_drops(sock: socket.socket) -> int:
@@ -732,34 +741,34 @@ class SwitchService:
         self._transmit(out)
 
     def _transmit(self, out: list[tuple[int, bytes]]) -> None:
-        """Send the switch's ``out`` frames to their ports' endpoints, in order, each in a VXLAN datagram.
+        """Send the switch's ``out`` frames to their ports' endpoints, each in a VXLAN datagram, in order per port.
 
-        One ``send`` per datagram: on loopback ``sendmmsg`` (through ``ctypes``) took as long per datagram
-        (``docs/results/scaleout.md``), and filling its message array costs Python time per frame. What the
-        sends count is added once per call, per port.
+        A port's datagrams go out back to back (:func:`~inagg.host.vxlan.send_all` on its endpoint's own
+        socket), not in the switch's order, which takes the ports in turn for every chunk: a worker is then
+        woken once for its results and takes them in one batch, where it would be woken, and run, once per
+        result. What the sends count is added once per call, per port.
         """
         head, capture, here = self._vxlan_head, self.capture, self.vxlan_address
         endpoint_of, sock_at, shared = self._endpoint_of, self._sock_at, self._udp
-        sent: Tally = Tally()  # (port, name) -> datagrams
+        by_port: dict[int, list[bytes]] = {}
         for port, frame in out:
-            datagram = head + frame
-            own = sock_at.get(port)
-            try:
-                if own is not None:
-                    own.send(datagram)
-                else:
-                    dst = endpoint_of.get(port)
-                    if dst is None:
-                        sent[port, "tx_unbound_port"] += 1
-                        continue
-                    shared.sendto(datagram, dst)
-            except OSError as e:  # a full socket buffer or a vanished route: the worker's timer resends
-                sent[port, "tx_errors"] += 1
-                log.debug("vxlan send on port %d failed: %s", port, e)
+            by_port.setdefault(port, []).append(head + frame)
+        sent: Tally = Tally()  # (port, name) -> datagrams
+        for port, datagrams in by_port.items():
+            dst = endpoint_of.get(port)
+            if dst is None:
+                sent[port, "tx_unbound_port"] += len(datagrams)
                 continue
-            sent[port, "tx_datagrams"] += 1
-            if capture is not None:
-                capture(here, endpoint_of[port], datagram)
+            own = sock_at.get(port)
+            fates = send_all(own, datagrams) if own is not None else [_sendto(shared, d, dst) for d in datagrams]
+            for datagram, e in zip(datagrams, fates):
+                if e is not None:  # a full socket buffer or a vanished route: the worker's timer resends
+                    sent[port, "tx_errors"] += 1
+                    log.debug("vxlan send to %s:%d failed: %s", *dst, e)
+                    continue
+                sent[port, "tx_datagrams"] += 1
+                if capture is not None:
+                    capture(here, dst, datagram)
         for (port, name), n in sent.items():
             self.stats[name] += n
             if (j := self._job_at.get(port)) is not None:

@@ -37,7 +37,7 @@ from inagg.models import wire
 from inagg.models.protocol import ETH_TYPE_IPV4, IP_PROTO_UDP, IPV4_LEN, UDP_LEN
 
 __all__ = ["VXLAN_PORT", "VXLAN_HDR_LEN", "MAX_VNI", "VxlanDrop", "encap", "decap", "check_vni", "VxlanPort",
-           "outer_frame", "PcapWriter", "Capture"]
+           "send_all", "outer_frame", "PcapWriter", "Capture"]
 
 VXLAN_PORT = 4789
 VXLAN_HDR_LEN = 8
@@ -73,6 +73,24 @@ def decap(datagram: bytes, vni: int) -> bytes | VxlanDrop:
     if int.from_bytes(datagram[4:7], "big") != vni:
         return VxlanDrop.WRONG_VNI
     return datagram[VXLAN_HDR_LEN:]
+
+
+def send_all(sock: socket.socket, datagrams: list[bytes]) -> list[OSError | None]:
+    """Send ``datagrams`` in order on connected socket ``sock``; what became of each: None (sent) or its error.
+
+    One ``send`` per datagram. ``sendmmsg`` (through ``ctypes``; Python's socket module has none) sends
+    them in one call, but on loopback the kernel's work per datagram is the same, and filling its message
+    array costs more Python time than the calls it saves (``bench/scaleout.py --only batch``). A datagram the
+    kernel refuses (a full buffer, an ICMP error of an earlier one) is reported and the rest are still sent.
+    """
+    fates: list[OSError | None] = []
+    for d in datagrams:
+        try:
+            sock.send(d)
+            fates.append(None)
+        except OSError as e:
+            fates.append(e)
+    return fates
 
 
 class VxlanPort:
