@@ -27,6 +27,8 @@ receipt, and the inner frame carries no FCS.
 from __future__ import annotations
 
 import enum
+import math
+import select
 import socket
 import struct
 import time
@@ -124,6 +126,8 @@ class VxlanPort:
             self.sock.close()
             raise
         self.switch = self.sock.getpeername()
+        self._poll = select.poll()
+        self._poll.register(self.sock, select.POLLIN)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -143,15 +147,25 @@ class VxlanPort:
         self.stats["sent"] += 1
 
     def recv(self, timeout: float) -> bytes | None:
-        end = time.monotonic() + timeout
+        """The next frame, or None when ``timeout`` seconds pass without one.
+
+        The socket stays blocking: a datagram already queued (the common case while results stream in) costs
+        one ``recv`` with ``MSG_DONTWAIT``, and waiting one ``poll`` more, where a socket timeout set per call
+        costs an ``ioctl`` and a ``poll`` before every ``recv``.
+        """
+        end = None
         while True:
-            self.sock.settimeout(max(0.0, end - time.monotonic()))
             try:
-                datagram = self.sock.recv(_MAX_DATAGRAM)
-            except (TimeoutError, BlockingIOError):
-                return None
+                datagram = self.sock.recv(_MAX_DATAGRAM, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                now = time.monotonic()
+                end = now + timeout if end is None else end
+                if now >= end or not self._poll.poll(math.ceil((end - now) * 1000)):
+                    return None
+                continue
             except ConnectionRefusedError:
                 self.stats["unreachable"] += 1
+                end = time.monotonic() + timeout if end is None else end
                 if time.monotonic() >= end:
                     return None
                 continue
