@@ -403,7 +403,20 @@ def _batch_section() -> list[str]:
                          f"{m['rx_fps']:,.0f} frames/s | {m['tx_fps']:,.0f} frames/s | {ratio} | "
                          f"{m['service_us']:.1f} us | {m['workers_us']:.1f} us | "
                          f"{sum(r['retransmissions'] for r in runs[w, b])} |")
+    new = {w: med[w, "new"] for w in ("allreduce", "prebuilt")}
+    bound = {w: 2e6 / (m["service_us"] + m["workers_us"]) for w, m in new.items()}
     lines += [
+        "",
+        "What bounds the rate is CPU time, shared: the service thread and the four worker processes run on "
+        f"{os.cpu_count()} cores, beside the other work that the load average counts. On the new path a contribution "
+        f"costs {new['allreduce']['service_us']:.1f} us of the service's CPU and "
+        f"{new['allreduce']['workers_us']:.1f} us of the all-reducing workers' (the host library's Python per frame "
+        f"and per batch, and the sockets), {new['prebuilt']['service_us']:.1f} and "
+        f"{new['prebuilt']['workers_us']:.1f} us with prebuilt contributions: on an idle machine with every core "
+        f"busy that allows at most {bound['allreduce']:,.0f} and {bound['prebuilt']:,.0f} frames/s, and the "
+        f"service alone on one core {1e6 / new['prebuilt']['service_us']:,.0f} frames/s. The frame-by-frame "
+        "path shares the new path's reads and sends (read counts added per burst, each endpoint's results back to "
+        "back), so its row measures the switch calls alone.",
         "",
         "What the kernel's batching saves on loopback, per 1,110-byte datagram (medians of 7 rounds of 256; the "
         "ctypes message arrays filled before the clock starts, so the Python cost of filling them per frame is "
@@ -507,9 +520,9 @@ def _service_section() -> list[str]:
         "",
         *_rate_rows(rates),
         "",
-        "One service thread runs the fast switch (docs/results/fastswitch.md: 300,000 contributions/s and",
-        "more alone, in batches) and its socket loop in Python; the worker processes compete with it for",
-        "the same cores.",
+        "One service thread runs the fast switch (docs/results/fastswitch.md: about 500,000 contributions/s",
+        "alone, in batches), handing it each job's turn of frames in one call, and its socket loop in Python;",
+        "the worker processes compete with it for the same cores (the section below takes the two apart).",
         "",
     ]
 
