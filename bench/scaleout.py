@@ -415,8 +415,9 @@ def _batch_section() -> list[str]:
         f"{new['prebuilt']['workers_us']:.1f} us with prebuilt contributions: on an idle machine with every core "
         f"busy that allows at most {bound['allreduce']:,.0f} and {bound['prebuilt']:,.0f} frames/s, and the "
         f"service alone on one core {1e6 / new['prebuilt']['service_us']:,.0f} frames/s. The frame-by-frame "
-        "path shares the new path's reads and sends (read counts added per burst, each endpoint's results back to "
-        "back), so its row measures the switch calls alone.",
+        "path shares the new path's reads (their counts added once per burst); it sends each result on its own, "
+        "in the switch's order, which takes the ports in turn for every chunk, as before. That order wakes a "
+        "worker once per result where the new path wakes it once per batch: hence the workers' CPU.",
         "",
         "What the kernel's batching saves on loopback, per 1,110-byte datagram (medians of 7 rounds of 256; the "
         "ctypes message arrays filled before the clock starts, so the Python cost of filling them per frame is "
