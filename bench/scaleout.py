@@ -60,7 +60,7 @@ SECTIONS = ("ddp", "torch", "service", "rtl", "batch")
 BATCH_WINDOW = 32
 BATCH_ROUNDS = 30
 PREBUILT_CHUNKS = 16384
-BATCH_REPS = 5
+BATCH_REPS = 7
 BATCH_PATHS = ("old", "new", "new, sendmmsg")
 # (ranks, model width, timed steps): about 0.25 M and 25 M parameters. A 25 M step sends 100 times the
 # frames through the Python switch (minutes at 4 ranks on two cores): timed once.
