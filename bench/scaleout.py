@@ -1,6 +1,6 @@
 """Scale-out figures: DDP through inagg against gloo, and the switch service's frame rate.
 
-Writes docs/results/scaleout.md. Run: ``.venv/bin/python bench/scaleout.py [--only ddp,torch,service,rtl]``
+Writes docs/results/scaleout.md. Run: ``.venv/bin/python bench/scaleout.py [--only ddp,torch,service,rtl,batch]``
 (``ddp`` needs the ``torch`` extra; ``rtl`` the simulation tools of the ``dev`` extra). With ``--only``,
 the other sections of the file stay as they were.
 
@@ -18,11 +18,20 @@ the other sections of the file stay as they were.
    per second of the service.
 4. The same with ``--backend rtl``: 4 workers on the Verilated RTL switch
    (4 ports) at 64- and 512-bit beats.
+5. The service's two paths side by side (issue 24): a job's turn handed to
+   the switch one frame per call (``SwitchService(switch_batch=False)``,
+   the path before) or in one ``receive_batch`` call, with 4 worker
+   processes of one job over VXLAN on loopback, all-reducing or sending
+   prebuilt contributions; alternating, medians of several runs, with the
+   CPU time each side spends per frame. Also what the kernel's batching
+   (``sendmmsg``/``recvmmsg`` through ctypes) saves per datagram on
+   loopback against one ``send``/``recv`` call each.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -45,7 +54,14 @@ TIMEOUT = 0.2      # first retransmission timeout of the workers, seconds
 RTL_TIMEOUT = 1.0  # the simulated switch drains 128 frames in flight in a few hundred milliseconds
 RTL_WIDTHS = (64, 512)
 RTL_WORKERS = 4
-SECTIONS = ("ddp", "torch", "service", "rtl")
+SECTIONS = ("ddp", "torch", "service", "rtl", "batch")
+# The service's two paths (section 5): the window of each worker, all-reduces per run, prebuilt contributions per
+# worker, and runs of each (workload, path).
+BATCH_WINDOW = 32
+BATCH_ROUNDS = 30
+PREBUILT_CHUNKS = 16384
+BATCH_REPS = 7
+BATCH_PATHS = ("old", "new", "new, sendmmsg")
 # (ranks, model width, timed steps): about 0.25 M and 25 M parameters. A 25 M step sends 100 times the
 # frames through the Python switch (minutes at 4 ranks on two cores): timed once.
 TORCH_RUNS = ((2, 500, 3), (4, 500, 3), (2, 5000, 1), (4, 5000, 1))
@@ -65,6 +81,7 @@ timing = Timing(timeout=timeout, max_timeout=10 * timeout, tries=12)
 groups = {r: join(ticket, r, timing=timing) for r in ranks}
 print("ready", flush=True)
 sys.stdin.readline()
+cpu = time.process_time()
 ok = {}
 def run(r):
     x = np.ones(n, np.float32)
@@ -73,8 +90,43 @@ def run(r):
 threads = [threading.Thread(target=run, args=(r,)) for r in ranks]
 [t.start() for t in threads]
 [t.join() for t in threads]
-print(json.dumps({"ok": all(ok.values()), "resent": sum(g.worker.stats["resent"] for g in groups.values())}),
-      flush=True)
+print(json.dumps({"ok": all(ok.values()), "resent": sum(g.worker.stats["resent"] for g in groups.values()),
+                  "cpu": time.process_time() - cpu}), flush=True)
+"""
+
+# One rank that sends prebuilt contributions (all lanes 1) as its window allows and counts the results: what a
+# worker costs beyond the sockets left out, so that the service's own rate shows.
+SENDER = r"""
+import json, os, sys, time
+import numpy as np
+from inagg.host.fastpath import ContribTemplate
+from inagg.host.service import Ticket, join
+from inagg.host.vxlan import encap
+
+ticket = Ticket.from_json(os.environ["INAGG_TICKET"])
+rank, chunks = int(sys.argv[1]), int(sys.argv[2])
+g = join(ticket, rank)
+window = g.job.window
+rows = ContribTemplate(ticket.switch, g.job, rank).build(np.arange(chunks), np.ones((chunks, ticket.switch.lanes),
+                                                                                     np.int32))
+frames = [encap(row.tobytes(), ticket.vni) for row in rows]
+sock = g.port.sock
+sock.settimeout(10.0)  # no loss on loopback: a missing result is a failure, not a retransmission
+print("ready", flush=True)
+sys.stdin.readline()
+cpu = time.process_time()
+sent = got = 0
+size = None
+ok = True
+while got < chunks:
+    while sent < chunks and sent - got < window:
+        sock.send(frames[sent])
+        sent += 1
+    n = len(sock.recv(65535))
+    size = n if size is None else size
+    ok &= n == size
+    got += 1
+print(json.dumps({"ok": ok, "resent": 0, "cpu": time.process_time() - cpu}), flush=True)
 """
 
 
@@ -153,6 +205,231 @@ def service_rate(workers: int, width: int | None = None) -> dict:
     tx = after["TX_RESULTS"] - before["TX_RESULTS"]
     return {"workers": workers, "width": width, "processes": len(procs), "wall_s": wall, "rx_fps": rx / wall,
             "tx_fps": tx / wall, "retransmissions": sum(a["resent"] for a in answers)}
+
+
+@functools.cache
+def _libc():
+    """libc through ctypes, for ``sendmmsg`` and ``recvmmsg`` (Linux)."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+    return libc
+
+
+def _sendmmsg_all(sock, datagrams: list[bytes]) -> list[OSError | None]:
+    """:func:`inagg.host.vxlan.send_all` in ``sendmmsg`` calls: the alternative it was measured against.
+
+    The messages (struct mmsghdr on 64-bit Linux: 8 words, msg_iov the third, msg_iovlen the fourth) point
+    into one joined buffer; a refused datagram is reported and the call goes on after it.
+    """
+    import ctypes
+
+    import numpy as np
+
+    k = len(datagrams)
+    buf = b"".join(datagrams)
+    iov = np.empty((k, 2), np.uint64)
+    iov[:, 1] = np.fromiter(map(len, datagrams), np.uint64, k)
+    iov[0, 0] = 0
+    np.cumsum(iov[:-1, 1], out=iov[1:, 0])
+    iov[:, 0] += ctypes.cast(ctypes.c_char_p(buf), ctypes.c_void_p).value
+    msgs = np.zeros((k, 8), np.uint64)
+    msgs[:, 2] = iov.ctypes.data + 16 * np.arange(k, dtype=np.uint64)
+    msgs[:, 3] = 1
+    fates: list[OSError | None] = [None] * k
+    i = 0
+    while i < k:
+        n = _libc().sendmmsg(sock.fileno(), msgs.ctypes.data + 64 * i, k - i, 0)
+        if n < 0:
+            code = ctypes.get_errno()
+            fates[i] = OSError(code, os.strerror(code))
+            i += 1
+        else:
+            i += n
+    return fates
+
+
+def service_paths(path: str, workload: str) -> dict:
+    """One run of ``workload`` (``allreduce`` or ``prebuilt``) through an in-process service on ``path`` (of
+    :data:`BATCH_PATHS`)."""
+    import inagg.host.service as service
+    from inagg.host.service import ENV_TICKET, SwitchClient, SwitchService
+    from inagg.host.vxlan import send_all
+    from inagg.models.job import SwitchSpec
+    from inagg.models.protocol import Counter
+
+    switch_batch = path != "old"
+    service.send_all = _sendmmsg_all if path == "new, sendmmsg" else send_all
+    with SwitchService(SwitchSpec(ports=64, slots=4096), switch_batch=switch_batch) as svc, \
+            SwitchClient(svc.control_address) as client:
+        ticket = client.create_job(WORKER_PROCESSES, window=BATCH_WINDOW)
+        env = {**os.environ, ENV_TICKET: ticket.to_json()}
+        if workload == "allreduce":
+            argv = [[sys.executable, "-c", WORKERS, str(r), str(ELEMENTS), str(BATCH_ROUNDS), str(TIMEOUT)]
+                    for r in range(WORKER_PROCESSES)]
+        else:
+            argv = [[sys.executable, "-c", SENDER, str(r), str(PREBUILT_CHUNKS)] for r in range(WORKER_PROCESSES)]
+        procs = [subprocess.Popen(a, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                 for a in argv]
+        try:
+            for p in procs:
+                assert p.stdout.readline().strip() == "ready"
+            before = svc.switch.counters
+            load = os.getloadavg()[0]
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            for p in procs:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            answers = [json.loads(p.stdout.readline()) for p in procs]
+            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            after = svc.switch.counters
+            for p in procs:
+                p.wait(60)
+        finally:
+            for p in procs:
+                p.kill()
+    if not all(a["ok"] for a in answers):
+        raise RuntimeError(f"{workload} through the service came out wrong on the {path} path")
+    rx = after[Counter.RX_FRAMES] - before[Counter.RX_FRAMES]
+    tx = after[Counter.TX_RESULTS] - before[Counter.TX_RESULTS]
+    return {"wall_s": wall, "rx_fps": rx / wall, "tx_fps": tx / wall, "service_us": cpu / rx * 1e6,
+            "workers_us": sum(a["cpu"] for a in answers) / rx * 1e6,
+            "retransmissions": sum(a["resent"] for a in answers), "load": load}
+
+
+def _kernel_batching(n: int = 256, reps: int = 7) -> dict:
+    """Microseconds per 1,110-byte datagram on loopback: ``send``/``recv`` one call each, against one
+    ``sendmmsg``/``recvmmsg`` call (through ctypes, its message arrays filled before the clock starts) for ``n``;
+    medians of ``reps``."""
+    import ctypes
+    import socket
+    import statistics
+
+    libc = _libc()
+
+    class Iovec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    class Msghdr(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.POINTER(Iovec)),
+                    ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                    ("flags", ctypes.c_int)]
+
+    class Mmsghdr(ctypes.Structure):
+        _fields_ = [("hdr", Msghdr), ("len", ctypes.c_uint)]
+
+    def messages(buf, size: int):
+        iov, msgs = (Iovec * n)(), (Mmsghdr * n)()
+        for i in range(n):
+            iov[i].base, iov[i].len = ctypes.addressof(buf) + i * size, size
+            msgs[i].hdr.iov, msgs[i].hdr.iovlen = ctypes.pointer(iov[i]), 1
+        return iov, msgs
+
+    size, dontwait = 1110, 0x40  # MSG_DONTWAIT
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    rx.bind(("127.0.0.1", 0))
+    rx.setblocking(False)
+    tx.connect(rx.getsockname())
+    datagram = os.urandom(size)
+    out_buf, in_buf = ctypes.create_string_buffer(datagram * n), ctypes.create_string_buffer(2048 * n)
+    out_msgs, in_msgs = messages(out_buf, size), messages(in_buf, 2048)
+    t = {"send": [], "recv": [], "sendmmsg": [], "recvmmsg": []}
+    try:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                tx.send(datagram)
+            t1 = time.perf_counter()
+            for _ in range(n):
+                rx.recv(65535)
+            t2 = time.perf_counter()
+            sent = libc.sendmmsg(tx.fileno(), out_msgs[1], n, 0)
+            t3 = time.perf_counter()
+            got = libc.recvmmsg(rx.fileno(), in_msgs[1], n, dontwait, None)
+            t4 = time.perf_counter()
+            if sent != n or got != n:
+                raise RuntimeError(f"sendmmsg/recvmmsg moved {sent}/{got} of {n} datagrams")
+            for k, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                t[k].append(dt / n * 1e6)
+    finally:
+        rx.close()
+        tx.close()
+    return {k: statistics.median(v) for k, v in t.items()}
+
+
+def _batch_section() -> list[str]:
+    import statistics
+
+    load0 = os.getloadavg()[0]
+    runs = {(w, b): [] for w in ("allreduce", "prebuilt") for b in BATCH_PATHS}
+    for _ in range(BATCH_REPS):
+        for key in runs:  # the paths alternate, so that a change of the machine's load hits both
+            runs[key].append(service_paths(key[1], key[0]))
+    kernel = _kernel_batching()
+    load1 = os.getloadavg()[0]
+    med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
+    lines = [
+        f"## Switch service: one frame per call against batches ({WORKER_PROCESSES} worker processes, "
+        "VXLAN on loopback)",
+        "",
+        f"Measured at commit {_commit()}, 1-minute load average {load0:.1f} at the start and {load1:.1f} at the "
+        f"end of the section (at the start of each run {min(r['load'] for v in runs.values() for r in v):.1f}"
+        f" to {max(r['load'] for v in runs.values() for r in v):.1f}). One `SwitchService` with the fast switch "
+        "(64 ports, 4,096 slots) in a thread of the bench process, and one job of",
+        f"{WORKER_PROCESSES} workers with a window of {BATCH_WINDOW} chunks each, one worker per process. "
+        f"*all-reduce*: each worker all-reduces {ELEMENTS * 4 >> 10} KiB {BATCH_ROUNDS} times (`inagg.host.allreduce`). "
+        f"*prebuilt*: each worker sends {PREBUILT_CHUNKS:,} contributions built before the clock starts, as its window",
+        "allows, and counts the results without parsing them: what the service takes when the workers cost little.",
+        f"Medians of {BATCH_REPS} runs of each, the two paths alternating. *old*: each frame of a job's turn is handed "
+        "to the switch by a `receive` call of its own (`switch_batch=False`, the path before issue 24); *new*: the",
+        "turn's frames (at most `--job-frames`, 32) in one `receive_batch` call, the results sent in one pass, each",
+        "endpoint's back to back, one `send` each (`inagg.host.vxlan.send_all`); *new, sendmmsg*: the same, each",
+        "endpoint's results in `sendmmsg` calls through ctypes. CPU times are per contribution: the service's",
+        "process, and the worker processes' together (their timed part only).",
+        "",
+        "| workload | path | wall time | contributions in | results out | ratio (new / old) | service CPU "
+        "| workers' CPU | retransmissions |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for w in ("allreduce", "prebuilt"):
+        for b in BATCH_PATHS:
+            m = med[w, b]
+            ratio = f"{m['rx_fps'] / med[w, 'old']['rx_fps']:.2f}x"
+            lines.append(f"| {'all-reduce' if w == 'allreduce' else w} | {b} | {m['wall_s']:.2f} s | "
+                         f"{m['rx_fps']:,.0f} frames/s | {m['tx_fps']:,.0f} frames/s | {ratio} | "
+                         f"{m['service_us']:.1f} us | {m['workers_us']:.1f} us | "
+                         f"{sum(r['retransmissions'] for r in runs[w, b])} |")
+    new = {w: med[w, "new"] for w in ("allreduce", "prebuilt")}
+    bound = {w: 2e6 / (m["service_us"] + m["workers_us"]) for w, m in new.items()}
+    lines += [
+        "",
+        "What bounds the rate is CPU time, shared: the service thread and the four worker processes run on "
+        f"{os.cpu_count()} cores, beside the other work that the load average counts. On the new path a contribution "
+        f"costs {new['allreduce']['service_us']:.1f} us of the service's CPU and "
+        f"{new['allreduce']['workers_us']:.1f} us of the all-reducing workers' (the host library's Python per frame "
+        f"and per batch, and the sockets), {new['prebuilt']['service_us']:.1f} and "
+        f"{new['prebuilt']['workers_us']:.1f} us with prebuilt contributions: on an idle machine with every core "
+        f"busy that allows at most {bound['allreduce']:,.0f} and {bound['prebuilt']:,.0f} frames/s, and the "
+        f"service alone on one core {1e6 / new['prebuilt']['service_us']:,.0f} frames/s. The frame-by-frame "
+        "path shares the new path's reads (their counts added once per burst); it sends each result on its own, "
+        "in the switch's order, which takes the ports in turn for every chunk, as before. That order wakes a "
+        "worker once per result where the new path wakes it once per batch: hence the workers' CPU.",
+        "",
+        "What the kernel's batching saves on loopback, per 1,110-byte datagram (medians of 7 rounds of 256; the "
+        "ctypes message arrays filled before the clock starts, so the Python cost of filling them per frame is "
+        "not in these figures):",
+        "",
+        "| one call per datagram | us | one call per 256 datagrams | us |",
+        "|---|---:|---|---:|",
+        f"| `send` | {kernel['send']:.2f} | `sendmmsg` | {kernel['sendmmsg']:.2f} |",
+        f"| `recv` | {kernel['recv']:.2f} | `recvmmsg` | {kernel['recvmmsg']:.2f} |",
+        "",
+    ]
+    return lines
 
 
 def _ddp_section() -> list[str]:
@@ -244,9 +521,9 @@ def _service_section() -> list[str]:
         "",
         *_rate_rows(rates),
         "",
-        "One service thread runs the fast switch (docs/results/fastswitch.md: 300,000 contributions/s and",
-        "more alone, in batches) and its socket loop in Python; the worker processes compete with it for",
-        "the same cores.",
+        "One service thread runs the fast switch (docs/results/fastswitch.md: about 500,000 contributions/s",
+        "alone, in batches), handing it each job's turn of frames in one call, and its socket loop in Python;",
+        "the worker processes compete with it for the same cores (the section below takes the two apart).",
         "",
     ]
 
@@ -278,7 +555,7 @@ def _rtl_section() -> list[str]:
 def _sections(text: str) -> dict[str, str]:
     """The ``## `` sections of a results file by key, each with its heading."""
     keys = {"## DDP": "ddp", "## PyTorch step time": "torch", "## Switch service frame rate on the RTL": "rtl",
-            "## Switch service frame rate": "service"}
+            "## Switch service frame rate": "service", "## Switch service: one frame per call": "batch"}
     out = {}
     for part in re.split(r"(?m)^(?=## )", text)[1:]:
         out[next(k for h, k in keys.items() if part.startswith(h))] = part
@@ -303,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
         versions = f"numpy {numpy.__version__}"
     kept = _sections(OUT.read_text()) if OUT.exists() else {}
     load0 = os.getloadavg()[0]
-    build = {"ddp": _ddp_section, "torch": _torch_section, "service": _service_section, "rtl": _rtl_section}
+    build = {"ddp": _ddp_section, "torch": _torch_section, "service": _service_section, "rtl": _rtl_section,
+             "batch": _batch_section}
     fresh = {k: "\n".join(build[k]()) + "\n" for k in SECTIONS if k in args.only}
     load1 = os.getloadavg()[0]
     command = "bench/scaleout.py" + ("" if len(args.only) == len(SECTIONS) else f" --only {','.join(args.only)}")

@@ -10,7 +10,10 @@ one ``selectors`` loop:
   bound to no port is dropped and counted. Each turn of the loop reads and
   hands the switch at most ``Limits.job_frames`` frames of each endpoint and
   job (a flood fills its sender's socket, and gets its share of the turns:
-  the excess is dropped and counted). Frames cross the same
+  the excess is dropped and counted). A job's frames of one turn go to the
+  switch in one ``receive_batch`` call, and what it sends back goes out in
+  one pass over the endpoints' sockets (``docs/scaleout.md``, "Batches").
+  Frames cross the same
   :class:`~inagg.host.link.LossyLink` as on every other transport, on the
   way in and again on the way out, so loss, duplication, reordering and
   corruption can be injected here too.
@@ -72,7 +75,7 @@ from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter, switch_qpn
 from inagg.host.api import Group
 from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
 from inagg.host.link import Faults, HeldFrames, LossyLink, clocked_receive, idle_wait
-from inagg.host.vxlan import Capture, VxlanDrop, VxlanPort, check_vni, decap, encap
+from inagg.host.vxlan import Capture, VxlanDrop, VxlanPort, check_vni, decap, encap, send_all
 from inagg.host.worker import ProtocolError, Timing
 
 __all__ = [
@@ -311,6 +314,15 @@ def _add_growth(mine: Tally, before: dict, after) -> None:
             mine[getattr(c, "name", c)] += n - before.get(c, 0)
 
 
+def _sendto(sock: socket.socket, datagram: bytes, dst: tuple[str, int]) -> OSError | None:
+    """Send ``datagram`` to ``dst`` on ``sock``; None, or the error that refused it."""
+    try:
+        sock.sendto(datagram, dst)
+    except OSError as e:
+        return e
+    return None
+
+
 def _socket_drops(sock: socket.socket) -> int:
     """Datagrams the kernel dropped for UDP socket ``sock`` because its buffer was full (``/proc/net/udp``; 0 where
     there is none)."""
@@ -398,6 +410,10 @@ class SwitchService:
         from then on the service drops every datagram (``switch_failed``)
         and refuses every request with the switch's reason; ``failure``
         holds it.
+    switch_batch:
+        True (the default): a job's frames of one turn reach the switch in
+        one ``receive_batch`` call. False: one ``receive`` call per frame,
+        as before the batches; ``bench/scaleout.py`` compares the two.
     limits:
         What one control client may cost (:class:`Limits`; its defaults
         when None). No request, however malformed, stops the service: it
@@ -423,7 +439,7 @@ class SwitchService:
     def __init__(self, spec: SwitchSpec, *, control: tuple[str, int] = ("127.0.0.1", 0),
                  vxlan: tuple[str, int] = ("127.0.0.1", 0), vni: int = 1, faults: Faults | None = None,
                  seed: int = 0, capture: Capture | None = None, switch=None, limits: Limits | None = None,
-                 admin_token: str | None = None, tls: ssl.SSLContext | None = None):
+                 admin_token: str | None = None, tls: ssl.SSLContext | None = None, switch_batch: bool = True):
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
         if spec.ports > MAX_SERVICE_PORTS:
@@ -441,11 +457,15 @@ class SwitchService:
         if tls is not None and not isinstance(tls, ssl.SSLContext):
             raise TypeError(f"tls must be an ssl.SSLContext, not {type(tls).__name__}")
         self.tls = tls
+        if not isinstance(switch_batch, bool):
+            raise TypeError(f"switch_batch must be a bool, not {type(switch_batch).__name__}")
         if switch is None:
             switch = load_backend(DEFAULT_BACKEND).open(spec)
         elif not isinstance(switch, SwitchBackend):
             raise TypeError(f"switch must be a SwitchBackend, not {type(switch).__name__}")
         self.spec, self.switch, self.capture = spec, switch, capture
+        self.switch_batch = switch_batch
+        self._vxlan_head = encap(b"", self.vni)
         self.failure: str | None = None
         # A switch without a descriptor answers in receive(): nothing to poll.
         self._switch_fd = switch.fileno()
@@ -528,7 +548,7 @@ class SwitchService:
         if what == "udp":
             self._on_udp(self._udp, _BURST)
         elif isinstance(what, tuple):  # ("endpoint", switch port)
-            self._on_udp(self._sock_at[what[1]], self.limits.job_frames)
+            self._on_udp(self._sock_at[what[1]], self.limits.job_frames, what[1])
         elif what == "listen":
             self._on_accept()
         elif what == "wake":
@@ -625,39 +645,54 @@ class SwitchService:
 
     # -- data plane -------------------------------------------------------
 
-    def _on_udp(self, sock: socket.socket, budget: int) -> None:
-        """Read at most ``budget`` datagrams from ``sock`` (the service's or a job's) into their jobs' backlogs."""
+    def _on_udp(self, sock: socket.socket, budget: int, own: int | None = None) -> None:
+        """Read at most ``budget`` datagrams from ``sock`` (the service's, or switch port ``own``'s endpoint's own
+        socket) into their jobs' backlogs.
+
+        An endpoint's own socket is connected to it, so the kernel delivers it that endpoint's datagrams only; a
+        datagram's counts are added once per call, not per datagram.
+        """
+        counts: Tally = Tally()  # (job number or None, name) -> datagrams
+        vni, capture, backlog = self.vni, self.capture, self._backlog
+        here = sock.getsockname() if capture is not None else None
+        job_backlog = self.limits.job_backlog
         for _ in range(budget):
             try:
                 datagram, src = sock.recvfrom(65535)
             except BlockingIOError:
-                return
+                break
             except OSError as e:  # an ICMP error of an earlier send, reported late
-                self.stats["rx_errors"] += 1
+                counts[None, "rx_errors"] += 1
                 log.debug("vxlan receive error: %s", e)
                 continue
-            self.stats["rx_datagrams"] += 1
-            if self.capture is not None:
-                self.capture(src, sock.getsockname(), datagram)
-            inner = decap(datagram, self.vni)
-            if isinstance(inner, VxlanDrop):
-                self.stats[inner.value] += 1
+            counts[None, "rx_datagrams"] += 1
+            if capture is not None:
+                capture(src, here, datagram)
+            inner = decap(datagram, vni)
+            if inner.__class__ is VxlanDrop:
+                counts[None, inner.value] += 1
                 continue
-            port = self._port_of.get(src)
+            port = own if own is not None else self._port_of.get(src)
             if port is None:
-                self.stats["unbound_source"] += 1
+                counts[None, "unbound_source"] += 1
                 continue
             j = self._job_at[port]
-            j.service["rx_datagrams"] += 1
+            counts[j.number, "rx_datagrams"] += 1
             if inner[_QPN_AT] != self._qpn_at[port]:
                 # Another rank's or another job's QPN: whatever R_Key it carries, not this endpoint's to use.
-                self._count(j, "foreign_qpn")
+                counts[None, "foreign_qpn"] += 1
+                counts[j.number, "foreign_qpn"] += 1
                 continue
-            waiting = self._backlog.setdefault(j.number, deque())
-            if len(waiting) >= self.limits.job_backlog:
-                self._count(j, "fair_share_drops")
+            waiting = backlog.get(j.number)
+            if waiting is None:
+                waiting = backlog[j.number] = deque()
+            if len(waiting) >= job_backlog:
+                counts[None, "fair_share_drops"] += 1
+                counts[j.number, "fair_share_drops"] += 1
                 continue
             waiting.append((port, inner))
+        for (number, name), n in counts.items():
+            (self.stats if number is None else self._jobs[number].service)[name] += n
 
     def _take_turns(self) -> None:
         """One turn: every job with frames waiting hands the switch up to ``job_frames`` of them, in job order.
@@ -668,9 +703,76 @@ class SwitchService:
         for number in list(self._backlog):
             waiting = self._backlog[number]
             turn = [waiting.popleft() for _ in range(min(len(waiting), self.limits.job_frames))]
-            self._attributed(self._jobs[number], lambda: [self._cross(0, port, frame) for port, frame in turn])
+            if self.switch_batch:
+                self._attributed(self._jobs[number], lambda: self._pass(turn))
+            else:
+                self._attributed(self._jobs[number], lambda: [self._cross(0, port, frame) for port, frame in turn])
             if not waiting:
                 del self._backlog[number]
+
+    def _pass(self, turn: list[tuple[int, bytes]]) -> None:
+        """Take a job's ``turn`` of ``(port, frame)`` pairs across the link to the switch in one call, and what
+        the switch sends back to the endpoints: what :meth:`_cross` does frame by frame, in the same order.
+
+        The switch's clock is set once for the batch, which arrives at one instant. A clean link (the usual
+        case) passes the frames on as they are; a faulty one takes each frame in turn, and the copies it holds
+        back arrive later on their own, as on the frame-by-frame path.
+        """
+        if self.link.faults.clean:
+            arrived = turn
+        else:
+            arrived = []
+            for port, frame in turn:
+                self._held.cross(self.link, 0, port, frame, lambda _, p, f: arrived.append((p, f)))
+        if not arrived:
+            return
+        switch = self.switch
+        out = self._switch_call(lambda: switch.on_timer(time.monotonic()) + switch.receive_batch(arrived))
+        if out is None:
+            j = self._job_at.get(arrived[0][0])
+            self.stats["switch_failed"] += len(arrived)
+            if j is not None:
+                j.service["switch_failed"] += len(arrived)
+            return
+        if not self.link.faults.clean:
+            for port, frame in out:
+                self._cross(1, port, frame)
+            return
+        self._transmit(out)
+
+    def _transmit(self, out: list[tuple[int, bytes]]) -> None:
+        """Send the switch's ``out`` frames to their ports' endpoints, each in a VXLAN datagram, in order per port.
+
+        A port's datagrams go out back to back (:func:`~inagg.host.vxlan.send_all` on its endpoint's own
+        socket), not in the switch's order, which takes the ports in turn for every chunk: a worker is then
+        woken once for its results and takes them in one batch, where it would be woken, and run, once per
+        result. What the sends count is added once per call, per port.
+        """
+        head, capture, here = self._vxlan_head, self.capture, self.vxlan_address
+        endpoint_of, sock_at, shared = self._endpoint_of, self._sock_at, self._udp
+        by_port: dict[int, list[bytes]] = {}
+        for port, frame in out:
+            by_port.setdefault(port, []).append(head + frame)
+        sent: Tally = Tally()  # (port, name) -> datagrams
+        for port, datagrams in by_port.items():
+            dst = endpoint_of.get(port)
+            if dst is None:
+                sent[port, "tx_unbound_port"] += len(datagrams)
+                continue
+            own = sock_at.get(port)
+            fates = send_all(own, datagrams) if own is not None else [_sendto(shared, d, dst) for d in datagrams]
+            for datagram, e in zip(datagrams, fates):
+                if e is not None:  # a full socket buffer or a vanished route: the worker's timer resends
+                    sent[port, "tx_errors"] += 1
+                    log.debug("vxlan send to %s:%d failed: %s", *dst, e)
+                    continue
+                sent[port, "tx_datagrams"] += 1
+                if capture is not None:
+                    capture(here, dst, datagram)
+        for (port, name), n in sent.items():
+            self.stats[name] += n
+            if (j := self._job_at.get(port)) is not None:
+                j.service[name] += n
 
     def _attributed(self, j: _Job | None, call) -> None:
         """``call()``, which hands the switch frames of job ``j`` only: what it adds to the switch's and the backend's

@@ -27,6 +27,8 @@ receipt, and the inner frame carries no FCS.
 from __future__ import annotations
 
 import enum
+import math
+import select
 import socket
 import struct
 import time
@@ -37,7 +39,7 @@ from inagg.models import wire
 from inagg.models.protocol import ETH_TYPE_IPV4, IP_PROTO_UDP, IPV4_LEN, UDP_LEN
 
 __all__ = ["VXLAN_PORT", "VXLAN_HDR_LEN", "MAX_VNI", "VxlanDrop", "encap", "decap", "check_vni", "VxlanPort",
-           "outer_frame", "PcapWriter", "Capture"]
+           "send_all", "outer_frame", "PcapWriter", "Capture"]
 
 VXLAN_PORT = 4789
 VXLAN_HDR_LEN = 8
@@ -75,6 +77,24 @@ def decap(datagram: bytes, vni: int) -> bytes | VxlanDrop:
     return datagram[VXLAN_HDR_LEN:]
 
 
+def send_all(sock: socket.socket, datagrams: list[bytes]) -> list[OSError | None]:
+    """Send ``datagrams`` in order on connected socket ``sock``; what became of each: None (sent) or its error.
+
+    One ``send`` per datagram. ``sendmmsg`` (through ``ctypes``; Python's socket module has none) sends
+    them in one call, but on loopback the kernel's work per datagram is the same, and filling its message
+    array costs more Python time than the calls it saves (``bench/scaleout.py --only batch``). A datagram the
+    kernel refuses (a full buffer, an ICMP error of an earlier one) is reported and the rest are still sent.
+    """
+    fates: list[OSError | None] = []
+    for d in datagrams:
+        try:
+            sock.send(d)
+            fates.append(None)
+        except OSError as e:
+            fates.append(e)
+    return fates
+
+
 class VxlanPort:
     """A worker's :class:`~inagg.host.api.Port` to a switch over VXLAN on UDP.
 
@@ -106,6 +126,8 @@ class VxlanPort:
             self.sock.close()
             raise
         self.switch = self.sock.getpeername()
+        self._poll = select.poll()
+        self._poll.register(self.sock, select.POLLIN)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -125,15 +147,25 @@ class VxlanPort:
         self.stats["sent"] += 1
 
     def recv(self, timeout: float) -> bytes | None:
-        end = time.monotonic() + timeout
+        """The next frame, or None when ``timeout`` seconds pass without one.
+
+        The socket stays blocking: a datagram already queued (the common case while results stream in) costs
+        one ``recv`` with ``MSG_DONTWAIT``, and waiting one ``poll`` more, where a socket timeout set per call
+        costs an ``ioctl`` and a ``poll`` before every ``recv``.
+        """
+        end = None
         while True:
-            self.sock.settimeout(max(0.0, end - time.monotonic()))
             try:
-                datagram = self.sock.recv(_MAX_DATAGRAM)
-            except (TimeoutError, BlockingIOError):
-                return None
+                datagram = self.sock.recv(_MAX_DATAGRAM, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                now = time.monotonic()
+                end = now + timeout if end is None else end
+                if now >= end or not self._poll.poll(math.ceil((end - now) * 1000)):
+                    return None
+                continue
             except ConnectionRefusedError:
                 self.stats["unreachable"] += 1
+                end = time.monotonic() + timeout if end is None else end
                 if time.monotonic() >= end:
                     return None
                 continue

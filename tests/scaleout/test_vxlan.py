@@ -5,6 +5,7 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -21,7 +22,9 @@ from inagg.host.controller import plan
 from inagg.host.link import Faults
 from inagg.host.roce import RETH, contribution
 from inagg.host.service import SwitchClient, SwitchService, join
-from inagg.host.vxlan import VXLAN_PORT, PcapWriter, VxlanDrop, VxlanPort, check_vni, decap, encap, outer_frame
+from inagg.host.vxlan import (
+    VXLAN_PORT, PcapWriter, VxlanDrop, VxlanPort, check_vni, decap, encap, outer_frame, send_all,
+)
 from inagg.host.worker import Timing
 from inagg.models.job import SwitchSpec
 
@@ -194,3 +197,18 @@ def test_faults_on_the_vxlan_link_leave_sums_exact():
             assert np.array_equal(out[r][call], ref)
     assert set(service.link.stats) == {"lost", "duplicated", "reordered", "corrupted"}
     assert counters["switch"]["DUP_CONTRIB"] > 0
+
+
+def test_send_all_sends_in_order_and_reports_a_refused_datagram():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(5)
+        tx.connect(rx.getsockname())
+        assert send_all(tx, [b"a", b"bb", b"ccc"]) == [None, None, None]
+        assert [rx.recv(16) for _ in range(3)] == [b"a", b"bb", b"ccc"]
+        rx.close()  # nobody listens now: the kernel's ICMP error comes back on the next send
+        assert send_all(tx, [b"x"]) == [None]
+        deadline = time.monotonic() + 5
+        while (fates := send_all(tx, [b"y", b"z"]))[0] is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert isinstance(fates[0], ConnectionRefusedError) and fates[1] is None
