@@ -100,7 +100,8 @@ async def _throughput(dut, mode: Mode) -> None:
     acks = (await tb.counters())[Counter.ACK_REFLECTED]
     assert acks == (P["ports"] * (chunks - 1) if mode is Mode.TRANSLATED else 0)
     _record(f"throughput_{mode.name}", {"contributions": taken, "beats_per_contribution": beats, "cycles": span,
-                                        "occupancy": taken * beats / span, "acks_reflected": acks, "wall_s": wall,
+                                        "occupancy": taken * beats / span, "acks_reflected": acks,
+                                        "frame_bytes": len(frames[0][0]), "wall_s": wall,
                                         "frames_per_s": (taken + len(sum(tb.received.values(), []))) / wall,
                                         "sim_cycles_per_s": clock.now / wall})
 
