@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from inagg.models import regmap as rm
 from inagg.models.geometry import SwitchGeometry
+from inagg.models.job import Mode
 from inagg.models.protocol import DEFAULT_PKEY, MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 from inagg.hdl.exception import STATS, stats_layout
 
@@ -154,6 +155,9 @@ class JobTable(wiring.Component):
     modes:
         The ``MODE_CODES`` codes a ``CTRL`` write may set; a write of any
         other is refused (``w_ok`` low) and leaves the register as it was.
+        So is a write that enables a job whose region (its ``SLOT_BASE``
+        and ``SLOTS``, written before) shares a slot with an enabled job's
+        when either is a Mode II job (``RegMap.check_gateware``).
 
     Members
     -------
@@ -202,11 +206,22 @@ class JobTable(wiring.Component):
         m.d.comb += [self.region_base.eq(regs["SLOT_BASE"][self.region_job]),
                      self.region_slots.eq(regs["SLOTS"][self.region_job])]
         # A job of a mode this build does not implement is never enabled: its CTRL write is refused.
-        mode_ok = register_view(rm.JOB_CTRL, bus.w_data[:rm.JOB_CTRL.width]).mode.matches(*self._modes)
+        new = register_view(rm.JOB_CTRL, bus.w_data[:rm.JOB_CTRL.width])
+        mode_ok = new.mode.matches(*self._modes)
+        # Nor is a job that would share a slot with an enabled job, either of them Mode II: the Mode II
+        # slot rules read a slot without its job. Regions are aligned powers of two, so two overlap when
+        # one's base falls inside the other.
+        ii = rm.MODE_CODES[Mode.TRANSLATED]
+        base, size = regs["SLOT_BASE"][bus.w_index], regs["SLOTS"][bus.w_index]
+        shared = Cat(
+            (bus.w_index != k) & ctrl_of[k].enable & ((new.mode == ii) | (ctrl_of[k].mode == ii))
+            & (base < regs["SLOT_BASE"][k] + regs["SLOTS"][k]) & (regs["SLOT_BASE"][k] < base + size)
+            for k in range(jobs))
+        ctrl_ok = mode_ok & ~(new.enable & shared.any())
         with m.Switch(bus.w_offset):
             for name, reg in regs.items():
                 with m.Case(rm.JOB_REGISTERS[name].offset):
-                    ok = mode_ok if name == "CTRL" else Const(1, 1)
+                    ok = ctrl_ok if name == "CTRL" else Const(1, 1)
                     m.d.comb += bus.w_ok.eq(ok)
                     with m.If(bus.w_en & ok):
                         m.d.sync += reg[bus.w_index].eq(bus.w_data)

@@ -271,8 +271,8 @@ def register_writes(plan: Plan, regmap: RegMap) -> list[tuple[int, int]]:
     :meth:`~inagg.models.regmap.RegMap.job_writes` orders it (its CTRL last).
     """
     out = regmap.switch_writes(plan.switch)
-    for job in plan.jobs:
-        out += regmap.job_writes(job, plan.switch)
+    for i, job in enumerate(plan.jobs):
+        out += regmap.job_writes(job, plan.switch, plan.jobs[:i])
     return out
 
 
@@ -283,10 +283,14 @@ class RegisterTarget:
     P_Key) of ``spec``; :meth:`remove_job` writes the job's number to
     ``TEARDOWN``, which removes it as ``ModelSwitch.remove_job`` does (its
     enable bit and its slots cleared). A job the register map cannot hold
-    (its mode among them: ``RegMap.modes``) is refused with ``ValueError``
-    before anything is written. With ``read(address)`` given, :meth:`add_job`
-    also reads the job's ``CTRL`` back and raises :class:`RuntimeError` when
-    the switch refused it (a mode the build lacks, named from ``MODES``), and
+    (its mode among them: ``RegMap.modes``) or the gateware does not run
+    beside the jobs this target installed (``RegMap.check_gateware``: a
+    tree below its root, a collective other than AllReduce, a Mode II job
+    sharing slots) is refused with ``ValueError`` before anything is
+    written. With ``read(address)`` given, :meth:`add_job` also reads the
+    job's ``CTRL`` back and raises :class:`RuntimeError` when the switch
+    refused it (a mode the build lacks, named from ``MODES``, or slots
+    shared with a Mode II job another controller installed), and
     :meth:`remove_job` waits until the gateware is done and raises
     :class:`RuntimeError` when it refused the teardown; without it the caller
     must poll ``TEARDOWN`` before giving the job's region to another job.
@@ -296,14 +300,17 @@ class RegisterTarget:
                  read: Callable[[int], int] | None = None):
         self._write, self._read, self.regmap, self.spec = write, read, regmap, spec
         self._switch_written = False
+        self._installed: dict[int, JobSpec] = {}
 
     def add_job(self, job: JobSpec) -> None:
-        writes = self.regmap.job_writes(job, self.spec)  # validates before anything is written
+        # validates before anything is written
+        writes = self.regmap.job_writes(job, self.spec, self._installed.values())
         if not self._switch_written:
             writes = self.regmap.switch_writes(self.spec) + writes
             self._switch_written = True
         for addr, value in writes:
             self._write(addr, value)
+        self._installed[job.job] = job
         if self._read is None:
             return
         want = self.regmap.ctrl(job)
@@ -312,11 +319,13 @@ class RegisterTarget:
             modes = RegMap.decode_modes(self._read(self.regmap.switch("MODES")))
             raise RuntimeError(f"the switch refused job {job.job}: its CTRL reads 0x{got:08X}, not 0x{want:08X}; "
                                f"the job asks for mode {job.mode.name}, the switch takes "
-                               f"{', '.join(m.name for m in sorted(modes, key=MODE_CODES.get)) or 'none'} (MODES)")
+                               f"{', '.join(m.name for m in sorted(modes, key=MODE_CODES.get)) or 'none'} (MODES) "
+                               "and enables no job that shares a slot with an enabled Mode II job")
 
     def remove_job(self, job: int) -> None:
         addr = self.regmap.switch("TEARDOWN")
         self._write(addr, TEARDOWN.encode(job=job))
+        self._installed.pop(job, None)
         if self._read is None:
             return
         while TEARDOWN.decode(status := self._read(addr))["busy"]:

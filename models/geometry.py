@@ -170,6 +170,8 @@ class SwitchGeometry:
         return RegMap.geometry(self, self.width)
 
     def check_job(self, job: JobSpec) -> None:
-        """Raise ``ValueError`` when this build cannot hold ``job`` (:func:`~inagg.models.job.check_job`)."""
+        """Raise ``ValueError`` when this build cannot hold ``job`` (:func:`~inagg.models.job.check_job`) or does
+        not run it (:meth:`RegMap.check_gateware <inagg.models.regmap.RegMap.check_gateware>`)."""
         check_job(job, ports=self.ports, slots=self.slots, exception=self.exception, jobs=self.jobs,
                   workers=self.workers, modes=sorted(self.regmap.modes, key=MODE_CODES.get))
+        RegMap.check_gateware(job)

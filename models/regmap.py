@@ -45,9 +45,10 @@ the gateware; regenerate the table of ``docs/rtl.md`` from
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from inagg.models.job import ExceptionSpec, JobSpec, Mode, SwitchSpec
+from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec
 from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter
 from inagg.models.wire import ip_bytes, mac_bytes
 
@@ -220,7 +221,8 @@ EXC_STATS = {
 }
 
 JOB_BASE, JOB_STRIDE = 0x1000, 0x20
-JOB_CTRL = _reg("CTRL", 0x00, "RW", "the job's state (a write of a mode the switch lacks: SLVERR, unchanged)",
+JOB_CTRL = _reg("CTRL", 0x00, "RW", "the job's state (SLVERR, unchanged, for a write of a mode the switch lacks, "
+                                    "or one that enables a job sharing a slot with an enabled job, either Mode II)",
                 Field("enable", 0, 1, "RW", "job enabled"), Field("workers", 8, 7, "RW", "worker count"),
                 Field("mode", 16, 2, "RW", "transport mode (MODE_CODES)"))
 JOB_REGISTERS = {r.name: r for r in (
@@ -254,7 +256,8 @@ class RegMap:
     """Addresses of one switch geometry: ``jobs`` jobs of up to ``workers`` workers each.
 
     ``modes``: the transport modes the switch implements (``MODES``; the
-    RTL's are ``Mode.UC`` and Mode II, ``Mode.TRANSLATED``); :meth:`job_writes` refuses a job of any other.
+    RTL's are ``Mode.UC`` and Mode II, ``Mode.TRANSLATED``); :meth:`job_writes` refuses a job of any other,
+    and what else the gateware does not run (:meth:`check_gateware`).
     """
 
     jobs: int
@@ -354,14 +357,48 @@ class RegMap:
         values = {"MAC_HI": hi, "MAC_LO": lo, "IP": int.from_bytes(ip_bytes(spec.ip), "big"), "PKEY": spec.pkey}
         return [(self.switch(name), SWITCH_REGISTERS[name].encode(value=v)) for name, v in values.items()]
 
-    def job_writes(self, job: JobSpec, spec: SwitchSpec) -> list[tuple[int, int]]:
-        """(address, value) writes that install ``job``, its workers first and its CTRL last.
+    @staticmethod
+    def check_gateware(job: JobSpec, installed: Iterable[JobSpec] = ()) -> None:
+        """Raise ``ValueError`` for a job the models run but the RTL switch does not (``docs/rtl.md``).
 
-        Raises ``ValueError`` for a job this switch cannot hold
-        (:meth:`~inagg.models.job.SwitchSpec.check_job` with this map's job
-        and worker counts and modes).
+        The gateware runs a job on a switch alone or at the root of a tree
+        of ordinary hosts: no ``parent`` (it sends no partial upward), no
+        ``subswitches`` (it takes no child's partial with promoted lanes, a
+        0x2B frame), AllReduce only (it has no collective's ``flow``: every
+        worker sends and receives). A Mode II job shares no slot with a job
+        of ``installed`` (nor a job with an installed Mode II job's), even
+        with an exception path: ``TranslatedRules`` reads a slot without
+        comparing its job, and a Mode II frame is never diverted.
         """
-        spec.check_job(job, jobs=self.jobs, workers=self.workers, modes=sorted(self.modes, key=MODE_CODES.get))
+        if job.parent is not None:
+            raise ValueError(f"job {job.job} is below the root of a tree (port {job.parent.port} faces its parent "
+                             "switch): the RTL switch sends no partial upward; it runs a job alone or at the root")
+        if job.subswitches:
+            raise ValueError(f"job {job.job} has child switches (workers {', '.join(map(str, sorted(job.subswitches)))}"
+                             "): the RTL switch takes no partial with promoted lanes from a child")
+        if job.collective is not Collective.ALLREDUCE:
+            raise ValueError(f"job {job.job} runs {job.collective.value}: the RTL switch runs allreduce only")
+        for o in installed:
+            if o.job != job.job and Mode.TRANSLATED in (job.mode, o.mode) \
+                    and job.slot_base < o.slot_base + o.slots and o.slot_base < job.slot_base + job.slots:
+                raise ValueError(f"job {job.job}'s slots {job.slot_base}..{job.slot_base + job.slots - 1} overlap "
+                                 f"job {o.job}'s {o.slot_base}..{o.slot_base + o.slots - 1} and one of them is a "
+                                 "Mode II job: the RTL's Mode II slot rules take a slot without its job, so a Mode II "
+                                 "job shares no slot, exception path or not")
+
+    def job_writes(self, job: JobSpec, spec: SwitchSpec, installed: Iterable[JobSpec] = ()) -> list[tuple[int, int]]:
+        """(address, value) writes that install ``job`` beside the jobs ``installed``, its workers first and its
+        CTRL last.
+
+        Raises ``ValueError``, before any write, for a job this switch
+        cannot hold (:meth:`~inagg.models.job.SwitchSpec.check_job` with this
+        map's job and worker counts and modes) or its gateware does not run
+        (:meth:`check_gateware`).
+        """
+        installed = tuple(installed)
+        spec.check_job(job, installed, jobs=self.jobs, workers=self.workers,
+                       modes=sorted(self.modes, key=MODE_CODES.get))
+        self.check_gateware(job, installed)
         out = []
         for w, ws in enumerate(job.workers):
             hi, lo = _mac_words(ws.mac)

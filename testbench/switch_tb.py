@@ -93,7 +93,7 @@ class SwitchTB:
             await self.add_job(job)
 
     async def add_job(self, job: JobSpec) -> None:
-        for addr, value in self.regmap.job_writes(job, self.spec):
+        for addr, value in self.regmap.job_writes(job, self.spec, (j.spec for j in self.model.jobs.values())):
             await self.write(addr, value)
         self.model.add_job(job)
 

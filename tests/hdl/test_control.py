@@ -108,7 +108,8 @@ def test_a_mode_the_build_lacks_is_refused_and_read_back():
     target = RegisterTarget(lambda a, v: None, claims, spec, read=regs.__getitem__)
     with pytest.raises(RuntimeError, match=r"^the switch refused job 1: its CTRL reads 0x00000000, not 0x00010301; "
                                            r"the job asks for mode TERMINATED, the switch takes UC, TRANSLATED "
-                                           r"\(MODES\)$"):
+                                           r"\(MODES\) and enables no job that shares a slot with an enabled "
+                                           r"Mode II job$"):
         target.add_job(rc)
 
 
@@ -171,3 +172,35 @@ def test_register_layouts_follow_the_declarations():
     assert ctrl["mode"].offset == 16 and ctrl["mode"].shape.width == 2
     assert {name for name, _ in register_layout(rm.TEARDOWN, "RO")} == {"busy", "refused"}
     assert {name for name, _ in register_layout(rm.TEARDOWN, "WO")} == {"job"}
+
+
+def test_a_job_sharing_slots_with_a_mode_ii_job_is_refused():
+    """Issue 18: a CTRL write that enables a job on an enabled job's slots, either of them Mode II, is SLVERR and
+    changes nothing; UC jobs may share slots (the exception path's), a disabled job may sit anywhere."""
+    dut = _control()
+    regmap = rm.RegMap(2, 4)
+    spec = SwitchSpec(ports=2, slots=16, chunk_bytes=256)
+    ii = dataclasses.replace(make_job(spec, 0, 2, 4, 4), mode=Mode.TRANSLATED)
+    seen = {}
+
+    async def write_job(ctx, job):
+        return [await axil_write(ctx, dut.axil, a, v) for a, v in regmap.job_writes(job, spec)][-1]
+
+    async def bench(ctx):
+        seen["ii"] = await write_job(ctx, ii)
+        for base, slots in ((4, 4), (6, 2), (0, 8), (0, 16)):
+            seen[base, slots] = await write_job(ctx, make_job(spec, 1, 2, base, slots))
+            seen[base, slots, "ctrl"] = (await axil_read(ctx, dut.axil, regmap.job(1, "CTRL")))[0]
+        seen["beside"] = await write_job(ctx, make_job(spec, 1, 2, 8, 8))
+        seen["off"] = await axil_write(ctx, dut.axil, regmap.job(0, "CTRL"), 0)
+        seen["ii over uc"] = await write_job(ctx, dataclasses.replace(ii, slot_base=8, slots=4))
+        seen["uc over uc"] = await write_job(ctx, make_job(spec, 0, 2, 8, 4))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen.pop("ii") == 0
+    for base, slots in ((4, 4), (6, 2), (0, 8), (0, 16)):
+        assert (seen[base, slots], seen[base, slots, "ctrl"]) == (_SLVERR, 0), (base, slots)
+    assert (seen["beside"], seen["off"], seen["ii over uc"], seen["uc over uc"]) == (0, 0, _SLVERR, 0)

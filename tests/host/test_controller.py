@@ -1,8 +1,11 @@
 """The controller plans disjoint job regions and unique addresses, and configures the model switch."""
 
+import dataclasses
+
 import pytest
 
 from inagg.host.controller import Controller, plan
+from inagg.models.job import ExceptionSpec, Mode
 from inagg.models.switch import ModelSwitch
 
 
@@ -146,3 +149,25 @@ def test_tree_controller_needs_one_target_per_switch():
 
     with pytest.raises(ValueError, match="the tree has 3 switches, not 1"):
         TreeController([ModelSwitch()], plan_tree("2x2"))
+
+
+def test_register_target_refuses_a_mode_ii_job_on_an_installed_jobs_slots_before_writing():
+    """Issue 18: the target remembers what it installed; a Mode II job on those slots waits for their teardown."""
+    from inagg.host.controller import RegisterTarget
+    from inagg.models.regmap import RegMap
+
+    p = plan([2, 2], window=2)
+    uc, other = p.jobs
+    ii = dataclasses.replace(other, mode=Mode.TRANSLATED, slot_base=uc.slot_base)
+    log = []
+    spec = dataclasses.replace(p.switch, exception=ExceptionSpec(table=4))
+    target = RegisterTarget(lambda a, v: log.append((a, v)), RegMap(jobs=4, workers=2), spec)
+    target.add_job(uc)
+    log.clear()
+    with pytest.raises(ValueError, match=rf"^job {ii.job}'s slots 0\.\.3 overlap job {uc.job}'s 0\.\.3 and one of "
+                                         "them is a Mode II job"):
+        target.add_job(ii)
+    assert log == []
+    target.remove_job(uc.job)
+    target.add_job(ii)
+    assert log[-1] == (RegMap(jobs=4, workers=2).job(ii.job, "CTRL"), RegMap.ctrl(ii))

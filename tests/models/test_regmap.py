@@ -4,8 +4,11 @@ from pathlib import Path
 
 import pytest
 
+import dataclasses
+
 from inagg.models import regmap as rm
-from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
+from inagg.models.geometry import SwitchGeometry
+from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
 from inagg.models.protocol import Counter
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "rtl.md"
@@ -55,6 +58,49 @@ def test_job_writes_put_ctrl_last_and_split_fields():
 def test_job_writes_refuse_what_the_switch_cannot_hold(job, message):
     with pytest.raises(ValueError, match=message):
         rm.RegMap(jobs=4, workers=8).job_writes(job, SwitchSpec(ports=2, slots=16, chunk_bytes=256))
+
+
+_UPLINK = Uplink(port=1, mac="02:00:00:00:00:fd", ip="10.0.0.253", qpn=0x20000, rkey=0xD00D, result_qpn=0x20001,
+                 result_rkey=0xD00E, result_va=0)
+_EXC = SwitchSpec(ports=2, slots=16, chunk_bytes=256, exception=ExceptionSpec(table=4))
+
+
+@pytest.mark.parametrize("job, installed, message", [
+    (dataclasses.replace(_job(), parent=_UPLINK), (),
+     r"^job 1 is below the root of a tree \(port 1 faces its parent switch\): the RTL switch sends no partial "
+     r"upward; it runs a job alone or at the root$"),
+    (dataclasses.replace(_job(), subswitches=frozenset({1})), (),
+     r"^job 1 has child switches \(workers 1\): the RTL switch takes no partial with promoted lanes from a child$"),
+    (dataclasses.replace(_job(), collective=Collective.REDUCE_SCATTER), (),
+     r"^job 1 runs reduce-scatter: the RTL switch runs allreduce only$"),
+    (dataclasses.replace(_job(), collective=Collective.BROADCAST, root=0), (),
+     r"^job 1 runs broadcast: the RTL switch runs allreduce only$"),
+    (_job(mode=Mode.TRANSLATED), (_job(job=0, slot_base=0, slots=8),),
+     r"^job 1's slots 4\.\.7 overlap job 0's 0\.\.7 and one of them is a Mode II job: the RTL's Mode II slot rules "
+     r"take a slot without its job, so a Mode II job shares no slot, exception path or not$"),
+    (_job(job=2, slot_base=4, slots=2), (_job(mode=Mode.TRANSLATED),),
+     r"^job 2's slots 4\.\.5 overlap job 1's 4\.\.7 and one of them is a Mode II job"),
+])
+def test_job_writes_refuse_what_the_gateware_does_not_run(job, installed, message):
+    """Issue 18: jobs the models run but the RTL does not are refused before any write, naming what and why."""
+    with pytest.raises(ValueError, match=message):
+        rm.RegMap(jobs=4, workers=8).job_writes(job, _EXC, installed)
+    if not installed:
+        with pytest.raises(ValueError, match=message):
+            SwitchGeometry.for_spec(_EXC, width=64).check_job(job)
+
+
+def test_job_writes_take_what_the_gateware_runs():
+    """UC jobs share slots through the exception path; a Mode II job beside them, on slots of its own."""
+    m = rm.RegMap(jobs=4, workers=8)
+    uc, guest = _job(job=0, slot_base=0, slots=8), _job(job=2, slot_base=0, slots=4)
+    ii = _job(mode=Mode.TRANSLATED, slot_base=8, slots=8)
+    assert m.job_writes(guest, _EXC, (uc,))[-1] == (m.job(2, "CTRL"), m.ctrl(guest))
+    assert m.job_writes(ii, _EXC, (uc, guest))[-1] == (m.job(1, "CTRL"), m.ctrl(ii))
+    assert m.job_writes(ii, _EXC, (ii,))  # the job itself, written again
+    with pytest.raises(ValueError, match=r"^job 2's slot region overlaps job 0's and this switch has no exception "
+                                         r"path$"):
+        m.job_writes(guest, SwitchSpec(ports=2, slots=16, chunk_bytes=256), (uc,))
 
 
 def test_a_jobs_mode_goes_into_its_ctrl_and_modes_name_the_switchs():

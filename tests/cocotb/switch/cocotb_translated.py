@@ -1,5 +1,5 @@
 """cocotb tests of Mode II (docs/protocol.md section 6.2) on the switch top against the model switch (run by
-test_switch.py on its W = 64 build).
+test_switch.py on its W = 64 and W = 512 builds).
 
 The test ends in :meth:`SwitchTB.check`: every result and every reflected ACK the RTL sent equals the
 model's byte for byte, per port and each in the model's order, every counter equals the model's, and

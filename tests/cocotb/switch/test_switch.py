@@ -9,7 +9,7 @@ union of what both need. W = 64 takes 64 workers per job (``MAX_WORKERS``,
 the most the switch takes), for promotion's job of every worker; W = 512
 runs chunks of 4 beats. ``most_workers`` is the size of the largest job the
 switch's random stimulus makes. Mode II's test (cocotb_translated.py) runs on
-the W = 64 build alone.
+both builds.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def test_switch(name, module):
     build_switch(**BUILDS[name]).run(module, module_dir=Path(__file__).parent, stimulus=STIMULUS[module][name])
 
 
-def test_mode_ii():
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_mode_ii(name):
     from inagg.testbench.sim import build_switch
 
-    build_switch(**BUILDS["w64"]).run("cocotb_translated", module_dir=Path(__file__).parent)
+    build_switch(**BUILDS[name]).run("cocotb_translated", module_dir=Path(__file__).parent)
