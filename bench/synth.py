@@ -89,6 +89,13 @@ def _mac():
     return OneClockMAC()
 
 
+def _emitter_w512():
+    """One port's result emitter of the W = 512 switch row alone: the block its worst path sits in."""
+    from inagg.hdl.emitter import ResultEmitter
+
+    return ResultEmitter(width=512, chunk_bytes=1024, slots=64, jobs=4, workers=8, port=1, port_bits=1)
+
+
 def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_table=0, fp32=None):
     """A switch row; ``fp32``: the FP32 units' (conversion, adder) latencies, the switch's defaults if None."""
     latencies = {} if fp32 is None else dict(convert_latency=fp32[0], add_latency=fp32[1])
@@ -126,6 +133,8 @@ CONFIGS = [
     _switch_config(2, 64, 64, 256, fp32=FAST_FP32),
     _switch_config(2, 256, 64, 1024, fp32=FAST_FP32),
     _switch_config(2, 512, 64, 1024, fp32=FAST_FP32),
+    # The block of the W = 512 switch's worst path (issue 19), placed alone.
+    Config("emitter-w512", "ResultEmitter W=512 C=1024 (one port)", _emitter_w512, 512),
     # The Ethernet MAC of the board tops (issue 23), at the GMII byte clock.
     Config("mac-w64", "Ethernet MAC (GMII, W=64, one clock)", _mac, None, mhz=125.0),
 ]
