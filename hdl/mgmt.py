@@ -12,10 +12,9 @@ or read as a manager of the register map (beside the external one, through
 leaves on :attr:`MgmtBridge.o`. The switch's ingress sees the frame too, and
 drops and counts it as any frame that is not RoCEv2 (``DROP_NON_ROCE``).
 
-Cycles of one request: 2 after its last beat to the checks, 12 for the
-tag, the register access (3 to 4 with :class:`~inagg.hdl.control.Control`),
-12 for the response's tag, then its ``ceil(50 * 8 / width)`` beats. A
-management frame that ends while the bridge serves another is dropped,
+A request takes 12 cycles for its tag, the register access, and 12 more
+for the response's tag before the response's ``ceil(50 * 8 / width)``
+beats. A management frame that ends while the bridge serves another is dropped,
 counted as ``busy``: a host waits for each answer.
 """
 
