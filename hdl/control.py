@@ -21,7 +21,7 @@ from inagg.hdl.exception import STATS, stats_layout
 
 __all__ = ["register_layout", "register_view", "AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead",
            "ContribEntry", "ContribRead",
-           "SwitchConfig", "TeardownRequest", "TableAccess", "JobTable", "WorkerTable", "Counters", "Control",
+           "SwitchConfig", "TeardownRequest", "MgmtStats", "TableAccess", "JobTable", "WorkerTable", "Counters", "Control",
            "N_COUNTERS", "event_vector"]
 
 N_COUNTERS = len(Counter)
@@ -95,6 +95,10 @@ SwitchConfig = data.StructLayout({
 TeardownRequest = data.StructLayout({"start": 1, "job": QPN_JOB_BITS, "slot_base": JobEntry.members["slot_base"],
                                      "slots": JobEntry.members["slots"]})
 """A teardown the controller asked for, and the region of the job."""
+
+
+MgmtStats = data.StructLayout({name: 32 for name in rm.MGMT_STATS})
+"""The management bridge's counters (:data:`~inagg.models.regmap.MGMT_STATS`), read at ``MGMT_BASE``."""
 
 
 class JobRead(wiring.Signature):
@@ -386,6 +390,8 @@ class Control(wiring.Component):
         write of another is refused); the tables hold ``jobs`` jobs of ``workers`` workers,
         and with an exception path its engine's counters are read at
         ``EXC_BASE``.
+    mgmt:
+        A management bridge's counters are read at ``MGMT_BASE`` (SLVERR without).
     job_readers:
         Number of job-table read ports.
     worker_readers:
@@ -420,6 +426,8 @@ class Control(wiring.Component):
         Counter strobes: bit ``c`` of a source adds one to ``protocol.Counter`` ``c``.
     exc_stats : In(stats_layout())
         The exception engine's counters (with an exception path only).
+    mgmt_stats : In(MgmtStats)
+        The management bridge's counters (with ``mgmt`` only).
     enabled : Out(jobs)
         Bit ``j``: job ``j``'s ``CTRL`` enable bit.
     teardown : Out(TeardownRequest)
@@ -434,14 +442,17 @@ class Control(wiring.Component):
     """
 
     def __init__(self, geometry: SwitchGeometry, *, job_readers: int, event_sources: int,
-                 worker_readers: int | None = None):
+                 worker_readers: int | None = None, mgmt: bool = False):
         if not isinstance(geometry, SwitchGeometry):
             raise TypeError(f"Geometry must be a SwitchGeometry, not {geometry!r}")
         self.geometry = geometry
         self.regmap = geometry.regmap
         self.port_bits = geometry.port_bits
         ports, jobs, workers = geometry.ports, geometry.jobs, geometry.workers
+        self.mgmt = mgmt
         members = {} if geometry.exception is None else {"exc_stats": In(stats_layout())}
+        if mgmt:
+            members["mgmt_stats"] = In(MgmtStats)
         super().__init__({
             **members,
             "axil": In(AXILiteSignature(self.regmap.addr_width)),
@@ -552,6 +563,11 @@ class Control(wiring.Component):
                 with m.Elif(exc_hit):
                     stats = Array(getattr(self.exc_stats, name) for name in STATS)
                     m.d.sync += rdata.eq(stats[(raddr - rm.EXC_BASE)[2:]])
+            if self.mgmt:
+                with m.Elif((raddr >= rm.MGMT_BASE) & (raddr < rm.MGMT_BASE + 4 * len(rm.MGMT_STATS))
+                            & (raddr[:2] == 0)):
+                    stats = Array(getattr(self.mgmt_stats, name) for name in rm.MGMT_STATS)
+                    m.d.sync += rdata.eq(stats[(raddr - rm.MGMT_BASE)[2:]])
             with m.Elif((raddr >= rm.JOB_BASE) & (raddr < rm.JOB_BASE + rm.JOB_STRIDE * jobs)):
                 m.d.sync += rdata.eq(jw.r_data)
                 with m.If(~jw.r_ok):

@@ -18,6 +18,9 @@ that interface on the RTL's AXI4-Lite register map
 (:class:`inagg.models.regmap.RegMap`), for any bus with a synchronous
 ``write(address, value)``; :func:`register_writes` lists the same writes for
 a bus that is driven asynchronously (a cocotb AXI4-Lite master).
+:func:`management_target` is a :class:`RegisterTarget` over management
+frames (:class:`inagg.host.mgmt.MgmtBus`), for a board whose only host link
+is its Ethernet.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from inagg.models.regmap import MODE_CODES, TEARDOWN, RegMap
 from inagg.models.tree import Tree
 
 __all__ = ["Plan", "plan", "ConfigTarget", "Controller", "RegisterTarget", "register_writes", "worker_mac",
-           "worker_ip", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS", "TreePlan", "plan_tree", "plan_tree_jobs",
+           "worker_ip", "management_target", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS", "TreePlan", "plan_tree", "plan_tree_jobs",
            "TreeController"]
 
 SWITCH_MAC = "02:00:00:00:00:fe"
@@ -333,6 +336,12 @@ class RegisterTarget:
         if TEARDOWN.decode(status)["refused"]:
             raise RuntimeError(f"the switch refused to tear job {job} down (TEARDOWN 0x{status:08X}): another "
                                "job's key diverted from one of its slots; tear that job down first")
+
+
+def management_target(bus, regmap: RegMap, spec: SwitchSpec) -> RegisterTarget:
+    """A :class:`RegisterTarget` that writes and reads the register map through ``bus``, a
+    :class:`inagg.host.mgmt.MgmtBus` (or anything with its ``write`` and ``read``): over the board's Ethernet."""
+    return RegisterTarget(bus.write, regmap, spec, read=bus.read)
 
 
 class TreeController:

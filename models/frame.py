@@ -28,7 +28,7 @@ from functools import cached_property
 
 __all__ = [
     "Field", "Header", "Layout", "ETHERNET", "IPV4", "UDP", "BTH", "RETH", "IMMDT", "AETH", "HEADERS",
-    "ICRC_LEN", "Opcode", "OPCODE_HEADERS", "SegmentOpcode", "SEGMENT_HEADERS", "layout", "CONTRIBUTION", "RESULT",
+    "ICRC_LEN", "MGMT_ETHER_TYPE", "MGMT", "MGMT_FRAME", "MGMT_TAGGED", "Opcode", "OPCODE_HEADERS", "SegmentOpcode", "SEGMENT_HEADERS", "layout", "CONTRIBUTION", "RESULT",
 ]
 
 
@@ -245,6 +245,18 @@ RETH = Header("reth", (Field("va", 64), Field("rkey", 32), Field("dma_len", 32))
 IMMDT = Header("immdt", (Field("imm", 32),))
 AETH = Header("aeth", (Field("syndrome", 8), Field("msn", 24)))
 HEADERS = {h.name: h for h in (ETHERNET, IPV4, UDP, BTH, RETH, IMMDT, AETH)}
+
+MGMT_ETHER_TYPE = 0x88B5
+"""The EtherType of management frames: IEEE 802's Local Experimental EtherType 1 (``docs/protocol.md`` section 12)."""
+MGMT = Header("mgmt", (
+    Field("op", 8), Field("status", 8), Field("rsvd", 16, 0), Field("seq", 64), Field("addr", 32), Field("data", 32),
+    Field("floor", 64), Field("tag", 64),
+))
+"""A management request or response after the Ethernet header (``inagg.models.mgmt``): one register operation."""
+MGMT_FRAME = ETHERNET.size + MGMT.size
+"""Bytes of a management frame; a longer one (padding) is read as its first ``MGMT_FRAME`` bytes."""
+MGMT_TAGGED = MGMT.bit_offset("tag") // 8
+"""Bytes of :data:`MGMT` that the tag covers: every field before it."""
 
 ICRC_LEN = 4
 """The trailer after the payload: a CRC-32 sent least-significant byte first (not a big-endian field)."""

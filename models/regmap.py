@@ -23,6 +23,7 @@ are build parameters), read back from ``JOBS``::
     0x0028  MODES       RO  the transport modes the switch takes, one bit per MODE_CODES code
     0x0100  counter c   RO  protocol.Counter c at 0x100 + 4 c
     0x0200  exc stat i  RO  the exception engine's counters (EXC_STATS) at 0x200 + 4 i
+    0x0300  mgmt stat i RO  the management bridge's counters (MGMT_STATS) at 0x300 + 4 i
     0x1000  job j       RW  registers at 0x1000 + 0x20 j   (JOB_REGISTERS)
     0x8000  worker      WO  registers at 0x8000 + 0x40 (j * workers + w)   (WORKER_REGISTERS)
 
@@ -54,7 +55,7 @@ from inagg.models.wire import ip_bytes, mac_bytes
 
 __all__ = ["Field", "Register", "ID_VALUE", "TEARDOWN_BUSY", "TEARDOWN_REFUSED",
            "SWITCH_REGISTERS", "JOB_REGISTERS", "WORKER_REGISTERS", "GEOMETRY", "JOBS", "EXCEPTION", "TEARDOWN",
-           "MODES", "MODE_CODES", "JOB_CTRL", "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE",
+           "MODES", "MODE_CODES", "JOB_CTRL", "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "MGMT_BASE", "MGMT_STATS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE",
            "WORKER_STRIDE", "RegMap"]
 
 _ACCESS = ("RO", "WO", "RW")
@@ -220,6 +221,17 @@ EXC_STATS = {
     "stalls": "cycles a request waited for the engine's request queue",
 }
 
+MGMT_BASE = 0x300
+# name: description; at MGMT_BASE + 4 i in this order (models.mgmt.MgmtBridge.counters, hdl.mgmt.MgmtBridge.stats)
+MGMT_STATS = {
+    "accepted": "management requests performed (tag and sequence number good)",
+    "malformed": "management frames refused: shorter than a request",
+    "bad_op": "management frames refused: not a request's op",
+    "bad_tag": "management requests refused: wrong tag (wrong key, or altered)",
+    "replayed": "management requests refused: sequence number not above the last accepted one",
+    "busy": "management frames dropped: they came while the bridge served another",
+}
+
 JOB_BASE, JOB_STRIDE = 0x1000, 0x20
 JOB_CTRL = _reg("CTRL", 0x00, "RW", "the job's state (SLVERR, unchanged, for a write of a mode the switch lacks, "
                                     "or one that enables a job sharing a slot with an enabled job, either Mode II)",
@@ -299,6 +311,13 @@ class RegMap:
         if name not in EXC_STATS:
             raise ValueError(f"exception counter must be one of {', '.join(EXC_STATS)}, not {name!r}")
         return EXC_BASE + 4 * list(EXC_STATS).index(name)
+
+    @staticmethod
+    def mgmt_stat(name: str) -> int:
+        """Address of the management bridge's counter ``name`` (:data:`MGMT_STATS`)."""
+        if name not in MGMT_STATS:
+            raise ValueError(f"management counter must be one of {', '.join(MGMT_STATS)}, not {name!r}")
+        return MGMT_BASE + 4 * list(MGMT_STATS).index(name)
 
     @staticmethod
     def exception(exc: ExceptionSpec | None) -> int:
@@ -426,6 +445,9 @@ class RegMap:
             lines.append(f"| 0x{self.counter(c):04X} | {c.name} | RO | counter `protocol.Counter.{c.name}` |")
         for name, doc in EXC_STATS.items():
             lines.append(f"| 0x{self.exc_stat(name):04X} | EXC.{name} | RO | {doc}; SLVERR without an exception path |")
+        for name, doc in MGMT_STATS.items():
+            lines.append(f"| 0x{self.mgmt_stat(name):04X} | MGMT.{name} | RO | {doc}; SLVERR without a management "
+                         "bridge |")
         for r in JOB_REGISTERS.values():
             lines.append(f"| 0x{JOB_BASE + r.offset:04X} + 0x{JOB_STRIDE:X} j | JOB.{r.name} | {r.access} "
                          f"| {r.meaning()} |")
