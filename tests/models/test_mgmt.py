@@ -1,8 +1,11 @@
 """The management frames' model: SipHash-2-4, the frame, and MgmtBridge's checks and counters."""
 
+import re
+from pathlib import Path
+
 import pytest
 
-from inagg.models.frame import ETHERNET, MGMT, MGMT_FRAME
+from inagg.models.frame import ETHERNET, MGMT, MGMT_ETHER_TYPE, MGMT_FRAME
 from inagg.models.mgmt import RESPONSE, MgmtBridge, Op, RegOp, Status, parse_response, request_frame, siphash24
 from inagg.models.regmap import MGMT_STATS, RegMap
 
@@ -159,3 +162,17 @@ def test_parse_response_refuses_wrong_key_and_requests():
 def test_request_checks_sequence_number():
     with pytest.raises(ValueError, match="sequence number"):
         request_frame(KEY, dst=BOARD, src=HOST, op=Op.READ, seq=0, addr=0)
+
+
+def test_protocol_md_section_12_agrees_with_the_header():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    section = text[text.index("## 12. Management frames"):]
+    rows = re.findall(r"^\| (\d+)(?:-(\d+))? \| (\w+) \|", section, re.M)
+    doc = [(int(a), int(b or a), "rsvd" if name == "reserved" else name) for a, b, name in rows]
+    want, at = [], 0
+    for f in MGMT.fields:
+        want.append((at, at + f.bits // 8 - 1, f.name))
+        at += f.bits // 8
+    assert doc == want
+    assert f"EtherType 0x{MGMT_ETHER_TYPE:04X}" in section and f"{MGMT_FRAME} bytes" in section
+
