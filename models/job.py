@@ -248,6 +248,11 @@ class JobSpec:
         own = self.workers[worker].contrib_rkey
         return self.rkey if own is None else own
 
+    def shares_slots(self, other: "JobSpec") -> bool:
+        """``other`` is another job whose slot region overlaps this one's."""
+        return (other.job != self.job and self.slot_base < other.slot_base + other.slots
+                and other.slot_base < self.slot_base + self.slots)
+
 
 @dataclass(frozen=True)
 class ExceptionSpec:
@@ -351,5 +356,5 @@ def check_job(job: JobSpec, *, ports: int, slots: int, exception: ExceptionSpec 
             raise ValueError(f"uplink port {job.parent.port} is a worker's port too")
     if exception is None:
         for o in installed:
-            if o.job != job.job and job.slot_base < o.slot_base + o.slots and o.slot_base < job.slot_base + job.slots:
+            if job.shares_slots(o):
                 raise ValueError(f"job {job.job}'s slot region overlaps job {o.job}'s and {exclusive}")

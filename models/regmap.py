@@ -398,8 +398,7 @@ class RegMap:
         if job.collective is not Collective.ALLREDUCE:
             raise ValueError(f"job {job.job} runs {job.collective.value}: the RTL switch runs allreduce only")
         for o in installed:
-            if o.job != job.job and Mode.TRANSLATED in (job.mode, o.mode) \
-                    and job.slot_base < o.slot_base + o.slots and o.slot_base < job.slot_base + job.slots:
+            if Mode.TRANSLATED in (job.mode, o.mode) and job.shares_slots(o):
                 raise ValueError(f"job {job.job}'s slots {job.slot_base}..{job.slot_base + job.slots - 1} overlap "
                                  f"job {o.job}'s {o.slot_base}..{o.slot_base + o.slots - 1} and one of them is a "
                                  "Mode II job: the RTL's Mode II slot rules take a slot without its job, so a Mode II "
