@@ -25,7 +25,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from inagg.models.frame import ETHERNET, MGMT, MGMT_ETHER_TYPE, MGMT_FRAME, MGMT_TAGGED
-from inagg.models.mgmt import KEY_BYTES, RESPONSE, Op, Status
+from inagg.models.mgmt import KEY_BYTES, RESPONSE, Op, Status, initial_state
 from inagg.hdl.axis import be_bytes, be_get, beat_layout, beat_signature, check_width
 from inagg.hdl.control import AXILiteSignature, MgmtStats
 from inagg.hdl.headers import header_value
@@ -150,8 +150,7 @@ class SipHashRounds(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        k0, k1 = int.from_bytes(self._key[:8], "little"), int.from_bytes(self._key[8:], "little")
-        init = (k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D, k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573)
+        init = initial_state(self._key)
         v = [Signal(64, name=f"v{i}") for i in range(4)]
         full = MGMT_TAGGED // 8
         blocks = [self.header[64 * b:64 * b + 64] for b in range(full)]

@@ -30,8 +30,8 @@ from inagg.models.frame import ETHERNET, MGMT, MGMT_ETHER_TYPE, MGMT_FRAME, MGMT
 from inagg.models.regmap import MGMT_BASE, MGMT_STATS, RegMap
 from inagg.models.wire import mac_bytes
 
-__all__ = ["KEY_BYTES", "RESPONSE", "Op", "Status", "siphash24", "tag", "request_frame", "Response", "parse_response",
-           "RegOp", "MgmtBridge"]
+__all__ = ["KEY_BYTES", "RESPONSE", "Op", "Status", "initial_state", "siphash24", "tag", "request_frame", "Response",
+           "parse_response", "RegOp", "MgmtBridge"]
 
 KEY_BYTES = 16
 RESPONSE = 0x80
@@ -80,11 +80,17 @@ def _check_key(key: bytes) -> bytes:
     return bytes(key)
 
 
+def initial_state(key: bytes) -> tuple[int, int, int, int]:
+    """SipHash's ``v0 .. v3`` under the 16-byte ``key`` before the first block (:class:`inagg.hdl.mgmt.SipHashRounds`
+    starts from them too)."""
+    k0, k1 = int.from_bytes(_check_key(key)[:8], "little"), int.from_bytes(key[8:], "little")
+    return k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D, k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573
+
+
 def siphash24(key: bytes, msg: bytes) -> int:
     """SipHash-2-4 of ``msg`` under the 16-byte ``key``, as the 64-bit integer of the reference (its output bytes
     read little-endian)."""
-    k0, k1 = int.from_bytes(_check_key(key)[:8], "little"), int.from_bytes(key[8:], "little")
-    v = [k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D, k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573]
+    v = list(initial_state(key))
     tail = len(msg) % 8
     blocks = [int.from_bytes(msg[i:i + 8], "little") for i in range(0, len(msg) - tail, 8)]
     blocks.append(int.from_bytes(msg[len(msg) - tail:], "little") | (len(msg) & 0xFF) << 56)
