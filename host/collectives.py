@@ -43,11 +43,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from inagg.models import quant, wire
-from inagg.models.frame import CONTRIBUTION, RESULT
+from inagg.models.frame import CONTRIBUTION
 from inagg.models.job import Collective, JobSpec, SwitchSpec
-from inagg.models.protocol import ICRC_LEN, IMM_CHUNK_MASK, Counter, qp_udp_sport
+from inagg.models.protocol import ICRC_LEN, Counter, qp_udp_sport
 
-from inagg.host.fastpath import Result, ResultBatch, split_results
+from inagg.host.fastpath import Result, ResultBatch, ResultParser, split_results
 from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import AllReduce, LengthMismatchError, ProtocolError, Timing, Worker, padded_rows
 
@@ -96,21 +96,17 @@ class CompletionParser:
     checks results; a completion comes back as a :class:`~inagg.host.fastpath.Result` of zero lanes."""
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int):
-        me = job.workers[rank]
-        self._pkey, self._qpn, self._rkey, self._va = switch.pkey, me.qpn, me.rkey, me.result_va
-        self._ring, self.chunk_bytes = job.slots, switch.chunk_bytes
+        self._results = ResultParser(switch, job, rank)
+        self._pkey, self.chunk_bytes = switch.pkey, switch.chunk_bytes
         self._zero = np.zeros(switch.lanes, ">u4")
 
     def parse(self, frame: bytes) -> Result | Counter:
         r = wire.parse(frame, self._pkey)
         if isinstance(r, Counter):
             return r
-        chunk30 = r.imm & IMM_CHUNK_MASK if r.imm is not None else None
-        bad = wire.check_receiver(
-            r, RESULT, 0, qpn_ok=r.dest_qpn == self._qpn, rkey_ok=r.rkey == self._rkey,
-            va_ok=chunk30 is not None and r.va == self._va + (chunk30 % self._ring) * self.chunk_bytes)
-        if bad is not None:
-            return bad
+        chunk30 = self._results.chunk(r, 0)
+        if isinstance(chunk30, Counter):
+            return chunk30
         return Result(chunk30, False, False, r.va, r.psn, self._zero)
 
     def parse_batch(self, frames: Sequence[bytes]) -> tuple[ResultBatch, list[Counter]]:

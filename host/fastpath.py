@@ -285,11 +285,17 @@ class ResultParser:
             return r
         if short:
             return Counter.DROP_BAD_LENGTH
-        chunk30 = r.imm & IMM_CHUNK_MASK if r.imm is not None else None
-        bad = wire.check_receiver(
-            r, RESULT, self.chunk_bytes, qpn_ok=r.dest_qpn == self._qpn, rkey_ok=r.rkey == self._rkey,
-            va_ok=chunk30 is not None and r.va == self._va + (chunk30 % self._ring) * self.chunk_bytes)
-        if bad is not None:
-            return bad
+        chunk30 = self.chunk(r, self.chunk_bytes)
+        if isinstance(chunk30, Counter):
+            return chunk30
         words = np.frombuffer(r.payload, ">u4")
         return Result(chunk30, bool(r.imm & IMM_FP32), bool(r.imm & IMM_SATURATED), r.va, r.psn, words, r.zero_icrc)
+
+    def chunk(self, r: wire.RoceFrame, dma_len: int) -> int | Counter:
+        """The chunk number of parsed frame ``r`` as a result of ``dma_len`` bytes for this worker, or the
+        counter of its first failed receiver check (:func:`inagg.models.wire.check_receiver`)."""
+        chunk30 = r.imm & IMM_CHUNK_MASK if r.imm is not None else None
+        bad = wire.check_receiver(
+            r, RESULT, dma_len, qpn_ok=r.dest_qpn == self._qpn, rkey_ok=r.rkey == self._rkey,
+            va_ok=chunk30 is not None and r.va == self._va + (chunk30 % self._ring) * self.chunk_bytes)
+        return chunk30 if bad is None else bad

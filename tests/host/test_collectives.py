@@ -3,13 +3,15 @@
 import numpy as np
 import pytest
 
-from inagg.host.collectives import Reduce, exponent, operation, reference
-from inagg.host.controller import TreeController, plan_tree
+from inagg.host.collectives import CompletionParser, Reduce, collective_worker, exponent, operation, reference
+from inagg.host.controller import TreeController, plan, plan_tree
 from inagg.host.link import Faults
 from inagg.host.memnet import TreeNetwork
 from inagg.host.worker import LengthMismatchError, Timing
-from inagg.host.collectives import collective_worker
+from inagg.models import wire
+from inagg.models.frame import CONTRIBUTION, RESULT
 from inagg.models.job import Collective
+from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
 from inagg.models.tree import Tree, TreeCounter
 
@@ -142,3 +144,35 @@ def test_the_host_api_runs_every_collective_on_a_memory_fabric():
     assert np.array_equal(np.concatenate([results[Collective.REDUCE_SCATTER][r] for r in range(3)]),
                           results[Collective.ALLREDUCE][0])
     assert all(np.array_equal(results[Collective.ALLGATHER][r], np.concatenate(data)) for r in range(3))
+
+
+def _completion(switch, me, chunk, **change):
+    fields = dict(eth_dst=wire.mac_bytes(me.mac), eth_src=wire.mac_bytes(switch.mac), ip_src=wire.ip_bytes(switch.ip),
+                  ip_dst=wire.ip_bytes(me.ip), udp_sport=0, opcode=RESULT.opcode, dest_qpn=me.qpn, psn=chunk,
+                  va=me.result_va + chunk * switch.chunk_bytes, rkey=me.rkey, payload=b"", imm=chunk,
+                  pkey=switch.pkey)
+    return wire.build(**(fields | change))
+
+
+@pytest.mark.parametrize("change, counter", [
+    ({}, None),
+    ({"dest_qpn": 0x77}, Counter.DROP_UNKNOWN_QPN),
+    ({"rkey": 0x1234}, Counter.DROP_BAD_RKEY),
+    ({"va": 8}, Counter.DROP_BAD_ADDRESS),
+    ({"payload": bytes(8)}, Counter.DROP_BAD_LENGTH),
+    ({"opcode": CONTRIBUTION.opcode, "imm": None}, Counter.DROP_BAD_OPCODE),
+    ({"pkey": 0x7FFF}, Counter.DROP_BAD_HEADER),
+])
+def test_a_completion_is_checked_as_a_result_is(change, counter):
+    """A Reduce sender takes lane-less results (completions) through the receiver checks of any result."""
+    p = plan([4], window=4, chunk_bytes=256, collective="reduce", root=0)
+    job, switch = p.jobs[0], p.switch
+    worker = collective_worker(switch, job, 2)
+    assert isinstance(worker.parser, CompletionParser)
+    got = worker.parser.parse(_completion(switch, job.workers[2], 5, **change))
+    if counter is None:
+        assert (got.chunk30, got.words.tolist()) == (5, [0] * switch.lanes)
+    else:
+        assert got is counter
+    batch, drops = worker.parser.parse_batch([_completion(switch, job.workers[2], 3, **change)])
+    assert (batch.chunk30.tolist(), drops) == (([3], []) if counter is None else ([], [counter]))
