@@ -166,11 +166,20 @@ class RcWorker:
         """:meth:`receive` on each frame in turn: the QP's requester and responder take packets one at a time."""
         return [out for frame in frames for out in self.receive(now, frame)]
     def answer_late(self, now: float, frame: bytes) -> list[bytes] | None:
-        """After the batch: the ACK of a result this QP has taken already (its first ACK was lost), or None for
-        any other frame, which is the next batch's to handle (a Broadcast's next results may come before it)."""
+        """After the batch: the ACK of a result this QP has taken already (its first ACK was lost), nothing
+        for a late ACK of this QP's own chunks, or None for any other frame, which is the next batch's to
+        handle (a Broadcast's next results may come before it)."""
         r = rc.decode(frame, self.switch.pkey)
-        if isinstance(r, Counter) or r[0] != self.qpn or isinstance(r[1], rc.Ack) \
-                or rc.psn_diff(r[1].psn, self.responder.expected) >= 0:
+        if isinstance(r, Counter) or r[0] != self.qpn:
+            return None
+        if isinstance(r[1], rc.Ack):
+            # Reduce's root rank sends too, and in Mode II the switch sends its ACK of a result to every
+            # sender, itself among them: each ACK of a late result comes back to it. An ACK of a PSN it
+            # sent is never the next batch's (that batch has sent nothing), so it must not end the wait.
+            if r[1].nak or rc.psn_diff(r[1].psn, self.requester.next_psn) >= 0:
+                return None
+            return self.receive(now, frame)
+        if rc.psn_diff(r[1].psn, self.responder.expected) >= 0:
             return None
         return self.receive(now, frame)
 
