@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 __all__ = ["frame_beats", "beats_frame", "put_frame", "get_frame"]
 
 
@@ -35,10 +37,14 @@ async def put_frame(ctx, stream, frame: bytes, width: int, gaps=None) -> None:
     ctx.set(stream.valid, 0)
 
 
-async def get_frame(ctx, stream, width: int, pause=None) -> bytes:
-    """Receive one frame from a beat stream; ``pause`` (an iterator of 0/1) holds ready low where it yields 1."""
+async def get_frame(ctx, stream, width: int, pause=None, limit: int | None = None) -> bytes:
+    """Receive one frame from a beat stream; ``pause`` (an iterator of 0/1) holds ready low where it yields 1.
+
+    ``limit``: fail (``AssertionError``) when the frame's last beat has not come within that many cycles, so a
+    design that never answers fails its test instead of hanging it.
+    """
     beats = []
-    while True:
+    for _ in range(limit) if limit is not None else itertools.count():
         ctx.set(stream.ready, 0 if pause is not None and next(pause) else 1)
         _, _, valid, ready, data, keep, last = await ctx.tick().sample(
             stream.valid, stream.ready, stream.p.data, stream.p.keep, stream.p.last)
@@ -47,3 +53,5 @@ async def get_frame(ctx, stream, width: int, pause=None) -> bytes:
             if last:
                 ctx.set(stream.ready, 0)
                 return beats_frame(beats, width)
+    ctx.set(stream.ready, 0)
+    raise AssertionError(f"no whole frame within {limit} cycles ({len(beats)} beats of one came)")

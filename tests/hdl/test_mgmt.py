@@ -27,6 +27,9 @@ BOARD, HOST = "02:00:00:00:00:fe", "02:00:00:00:01:07"
 GEOMETRY = SwitchGeometry(ports=2, width=64, slots=16, chunk_bytes=256, jobs=2, workers=4)
 REGMAP = rm.RegMap(2, 4)
 IP, MAC_HI, MAC_LO = REGMAP.switch("IP"), REGMAP.switch("MAC_HI"), REGMAP.switch("MAC_LO")
+# Cycles a response may take to come whole: about 40 (two hashes of 12 rounds, the access, the beats), twice that
+# with the egress paused every other cycle; a bridge that never answers fails the test here instead of hanging it.
+ANSWER = 400
 
 
 class Harness(wiring.Component):
@@ -128,7 +131,7 @@ def test_requests_against_the_model(width):
                     await ctx.tick()
                 got.append(None)
             else:
-                got.append(await get_frame(ctx, dut.o, width, pause=itertools.cycle([0, 1])))
+                got.append(await get_frame(ctx, dut.o, width, pause=itertools.cycle([0, 1]), limit=ANSWER))
         assert ctx.get(dut.bridge.floor) == model.floor
         for name in rm.MGMT_STATS:
             assert await axil_read(ctx, dut.axil, REGMAP.mgmt_stat(name)) == (model.counters[name], 0), name
@@ -151,7 +154,7 @@ def test_frame_during_a_request_is_busy(width):
     async def bench(ctx):
         await put_frame(ctx, dut.i, req(Op.WRITE, 1, IP, 0x1234), width)
         await put_frame(ctx, dut.i, req(Op.WRITE, 2, IP, 0x5678), width)
-        response = parse_response(KEY, await get_frame(ctx, dut.o, width))
+        response = parse_response(KEY, await get_frame(ctx, dut.o, width, limit=ANSWER))
         assert (response.seq, response.status) == (1, Status.OK)
         for _ in range(40):
             assert not ctx.get(dut.o.valid)
@@ -161,7 +164,7 @@ def test_frame_during_a_request_is_busy(width):
         # The next frame right after a data frame is captured.
         await put_frame(ctx, dut.i, bytes(60), width)
         await put_frame(ctx, dut.i, req(Op.READ, 3, IP), width)
-        assert parse_response(KEY, await get_frame(ctx, dut.o, width)).data == 0x1234
+        assert parse_response(KEY, await get_frame(ctx, dut.o, width, limit=ANSWER)).data == 0x1234
 
     run(dut, bench)
 
@@ -176,8 +179,21 @@ def test_external_manager_beside_the_bridge():
         for value in range(3):  # while the bridge works on its request
             assert await axil_write(ctx, dut.axil, REGMAP.switch("PKEY"), value) == 0
             assert await axil_read(ctx, dut.axil, REGMAP.switch("PKEY")) == (value, 0)
-        assert parse_response(KEY, await get_frame(ctx, dut.o, width)).status == Status.OK
+        assert parse_response(KEY, await get_frame(ctx, dut.o, width, limit=ANSWER)).status == Status.OK
         assert await axil_read(ctx, dut.axil, IP) == (0x0A0B_0C0D, 0)
+
+    run(dut, bench)
+
+
+def test_no_answer_fails_within_the_bound():
+    """A request that gets no answer (a wrong key) fails the wait for its response after ANSWER cycles."""
+    width = 64
+    dut = Harness(width)
+
+    async def bench(ctx):
+        await put_frame(ctx, dut.i, req(Op.READ, 1, IP, key=bytes(16)), width)
+        with pytest.raises(AssertionError, match=f"no whole frame within {ANSWER} cycles"):
+            await get_frame(ctx, dut.o, width, limit=ANSWER)
 
     run(dut, bench)
 
