@@ -8,6 +8,13 @@ Data path, one beat of ``width`` bits per cycle on every port::
                                                                                AckReflector[q] -/
     IngressPort[p].ack, IngressPort[q].ack -> AckRouter -> AckReflector[p], AckReflector[q]
 
+With a management port ``k`` (``mgmt_port``)::
+
+    s[k] -> IngressPort[k] ...    FrameMux[k] --\\
+        \\-> MgmtBridge --------------------------> FrameMux (whole frames) -> m[k]
+    axil --> AXILiteArbiter (a) --> Control
+             MgmtBridge.bus (b) -/
+
 Every port checks and buffers its own frames at line rate; the slot engine
 behind the arbiter takes one beat per cycle in total (one ``width``-bit
 beat per clock is the switch's aggregate throughput; banking the slots by
@@ -19,8 +26,13 @@ section 6.2, its ``JOB.CTRL`` mode): a Mode II contribution takes the slot
 engine's PSN rules, and a host's ACK of a Mode II result leaves its port
 for the :class:`~inagg.hdl.reflect.AckRouter`, which takes it to the
 reflector of the worker's port; that port's egress merges the reflected
-ACKs with the results, whole frames each. ``docs/rtl.md`` describes each
-block and the Verilog ports of :class:`SwitchTop`.
+ACKs with the results, whole frames each. With a management port, a
+:class:`~inagg.hdl.mgmt.MgmtBridge` taps that port's ingress, reaches the
+registers beside the external AXI4-Lite manager, and sends its responses
+out of the same port between the other frames; the port's ingress still
+drops and counts each management frame as not RoCEv2 (``DROP_NON_ROCE``,
+``docs/protocol.md`` section 12), as the model switch does. ``docs/rtl.md``
+describes each block and the Verilog ports of :class:`SwitchTop`.
 """
 
 from __future__ import annotations
@@ -39,18 +51,21 @@ from inagg.hdl.divert import Divert
 from inagg.hdl.emitter import ResultEmitter
 from inagg.hdl.engine import SlotEngine, _delay_line, check_fp32_latencies
 from inagg.hdl.ingress import IngressPort
+from inagg.hdl.mgmt import AXILiteArbiter, MgmtBridge, check_key
 from inagg.hdl.reflect import AckReflector, AckRouter, FrameMux
 
 __all__ = ["check_parameters", "Switch", "SwitchTop", "generate_verilog"]
 
 
-def check_parameters(*, divert_frames=4, convert_latency=1, add_latency=2, **geometry) -> SwitchGeometry:
+def check_parameters(*, divert_frames=4, convert_latency=1, add_latency=2, mgmt_port=None, mgmt_key=None,
+                     **geometry) -> SwitchGeometry:
     """Raise ``ValueError`` naming the first parameter of :class:`Switch` that is out of range.
 
     ``geometry`` are :meth:`SwitchGeometry.from_params`'s keywords; returns the geometry they make.
     """
     g = SwitchGeometry.from_params(**geometry)
     _check_pipeline(g, divert_frames, convert_latency, add_latency)
+    _check_mgmt(g, mgmt_port, mgmt_key)
     return g
 
 
@@ -60,6 +75,17 @@ def _check_pipeline(geometry: SwitchGeometry, divert_frames, convert_latency, ad
     if geometry.exception is not None and (not isinstance(divert_frames, int) or isinstance(divert_frames, bool)
                                            or not 1 <= divert_frames <= 64):
         raise ValueError(f"Divert queue frames must be an integer from 1 to 64, not {divert_frames!r}")
+
+
+def _check_mgmt(geometry: SwitchGeometry, mgmt_port, mgmt_key) -> None:
+    """The management bridge's port and key: both or neither."""
+    if mgmt_port is None:
+        if mgmt_key is not None:
+            raise ValueError("A management key needs a management port (mgmt_port)")
+        return
+    if not isinstance(mgmt_port, int) or isinstance(mgmt_port, bool) or not 0 <= mgmt_port < geometry.ports:
+        raise ValueError(f"Management port must be an integer in 0..{geometry.ports - 1}, not {mgmt_port!r}")
+    check_key(mgmt_key)
 
 
 class Switch(wiring.Component):
@@ -81,6 +107,13 @@ class Switch(wiring.Component):
     convert_latency, add_latency:
         Cycles of each lane's INT32 -> FP32 converter (1..4) and FP32 adder
         (1..6) in the slot engine (:class:`~inagg.hdl.engine.SlotEngine`).
+    mgmt_port:
+        The port whose management frames (``docs/protocol.md`` section 12)
+        reach the registers through a :class:`~inagg.hdl.mgmt.MgmtBridge`;
+        None (the default): no bridge, the registers on :attr:`axil` alone.
+    mgmt_key:
+        The bridge's 16-byte key, a constant of the bitstream; given exactly
+        when ``mgmt_port`` is.
 
     Members
     -------
@@ -113,18 +146,22 @@ class Switch(wiring.Component):
     geometry : SwitchGeometry
     exception : ExceptionSpec or None
         The exception path.
+    mgmt : MgmtBridge or None
+        The management bridge (``mgmt_port``).
     space : int
         Slot numbers of the slot engine: ``slots`` direct-mapped ones, then
         ``exception.capacity`` overflow slots.
     """
 
     def __init__(self, geometry: SwitchGeometry | None = None, *, divert_frames: int = 4, convert_latency: int = 1,
-                 add_latency: int = 2, **params):
+                 add_latency: int = 2, mgmt_port: int | None = None, mgmt_key: bytes | None = None, **params):
         if geometry is None:
             geometry = SwitchGeometry.from_params(**params)
         elif params or not isinstance(geometry, SwitchGeometry):
             raise TypeError(f"Switch takes a SwitchGeometry or its keywords, not {geometry!r} and {sorted(params)}")
         _check_pipeline(geometry, divert_frames, convert_latency, add_latency)
+        _check_mgmt(geometry, mgmt_port, mgmt_key)
+        self.mgmt_port = mgmt_port
         self.geometry = geometry
         self.ports, self.width, self.slots, self.chunk_bytes = ports, width, slots, chunk_bytes = (
             geometry.ports, geometry.width, geometry.slots, geometry.chunk_bytes)
@@ -135,7 +172,9 @@ class Switch(wiring.Component):
         # Event sources: the ingress ports, the emitters, the engine, the exception path, the reflectors.
         self._reflect_events = 2 * ports + 1 + (inputs > ports)
         self.control = Control(geometry, job_readers=ports, event_sources=self._reflect_events + ports,
-                               worker_readers=2 * ports)
+                               worker_readers=2 * ports, mgmt=mgmt_port is not None)
+        addr_width = self.control.regmap.addr_width
+        self.mgmt = None if mgmt_port is None else MgmtBridge(width=width, key=mgmt_key, addr_width=addr_width)
         self.arbiter = FrameArbiter(width, space, inputs)
         self.engine = SlotEngine(width, chunk_bytes, slots, workers, overflow=space - slots,
                                  convert_latency=convert_latency, add_latency=add_latency, psn_jobs=jobs)
@@ -146,7 +185,7 @@ class Switch(wiring.Component):
         super().__init__({
             "s": In(beat_signature(width)).array(ports),
             "m": Out(beat_signature(width)).array(ports),
-            "axil": In(AXILiteSignature(self.control.regmap.addr_width)),
+            "axil": In(AXILiteSignature(addr_width)),
             "order": Out(stream.Signature(order, always_ready=True)),
             "refused": Out(1),
             "torn": Out(1),
@@ -158,7 +197,16 @@ class Switch(wiring.Component):
         m.submodules.control = ctl
         m.submodules.arbiter = arb
         m.submodules.engine = eng
-        wiring.connect(m, wiring.flipped(self.axil), ctl.axil)
+        if self.mgmt is None:
+            wiring.connect(m, wiring.flipped(self.axil), ctl.axil)
+        else:
+            # The external manager first: the bridge serves one request at a time, a host waits for each.
+            m.submodules.mgmt = bridge = self.mgmt
+            m.submodules.mgmt_bus = bus = AXILiteArbiter(ctl.regmap.addr_width)
+            wiring.connect(m, wiring.flipped(self.axil), bus.a)
+            wiring.connect(m, bridge.bus, bus.b)
+            wiring.connect(m, bus.o, ctl.axil)
+            m.d.comb += [bridge.mac.eq(ctl.switch.mac), ctl.mgmt_stats.eq(bridge.stats)]
         wiring.connect(m, arb.o, eng.i)
         taken = arb.o.valid & arb.o.ready
         starting = Signal(init=1)
@@ -229,6 +277,15 @@ class Switch(wiring.Component):
             wiring.connect(m, ref.worker, ctl.worker_rd[self.ports + p])
             wiring.connect(m, emi.o, mux.a)
             wiring.connect(m, ref.o, mux.b)
+            if p == self.mgmt_port:
+                # A tap: the bridge sees every beat the port takes and never holds the port back, so a
+                # data frame beside management frames goes on as on any port.
+                m.d.comb += [self.mgmt.i.valid.eq(self.s[p].valid & self.s[p].ready), self.mgmt.i.p.eq(self.s[p].p)]
+                out = FrameMux(self.width)
+                m.submodules[f"mgmt_egress{p}"] = out
+                wiring.connect(m, mux.o, out.a)
+                wiring.connect(m, self.mgmt.o, out.b)
+                mux = out
             wiring.connect(m, mux.o, wiring.flipped(self.m[p]))
             m.d.comb += [ing.ack_room.eq(router.room[p]), ref.switch.eq(ctl.switch),
                          ctl.events[self._reflect_events + p].eq(ref.events)]

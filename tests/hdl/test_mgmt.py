@@ -1,7 +1,8 @@
 """The management bridge on the Amaranth simulator, against inagg.models.mgmt.MgmtBridge, at W = 64 and 512.
 
 The bridge drives the real register block (:class:`~inagg.hdl.control.Control`) through the arbiter, beside an
-external AXI4-Lite manager; the model's register map is the part of Control these requests touch.
+external AXI4-Lite manager; the model's register map is the part of Control these requests touch
+(:class:`inagg.testbench.mgmt.Registers`).
 """
 
 import itertools
@@ -20,6 +21,7 @@ from inagg.models.geometry import SwitchGeometry
 from inagg.models.mgmt import MgmtBridge as ModelBridge
 from inagg.models.mgmt import Op, Status, parse_response, request_frame, siphash24
 from inagg.testbench.axil_sim import axil_read, axil_write
+from inagg.testbench.mgmt import Registers
 from inagg.testbench.streams import get_frame, put_frame
 
 KEY = bytes.fromhex("000102030405060708090a0b0c0d0e0f")
@@ -52,26 +54,6 @@ class Harness(wiring.Component):
         wiring.connect(m, self.bridge.o, wiring.flipped(self.o))
         m.d.comb += [self.bridge.mac.eq(self.control.switch.mac), self.control.mgmt_stats.eq(self.bridge.stats)]
         return m
-
-
-class Registers:
-    """What Control answers at the addresses the tests use: the switch's MAC and IP, ID, counters at 0."""
-
-    def __init__(self):
-        self.values = {IP: 0, MAC_HI: 0, MAC_LO: 0}
-
-    def read(self, addr):
-        if addr == REGMAP.switch("ID"):
-            return rm.ID_VALUE
-        if rm.COUNTER_BASE <= addr < rm.EXC_BASE and addr % 4 == 0:
-            return 0
-        return self.values.get(addr)
-
-    def write(self, addr, value):
-        if addr not in self.values:
-            return False
-        self.values[addr] = value & ((1 << 16) - 1 if addr == MAC_HI else (1 << 32) - 1)
-        return True
 
 
 def req(op, seq, addr, data=0, key=KEY):
@@ -116,7 +98,7 @@ def run(dut, bench):
 @pytest.mark.parametrize("width", [64, 512])
 def test_requests_against_the_model(width):
     dut = Harness(width)
-    regs = Registers()
+    regs = Registers(REGMAP)
     model = ModelBridge(KEY, regs.read, regs.write, REGMAP.addr_width)
     got, want = [], []
 
