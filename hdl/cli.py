@@ -15,7 +15,7 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
         text = generate_verilog(args.name, ports=args.ports, width=args.width, slots=args.slots,
                                 chunk_bytes=args.chunk_bytes, jobs=args.jobs, workers=args.workers,
                                 exc_table=args.exc_table, exc_max_kicks=args.exc_max_kicks, exc_stash=args.exc_stash,
-                                divert_frames=args.divert_frames)
+                                divert_frames=args.divert_frames, mgmt_port=args.mgmt_port, mgmt_key=args.mgmt_key)
     except ValueError as e:
         print(f"inagg verilog: error: {e}", file=sys.stderr)
         return 2
@@ -25,6 +25,13 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
         with open(args.output, "w") as f:
             f.write(text)
     return 0
+
+
+def _key(text: str) -> bytes:
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a management key is 32 hex digits, not {text!r}") from None
 
 
 def register(subparsers) -> None:
@@ -45,6 +52,12 @@ def register(subparsers) -> None:
     p.add_argument("--exc-stash", type=int, default=4, help="stash entries of the exception path (default 4)")
     p.add_argument("--divert-frames", type=int, default=4,
                    help="colliding frames the divert queue holds while the exception engine answers (default 4)")
+    p.add_argument("--mgmt-port", type=int, default=None,
+                   help="port whose management frames (EtherType 0x88B5, docs/protocol.md section 12) reach the "
+                        "registers; default: none, the registers on AXI4-Lite alone")
+    p.add_argument("--mgmt-key", type=_key, default=None,
+                   help="the management bridge's 128-bit key, 32 hex digits (with --mgmt-port; keep it secret: "
+                        "docs/security.md)")
     p.add_argument("--name", default="inagg_switch", help="Verilog module name (default inagg_switch)")
     p.add_argument("-o", "--output", default="-", help="output file (default: standard output)")
     p.set_defaults(func=_cmd_verilog)

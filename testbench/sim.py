@@ -37,7 +37,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import cache
 from pathlib import Path
 
 from inagg import hdl
@@ -290,13 +290,18 @@ SWITCH_TOPLEVEL = "inagg_switch"
 _ENGINE = ("core.divert.engine", "core.divert.engine.core")
 
 
+def _switch_verilog(*, mgmt_key: str | None = None, **params) -> str:
+    from inagg.hdl.switch import generate_verilog
+
+    return generate_verilog(SWITCH_TOPLEVEL, mgmt_key=None if mgmt_key is None else bytes.fromhex(mgmt_key), **params)
+
+
 def build_switch(**params) -> Build:
-    """Verilate the switch top with ``params`` (those of :func:`~inagg.hdl.switch.generate_verilog`).
+    """Verilate the switch top with ``params`` (those of :func:`~inagg.hdl.switch.generate_verilog`, but
+    ``mgmt_key`` in hex: a build's parameters are JSON values).
 
     The testbench reaches the top's ports and, in a build with an exception path, the signals of
     the exception engine; nothing else is visible through VPI.
     """
-    from inagg.hdl.switch import generate_verilog
-
-    return build("switch", params, partial(generate_verilog, SWITCH_TOPLEVEL), toplevel=SWITCH_TOPLEVEL,
+    return build("switch", params, _switch_verilog, toplevel=SWITCH_TOPLEVEL,
                  public=Public(instances=_ENGINE if params.get("exc_table") else ()), optimize=["-O2"])

@@ -5,25 +5,33 @@ sink per port (cocotbext-axi), the AXI4-Lite manager, and a monitor of the
 order in which the slot engine takes contributions. :meth:`SwitchTB.check`
 replays everything sent into :class:`~inagg.models.switch.ModelSwitch` in
 that order and compares every frame, byte for byte (results and reflected Mode II ACKs each in the model's
-order), and every counter.
+order), and every counter. :class:`MgmtSwitchTB` is the same for a top built
+with a management port: the host library's management session configures
+it through frames, and its responses are compared with the model bridge's.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 
 import cocotb
 from cocotb.clock import Clock
+from cocotb.simtime import get_sim_time
+from cocotb.task import resume
 from cocotb.triggers import ClockCycles, RisingEdge, gather
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
+from inagg.host.mgmt import MgmtBus, MgmtSession
 from inagg.models import regmap as rm
 from inagg.models.job import JobSpec, SwitchSpec
+from inagg.models.mgmt import MgmtBridge
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
+from inagg.testbench.mgmt import Registers, is_mgmt
 from inagg.testbench.replay import DIVERTED, assert_frames_match, replay
 
-__all__ = ["SwitchTB"]
+__all__ = ["SwitchTB", "MgmtSwitchTB"]
 
 
 class SwitchTB:
@@ -51,9 +59,9 @@ class SwitchTB:
             cocotb.start_soon(self._collect(p))
 
     @classmethod
-    async def start(cls, dut, spec: SwitchSpec) -> "SwitchTB":
-        """The testbench of ``dut`` built for ``spec``, after the switch's reset."""
-        tb = cls(dut, spec)
+    async def start(cls, dut, spec: SwitchSpec, **kwargs) -> "SwitchTB":
+        """The testbench of ``dut`` built for ``spec`` (``kwargs``: the class's own), after the switch's reset."""
+        tb = cls(dut, spec, **kwargs)
         await tb.reset()
         return tb
 
@@ -102,11 +110,17 @@ class SwitchTB:
         self.sent[port].append(frame)
         await self.src[port].send(AxiStreamFrame(frame))
 
-    async def send_all(self, traffic: list[tuple[int, bytes]]) -> None:
-        """Send (port, frame) pairs, each port's in order, all ports at once."""
+    async def send_all(self, traffic: list[tuple[int, bytes]], paced: bool = False) -> None:
+        """Send (port, frame) pairs, each port's in order, all ports at once.
+
+        ``paced``: a port's next frame is queued only once its source has taken the one before from its queue,
+        so frames that other coroutines send meanwhile (management requests) go in between.
+        """
         async def one_port(p):
             for q, frame in traffic:
                 if q == p:
+                    while paced and self.src[p].queue_occupancy_frames:
+                        await RisingEdge(self.dut.clk)
                     await self.send(p, frame)
         await gather(*[one_port(p) for p in range(self.ports)])
 
@@ -141,4 +155,76 @@ class SwitchTB:
         assert not diff, f"counters differ (rtl, model): {diff}"
         for snk in self.snk:
             assert snk.empty()
+        return expect
+
+
+class MgmtSwitchTB(SwitchTB):
+    """:class:`SwitchTB` of a top built with a management port (``mgmt_port``, ``mgmt_key``).
+
+    Frames of the management EtherType that the management port sends are
+    responses: they are kept apart from the results, in :attr:`responses`.
+    :meth:`bus` is the host library's :class:`~inagg.host.mgmt.MgmtBus` on
+    that port, for blocking host code (``Controller`` through
+    ``management_target``) run in a ``cocotb.task.bridge`` thread, with
+    simulated seconds as its clock. Management frames go in as any frame
+    (:meth:`send`), so the model switch counts them (``DROP_NON_ROCE``).
+    :meth:`check` also feeds every management frame sent to
+    :class:`~inagg.models.mgmt.MgmtBridge` over
+    :class:`~inagg.testbench.mgmt.Registers` and compares its responses
+    with the RTL's byte for byte, and the ``MGMT.*`` counters; a counter
+    read through a frame reads the model switch's at the end, so read
+    counters through frames only once the traffic has settled.
+    """
+
+    def __init__(self, dut, spec: SwitchSpec, *, port: int, key: bytes):
+        self.mgmt_port, self.key = port, key
+        self.responses: list[bytes] = []
+        self._fresh: deque[bytes] = deque()  # responses no receiver has taken yet
+        super().__init__(dut, spec)
+
+    async def _collect(self, port: int) -> None:
+        while True:
+            frame = bytes((await self.snk[port].recv()).tdata)
+            if port == self.mgmt_port and is_mgmt(frame):
+                self.responses.append(frame)
+                self._fresh.append(frame)
+            else:
+                self.received[port].append(frame)
+
+    def requests(self) -> list[bytes]:
+        """The management frames sent so far, in order."""
+        return [f for f in self.sent[self.mgmt_port] if is_mgmt(f)]
+
+    def bus(self, session: MgmtSession) -> MgmtBus:
+        """A :class:`MgmtBus` of ``session`` on the management port, to be used from a bridge thread."""
+        return MgmtBus(session, resume(self._send_request), resume(self._receive), clock=lambda: get_sim_time("sec"))
+
+    async def _send_request(self, frame: bytes) -> None:
+        await self.send(self.mgmt_port, frame)
+
+    async def _receive(self, timeout: float) -> bytes | None:
+        end = get_sim_time("sec") + timeout
+        while not self._fresh and get_sim_time("sec") < end:
+            await RisingEdge(self.dut.clk)
+        return self._fresh.popleft() if self._fresh else None
+
+    async def exchange(self, frame: bytes, cycles: int = 2000) -> bytes:
+        """Send ``frame`` on the management port and return the next response; AssertionError after ``cycles``."""
+        await self.send(self.mgmt_port, frame)
+        for _ in range(cycles):
+            if self._fresh:
+                return self._fresh.popleft()
+            await RisingEdge(self.dut.clk)
+        raise AssertionError(f"no management response within {cycles} cycles")
+
+    async def check(self) -> dict[int, list[bytes]]:
+        expect = await super().check()
+        regs = Registers(self.regmap, lambda: self.model.counters)
+        bridge = MgmtBridge(self.key, regs.read, regs.write, self.regmap.addr_width)
+        want = [r for r in (bridge.receive(f)[0] for f in self.requests()) if r is not None]
+        for n, (g, w) in enumerate(zip(self.responses, want)):
+            assert g == w, f"management response {n} differs from the model:\n  rtl   {g.hex()}\n  model {w.hex()}"
+        assert len(self.responses) == len(want), f"RTL sent {len(self.responses)} responses, the model {len(want)}"
+        stats = {name: await self.read(rm.RegMap.mgmt_stat(name)) for name in rm.MGMT_STATS}
+        assert stats == bridge.counters, f"MGMT counters differ (rtl, model): {stats}, {bridge.counters}"
         return expect

@@ -2,8 +2,9 @@
 
 Every register write that configures the job goes in as a management frame on port 0; then the workers'
 contributions go in on both ports, port 0's between management requests (a read, a wrongly keyed write, a replayed
-write). Results and counters are compared with the model switch (management frames are ``DROP_NON_ROCE`` there,
-``docs/protocol.md`` section 12), management responses byte for byte with the model bridge.
+write), and a request goes in on the other port, which has no bridge. Results and counters are compared with the
+model switch (management frames are ``DROP_NON_ROCE`` there, ``docs/protocol.md`` section 12), management responses
+byte for byte with the model bridge.
 """
 
 import gc
@@ -64,7 +65,9 @@ def test_configured_through_frames_beside_an_allreduce(width, mgmt_port):
              (data[k][2], False), (config[0], True),                                          # replayed: REPLAYED
              *[(f, False) for f in data[k][3:]], (_req(Op.READ, next(seq), ip), True)]
     final = [_req(Op.READ, next(seq), a) for a in (regmap.counter(Counter.COMPLETED), regmap.mgmt_stat("bad_tag"))]
-    sent = {k: config + [f for f, _ in mixed] + final, other: data[other]}
+    # On the other port, a request above every sequence number here: that port has no bridge, so it is a frame
+    # that is not RoCEv2 there, and the floor stays (were it taken, the later requests would be REPLAYED).
+    sent = {k: config + [f for f, _ in mixed] + final, other: [_req(Op.WRITE, 500, ip, 0xBAD)] + data[other]}
     received = {p: [] for p in range(spec.ports)}
     responses, order, configured, done = [], [], [], []
     counters, stats = {}, {}
@@ -109,7 +112,7 @@ def test_configured_through_frames_beside_an_allreduce(width, mgmt_port):
     async def other_port(ctx):
         while not configured:
             await ctx.tick()
-        for frame in data[other]:
+        for frame in sent[other]:
             await put_frame(ctx, dut.s[other], frame, width, itertools.cycle([0, 0, 1]))
         done.append(True)
 
@@ -152,7 +155,8 @@ def test_configured_through_frames_beside_an_allreduce(width, mgmt_port):
     assert [r.status for r in got[len(config):]] == [Status.OK, Status.REPLAYED, Status.OK, Status.OK, Status.OK]
     assert [r.data for r in got[-2:]] == [chunks, 1]  # every chunk completed; the wrong key counted
     assert counters[Counter.COMPLETED] == chunks
-    assert counters[Counter.DROP_NON_ROCE] == sum(map(is_mgmt, sent[k]))
+    assert counters[Counter.DROP_NON_ROCE] == sum(map(is_mgmt, sent[k] + sent[other]))
+    assert not any(map(is_mgmt, received[other]))
     assert stats == {"accepted": len(config) + 4, "malformed": 0, "bad_op": 0, "bad_tag": 1, "replayed": 1,
                      "busy": 0}
 

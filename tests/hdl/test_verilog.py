@@ -47,6 +47,18 @@ def test_refuses_a_bad_exception_table(capsys):
                                        "power of two from 2 to 65536, not 3\n")
 
 
+def test_writes_the_top_with_a_management_bridge(tmp_path, plain_top):
+    out = tmp_path / "switch.v"
+    assert main(["verilog", *PLAIN, "--mgmt-port", "1", "--mgmt-key", "00" * 16, "-o", str(out)]) == 0
+    # The bridge's SipHash rounds exist only with a management port.
+    assert "mgmt.hash" in out.read_text() and "mgmt.hash" not in plain_top.read_text()
+
+
+def test_refuses_a_management_port_without_a_key(capsys):
+    assert main(["verilog", *PLAIN, "--mgmt-port", "1", "-o", "-"]) == 2
+    assert capsys.readouterr().err == "inagg verilog: error: Management key must be 16 bytes, not None\n"
+
+
 @pytest.mark.parametrize("width", [64, 512])
 def test_lint_is_clean(tmp_path, request, width):
     from inagg.testbench import toolchain
