@@ -96,6 +96,15 @@ def _emitter_w512():
     return ResultEmitter(width=512, chunk_bytes=1024, slots=64, jobs=4, workers=8, port=1, port_bits=1)
 
 
+def _mgmt_w64():
+    """The management bridge at W = 64 alone (SipHash-2-4 rounds, the AXI4-Lite manager, the response), with the
+    address width of the switch rows' register map (4 jobs of 8 workers) and a fixed key."""
+    from inagg.hdl.mgmt import MgmtBridge
+    from inagg.models.regmap import RegMap
+
+    return MgmtBridge(width=64, key=bytes(range(16)), addr_width=RegMap(4, 8).addr_width)
+
+
 def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_table=0, fp32=None):
     """A switch row; ``fp32``: the FP32 units' (conversion, adder) latencies, the switch's defaults if None."""
     latencies = {} if fp32 is None else dict(convert_latency=fp32[0], add_latency=fp32[1])
@@ -137,6 +146,8 @@ CONFIGS = [
     Config("emitter-w512", "ResultEmitter W=512 C=1024 (one port)", _emitter_w512, 512),
     # The Ethernet MAC of the board tops (issue 23), at the GMII byte clock.
     Config("mac-w64", "Ethernet MAC (GMII, W=64, one clock)", _mac, None, mhz=125.0),
+    # The management bridge a board's switch carries on one port (issue 23).
+    Config("mgmt-w64", "Management bridge (W=64, alone)", _mgmt_w64, None),
 ]
 QUICK = CONFIGS[:5]
 
