@@ -105,15 +105,17 @@ def _mgmt_w64():
     return MgmtBridge(width=64, key=bytes(range(16)), addr_width=RegMap(4, 8).addr_width)
 
 
-def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_table=0, fp32=None):
-    """A switch row; ``fp32``: the FP32 units' (conversion, adder) latencies, the switch's defaults if None."""
+def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_table=0, fp32=None, mgmt=False):
+    """A switch row; ``fp32``: the FP32 units' (conversion, adder) latencies, the switch's defaults if None;
+    ``mgmt``: with the management bridge on port 0 (a fixed key)."""
     latencies = {} if fp32 is None else dict(convert_latency=fp32[0], add_latency=fp32[1])
+    bridge = dict(mgmt_port=0, mgmt_key=bytes(range(16))) if mgmt else {}
 
     def make():
         from inagg.hdl.switch import Switch
 
         return Switch(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers,
-                      exc_table=exc_table, **latencies)
+                      exc_table=exc_table, **latencies, **bridge)
     slug = f"switch-p{ports}-w{width}-s{slots}-c{chunk_bytes}"
     label = f"switch P={ports} W={width} S={slots} C={chunk_bytes}"
     if (jobs, workers) != (4, 8):
@@ -122,6 +124,8 @@ def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_tabl
         slug, label = f"{slug}-x{exc_table}", f"{label} + cuckoo T={exc_table}"
     if fp32 is not None:
         slug, label = f"{slug}-l{fp32[0]}-{fp32[1]}", f"{label} FP32 {fp32[0]}+{fp32[1]}"
+    if mgmt:
+        slug, label = f"{slug}-mgmt", f"{label} + management bridge"
     return Config(slug, label, make, width, ports=ports)
 
 
@@ -146,8 +150,9 @@ CONFIGS = [
     Config("emitter-w512", "ResultEmitter W=512 C=1024 (one port)", _emitter_w512, 512),
     # The Ethernet MAC of the board tops (issue 23), at the GMII byte clock.
     Config("mac-w64", "Ethernet MAC (GMII, W=64, one clock)", _mac, None, mhz=125.0),
-    # The management bridge a board's switch carries on one port (issue 23).
+    # The management bridge a board's switch carries on one port (issue 23), alone and in the smallest board switch.
     Config("mgmt-w64", "Management bridge (W=64, alone)", _mgmt_w64, None),
+    _switch_config(2, 64, 64, 256, mgmt=True),
 ]
 QUICK = CONFIGS[:5]
 
