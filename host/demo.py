@@ -5,7 +5,9 @@ N workers per job (default 4) each all-reduce a random float32 tensor
 (``--switch model``) or, with ``--switch rtl``,
 the Verilated RTL switch cycle by cycle (``docs/emulation.md``), over the
 in-memory network (default) or Linux network namespaces (a tree of model
-switches too: a namespace per switch and per rank), with optional loss, duplication,
+switches too: a namespace per switch and per rank), or on a named interface
+cabled to a board (``--net iface:NAME --switch remote``, ``docs/board.md``),
+with optional loss, duplication,
 reordering and corruption. The run checks every worker's result against a
 float64 numpy reference, element by element, within the bound of
 ``docs/host.md`` ("Error bound"), prints a summary (or JSON) and exits 1 when
@@ -72,6 +74,13 @@ def _rate_arg(text: str) -> float:
     return x
 
 
+def _net_arg(text: str) -> str:
+    if text in ("memory", "netns") or text.startswith("iface:") and len(text) > len("iface:"):
+        return text
+    raise argparse.ArgumentTypeError(f"expected memory, netns or iface:NAME (an interface cabled to a board), "
+                                     f"not {text!r}")
+
+
 def _positive_int(text: str) -> int:
     try:
         x = int(text)
@@ -96,16 +105,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dup", type=_rate_arg, default=0.0, help="frame duplication rate (default 0)")
     p.add_argument("--reorder", type=_rate_arg, default=0.0, help="rate of frames held back and overtaken (default 0)")
     p.add_argument("--corrupt", type=_rate_arg, default=0.0, help="rate of frames with one bit flipped (default 0)")
-    p.add_argument("--net", choices=("memory", "netns"), default="memory",
+    p.add_argument("--net", type=_net_arg, default="memory",
                    help="memory: one process, virtual time (default); netns: a Linux namespace per worker and "
-                        "for the switch (with --tree per switch and per rank), veth pairs, AF_PACKET (needs root)")
-    p.add_argument("--switch", choices=("fast", "model", "rtl"), default=None,
+                        "for the switch (with --tree per switch and per rank), veth pairs, AF_PACKET (needs root); "
+                        "iface:NAME: the workers on interface NAME, cabled to a board (--switch remote; needs "
+                        "CAP_NET_RAW)")
+    p.add_argument("--switch", choices=("fast", "model", "rtl", "remote"), default=None,
                    help="fast: the compiled software switch (the default for a UC AllReduce on one switch); "
                         "model: the reference numpy model switch (the default for --mode I/II/III, --tree and "
                         "--collective); "
                         "rtl: the Verilated RTL switch, cycle by cycle "
                         "(built on first use, cached in sim_build/; with netns the workers reach it through TAP "
-                        "devices)")
+                        "devices); "
+                        "remote: the board at the far end of --net iface:NAME, not started by the demo")
+    p.add_argument("--mgmt-key-file", metavar="FILE",
+                   help="--switch remote: the board's management key (32 hex digits); the demo then configures "
+                        "the jobs on the board by management frames, reads its counters and tears the jobs down; "
+                        "without it the board must hold the jobs already")
+    p.add_argument("--board-port", type=int, default=0,
+                   help="--switch remote: the board's switch port the interface is cabled to (default 0; "
+                        "configuring by frames needs the port of the board's management bridge)")
     p.add_argument("--mode", choices=("uc", "I", "II", "III"), default="uc",
                    help="uc: UC queue pairs, hosts keep reliability (default; every switch); I: EPIC's Mode I, "
                         "the switch is every host's RC endpoint; II: Mode II, RC end to end, the switch "
@@ -142,6 +161,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     import json
 
     from inagg.host.demo_run import DemoConfig, format_summary, run_demo
+    from inagg.host.mgmt import read_key_file
 
     try:
         workers = args.workers
@@ -153,7 +173,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                          size=args.size, jobs=args.jobs, loss=args.loss, dup=args.dup,
                          reorder=args.reorder, corrupt=args.corrupt, net=args.net, switch=args.switch,
                          window=args.window, chunk_bytes=args.chunk_bytes, seed=args.seed, pcap=args.pcap,
-                         width=args.width, waves=args.waves, compare=args.compare, mode=args.mode)
+                         width=args.width, waves=args.waves, compare=args.compare, mode=args.mode,
+                         mgmt_key=None if args.mgmt_key_file is None else read_key_file(args.mgmt_key_file),
+                         board_port=args.board_port)
     except ValueError as e:
         print(f"inagg demo: error: {e}", file=sys.stderr)
         return 2
@@ -163,10 +185,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             summary = run_demo(cfg, progress=progress)
     except Exception as e:  # a protocol failure ends the demo with its message, not a traceback
         from inagg.host.demo_run import RtlUnavailable
+        from inagg.host.iface import InterfaceError
+        from inagg.host.mgmt import MgmtError
         from inagg.host.netns import NetnsUnavailable
         from inagg.host.worker import ProtocolError
 
-        if isinstance(e, (ProtocolError, NetnsUnavailable, RtlUnavailable)):
+        if isinstance(e, (ProtocolError, NetnsUnavailable, RtlUnavailable, InterfaceError, MgmtError)):
             print(f"inagg demo: error: {e}", file=sys.stderr)
             return 1
         raise

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 from collections import Counter as Tally
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -49,11 +50,25 @@ class DemoConfig:
     collective: str = "allreduce"
     root: int = 0
     mode: str = "uc"
+    mgmt_key: bytes | None = None
+    board_port: int = 0
+
+    @property
+    def iface(self) -> str | None:
+        """The interface of ``--net iface:NAME``, else None."""
+        kind, _, name = self.net.partition(":")
+        return name if kind == "iface" else None
 
     def __post_init__(self) -> None:
         modes = {m.value: m for m in Mode if m is Mode.UC or m in RC_MODES}
         if self.mode not in modes:
             raise ValueError(f"mode must be one of {', '.join(modes)}, not {self.mode!r}")
+        if self.iface is not None:
+            self._check_remote()
+        elif self.switch == "remote":
+            raise ValueError("--switch remote is the board at the far end of an interface: it needs --net iface:NAME")
+        elif self.mgmt_key is not None:
+            raise ValueError("--mgmt-key-file configures a board: it needs --net iface:NAME --switch remote")
         if self.switch is None:
             # The fast switch runs UC jobs on one switch; the RC modes, trees and the other
             # collectives run on the reference model switch.
@@ -64,10 +79,10 @@ class DemoConfig:
                              "in namespaces")
         if not isinstance(self.size, int) or self.size < 0 or self.size % 4:
             raise ValueError(f"size must be a non-negative multiple of 4 bytes, not {self.size!r}")
-        if self.net not in ("memory", "netns"):
-            raise ValueError(f"net must be 'memory' or 'netns', not {self.net!r}")
-        if self.switch not in ("fast", "model", "rtl"):
-            raise ValueError(f"switch must be 'fast', 'model' or 'rtl', not {self.switch!r}")
+        if self.net not in ("memory", "netns") and self.iface is None:
+            raise ValueError(f"net must be 'memory', 'netns' or 'iface:NAME', not {self.net!r}")
+        if self.switch not in ("fast", "model", "rtl", "remote"):
+            raise ValueError(f"switch must be 'fast', 'model', 'rtl' or 'remote', not {self.switch!r}")
         if self.switch == "rtl":
             if self.width not in (64, 256, 512):
                 raise ValueError(f"width must be 64, 256 or 512, not {self.width!r}")
@@ -89,6 +104,23 @@ class DemoConfig:
         else:
             self.plan()
         self.faults()
+
+    def _check_remote(self) -> None:
+        """``--net iface:NAME``: the switch is the board at the far end of the cable, running UC AllReduce jobs."""
+        if not self.iface:
+            raise ValueError("--net iface:NAME names the interface cabled to the board, e.g. iface:eth1")
+        if self.switch is None:
+            object.__setattr__(self, "switch", "remote")
+        if self.switch != "remote":
+            raise ValueError(f"--net {self.net} reaches the board at the far end of the cable: --switch remote, "
+                             f"not {self.switch}")
+        if self.mode != "uc" or self.tree is not None or self.collective != "allreduce":
+            raise ValueError("--switch remote runs UC AllReduce jobs on one switch (the board's gateware)")
+        if self.faults() != Faults() or self.pcap is not None:
+            raise ValueError("--loss, --dup, --reorder, --corrupt and --pcap act at a software switch; the board's "
+                             "link has only its own faults")
+        if not isinstance(self.board_port, int) or not 0 <= self.board_port < 256:
+            raise ValueError(f"board port must be an integer in 0..255, not {self.board_port!r}")
 
     def tree_plan(self):
         """The tree's plan: ``jobs`` jobs at once, each over every rank (:func:`plan_tree_jobs`)."""
@@ -188,16 +220,20 @@ def run_demo(cfg: DemoConfig, *, progress: bool = False) -> dict:
     p = cfg.plan()
     data = {job.job: _tensors(cfg, j) for j, job in enumerate(p.jobs)}
     try:
-        backend = load_backend(cfg.switch)
+        backend = None if cfg.switch == "remote" else load_backend(cfg.switch)
     except ImportError as e:
         raise RtlUnavailable(f"the RTL switch cannot be simulated here: {e}") from e
     rtl = None
-    if backend.run is not None:
+    if cfg.iface is not None:
+        outcomes, counters, moved, board = _run_iface(cfg, p, data, progress)
+    elif backend.run is not None:
         outcomes, counters, moved, rtl = _run_inside(backend, cfg, p, data, progress)
     else:
         run = _run_netns if cfg.net == "netns" else _run_memory
         outcomes, counters, moved = run(backend, cfg, p, data, progress)
     summary = _summarize(cfg, _groups(p), data, outcomes, counters, moved)
+    if cfg.iface is not None:
+        summary["board"] = board
     if rtl is not None:
         summary["rtl"] = rtl
         summary["ok"] = summary["ok"] and rtl.get("compare", {}).get("differences", 0) == 0
@@ -533,7 +569,8 @@ def _run_netns(backend: Backend, cfg, p, data, progress):
                 parent, child = ctx.Pipe()
                 conns[w.port] = parent
                 procs.append(ctx.Process(target=_worker_proc, name=f"inagg-worker{w.port}",
-                                         args=(topo.worker_ns(w.port), topo.worker_if, p.switch, job, r,
+                                         args=(topo.worker_ns(w.port), partial(netns.PacketPort, topo.worker_if),
+                                               p.switch, job, r,
                                                data[job.job][r], timing, go, child)))
                 procs[-1].start()
         for conn in conns.values():
@@ -572,13 +609,101 @@ def _switch_proc(backend, topo, p, faults, seed, pcap, stop, completed, conn):
     conn.send((dict(switch.counters), link))
 
 
-def _worker_proc(ns, ifname, switch_spec, job, rank, data, timing, go, conn):
+def _run_iface(cfg, p, data, progress):
+    """The workers as processes on interface ``cfg.iface``, the switch the board at the far end of its cable:
+    configured by management frames first when ``cfg.mgmt_key`` is given (and its counters read before and
+    after), else assumed to hold the plan's jobs already. Returns what :func:`_run_netns` does and the
+    ``board`` part of the summary."""
+    import multiprocessing as mp
+    import time
+
+    from inagg.host.iface import Interface
+
+    nic = Interface(cfg.iface)
+    bound = nic.bind(p, port=cfg.board_port)
+    ctx = mp.get_context("fork")  # the children inherit the tensors and the interface
+    with _remote_board(cfg, nic, bound) as counters, _children() as procs:
+        before = counters()
+        conns, go = {}, ctx.Event()  # keyed by the worker's port in p, which tells the ranks apart (_groups)
+        for job, on_nic in zip(p.jobs, bound.jobs):
+            for r, (w, there) in enumerate(zip(job.workers, on_nic.workers)):
+                parent, child = ctx.Pipe()
+                conns[w.port] = parent
+                procs.append(ctx.Process(target=_worker_proc, name=f"inagg-worker{w.port}",
+                                         args=(None, partial(nic.port, there.qpn), bound.switch, on_nic, r,
+                                               data[job.job][r], _NETNS_TIMING, go, child)))
+                procs[-1].start()
+        for conn in conns.values():
+            _reply(conn)  # ready
+        start = time.perf_counter()
+        go.set()
+        outcomes = {}
+        with _progress_bar(progress, len(conns) * cfg.chunks(p.switch.lanes)) as bar:
+            for key, conn in conns.items():
+                outcomes[key] = _reply(conn)
+                if bar is not None:
+                    bar(sum(o.stats["results"] for o in outcomes.values()))
+        wall = time.perf_counter() - start
+        after = counters()
+    board = {"interface": nic.name, "mac": nic.mac, "port": cfg.board_port, "switch_mac": bound.switch.mac,
+             "switch_ip": bound.switch.ip, "configured": "by management frames" if cfg.mgmt_key else "assumed"}
+    host = Tally()
+    for o in outcomes.values():
+        host.update(o.stats)
+    if after is None:
+        moved = _Moved(host["sent"] + host["resent"], host["results"], wall, {})
+        return outcomes, Tally(), moved, board
+    # The board's counters are 32-bit and run on across jobs: the run's are the differences.
+    run = Tally({c: (after[c] - before[c]) % (1 << 32) for c in after})
+    return outcomes, run, _Moved(run[Counter.RX_FRAMES], run[Counter.TX_RESULTS], wall, {}), board
+
+
+@contextlib.contextmanager
+def _remote_board(cfg, nic, p):
+    """Configure ``p`` on the board by management frames from ``nic`` (when ``cfg.mgmt_key`` is given) and tear
+    it down on the way out; yields a function that reads the board's counters (None without a key)."""
+    import sys
+    import time
+
+    from inagg.host.controller import management_target
+    from inagg.host.mgmt import MgmtBus, MgmtError, MgmtSession
+    from inagg.models.regmap import ID_VALUE, RegMap
+
+    if cfg.mgmt_key is None:
+        print(f"inagg demo: no --mgmt-key-file: assuming the board at {p.switch.mac} ({p.switch.ip}) behind "
+              f"{nic.name} holds the jobs of this plan already (jobs {', '.join(str(j.job) for j in p.jobs)}, "
+              f"workers at port {cfg.board_port}, MAC {nic.mac}); its counters are not read", file=sys.stderr)
+        yield lambda: None
+        return
+    port = nic.mgmt_port()
+    try:
+        # Numbered from the clock: above every number an earlier run used (docs/security.md).
+        session = MgmtSession(cfg.mgmt_key, board=p.switch.mac, host=nic.mac, seq=time.time_ns(),
+                              timeout=_MGMT_TIMEOUT, tries=_MGMT_TRIES)
+        bus = MgmtBus(session, port.send, port.recv)
+        if (ident := bus.read(RegMap.switch("ID"))) != ID_VALUE:
+            raise MgmtError(f"the board behind {nic.name} answers ID 0x{ident:08X}, not inagg's 0x{ID_VALUE:08X}")
+        regmap = RegMap.from_jobs(bus.read(RegMap.switch("JOBS")))
+        with Controller(management_target(bus, regmap, p.switch), p):
+            yield lambda: {c: bus.read(regmap.counter(c)) for c in Counter}
+    finally:
+        port.close()
+
+
+# A management round trip crosses the cable and the bridge in microseconds; a software board takes longer.
+_MGMT_TIMEOUT = 0.2
+_MGMT_TRIES = 5
+
+
+def _worker_proc(ns, open_port, switch_spec, job, rank, data, timing, go, conn):
+    """A worker: in namespace ``ns`` (None: this one) on the port ``open_port()`` gives, once ``go`` is set."""
     from inagg.host import netns
     from inagg.host.api import Group, allreduce
 
     try:
-        netns.enter(ns)
-        port = netns.PacketPort(ifname)
+        if ns is not None:
+            netns.enter(ns)
+        port = open_port()
         group = Group(switch_spec, job, rank, port, timing=timing)
         conn.send(("ready", None))
         go.wait()
@@ -662,6 +787,10 @@ def format_summary(s: dict) -> None:
                        f"worker, {s['net']} network, {where}, mode {s['mode']}, window {s['window']}, "
                        f"{s['chunk_bytes']} B chunks")
     t.add_row("faults", ", ".join(f"{k} {v:g}" for k, v in f.items()) + f", seed {s['seed']}")
+    if "board" in s:
+        b = s["board"]
+        t.add_row("board", f"{b['switch_mac']} ({b['switch_ip']}) on port {b['port']}, reached from {b['interface']} "
+                           f"({b['mac']}); jobs configured {b['configured']}")
     verdict = "[green]PASS[/green]" if s["ok"] else "[red]FAIL[/red]"
     if s.get("collective", "allreduce") != "allreduce":
         t.add_row("collective", f"{s['collective']}: every rank's result bit for bit as numpy's: {verdict}")

@@ -18,9 +18,11 @@ side in both directions (this kernel has no netem).
 from __future__ import annotations
 
 import abc
+import ctypes
 import os
 import selectors
 import socket
+import struct
 import time
 import uuid
 from collections import Counter as Tally
@@ -28,10 +30,14 @@ from collections.abc import Callable, Mapping
 
 from inagg.host.controller import Plan
 from inagg.host.link import Faults, HeldFrames, LossyLink, clocked_receive, idle_wait
+from inagg.models.frame import RESULT
+from inagg.models.protocol import ETH_TYPE_IPV4, IP_PROTO_UDP, ROCE_UDP_PORT
 
-__all__ = ["NetnsUnavailable", "Topology", "TreeTopology", "PacketPort", "serve_switch", "enter", "require_root"]
+__all__ = ["NetnsUnavailable", "Topology", "TreeTopology", "PacketPort", "serve_switch", "enter", "require_root",
+           "qp_filter", "ether_type_filter"]
 
 _ETH_P_ALL = 0x0003
+_SO_ATTACH_FILTER = 26
 _PACKET_OUTGOING = 4
 _SOL_SOCKET_RCVBUFFORCE = 33
 _SO_SNDBUFFORCE = 32
@@ -198,20 +204,89 @@ def _disable_ipv6(name: str) -> None:
         netns.popns()
 
 
+# Classic BPF (linux/filter.h): the instruction codes the filters below use.
+_LD_W, _LD_H, _LD_B = 0x20, 0x28, 0x30  # BPF_LD | BPF_W/H/B | BPF_ABS: load the frame's bytes at k
+_AND = 0x54                             # BPF_ALU | BPF_AND | BPF_K
+_JEQ = 0x15                             # BPF_JMP | BPF_JEQ | BPF_K
+_RET = 0x06                             # BPF_RET | BPF_K: keep k bytes of the frame (0: drop it)
+_KEEP = 0x40000
+
+
+def _compare_all(tests: list[tuple]) -> list[tuple[int, int, int, int]]:
+    """A program that keeps a frame when every ``(load, offset, value)`` test holds (a ``load`` of ``(_LD_W,
+    mask)`` masks the word), and drops it otherwise."""
+    prog: list[tuple[int, int, int, int]] = []
+    jumps = []
+    for load, offset, value in tests:
+        if isinstance(load, tuple):
+            prog += [(load[0], 0, 0, offset), (_AND, 0, 0, load[1])]
+        else:
+            prog.append((load, 0, 0, offset))
+        jumps.append(len(prog))
+        prog.append((_JEQ, 0, 0, value))
+    prog.append((_RET, 0, 0, _KEEP))
+    drop = len(prog)
+    prog.append((_RET, 0, 0, 0))
+    for i in jumps:  # a failed test jumps to the drop (jf counts the instructions after the jump)
+        prog[i] = (_JEQ, 0, drop - i - 1, prog[i][3])
+    return prog
+
+
+def qp_filter(qpn: int) -> list[tuple[int, int, int, int]]:
+    """A socket filter that keeps only RoCEv2 frames to QP ``qpn``: IPv4 without options, UDP port 4791, BTH
+    destination QP ``qpn``. Processes sharing one interface each take their own QP's frames, as a NIC hands
+    each QP its own, and the kernel drops the rest (other QPs' results, ARP, IPv6) before they are copied."""
+    if not isinstance(qpn, int) or not 0 <= qpn < 1 << 24:
+        raise ValueError(f"a QPN is an integer in 0..2**24-1, not {qpn!r}")
+    eth_off, _ = RESULT.span("ethernet.ether_type")
+    proto_off, _ = RESULT.span("ipv4.protocol")
+    dport_off, _ = RESULT.span("udp.dport")
+    qpn_off, qpn_len = RESULT.span("bth.dqpn")
+    version_ihl = RESULT.offset("ipv4")  # version 4 and IHL 5 share the header's first byte
+    return _compare_all([(_LD_H, eth_off, ETH_TYPE_IPV4), (_LD_B, version_ihl, 0x45), (_LD_B, proto_off, IP_PROTO_UDP),
+                         (_LD_H, dport_off, ROCE_UDP_PORT),
+                         ((_LD_W, (1 << 8 * qpn_len) - 1), qpn_off + qpn_len - 4, qpn)])
+
+
+def ether_type_filter(ether_type: int) -> list[tuple[int, int, int, int]]:
+    """A socket filter that keeps only frames of EtherType ``ether_type`` (management frames: 0x88B5)."""
+    eth_off, _ = RESULT.span("ethernet.ether_type")
+    return _compare_all([(_LD_H, eth_off, ether_type)])
+
+
+def _attach(sock: socket.socket, prog: list[tuple[int, int, int, int]]) -> None:
+    code = b"".join(struct.pack("HBBI", *insn) for insn in prog)
+    buf = ctypes.create_string_buffer(code)
+    # struct sock_fprog { unsigned short len; struct sock_filter *filter; }: the kernel copies the program.
+    sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, struct.pack("HP", len(prog), ctypes.addressof(buf)))
+
+
 class PacketPort:
     """A :class:`~inagg.host.api.Port` on an AF_PACKET socket bound to ``ifname`` in the current namespace.
 
     Frames this host sends itself (which AF_PACKET also reports) are skipped.
+    ``filter``: a socket filter (:func:`qp_filter`, :func:`ether_type_filter`)
+    that the kernel applies before a frame reaches the socket; without one
+    every frame on the interface arrives.
     """
 
-    def __init__(self, ifname: str, *, buffer: int = 8 << 20):
+    def __init__(self, ifname: str, *, buffer: int = 8 << 20, filter: list[tuple[int, int, int, int]] | None = None):
         self.ifname = ifname
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ETH_P_ALL))
+        # Protocol 0 receives nothing until bind() names the interface and ETH_P_ALL: no frame of another
+        # interface, nor one the filter would drop, is queued before both are set.
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
-            # Root may exceed rmem_max: a window of results arrives in one burst.
-            self.sock.setsockopt(socket.SOL_SOCKET, _SOL_SOCKET_RCVBUFFORCE, buffer)
-            self.sock.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, buffer)
-            self.sock.bind((ifname, 0))
+            # Root may exceed rmem_max: a window of results arrives in one burst. A process with CAP_NET_RAW
+            # alone (a host on a NIC) may not, and gets what rmem_max allows.
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, _SOL_SOCKET_RCVBUFFORCE, buffer)
+                self.sock.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, buffer)
+            except PermissionError:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer)
+            if filter is not None:
+                _attach(self.sock, filter)
+            self.sock.bind((ifname, _ETH_P_ALL))
         except BaseException:
             self.sock.close()
             raise

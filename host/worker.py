@@ -62,6 +62,10 @@ class ChunkTimeoutError(ProtocolError, TimeoutError):
         super().__init__(f"job {job} worker {rank}: no result for chunk {chunk} after {tries} tries "
                          f"({cause or 'switch unreachable, or another worker of the job is missing'})")
 
+    def __reduce__(self):
+        # A worker process sends it to the demo's parent through a pipe: pickled by its arguments.
+        return type(self), (self.job, self.rank, self.chunk, self.tries, self.cause)
+
 
 class LengthMismatchError(ProtocolError, ValueError):
     """The ranks of an all-reduce passed arrays of different lengths."""

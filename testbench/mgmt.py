@@ -4,6 +4,10 @@
 two callables; :class:`Registers` gives it the part of
 :class:`~inagg.hdl.control.Control` that tests' requests touch, so that its
 responses can be compared with the gateware's byte for byte.
+:class:`ModelBoard` is a board in software: the model switch whose jobs
+are configured by management frames on one port, as the gateware's are
+(the stand-in for the board at the far end of a cable in
+``tests/host/test_iface.py``).
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from collections.abc import Callable, Mapping
 
 from inagg.models import regmap as rm
 from inagg.models.frame import ETHERNET, MGMT_ETHER_TYPE
+from inagg.models.job import JobSpec, WorkerSpec
+from inagg.models.mgmt import MgmtBridge
 from inagg.models.protocol import Counter
 
-__all__ = ["Registers", "is_mgmt"]
+__all__ = ["Registers", "is_mgmt", "ModelBoard"]
 
 _RESET = {"PKEY": 0xFFFF}  # the one switch register that does not reset to 0 (regmap: PKEY)
 
@@ -69,3 +75,79 @@ class Registers:
             return False
         self.values[addr] = value & ((1 << self.registers[addr].width) - 1)
         return True
+
+
+def _mac(value: int) -> str:
+    return ":".join(f"{b:02x}" for b in value.to_bytes(6, "big"))
+
+
+class ModelBoard(Registers):
+    """A model switch configured through its register map, with the management bridge on port ``mgmt_port``.
+
+    A ``CTRL`` write that enables a job installs on ``switch`` the
+    :class:`~inagg.models.job.JobSpec` its job and worker registers
+    describe (SLVERR when the switch refuses it, as the gateware refuses a
+    mode it lacks), a write to ``TEARDOWN`` removes the job, and
+    ``TEARDOWN`` reads idle. The switch's own addresses are those of its
+    ``SwitchSpec``: writes of ``MAC_HI``, ``MAC_LO``, ``IP`` and ``PKEY``
+    are kept but do not change them. The board is a data plane for
+    :func:`inagg.host.netns.serve_switch`: management frames on
+    ``mgmt_port`` go to the bridge (``bridge.counters`` counts them), every
+    other frame to the switch.
+    """
+
+    def __init__(self, switch, regmap: rm.RegMap, key: bytes, *, mgmt_port: int = 0):
+        super().__init__(regmap, counters=lambda: switch.counters)
+        self.switch, self.mgmt_port = switch, mgmt_port
+        self.bridge = MgmtBridge(key, self.read, self.write, regmap.addr_width)
+
+    def read(self, addr: int) -> int | None:
+        if addr == rm.RegMap.switch("TEARDOWN"):
+            return 0
+        return super().read(addr)
+
+    def write(self, addr: int, value: int) -> bool:
+        if addr == rm.RegMap.switch("TEARDOWN"):
+            job = rm.TEARDOWN.decode(value)["job"]
+            if job not in self.switch.jobs:
+                return False
+            self.switch.remove_job(job)
+            return True
+        if not super().write(addr, value):
+            return False
+        for j in range(self.regmap.jobs):
+            if addr == self.regmap.job(j, "CTRL") and rm.JOB_CTRL.decode(value)["enable"]:
+                try:
+                    self.switch.add_job(self._job(j, rm.JOB_CTRL.decode(value)))
+                except ValueError:
+                    self.values[addr] = 0
+                    return False
+        return True
+
+    def _job(self, j: int, ctrl: dict[str, int]) -> JobSpec:
+        """Job ``j`` as its registers describe it."""
+        def reg(w, name):
+            return self.values[self.regmap.worker(j, w, name)]
+
+        workers = tuple(WorkerSpec(port=reg(w, "PORT"), mac=_mac(reg(w, "MAC_HI") << 32 | reg(w, "MAC_LO")),
+                                   ip=".".join(str(b) for b in reg(w, "IP").to_bytes(4, "big")), qpn=reg(w, "QPN"),
+                                   rkey=reg(w, "RKEY"), result_va=reg(w, "VA_HI") << 32 | reg(w, "VA_LO"),
+                                   result_psn=reg(w, "PSN"), contrib_rkey=reg(w, "CONTRIB_RKEY"))
+                        for w in range(ctrl["workers"]))
+        mode = next(m for m, code in rm.MODE_CODES.items() if code == ctrl["mode"])
+        return JobSpec(job=j, rkey=workers[0].contrib_rkey, slot_base=self.values[self.regmap.job(j, "SLOT_BASE")],
+                       slots=self.values[self.regmap.job(j, "SLOTS")], workers=workers, mode=mode)
+
+    @property
+    def deadline(self) -> float | None:
+        return self.switch.deadline
+
+    def on_timer(self, now: float) -> list[tuple[int, bytes]]:
+        return self.switch.on_timer(now)
+
+    def receive(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        """What the board sends when ``frame`` arrives on ``port``."""
+        if port == self.mgmt_port and is_mgmt(frame):
+            answer, _ = self.bridge.receive(frame)
+            return [] if answer is None else [(port, answer)]
+        return self.switch.receive(port, frame)

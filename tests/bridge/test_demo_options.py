@@ -18,7 +18,7 @@ def test_options_that_do_not_apply_exit_2(argv, message, capsys):
 def test_the_width_is_checked():
     with pytest.raises(ValueError, match=r"^width must be 64, 256 or 512, not 128$"):
         DemoConfig(switch="rtl", width=128)
-    with pytest.raises(ValueError, match=r"^switch must be 'fast', 'model' or 'rtl', not 'p4'$"):
+    with pytest.raises(ValueError, match=r"^switch must be 'fast', 'model', 'rtl' or 'remote', not 'p4'$"):
         DemoConfig(switch="p4")
 
 
