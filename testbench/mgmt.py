@@ -140,9 +140,11 @@ class ModelBoard(Registers):
 
     @property
     def deadline(self) -> float | None:
+        """The switch's next timer (the bridge has none)."""
         return self.switch.deadline
 
     def on_timer(self, now: float) -> list[tuple[int, bytes]]:
+        """What the switch's timers due by ``now`` send."""
         return self.switch.on_timer(now)
 
     def receive(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
