@@ -139,6 +139,12 @@ def test_demo_configures_the_board_by_frames_and_sums_exactly(cable, board, tmp_
     assert s["switch_counters"]["COMPLETED"] == counters["COMPLETED"] == chunks
     assert bridge["accepted"] > 0 and bridge["bad_tag"] == bridge["replayed"] == 0
     assert jobs == []  # torn down by frames too
+    # The same tensors through the model switch in memory: the same scale and the same sums (the error to the
+    # float64 reference, element for element, is a function of the sums).
+    assert cli.main(["demo", "--switch", "model", "--workers", "3", "--size", "64KiB", "--window", "32", "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)
+    keys = ("exponents", "max_error", "bound_at_max_error", "worst_error_to_bound")
+    assert {k: s[k] for k in keys} == {k: mem[k] for k in keys}
 
 
 def _demo_plan():
