@@ -74,7 +74,7 @@ def test_the_reduction_still_finds_a_mode_i_result_freed_at_the_first_ack(monkey
     TreeScope("2x2", chunks=2, window=1, faults=0, duplicates=1, mode=Mode.TRANSLATED, reorder=False, quiet=True,
               collective=Collective.REDUCE),
     # Mode III: switches with timers (due at any time in the second scope), results kept per hop.
-    TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False, quiet=True),
+    TreeScope("2x1", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False, quiet=True),
     TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False, quiet=False,
               collective=Collective.BROADCAST),
 ], ids=str)
