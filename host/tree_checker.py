@@ -20,8 +20,9 @@ In Modes I and III every state must also keep, at every switch, the
 result of every PSN that a child still lacks (Mode III: in a slot that is
 not free, or in flight to that child; Mode I: in the slot its requester
 reads it from): the rule "free a result only when the slowest child ACKed
-it", checked where it could break rather than only at the end of a run. In Modes I, II and III every
-result a rank has taken must already be the exact one.
+it", checked where it could break rather than only at the end of a run.
+In Modes I, II and III every result a rank has taken must already be the
+exact one.
 
 Every explored run must end with every rank holding the exact sum of every
 chunk (Reduce: the root rank; Broadcast: the root rank's chunks on every
