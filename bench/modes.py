@@ -12,7 +12,7 @@ A scope that passes the state budget is reported as such, not left out.
 takes on a 2x4 tree of model switches per mode (UC, II, III) and loss rate
 on every hop, and replaces that section of the page; ``--state`` computes
 the switch state per job per mode and replaces that section;
-``--collectives`` model-checks Reduce and Broadcast in Modes II and III on
+``--collectives`` model-checks Reduce and Broadcast in Modes I, II and III on
 EPIC's tree (:func:`inagg.host.tree_checker.check_tree`) and replaces that
 section; ``--tree-mutations`` runs the tree checker on the test-only
 mutations and replaces that section; ``--reach`` model-checks all three
@@ -72,10 +72,11 @@ MODE_I_SCOPES = [Scope(workers=2, chunks=c, window=w, faults=f, mode=Mode.TERMIN
 MODE_I_MUTATION = Scope(workers=2, chunks=2, window=1, faults=0, mode=Mode.TERMINATED)
 MODE_I_HEADING = "## Mode I: connection terminated"
 TITLE = "# EPIC's Modes I, II and III: model checking on one switch"
-COLLECTIVES_HEADING = "## Reduce and Broadcast in Modes II and III on a tree"
+COLLECTIVES_HEADING = "## Reduce and Broadcast in Modes I, II and III on a tree"
 # EPIC's scope (a root over two switches of two ranks each, links in order, retransmission when quiet), root rank 0.
 COLLECTIVE_SCOPES = [TreeScope("2x2", chunks=c, window=w, faults=f, mode=m, reorder=False, quiet=True, collective=k)
-                     for k in (Collective.REDUCE, Collective.BROADCAST) for m in (Mode.TRANSLATED, Mode.AUGMENTED)
+                     for k in (Collective.REDUCE, Collective.BROADCAST)
+                     for m in (Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED)
                      for w, c, f in ((1, 1, 1), (1, 2, 0), (1, 2, 1), (2, 2, 0))]
 REACH_HEADING = "## Further on the tree: partial-order reduction, three packets, window 2"
 # EPIC's scope with three packets per rank, then window 2; a few rows without the reduction to compare.
@@ -85,7 +86,8 @@ REACH_SCOPES = [(TreeScope("2x2", chunks=c, window=w, faults=f, mode=m, reorder=
 REACH_SCOPES += [(TreeScope("2x2", chunks=c, window=1, faults=f, mode=m, reorder=False, quiet=True,
                             collective=Collective.REDUCE), red)
                  for m, c, f in ((Mode.TRANSLATED, 2, 1), (Mode.AUGMENTED, 2, 0)) for red in (False, True)]
-COLLECTIVE_MUTATION = TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False,
+# One loss: Mode III's invariant counts a freed result still in flight to its child as held, until it is lost.
+COLLECTIVE_MUTATION = TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False,
                                 collective=Collective.BROADCAST)
 
 
@@ -123,9 +125,9 @@ def reach_section(budget: int, command: str) -> str:
         "",
         "The scope of the section above (2x2, root rank 0, links in order, timers when nothing is in flight, at",
         "most one loss per timeout round and `faults` per run), explored with `check_tree(..., reduce=True)`:",
-        "copy-on-write states and the partial-order reductions below (a rank's delivery alone; in Mode II",
-        "every delivery into one switch). The last rows compare it with the full exploration on the same",
-        "scopes.",
+        "copy-on-write states and the partial-order reductions below (a rank's delivery alone; in Modes II",
+        "and III every delivery into a set of switches). The last rows compare it with the full exploration",
+        "on the same scopes.",
         "",
         "| collective | reduced | mode | window | packets per rank | faults | states | transitions | final states "
         "| time |",
@@ -147,36 +149,48 @@ def reach_section(budget: int, command: str) -> str:
         "  in flight; with timers at any time the rank's own timer must not be due, and nothing but the",
         "  clock makes it due). Every step outside the set, in any sequence, commutes with the delivery and",
         "  neither disables the other.",
-        "- C2 (visibility): Mode III's invariant reads each rank's expected result PSN, so a result delivered",
-        "  to a rank is never reduced there; ACKs and NAKs (the rank's requester only) are. Modes II has no",
-        "  state invariant: final states and retry errors only, which persistent sets keep.",
+        "- C2 (visibility): a step the set puts off may break an invariant, and the set's step after it must",
+        "  not mend it, or the reduced search would miss the broken state. Proof sketch: take a shortest",
+        "  path from a state to a broken one; if it holds a step of the set, that step moves to the front",
+        "  (C1); if not, the set's delivery moves to the front and the path's end stays broken as long as",
+        "  the delivery mends nothing; induct on the longest path from the state (the graph is acyclic).",
+        "  So an invariant must be one no step mends. The invariant that every result a rank took is exact",
+        "  is such (a rank never drops a result). Mode III's held-result invariant is made such: a result a",
+        "  child lacks must be in a slot of its switch that is not free, or in flight to that child. A",
+        "  child's expected PSN grows only by taking that in-flight copy, a switch takes a PSN's result",
+        "  once (in order), sends only what it holds, and a loss or a duplication only removes or copies a",
+        "  frame, so a broken state stays broken. Mode I's invariant reads the PSN a rank expects without",
+        "  the frames in flight, so a result delivered to a Mode I rank is never reduced (an ACK or NAK is).",
         "- C3 (cycle proviso): the state graph is acyclic (module docstring of `host/checker.py`), so every",
         "  postponed step is taken later on each path; persistent sets then keep every final state.",
         "",
-        "**Deliveries into Mode II switches** (`tree_checker._switch_set`). When no rank's delivery can go",
-        "alone, the checker takes every delivery into a set `S` of switches (of the sets that qualify, the",
-        "one with the fewest frames to take) as the set, with their losses and duplications,",
+        "**Deliveries into Mode II and III switches** (`tree_checker._switch_set`). When no rank's delivery",
+        "can go alone, the checker takes every delivery into a set `S` of switches (of the sets that qualify,",
+        "the one with the fewest frames to take) as the set, with their losses and duplications,",
         "when each empty link into `S` from outside stays empty until `S` takes a frame: the node at its",
         "far end, and every node it is connected to without passing through `S`, has no frame to take and",
         "no timer due (a node acts only on a frame or a timer; what `S` sends, it sends only through the set).",
         "",
         "- C0: the set holds at least one enabled delivery.",
-        "- C1: a step outside the set is a delivery into a node outside `S` or a due rank timer; it changes",
-        "  neither `S` nor the head of a link into `S` (what it sends onto such a link lands behind a head,",
-        "  since the links that are empty stay empty), so it commutes with every delivery in the set and",
-        "  disables none; a delivery into `S` on a link that is empty now stays disabled (the condition, or",
-        "  only `S` sends on it), and a Mode II switch keeps no timer, so nothing outside the set touches `S`.",
-        "- C2: Mode II has no invariant that reads a switch; the invariant that every result a rank took is",
-        "  exact holds to the final state once broken (a rank never drops a result it took), so it is kept",
-        "  with the final states. Modes I and III are not reduced so: their invariant reads switch slots.",
+        "- C1: a step outside the set is a delivery into a node outside `S` or a due timer outside `S`; it",
+        "  changes neither `S` nor the head of a link into `S` (what it sends onto such a link lands behind a",
+        "  head, since the links that are empty stay empty), so it commutes with every delivery in the set",
+        "  and disables none; a delivery into `S` on a link that is empty now stays disabled (the condition,",
+        "  or only `S` sends on it). No switch of `S` may have a timer due (Mode III switches keep timers);",
+        "  none falls due before the clock moves, which waits for the frames in flight.",
+        "- C2: as above: no step mends a broken invariant of Modes II and III.",
         "- C3: as above, the graph is acyclic.",
         "",
-        "`tests/host/test_tree_reduction.py` checks on Mode II scopes that the switch sets reach the same",
-        "final states as the full exploration with fewer states than the rank deliveries alone.",
+        "Mode III's invariant before counted only the slots (a result in flight to the child that lacks it",
+        "did not count), which a result delivered to a rank or a child switch could mend; neither could then be",
+        "reduced. The buffer-recycling mutation is now found when the freed result's last copy is lost on its",
+        "way (one loss), not when it is freed: `tests/host/test_tree_checker.py` checks that the trace ends",
+        "with that loss.",
+        "`tests/host/test_tree_reduction.py` checks on Mode II and III scopes that the switch sets reach the",
+        "same final states as the full exploration with fewer states than the rank deliveries alone.",
         "",
         "Links that reorder get no reduction (a new frame can overtake, so the next delivery to a rank is not",
-        "fixed), nor do states where a loss is still possible (any two losses disable each other through the",
-        "one-per-round rule). Symmetry reduction is not applied: the ranks' data differ (rank r sends",
+        "fixed). Symmetry reduction is not applied: the ranks' data differ (rank r sends",
         "`10 r + 1` onwards), and the root rank of Reduce and Broadcast breaks the subtrees' symmetry.",
         "`tests/host/test_tree_reduction.py` checks that the reduced and the full exploration reach the same",
         "set of final states on 23 small scopes and that every known mutation is still found with it.",
@@ -185,7 +199,7 @@ def reach_section(budget: int, command: str) -> str:
 
 
 def collectives_section(budget: int, command: str) -> str:
-    """Model-check Reduce and Broadcast in Modes II and III on a 2x2 tree; the section of docs/results/modes.md."""
+    """Model-check Reduce and Broadcast in Modes I, II and III on a 2x2 tree; the section of docs/results/modes.md."""
     load = os.getloadavg()
     rows = []
     for s in COLLECTIVE_SCOPES:
@@ -202,7 +216,8 @@ def collectives_section(budget: int, command: str) -> str:
         "timeout round and `faults` per run (`docs/protocol.md` sections 10.1 and 11). Properties: every run",
         "ends with the root rank holding the exact sum (Reduce) or every rank holding the root rank's chunks",
         "bit for bit (Broadcast), the other ranks of a Reduce holding nothing, no QP out of retries, every run",
-        "ending; in Mode III every state keeps each result a receiving child lacks in a slot that is not free.",
+        "ending; in Mode III every state keeps each result a receiving child lacks in a slot that is not free",
+        "or in flight to that child, in Mode I in the slot its switch's requester reads it from.",
         "",
         "| collective | mode | window | packets per rank | faults | states | transitions | final states | time |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -216,7 +231,8 @@ def collectives_section(budget: int, command: str) -> str:
     lines += ["### Mutation: a Mode III Broadcast result freed at the first child's ACK", "",
               "`AugmentedJob.free_on_first_ack` on a Broadcast (a switch frees a result when its first child ACKed",
               f"it, before the slowest one). Scope: 2x2, mode {s.mode.value}, window {s.window}, "
-              f"{s.chunks} packet per rank, no loss, links in order, timers at any time. Result: {verdict}.", ""]
+              f"{s.chunks} packet per rank, {s.faults} loss, links in order, timers at any time. Result: {verdict}.",
+              ""]
     if trace:
         lines += ["```", *trace.splitlines(), "```", ""]
     return "\n".join(lines)
@@ -251,7 +267,7 @@ def _mutation(job: type, scope: Scope, budget: int, checker=check) -> tuple[str,
 # (what it breaks, the job class, its test-only attribute and mutated value, the scope).
 TREE_MUTATIONS = [
     ("a result freed at the first child's ACK (buffer recycling)", AugmentedJob, "free_on_first_ack", True,
-     TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False)),
+     TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False)),
     ("the shadow wipe one slot off, (p + W + 1) mod 2W", TranslatedJob, "shadow_skew", 1,
      TreeScope("2x2", chunks=3, window=1, faults=0, mode=Mode.TRANSLATED, reorder=False, quiet=True)),
 ]
@@ -437,13 +453,14 @@ def faults_section(budget: int, command: str) -> str:
         "|---|---|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|",
         *hunts,
         "",
-        "**Duplication and the reduction.** A duplication of the frame at a rank's head does not commute",
-        "with its delivery (once delivered it cannot be duplicated), so no state with a duplication left is",
-        "reduced: C1 holds as argued in the section above once it is spent. The invariant that every",
-        "result a rank took is exact needs no visibility proviso (C2): a rank never drops a result it took,",
-        "so a wrong one is still there in every final state after it, and persistent sets keep every final",
-        "state. Mode I's held-result invariant reads the PSN each rank expects, as Mode III's does: results",
-        "delivered to ranks are not reduced in either mode, only ACKs and NAKs are.",
+        "**Duplication and the reduction.** A duplication of the frame at a link's head does not commute",
+        "with its delivery (once delivered it cannot be duplicated), so the set takes it along with the",
+        "delivery and the loss of that frame (a stubborn set: a duplication elsewhere disables this one only",
+        "after it, as Valmari's D1 allows). The invariant that every result a rank took is exact is one no",
+        "step mends (C2): a rank never drops a result it took, so a wrong one is still there in every final",
+        "state after it. Mode I's held-result invariant reads the PSN each rank expects, and a result",
+        "delivered to a Mode I rank mends it, so those are not reduced, only ACKs and NAKs are; Mode III's",
+        "counts a result in flight to its child as held, so no step mends it (the reach section).",
         "",
     ])
 
@@ -575,7 +592,7 @@ def main() -> None:
     ap.add_argument("--state", action="store_true",
                     help="compute the switch state per job per mode instead (replaces that section)")
     ap.add_argument("--collectives", action="store_true",
-                    help="model-check Reduce and Broadcast in Modes II and III on a tree instead (replaces that "
+                    help="model-check Reduce and Broadcast in Modes I, II and III on a tree instead (replaces that "
                          "section)")
     ap.add_argument("--tree-mutations", action="store_true",
                     help="run the tree checker on the test-only mutations instead (replaces that section)")

@@ -89,7 +89,7 @@ def report_modes() -> str:
     AugmentedJob.free_on_first_ack = True
     start = time.perf_counter()
     try:
-        check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False))
+        check_tree(TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False))
         raise AssertionError("the checker missed the buffer-recycling mutation")
     except Violation as e:
         found, trace = time.perf_counter() - start, str(e)
@@ -105,7 +105,7 @@ def report_modes() -> str:
         "order (EPIC's default, `MAX_OUT_OF_ORDER = 0`), any link may go next; \"quiet\": a due timer",
         "fires only when nothing is in flight (EPIC's `StrictRetxCondition`). Every scope ends with every",
         "rank holding the exact sum and every run terminating; in Mode III every state also keeps, at",
-        "every switch, each result a child lacks in a slot that is not free.",
+        "every switch, each result a child lacks in a slot that is not free or in flight to that child.",
         "",
         f"Measured with `.venv/bin/python bench/tree.py --modes` {machine}; budget {BUDGET:,} states per",
         "scope.",
@@ -120,7 +120,8 @@ def report_modes() -> str:
         "",
         "**Mutation.** With `AugmentedJob.free_on_first_ack` (a slot freed at its first child's ACK, the",
         f"buffer-recycling bug EPIC's model check found) the checker stops in {found:.1f} s with this trace",
-        "(2x2, one packet per rank, no loss, links in order):",
+        "(2x2, one packet per rank, one loss, links in order; a freed result still on its way to the child",
+        "that lacks it counts as held until that copy is lost):",
         "",
         "```",
         trace,

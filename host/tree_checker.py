@@ -18,10 +18,11 @@ EPIC's checks retransmit) only when nothing is in flight.
 
 In Modes I and III every state must also keep, at every switch, the
 result of every PSN that a child still lacks (Mode III: in a slot that is
-not free; Mode I: in the slot its requester reads it from): the rule "free
-a result only when the slowest child ACKed it", checked where it could
-break rather than only at the end of a run. In Modes I, II and III every
-result a rank has taken must already be the exact one.
+not free, or in flight to that child; Mode I: in the slot its requester
+reads it from): the rule "free a result only when the slowest child ACKed
+it", checked where it could break rather than only at the end of a run.
+In Modes I, II and III every result a rank has taken must already be the
+exact one.
 
 Every explored run must end with every rank holding the exact sum of every
 chunk (Reduce: the root rank; Broadcast: the root rank's chunks on every
@@ -33,6 +34,7 @@ result PSNs (which count resends there; RC endpoints read them).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -58,7 +60,10 @@ from inagg.host.worker import Timing, Worker
 __all__ = ["TreeScope", "check_tree"]
 
 _RESULT_OPCODE = Opcode.UC_RDMA_WRITE_ONLY_IMM  # a UC result (its PSN is masked in state keys)
-_HELD = (Mode.TERMINATED, Mode.AUGMENTED)  # the modes whose invariant reads the PSN a rank expects next
+# Mode I's invariant reads the PSN a rank expects next, and a result delivered to the rank advances it: such a
+# step could hide a result the switch freed too early, so it is never reduced (Mode III's invariant counts the
+# result in flight, so there no step can).
+_HIDES = Mode.TERMINATED
 
 
 @dataclass(frozen=True)
@@ -224,15 +229,17 @@ def _ample(s: _State, scope: TreeScope, heads: list):
     delivery, with the loss and the duplication of that frame when allowed (:func:`_steps`), is a
     stubborn set: every other step commutes with each of them, and none disables the delivery (a loss
     elsewhere may disable this frame's loss, but only after it, which the set's condition D1 allows);
-    exploring it alone keeps every final state (the graph is acyclic, so no cycle proviso is needed). The invariant of Modes I and III reads each rank's expected
-    result PSN, so there a delivered result is visible and not reduced; an ACK or NAK is. A wrong result
-    a rank took stays to the final state, so that invariant needs no such care. ``docs/results/modes.md``
+    exploring it alone keeps every final state (the graph is acyclic, so no cycle proviso is needed).
+    Every invariant state found broken must stay broken through the steps the set puts off, or the set
+    could hide it: Mode I's invariant reads each rank's expected result PSN, so there a delivered result
+    is not reduced (an ACK or NAK is); Mode III's counts a result in flight to its child as held, and a
+    wrong result a rank took stays to the final state, so no step mends either. ``docs/results/modes.md``
     gives the conditions and their checks."""
     if scope.reorder:
         return None
     for item in heads:
         to, _, frame = item
-        if to[0] != "r" or (scope.mode in _HELD and frame[_OPCODE] != Opcode.RC_ACK):
+        if to[0] != "r" or (scope.mode is _HIDES and frame[_OPCODE] != Opcode.RC_ACK):
             continue
         if scope.quiet or (dl := s.workers[to[1]].deadline) is None or dl > s.clock:
             return item  # with timers at any time, the rank's own timer must not be due (it never falls due
@@ -241,38 +248,42 @@ def _ample(s: _State, scope: TreeScope, heads: list):
 
 
 def _switch_set(s: _State, scope: TreeScope, tree: Tree, heads: list) -> list | None:
-    """Every delivery into a set of Mode II switches, which together stand for every interleaving of ``s``,
-    or None.
+    """Every delivery into a set of Mode II or III switches, which together stand for every interleaving of
+    ``s``, or None.
 
     For a set ``S`` of switches, the steps of the head of every link into a switch of ``S`` (its
     delivery, loss and duplication, :func:`_steps`) form a stubborn set when every empty link into
-    ``S`` from outside stays empty until ``S`` takes a frame: its
-    sender can act only after a frame reaches it or a timer falls due, and every node that can is cut
-    off from that sender by ``S`` (whose switches act only through the set: a Mode II switch keeps no
-    timer). Other steps then touch neither ``S`` nor the heads of its links (what they send lands
-    behind a head), so they commute with the set and never disable it. Mode II has no invariant a
-    switch's state enters; a wrong result taken stays to the end. The set with the fewest deliveries
-    is taken. ``docs/results/modes.md`` gives the conditions (C0-C3)."""
-    if scope.mode is not Mode.TRANSLATED or scope.reorder:
+    ``S`` from outside stays empty until ``S`` takes a frame, and no switch of ``S`` has a timer due: a
+    sender can act only after a frame reaches it or its timer falls due, and every node that can is cut
+    off from that sender by ``S`` (whose switches then act only through the set; no timer falls due
+    before the clock moves, which waits for ``S``'s frames). Other steps then touch neither ``S`` nor the
+    heads of its links (what they send lands behind a head), so they commute with the set and never
+    disable it. No step mends a broken invariant (Mode II has none a switch enters; Mode III's counts a
+    result in flight as held; a wrong result taken stays), so the set hides none. The set with the
+    fewest deliveries is taken. ``docs/results/modes.md`` gives the conditions (C0-C3)."""
+    if scope.mode not in (Mode.TRANSLATED, Mode.AUGMENTED) or scope.reorder:
         return None
     busy = {to[:2] for to, _, _ in heads}  # ("s", j) or ("r", r): a node with a frame to take
+    timed = set()  # nodes with a timer due: they act without a frame (Mode III switches keep timers too)
     if not scope.quiet:
-        busy |= {("r", r) for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock}
+        timed = {("r", r) for r, w in enumerate(s.workers) if (dl := w.deadline) is not None and dl <= s.clock}
+        timed |= {("s", i) for i, sw in enumerate(s.switches) if (dl := sw.deadline) is not None and dl <= s.clock}
+        busy |= timed
     best = None
-    for bits in range(1, 1 << len(tree.switches)):
-        inside = {("s", i) for i in range(len(tree.switches)) if bits >> i & 1}
+    links, neighbours = _topology(tree)
+    for inside in _subsets(tree):
         into = [h for h in heads if h[0][:2] in inside]
-        if not into or (best is not None and len(into) >= len(best)):
+        if not into or (best is not None and len(into) >= len(best)) or inside & timed:
             continue
         active, todo = set(), [n for n in busy if n not in inside]
         while todo:  # every node that may send before S takes a frame: reached from a busy one, not through S
             n = todo.pop()
             if n not in active:
                 active.add(n)
-                todo += [m for m in _neighbours(tree, n) if m not in inside]
+                todo += [m for m in neighbours[n] if m not in inside]
         full = {h[0] for h in into}
-        if all(("s", i, p) in full or _node(tree.peer(i, p)[0]) in inside or _node(tree.peer(i, p)[0]) not in active
-               for _, i in inside for p in range(tree.switches[i].ports)):
+        if all(("s", i, p) in full or far in inside or far not in active
+               for _, i in inside for p, far in links[i]):
             best = into
     return best
 
@@ -281,10 +292,21 @@ def _node(child) -> tuple:
     return ("s" if child.switch else "r", child.index)
 
 
-def _neighbours(tree: Tree, node: tuple) -> list:
-    if node[0] == "r":
-        return [("s", tree.leaf_of(node[1])[0])]
-    return [_node(tree.peer(node[1], p)[0]) for p in range(tree.switches[node[1]].ports)]
+@functools.cache
+def _topology(tree: Tree) -> tuple[list, dict]:
+    """Per switch its ``(port, node at the far end)`` pairs, and per node (``("s", i)`` or ``("r", r)``) its
+    neighbours: what :func:`_switch_set` walks in every state, computed once per tree."""
+    links = [[(p, _node(tree.peer(i, p)[0])) for p in range(sw.ports)] for i, sw in enumerate(tree.switches)]
+    neighbours = {("s", i): [far for _, far in ls] for i, ls in enumerate(links)}
+    neighbours |= {("r", r): [("s", tree.leaf_of(r)[0])] for r in range(tree.ranks)}
+    return links, neighbours
+
+
+@functools.cache
+def _subsets(tree: Tree) -> list[frozenset]:
+    """Every non-empty set of the tree's switches, as nodes."""
+    n = len(tree.switches)
+    return [frozenset(("s", i) for i in range(n) if bits >> i & 1) for bits in range(1, 1 << n)]
 
 
 def _successors(s: _State, scope: TreeScope, tree: Tree, tp, push, trace: tuple, reduce: bool = False):
@@ -345,8 +367,12 @@ def _check_results_held(s: _State, tree: Tree, trace: tuple) -> None:
 
     A child rank lacks the results from its responder's expected PSN on, a
     child switch those from the PSN it expects from its parent on (Mode I:
-    its responder's towards the parent). Mode III holds them in slots that
-    are not free, Mode I in the slots its requester of that child reads."""
+    its responder's towards the parent). Mode I holds them in the slots its
+    requester of that child reads; Mode III in slots that are not free, or a
+    copy is on its way to the child (in flight on the hop to it): no step
+    can then make a broken state whole again, which the partial-order
+    reduction needs (``docs/results/modes.md``)."""
+    onway = None
     for i, sw in enumerate(s.switches):
         for m in sw.modes.values():
             if isinstance(m, TerminatedJob):
@@ -361,14 +387,24 @@ def _check_results_held(s: _State, tree: Tree, trace: tuple) -> None:
             for w, child in enumerate(tree.switches[i].children):
                 if not m.receivers >> w & 1:
                     continue  # Reduce: a child off the root rank's side gets no result
+                node = _node(child)
                 q = (s.switches[child.index].modes[m.spec.job].parent_expected if child.switch
                      else s.workers[child.index].responder.expected)
                 while psn_diff(q, m.next_result) < 0:
                     e = m.entries[q % len(m.entries)]
                     if e.psn != q or not e.held or not e.bitmap:
-                        raise Violation(f"switch {i} no longer holds result PSN {q}, which its child {w} lacks"
-                                        "\ntrace:\n  " + "\n  ".join(trace))
+                        onway = _results_on_their_way(s, tree) if onway is None else onway
+                        if (node, q) not in onway:
+                            raise Violation(f"switch {i} no longer holds result PSN {q}, which its child {w} lacks"
+                                            "\ntrace:\n  " + "\n  ".join(trace))
                     q = psn_add(q, 1)
+
+
+def _results_on_their_way(s: _State, tree: Tree) -> set:
+    """``(node, PSN)`` of every result in flight from a switch to its child: to a rank, or on a switch's uplink
+    (what comes down from a parent is a result or an ACK)."""
+    return {(to[:2], int.from_bytes(f[_PSN], "big")) for to, _, f in s.flight
+            if f[_OPCODE] != Opcode.RC_ACK and (to[0] == "r" or to[2] == tree.switches[to[1]].uplink_port)}
 
 
 def _routed(tree: Tree, switch: int, port: int, frame: bytes) -> tuple:

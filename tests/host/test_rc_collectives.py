@@ -177,7 +177,7 @@ def test_the_tree_checker_explores_reduce_and_broadcast(collective, mode):
 def test_the_tree_checker_finds_a_mode_iii_broadcast_result_freed_at_the_first_ack(monkeypatch):
     monkeypatch.setattr(AugmentedJob, "free_on_first_ack", True)
     with pytest.raises(Violation, match=r"switch \d no longer holds result PSN 0, which its child \d lacks"):
-        check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False,
+        check_tree(TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False,
                              collective=Collective.BROADCAST))
 
 

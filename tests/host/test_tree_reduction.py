@@ -57,7 +57,7 @@ def test_reordering_links_are_explored_in_full():
 def test_the_reduction_still_finds_a_result_freed_at_the_first_ack(monkeypatch, collective):
     monkeypatch.setattr(AugmentedJob, "free_on_first_ack", True)
     with pytest.raises(Violation, match=r"^switch \d no longer holds result PSN 0, which its child \d lacks\ntrace:"):
-        check_tree(TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False, quiet=True,
+        check_tree(TreeScope("2x2", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False, quiet=True,
                              collective=collective), reduce=True)
 
 
@@ -73,8 +73,12 @@ def test_the_reduction_still_finds_a_mode_i_result_freed_at_the_first_ack(monkey
               collective=Collective.BROADCAST),
     TreeScope("2x2", chunks=2, window=1, faults=0, duplicates=1, mode=Mode.TRANSLATED, reorder=False, quiet=True,
               collective=Collective.REDUCE),
+    # Mode III: switches with timers (due at any time in the second scope), results kept per hop.
+    TreeScope("2x1", chunks=1, window=1, faults=1, mode=Mode.AUGMENTED, reorder=False, quiet=True),
+    TreeScope("2x2", chunks=1, window=1, faults=0, mode=Mode.AUGMENTED, reorder=False, quiet=False,
+              collective=Collective.BROADCAST),
 ], ids=str)
-def test_the_mode_ii_switch_sets_reduce_further_and_keep_every_final_state(monkeypatch, scope):
+def test_the_switch_sets_reduce_further_and_keep_every_final_state(monkeypatch, scope):
     full, full_finals = _finals(monkeypatch, scope, reduce=False)
     reduced, reduced_finals = _finals(monkeypatch, scope, reduce=True)
     monkeypatch.setattr(tree_checker, "_switch_set", lambda *a: None)  # deliveries to ranks only
