@@ -16,13 +16,15 @@ overruns the buffer. Holding the start costs the result latency of one
 chunk's beats; throughput is unchanged, since the buffer takes a beat per
 cycle and the frames of one result take longer than its beats.
 
-Each frame goes through a one-beat register before the port: the ICRC
-generator has then seen the frame's last data bytes when the beat that
-carries the ICRC leaves. The header is built into a register in the cycle
-before the frame (``LOAD``), and the payload is read from the buffer one
-beat ahead into its read port's register, so that the beat the generator
-takes comes from registers through the beat multiplexer alone; neither
-adds a cycle.
+Each beat goes through two registers before the port, ``b`` and ``o``: the
+ICRC generator takes its beat from ``b``, so that the buffer read and the
+beat multiplexer have a cycle and the generator's XOR tree another, and it
+has seen the frame's last data bytes when the beat that carries the ICRC
+leaves ``o``. The header is built into a register in the cycle before the
+frame (``LOAD``), and the payload is read from the buffer, a block RAM,
+one beat ahead. The second register costs a cycle of latency, which the
+emitter wins back between results: it picks a frame's worker in the cycle
+it sees the result (or the frame before ends), not in a cycle of its own.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from inagg.hdl.axis import beat_signature, check_chunk_bytes, check_slots, check
 from inagg.hdl.control import N_COUNTERS, SwitchConfig, WorkerRead, event_vector
 from inagg.hdl.engine import result_desc_layout, result_signature
 from inagg.hdl.headers import header_bytes, header_value
-from inagg.hdl.icrc import ICRCGenerator
+from inagg.hdl.icrc import ICRCGenerator, icrc_mask
 
 __all__ = ["ipv4_checksum", "to_worker", "ResultEmitter"]
 
@@ -72,9 +74,8 @@ def to_worker(entry, switch, frame_len: int) -> dict:
 
 class _State(enum.Enum):
     IDLE = 0
-    PICK = 1
-    LOAD = 2
-    FRAME = 3
+    LOAD = 1
+    FRAME = 2
 
 
 class ResultEmitter(wiring.Component):
@@ -147,11 +148,18 @@ class ResultEmitter(wiring.Component):
         nb = self._width // 8
         beats = self._chunk // nb
         workers = self._workers
+        # Block RAM whatever its size: Yosys maps the W = 512 buffer (32 words) to distributed RAM
+        # otherwise, whose read is asynchronous, so the read port's register lands on the address and
+        # the read (fanned out to 1,024 bits), the beat multiplexer and what follows make one path.
         m.submodules.buf = buf = memory.Memory(shape=data.StructLayout({"data": self._width, "fp": self._width}),
-                                               depth=_ENTRIES * beats, init=[])
+                                               depth=_ENTRIES * beats, init=[], attrs={"ram_style": "block"})
         qlayout = data.StructLayout({"desc": result_desc_layout(self._slots), "mask": workers, "fp32": 1})
         m.submodules.queue = queue = fifo.SyncFIFO(width=qlayout.size, depth=_ENTRIES)
-        m.submodules.icrc = gen = ICRCGenerator(self._width, RESULT_HDR_LEN + self._chunk)
+        q, r = divmod(RESULT_HDR_LEN, nb)
+        n_beats = q + beats + 1
+        # Masked beats, and a frame's last beat holds byte `end - 1` (r > 0 at every width): the
+        # generator's XOR tree takes a register's output with no compare in front of it.
+        m.submodules.icrc = gen = ICRCGenerator(self._width, RESULT_HDR_LEN + self._chunk, beats=n_beats, masked=True)
 
         def port_of(job, w):
             return self.ports.word_select(job * workers + w, self._port_bits)
@@ -188,8 +196,6 @@ class ResultEmitter(wiring.Component):
         rd_entry = Signal(range(_ENTRIES))
         rem = Signal(workers)
         w = Signal(range(workers))
-        q, r = divmod(RESULT_HDR_LEN, nb)
-        n_beats = q + beats + 1
         i = Signal(range(n_beats + 1))
         entry = self.worker.entry
         m.d.comb += self.worker.index.eq(head.desc.job * workers + w)
@@ -203,8 +209,7 @@ class ResultEmitter(wiring.Component):
 
         # The payload is read one beat ahead into the read port's register (address `i + 1`
         # while the frame advances to beat `i + 1`), and the beat before the current one is the
-        # last beat read, kept in `prv_data`: one read port, and no combinational read of the
-        # wide buffer between the beat counter and the generator.
+        # last beat read, kept in `prv_data`: one read port, whose register is the block RAM's.
         cur = buf.read_port(transparent_for=())
         m.d.comb += cur.addr.eq(Cat((i + 1 - q)[:len(wj)], rd_entry))
         cur_data = Mux(head.fp32, cur.data.fp, cur.data.data)
@@ -225,18 +230,34 @@ class ResultEmitter(wiring.Component):
             m.d.comb += g_data.eq(Cat(prv_data[split:], cur_data[:split]))
         m.d.comb += g_keep.eq(Mux(g_last, (1 << (r + ICRC_LEN)) - 1, (1 << nb) - 1))
 
+        # Two registers: `b` takes the beat from the read port and the multiplexer, the generator
+        # takes it from `b` (so the buffer read and the generator's XOR tree of W + 32 inputs,
+        # the W = 512 switch's worst path, are a cycle each), and `o` holds the beat before the
+        # port while the generator steps, so that the ICRC is ready when the last beat leaves.
+        # The generator's copy of `b`, `b_icrc`, is masked before the register, so that the XOR
+        # tree starts at flip-flops; the bytes after the ICRC's offset are zero in `g_data`
+        # already, and the bytes the masks leave alone are `b_data`'s (Yosys merges those).
+        b_valid, b_last = Signal(), Signal()
+        b_data = Signal(self._width, reset_less=True)
+        b_icrc = Signal(self._width, reset_less=True)
+        b_keep = Signal(nb, reset_less=True)
+        b_beat = Signal(range(n_beats), reset_less=True)
         o_valid, o_last = Signal(), Signal()
-        o_data = Signal(self._width)
-        o_keep = Signal(nb)
+        o_data = Signal(self._width, reset_less=True)
+        o_keep = Signal(nb, reset_less=True)
         g_valid = Signal()
-        adv = g_valid & (~o_valid | self.o.ready)
-        m.d.comb += [gen.valid.eq(adv), gen.beat.eq(i), gen.data.eq(g_data), cur.en.eq(adv)]
+        move = b_valid & (~o_valid | self.o.ready)
+        adv = g_valid & (~b_valid | move)
+        m.d.comb += [gen.valid.eq(move), gen.beat.eq(b_beat), gen.data.eq(b_icrc), cur.en.eq(adv)]
         with m.If(adv):
             m.d.sync += prv_data.eq(cur_data)
-        with m.If(self.o.ready):
+        with m.If(move):
+            m.d.sync += [b_valid.eq(0), o_valid.eq(1), o_data.eq(b_data), o_keep.eq(b_keep), o_last.eq(b_last)]
+        with m.Elif(self.o.ready):
             m.d.sync += o_valid.eq(0)
         with m.If(adv):
-            m.d.sync += [o_valid.eq(1), o_data.eq(g_data), o_keep.eq(g_keep), o_last.eq(g_last)]
+            m.d.sync += [b_valid.eq(1), b_data.eq(g_data), b_icrc.eq(icrc_mask(g_data, i, self._width)),
+                         b_keep.eq(g_keep), b_last.eq(g_last), b_beat.eq(i)]
         m.d.comb += [
             self.o.valid.eq(o_valid), self.o.p.keep.eq(o_keep), self.o.p.last.eq(o_last),
             self.o.p.data.eq(Mux(o_last, o_data | (gen.value << (8 * r)), o_data)),
@@ -244,20 +265,24 @@ class ResultEmitter(wiring.Component):
 
         sent = Signal()
         m.d.comb += self.events.eq(event_vector({Counter.TX_RESULTS: sent}))
+        # The workers still to send the head result to, as this cycle leaves them: the head's
+        # mask when it reaches the queue's head, the rest when a frame ends. The next worker is
+        # picked in that same cycle, so a frame's LOAD follows at once.
+        todo = Signal(workers)
+        pick = Signal()
+        with m.If(pick):
+            m.d.sync += rem.eq(todo)
+            with m.If(todo == 0):
+                m.d.comb += [queue.r_en.eq(1), done_entry.eq(1)]
+                m.d.sync += rd_entry.eq(rd_entry + 1)
+            with m.Else():
+                for k in reversed(range(workers)):
+                    with m.If(todo[k]):
+                        m.d.sync += w.eq(k)
         with m.FSM():
             with m.State(_State.IDLE):
-                with m.If(queue.r_rdy):
-                    m.d.sync += rem.eq(head.mask)
-                    m.next = _State.PICK
-            with m.State(_State.PICK):
-                with m.If(rem == 0):
-                    m.d.comb += [queue.r_en.eq(1), done_entry.eq(1)]
-                    m.d.sync += rd_entry.eq(rd_entry + 1)
-                    m.next = _State.IDLE
-                with m.Else():
-                    for k in reversed(range(workers)):
-                        with m.If(rem[k]):
-                            m.d.sync += w.eq(k)
+                m.d.comb += [todo.eq(head.mask), pick.eq(queue.r_rdy)]
+                with m.If(queue.r_rdy & (head.mask != 0)):
                     m.next = _State.LOAD
             with m.State(_State.LOAD):
                 # A Mode II result has its contributions' PSN; a UC one the worker's next result PSN.
@@ -268,10 +293,13 @@ class ResultEmitter(wiring.Component):
                 m.d.comb += [self.worker.psn_inc.eq(~rc), sent.eq(1)]
                 m.next = _State.FRAME
             with m.State(_State.FRAME):
-                m.d.comb += g_valid.eq(1)
+                m.d.comb += [g_valid.eq(1), todo.eq(rem & ~(Const(1, workers) << w)[:workers])]
                 with m.If(adv):
                     m.d.sync += i.eq(i + 1)
                     with m.If(g_last):
-                        m.d.sync += rem.eq(rem & ~(Const(1, workers) << w)[:workers])
-                        m.next = _State.PICK
+                        m.d.comb += pick.eq(1)
+                        with m.If(todo == 0):
+                            m.next = _State.IDLE
+                        with m.Else():
+                            m.next = _State.LOAD
         return m

@@ -250,21 +250,25 @@ class ICRCGenerator(wiring.Component):
     beats:
         Most beats a frame has, when the caller's frames end in the beat of byte ``end - 1`` (then no later
         beat needs to be told apart); None: any.
+    masked:
+        ``data`` comes as the ICRC sees it (:func:`icrc_mask` applied, bytes at and after ``end``
+        zero), so nothing but the CRC step's XOR tree sits between ``data`` and the register: a
+        caller that masks a beat before its own register gives the step a cycle of its own.
 
     Members
     -------
     valid, beat, data : In
-        As for :class:`ICRCChecker`; bytes at and after ``end`` are ignored.
+        As for :class:`ICRCChecker`; bytes at and after ``end`` are ignored (zero if ``masked``).
     value : Out(32)
         After the beat holding byte ``end - 1`` was accepted: the ICRC as a
         32-bit integer (sent least significant byte first).
     """
 
-    def __init__(self, width: int, end: int, beats: int | None = None):
+    def __init__(self, width: int, end: int, beats: int | None = None, masked: bool = False):
         self._width = check_width(width)
         if not isinstance(end, int) or end <= ETH_LEN + IPV4_LEN + UDP_LEN:
             raise ValueError(f"ICRC offset must be an integer above {ETH_LEN + IPV4_LEN + UDP_LEN}, not {end!r}")
-        self._end, self._beats = end, beats
+        self._end, self._beats, self._masked = end, beats, masked
         super().__init__({"valid": In(1), "beat": In(16), "data": In(width), "value": Out(32)})
 
     def elaborate(self, platform):
@@ -274,15 +278,15 @@ class ICRCGenerator(wiring.Component):
         last_beat, tail = divmod(self._end - 1, nbytes)
         zeros = nbytes - 1 - tail
         data = Signal(self._width)
-        m.d.comb += data.eq(icrc_mask(self.data, self.beat, self._width))
+        if self._masked:
+            m.d.comb += data.eq(self.data)
+        else:
+            m.d.comb += data.eq(icrc_mask(self.data, self.beat, self._width))
+            data = Mux(self.beat == last_beat, _tail_zero(data, nbytes, tail + 1), data)
         # Without a beat after the end, the check would compare a counter with a bound it cannot pass.
         covered = self.valid if self._beats is not None and self._beats <= last_beat + 1 else \
             self.valid & (self.beat <= last_beat)
-        m.d.comb += [
-            proc.start.eq(self.valid & (self.beat == 0)),
-            proc.valid.eq(covered),
-            proc.data.eq(Mux(self.beat == last_beat, _tail_zero(data, nbytes, tail + 1), data)),
-        ]
+        m.d.comb += [proc.start.eq(self.valid & (self.beat == 0)), proc.valid.eq(covered), proc.data.eq(data)]
         raw = proc.crc ^ _ONES
         rows = unzero_matrix(zeros)
         m.d.comb += self.value.eq(Cat(*[(raw & row).xor() for row in rows]) ^ _ONES)
