@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from inagg.models.mgmt import parse_key
+
 __all__ = ["register"]
 
 
@@ -29,9 +31,9 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
 
 def _key(text: str) -> bytes:
     try:
-        return bytes.fromhex(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a management key is 32 hex digits, not {text!r}") from None
+        return parse_key(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def register(subparsers) -> None:

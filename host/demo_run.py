@@ -544,14 +544,12 @@ _NETNS_HOP_TIMEOUT = 0.25
 
 def _run_netns(backend: Backend, cfg, p, data, progress):
     import multiprocessing as mp
-    import time
 
     from inagg.host import netns
 
     netns.require_root()
     # fork: the children inherit the tensors instead of receiving them pickled.
     ctx = mp.get_context("fork")
-    timing = _NETNS_TIMING
     with netns.Topology(p) as topo, _children() as procs:
         stop = ctx.Event()
         completed = ctx.Value("q", 0, lock=False)  # chunks the switch completed, for the progress bar
@@ -562,30 +560,11 @@ def _run_netns(backend: Backend, cfg, p, data, progress):
         procs[0].start()
         if sw_conn.recv() != "ready":
             raise RuntimeError("the switch process did not start")
-        conns = {}
-        go = ctx.Event()  # released when every worker has its socket: no start-up skew hits the timers
-        for job in p.jobs:
-            for r, w in enumerate(job.workers):
-                parent, child = ctx.Pipe()
-                conns[w.port] = parent
-                procs.append(ctx.Process(target=_worker_proc, name=f"inagg-worker{w.port}",
-                                         args=(topo.worker_ns(w.port), partial(netns.PacketPort, topo.worker_if),
-                                               p.switch, job, r,
-                                               data[job.job][r], timing, go, child)))
-                procs[-1].start()
-        for conn in conns.values():
-            _reply(conn)  # ready
-        start = time.perf_counter()
-        go.set()
-        outcomes = {}
-        lanes = p.switch.lanes
-        total = len(p.jobs) * cfg.chunks(lanes)
-        with _progress_bar(progress, total) as bar:
-            for port, conn in conns.items():
-                while bar is not None and not conn.poll(0.1):
-                    bar(completed.value)
-                outcomes[port] = _reply(conn)
-        wall = time.perf_counter() - start
+        workers = {w.port: (topo.worker_ns(w.port), partial(netns.PacketPort, topo.worker_if), p.switch, job, r,
+                            data[job.job][r], _NETNS_TIMING)
+                   for job in p.jobs for r, w in enumerate(job.workers)}
+        outcomes, wall = _run_workers(ctx, procs, workers, progress, len(p.jobs) * cfg.chunks(p.switch.lanes),
+                                      lambda _: completed.value)
         stop.set()
         counters, link = sw_conn.recv()
     moved = _Moved(counters[Counter.RX_FRAMES], counters[Counter.TX_RESULTS], wall, link)
@@ -615,7 +594,6 @@ def _run_iface(cfg, p, data, progress):
     after), else assumed to hold the plan's jobs already. Returns what :func:`_run_netns` does and the
     ``board`` part of the summary."""
     import multiprocessing as mp
-    import time
 
     from inagg.host.iface import Interface
 
@@ -624,26 +602,13 @@ def _run_iface(cfg, p, data, progress):
     ctx = mp.get_context("fork")  # the children inherit the tensors and the interface
     with _remote_board(cfg, nic, bound) as counters, _children() as procs:
         before = counters()
-        conns, go = {}, ctx.Event()  # keyed by the worker's port in p, which tells the ranks apart (_groups)
-        for job, on_nic in zip(p.jobs, bound.jobs):
-            for r, (w, there) in enumerate(zip(job.workers, on_nic.workers)):
-                parent, child = ctx.Pipe()
-                conns[w.port] = parent
-                procs.append(ctx.Process(target=_worker_proc, name=f"inagg-worker{w.port}",
-                                         args=(None, partial(nic.port, there.qpn), bound.switch, on_nic, r,
-                                               data[job.job][r], _NETNS_TIMING, go, child)))
-                procs[-1].start()
-        for conn in conns.values():
-            _reply(conn)  # ready
-        start = time.perf_counter()
-        go.set()
-        outcomes = {}
-        with _progress_bar(progress, len(conns) * cfg.chunks(p.switch.lanes)) as bar:
-            for key, conn in conns.items():
-                outcomes[key] = _reply(conn)
-                if bar is not None:
-                    bar(sum(o.stats["results"] for o in outcomes.values()))
-        wall = time.perf_counter() - start
+        # Keyed by the worker's port in p, which tells the ranks apart (_groups).
+        workers = {w.port: (None, partial(nic.port, there.qpn), bound.switch, on_nic, r, data[job.job][r],
+                            _NETNS_TIMING)
+                   for job, on_nic in zip(p.jobs, bound.jobs)
+                   for r, (w, there) in enumerate(zip(job.workers, on_nic.workers))}
+        outcomes, wall = _run_workers(ctx, procs, workers, progress, len(workers) * cfg.chunks(p.switch.lanes),
+                                      lambda done: sum(o.stats["results"] for o in done.values()))
         after = counters()
     board = {"interface": nic.name, "mac": nic.mac, "port": cfg.board_port, "switch_mac": bound.switch.mac,
              "switch_ip": bound.switch.ip, "configured": "by management frames" if cfg.mgmt_key else "assumed"}
@@ -693,6 +658,33 @@ def _remote_board(cfg, nic, p):
 # A management round trip crosses the cable and the bridge in microseconds; a software board takes longer.
 _MGMT_TIMEOUT = 0.2
 _MGMT_TRIES = 5
+
+
+def _run_workers(ctx, procs, workers, progress, total, done):
+    """Start a :func:`_worker_proc` for each entry of ``workers`` (its arguments up to ``go``, keyed by the
+    worker's port) among ``procs``, release them together once every one is ready, and return their outcomes
+    by key and the seconds from that release to the last outcome. The progress bar shows ``done(outcomes so
+    far)`` of ``total`` chunks."""
+    import time
+
+    conns = {}
+    go = ctx.Event()  # released when every worker has its socket: no start-up skew hits the timers
+    for port, args in workers.items():
+        parent, child = ctx.Pipe()
+        conns[port] = parent
+        procs.append(ctx.Process(target=_worker_proc, name=f"inagg-worker{port}", args=(*args, go, child)))
+        procs[-1].start()
+    for conn in conns.values():
+        _reply(conn)  # ready
+    start = time.perf_counter()
+    go.set()
+    outcomes = {}
+    with _progress_bar(progress, total) as bar:
+        for port, conn in conns.items():
+            while bar is not None and not conn.poll(0.1):
+                bar(done(outcomes))
+            outcomes[port] = _reply(conn)
+    return outcomes, time.perf_counter() - start
 
 
 def _worker_proc(ns, open_port, switch_spec, job, rank, data, timing, go, conn):

@@ -24,7 +24,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from inagg.models.mgmt import KEY_BYTES, Op, Response, Status, parse_response, request_frame
+from inagg.models.mgmt import KEY_BYTES, Op, Response, Status, parse_key, parse_response, request_frame
 
 __all__ = ["MgmtError", "MgmtTimeout", "MgmtSession", "MgmtBus", "read_key_file"]
 
@@ -33,16 +33,14 @@ def read_key_file(path: str) -> bytes:
     """The board's 16-byte key from the file ``path``: 32 hex digits, as ``inagg verilog --mgmt-key`` takes it
     (white space around them is ignored); ``ValueError`` naming the file otherwise."""
     try:
-        text = open(path).read().strip()
+        text = open(path).read()
     except OSError as e:
         raise ValueError(f"cannot read the management key file {path}: {e.strerror}") from None
     try:
-        key = bytes.fromhex(text)
+        return parse_key(text)
     except ValueError:
-        key = b""
-    if len(key) != KEY_BYTES or len(text) != 2 * KEY_BYTES:
-        raise ValueError(f"the management key file {path} must hold the board's key as {2 * KEY_BYTES} hex digits")
-    return key
+        raise ValueError(f"the management key file {path} must hold the board's key as {2 * KEY_BYTES} hex "
+                         "digits") from None
 
 
 class MgmtError(RuntimeError):

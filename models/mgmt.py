@@ -30,7 +30,7 @@ from inagg.models.frame import ETHERNET, MGMT, MGMT_ETHER_TYPE, MGMT_FRAME, MGMT
 from inagg.models.regmap import MGMT_BASE, MGMT_STATS, RegMap
 from inagg.models.wire import mac_bytes
 
-__all__ = ["KEY_BYTES", "RESPONSE", "Op", "Status", "initial_state", "siphash24", "tag", "request_frame", "Response",
+__all__ = ["KEY_BYTES", "RESPONSE", "parse_key", "Op", "Status", "initial_state", "siphash24", "tag", "request_frame", "Response",
            "parse_response", "RegOp", "MgmtBridge"]
 
 KEY_BYTES = 16
@@ -72,6 +72,20 @@ def _sipround(v0: int, v1: int, v2: int, v3: int) -> tuple[int, int, int, int]:
     v1 = _rotl(v1, 17) ^ v2
     v2 = _rotl(v2, 32)
     return v0, v1, v2, v3
+
+
+def parse_key(text: str) -> bytes:
+    """The 16-byte key written as 32 hex digits (white space around them ignored), the one form the command
+    line and key files take; ``ValueError`` otherwise."""
+    digits = text.strip()
+    try:
+        key = bytes.fromhex(digits)
+    except ValueError:
+        key = b""
+    # fromhex also skips white space between digits: a key is one word, checked by its digit count.
+    if len(key) != KEY_BYTES or len(digits) != 2 * KEY_BYTES:
+        raise ValueError(f"a management key is {2 * KEY_BYTES} hex digits, not {digits!r}")
+    return key
 
 
 def _check_key(key: bytes) -> bytes:

@@ -292,8 +292,9 @@ _ENGINE = ("core.divert.engine", "core.divert.engine.core")
 
 def _switch_verilog(*, mgmt_key: str | None = None, **params) -> str:
     from inagg.hdl.switch import generate_verilog
+    from inagg.models.mgmt import parse_key
 
-    return generate_verilog(SWITCH_TOPLEVEL, mgmt_key=None if mgmt_key is None else bytes.fromhex(mgmt_key), **params)
+    return generate_verilog(SWITCH_TOPLEVEL, mgmt_key=None if mgmt_key is None else parse_key(mgmt_key), **params)
 
 
 def build_switch(**params) -> Build:

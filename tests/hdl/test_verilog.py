@@ -54,6 +54,14 @@ def test_writes_the_top_with_a_management_bridge(tmp_path, plain_top):
     assert "mgmt.hash" in out.read_text() and "mgmt.hash" not in plain_top.read_text()
 
 
+def test_refuses_a_key_that_is_not_32_hex_digits(capsys):
+    with pytest.raises(SystemExit) as e:  # argparse's exit
+        main(["verilog", *PLAIN, "--mgmt-port", "1", "--mgmt-key", "00" * 15, "-o", "-"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.endswith("inagg verilog: error: argument --mgmt-key: a management key is 32 hex "
+                                            f"digits, not '{'00' * 15}'\n")
+
+
 def test_refuses_a_management_port_without_a_key(capsys):
     assert main(["verilog", *PLAIN, "--mgmt-port", "1", "-o", "-"]) == 2
     assert capsys.readouterr().err == "inagg verilog: error: Management key must be 16 bytes, not None\n"

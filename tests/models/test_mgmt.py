@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from inagg.models.frame import ETHERNET, MGMT, MGMT_ETHER_TYPE, MGMT_FRAME
-from inagg.models.mgmt import RESPONSE, MgmtBridge, Op, RegOp, Status, parse_response, request_frame, siphash24
+from inagg.models.mgmt import (RESPONSE, MgmtBridge, Op, RegOp, Status, parse_key, parse_response, request_frame,
+                               siphash24)
 from inagg.models.regmap import MGMT_STATS, RegMap
 
 KEY = bytes(range(16))
@@ -25,6 +26,13 @@ def test_siphash_reference_vectors(length):
 def test_siphash_key_length():
     with pytest.raises(ValueError, match="management key must be 16 bytes"):
         siphash24(bytes(15), b"")
+
+
+def test_key_text():
+    assert parse_key(f"  {KEY.hex().upper()}\n") == KEY
+    for bad in (KEY.hex()[:-2], KEY.hex() + "00", KEY.hex()[:-1] + "g", KEY.hex()[:16] + " " + KEY.hex()[16:], ""):
+        with pytest.raises(ValueError, match=f"^a management key is 32 hex digits, not {re.escape(repr(bad))}$"):
+            parse_key(bad)
 
 
 class Registers:
