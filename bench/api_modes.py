@@ -51,6 +51,8 @@ def call_all(mode: Mode, ranks: list[int], timing: host.Timing, faults: Faults |
         groups = [host.Group(p.switch, p.jobs[0], r, fabric.port(p.jobs[0].workers[r].port), timing=timing)
                   for r in ranks]
         out = list(pool.map(rank, groups, [data[r] for r in ranks]))
+        for g in groups:
+            g.close()
     return out, sw.counters
 
 

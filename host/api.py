@@ -7,7 +7,9 @@ job's chunk sequence from call to call, as the protocol requires. Each call
 drives the sans-IO :class:`~inagg.host.worker.AllReduce` (or the collective's
 operation) with a real clock, over the worker the job's mode calls for: a UC
 :class:`~inagg.host.worker.Worker`, or for EPIC's Modes I, II and III an RC
-queue pair (:class:`~inagg.host.rc_worker.RcWorker`).
+queue pair (:class:`~inagg.host.rc_worker.RcWorker`), which keeps
+answering between calls on a thread of its own, as a NIC's responder does
+(:func:`run`).
 """
 
 from __future__ import annotations
@@ -71,6 +73,15 @@ class Group:
     when its QP runs out of retries. Every mode runs every collective. An RC
     queue pair starts its PSNs and chunks at 0, so ``first_chunk`` must be 0
     there, and ``accept_zero_icrc`` (a UC Tofino switch) False.
+
+    After a call, an RC group that others still wait on for ACKs (Modes I
+    and III: every rank that takes results; Mode II: Reduce's root rank and
+    Broadcast's other ranks) keeps answering in the background, as a NIC's
+    responder does, until its next call starts, until :meth:`close`, or
+    until ``timing.timeout * timing.tries`` seconds pass without a frame
+    (:func:`run` says how that must relate to the switch's ``hop_timeout``).
+    Close a group (or use it as a context manager) before its port; one
+    thread at a time calls it.
     """
 
     def __init__(self, switch: SwitchSpec, job: JobSpec, rank: int, port: Port, *, timing: Timing | None = None,
@@ -90,6 +101,62 @@ class Group:
         self.last_exponent: int | None = None
         # Frames of the next call that came while the last one was still answering (run() takes them first).
         self.early: list[bytes] = []
+        # The between-calls responder while it runs (its thread and the event that stops it), and the error
+        # that ended it, which the next call raises.
+        self._responder: tuple[threading.Thread, threading.Event] | None = None
+        self._responder_error: Exception | None = None
+
+    @property
+    def answering(self) -> bool:
+        """True while the group answers between calls (a thread of its own holds the port and the worker)."""
+        return self._responder is not None and self._responder[0].is_alive()
+
+    def close(self) -> None:
+        """Stop answering between calls and wait until the responder has let go of the port and the worker.
+
+        Idempotent; the port stays open (its owner closes it, after this). An error the responder met is
+        dropped with it: the group is done."""
+        self._hand_over()
+        self._responder_error = None
+
+    def __enter__(self) -> "Group":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _hand_over(self) -> None:
+        """Stop the responder and join it: from then on the caller's thread alone touches the worker and port."""
+        if self._responder is not None:
+            thread, stop = self._responder
+            stop.set()
+            thread.join()
+            self._responder = None
+
+    def _answer_between_calls(self, quiet: float, clock: Callable[[], float]) -> None:
+        stop = threading.Event()
+        thread = threading.Thread(target=self._answer_late, args=(stop, quiet, clock), daemon=True,
+                                  name=f"inagg-responder-job{self.job.job}-rank{self.rank}")
+        self._responder = thread, stop
+        thread.start()
+
+    def _answer_late(self, stop: threading.Event, quiet: float, clock: Callable[[], float]) -> None:
+        """The responder's thread: ACK the results the port brings again until ``stop`` is set, ``quiet``
+        seconds pass without a frame, or a frame of the next call comes (kept in :attr:`early`)."""
+        try:
+            heard = clock()
+            while not stop.is_set() and (left := heard + quiet - clock()) > 0:
+                frame = self.port.recv(min(left, RESPONDER_POLL))
+                if frame is None:
+                    continue
+                heard = clock()
+                if (acks := self.worker.answer_late(heard, frame)) is None:
+                    self.early.append(frame)
+                    return
+                for f in acks:
+                    self.port.send(f)
+        except Exception as e:  # a port that failed, or a QP in error: the next call raises it
+            self._responder_error = e
 
     @property
     def size(self) -> int:
@@ -173,6 +240,13 @@ def allgather(array: np.ndarray, group: Group, *, clock: Callable[[], float] = t
 DRAIN = 256
 """Frames :func:`run` hands an operation at most at once: one that arrived and those queued behind it."""
 
+RESPONDER_POLL = 2e-3
+"""Seconds the between-calls responder waits on its port at most before it looks whether the next call wants
+the port: the longest a call waits for the responder to hand over. No :class:`Port` can be woken from
+``recv``, so this trades that wait (1 ms on average: small beside a call's round trips through a Python host)
+against the idle responder's wake-ups: 500 a second, about 50 us of CPU each on a memory fabric's port, 2 %
+of a core per group for the ``timing.timeout * timing.tries`` seconds it may run (1 ms: 3 %, 5 ms: 1 %)."""
+
 
 def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
     """Drive the sans-IO operation ``op`` (``start``, ``receive_batch``, ``on_timer``, ``deadline``, ``done``) to its end.
@@ -188,13 +262,31 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
     seconds without a frame, the time its retries would take, the call
     raises :class:`~inagg.host.rc_worker.RcRetryError` naming the chunk.
 
-    A rank whose ACKs other ranks wait for (``RcWorker.others_wait``: Reduce's
-    root rank, Broadcast's other ranks) keeps answering, as a NIC's responder
-    would, until ``2 * timing.timeout`` seconds pass without a frame: a lost
-    last ACK brings the result again within the others' timeout, and the
-    rank ACKs it once more. That is the price of its call in latency. A
-    frame of the next call ends the wait; that call takes it first.
+    A NIC's responder answers at any time, not only during a call. When
+    someone still waits on this rank's ACKs (``RcWorker.answers_between_calls``:
+    the switch's result requester in Modes I and III, other ranks in Mode
+    II), the call returns at once and leaves a thread answering on
+    ``group.port``: a result that comes again because its ACK was lost is
+    ACKed again. It ends when the group's next call starts (which waits up
+    to :data:`RESPONDER_POLL` for it, then takes first the frame of its own
+    that the responder may have kept in ``group.early``), on
+    :meth:`Group.close`, or after ``timing.timeout * timing.tries`` seconds
+    without a frame. That quiet time must outlast every retransmission of
+    the last result, lost ones included, so keep it at least the retry time
+    of whoever waits: in Mode I ``(RESULT_RETRIES + 1) * hop_timeout`` of the
+    switch (8 hop timeouts; else a responder that heard nothing while
+    resends in a row were lost stops before the switch does, whose result
+    QP then goes to error and fails the job's next call with
+    ``RcRetryError``); in Mode II the waiting ranks' ``timeout * tries``,
+    which holds when every rank has the same ``timing``. Mode III's switch
+    resends without limit, so there a responder that stops early costs
+    resends until the next call, no error. An error the responder met (a
+    port that failed) is raised by the next call.
     """
+    group._hand_over()
+    if (error := group._responder_error) is not None:
+        group._responder_error = None
+        raise error
     worker = group.worker
     quiet = worker.timing.timeout * worker.timing.tries if isinstance(worker, RcWorker) else None
     early, group.early = group.early, []
@@ -208,8 +300,8 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
     # next call's, so it takes its frames one at a time (its receive_batch is one frame after the other anyway).
     drive(op, group.port, clock=clock, diagnose=group.diagnose, early=early, quiet=quiet, silence=silence,
           drain=DRAIN if quiet is None else 1)
-    if quiet is not None and worker.others_wait:
-        _answer_late(group, 2 * worker.timing.timeout, clock)
+    if quiet is not None and worker.answers_between_calls:
+        group._answer_between_calls(quiet, clock)
     return op
 
 
@@ -256,22 +348,6 @@ def drive(op, port: Port, *, clock: Callable[[], float] = time.monotonic,
         for f in out:
             port.send(f)
     return op
-
-
-def _answer_late(group: Group, quiet: float, clock: Callable[[], float]) -> None:
-    """ACK what ``group``'s port brings again until ``quiet`` seconds pass without a frame, or until a frame of
-    the next call comes (kept in ``group.early``)."""
-    heard = clock()
-    while (left := heard + quiet - clock()) > 0:
-        frame = group.port.recv(left)
-        if frame is None:
-            continue
-        heard = clock()
-        if (acks := group.worker.answer_late(heard, frame)) is None:
-            group.early.append(frame)
-            return
-        for f in acks:
-            group.port.send(f)
 
 
 class _QueuePort:

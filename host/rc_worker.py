@@ -77,11 +77,14 @@ class RcWorker:
         # switch has them, which is all a Reduce's other ranks learn (an AllReduce host is done with its results:
         # its ACKs follow from them).
         self._wait_acks = self.sends and senders != receivers
-        # In Modes II and III other ranks' chunks are ACKed only once this rank has ACKed its results (Reduce's
-        # root rank, Broadcast's other ranks): a NIC's responder keeps ACKing after the application is done, and
-        # so must its driver. In Mode I the switch ACKs every chunk itself.
-        self.others_wait = (self.receives and senders != receivers and bool(senders & ~(1 << rank))
-                            and job.mode is not Mode.TERMINATED)
+        # A NIC's responder keeps ACKing after the application is done, and so must its driver wherever someone
+        # still waits on this rank's ACKs of its results: in Modes I and III the switch's result requester (it
+        # sends a result again until this rank ACKs it; Mode I's gives up after RESULT_RETRIES and fails the
+        # job's next call), in Mode II the ranks whose chunks only those ACKs complete (Reduce's root rank,
+        # Broadcast's other ranks). An AllReduce rank of Mode II has nobody waiting: its own chunks are the
+        # ones its ACKs complete, and its next call resends them.
+        self.answers_between_calls = self.receives and (
+            job.mode is not Mode.TRANSLATED or (senders != receivers and bool(senders & ~(1 << rank))))
         self.timing = timing or Timing()
         self.window = job.window
         w = job.workers[rank]
@@ -165,13 +168,16 @@ class RcWorker:
     def receive_batch(self, now: float, frames: Sequence[bytes]) -> list[bytes]:
         """:meth:`receive` on each frame in turn: the QP's requester and responder take packets one at a time."""
         return [out for frame in frames for out in self.receive(now, frame)]
+
     def answer_late(self, now: float, frame: bytes) -> list[bytes] | None:
         """After the batch: the ACK of a result this QP has taken already (its first ACK was lost), nothing
-        for a late ACK of this QP's own chunks, or None for any other frame, which is the next batch's to
-        handle (a Broadcast's next results may come before it)."""
+        for a late ACK of this QP's own chunks or for a frame no QP would take (counted as :meth:`receive`
+        counts it), or None for any other frame, which is the next batch's to handle (a Broadcast's next
+        results may come before it)."""
         r = rc.decode(frame, self.switch.pkey)
         if isinstance(r, Counter) or r[0] != self.qpn:
-            return None
+            # A corrupted or misaddressed frame is nobody's: it must not end the answering.
+            return self.receive(now, frame)
         if isinstance(r[1], rc.Ack):
             # Reduce's root rank sends too, and in Mode II the switch sends its ACK of a result to every
             # sender, itself among them: each ACK of a late result comes back to it. An ACK of a PSN it

@@ -1515,9 +1515,11 @@ def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple
 
     Opens the rank's UDP endpoint and attaches it to the rank's switch
     port; ``timing`` is :data:`SERVICE_TIMING` when None.
-    ``group.port.close()`` releases the socket. With ``watch`` the group's
-    port is a :class:`WatchedPort`: the rank learns at once, as a typed error,
-    when the service stops or another rank of the job goes away.
+    ``group.close()`` stops the group answering between calls (Modes I, II
+    and III), then ``group.port.close()`` releases the socket. With
+    ``watch`` the group's port is a :class:`WatchedPort`: the rank learns at
+    once, as a typed error, when the service stops or another rank of the
+    job goes away.
     """
     if not isinstance(rank, int) or not 0 <= rank < len(ticket.job.workers):
         raise ValueError(f"rank must be an integer in 0..{len(ticket.job.workers) - 1}, not {rank!r}")

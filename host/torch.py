@@ -292,6 +292,7 @@ def leave(store, rank: int, size: int, group: Group, owner: SwitchClient | None,
 
 def _release(group: Group | None, owner: SwitchClient | None, service: SwitchService | None) -> None:
     if group is not None:
+        group.close()
         group.port.close()
     if owner is not None:
         owner.close()

@@ -16,7 +16,8 @@ HANG = 120.0
 def _on_threads(plan, timing, body, *, ranks=None, faults=None, seed=5, switch=None):
     """``body(rank, group)`` for each rank of ``plan``'s first job (or of ``ranks``), each on a thread of its
     own, every group on one :class:`host.MemoryFabric` in front of ``switch`` configured with ``plan`` (by
-    default a :class:`ModelSwitch` whose Mode I and III timers run out after 50 ms of real time).
+    default a :class:`ModelSwitch` whose Mode I and III timers run out after 50 ms of real time); the groups
+    are closed when every body has returned.
     Returns ``(values, errors)``: what each rank's body returned, and what it raised, by rank."""
     sw_spec, job = plan.switch, plan.jobs[0]
     sw = ModelSwitch(sw_spec, hop_timeout=0.05) if switch is None else switch
@@ -39,6 +40,8 @@ def _on_threads(plan, timing, body, *, ranks=None, faults=None, seed=5, switch=N
             t.join(HANG)
             if t.is_alive():
                 pytest.fail(f"a rank is still running after {HANG} s: the API hangs")
+        for g in groups:
+            g.close()  # the ranks' responders end with the test, not a retry time after it
     return values, errors
 
 

@@ -15,6 +15,7 @@ from inagg.models import quant, rc
 from inagg.models.job import Collective, Mode
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
+from inagg.models.terminated import RESULT_RETRIES
 
 RANKS, ROOT, AMAX = 4, 1, 4.0
 # An RC queue pair has no backoff: timeout * tries (1 s) bounds a call that gets no answer.
@@ -110,6 +111,131 @@ class _AcksLostTo(ModelSwitch):
                     continue
             out.append((p, f))
         return out
+
+
+class _AcksLostFrom(ModelSwitch):
+    """A model switch that never gets the first ACK ``port`` sends of each PSN (``lost`` holds those PSNs)."""
+
+    def __init__(self, spec, port: int, hop_timeout: float = 0.05):
+        super().__init__(spec, hop_timeout=hop_timeout)
+        self.port, self.lost = port, set()
+
+    def receive(self, port, frame):
+        r = rc.decode(frame, self.spec.pkey)
+        if port == self.port and not isinstance(r, Counter) and isinstance(r[1], rc.Ack) and r[1].psn not in self.lost:
+            self.lost.add(r[1].psn)
+            return []
+        return super().receive(port, frame)
+
+
+def test_mode_i_rank_answers_between_calls_when_its_last_ack_is_lost(on_threads):
+    """Rank 0's ACK of its last result is lost: the switch's result requester sends that result again after
+    the call, and the rank must ACK it then, or after RESULT_RETRIES hop timeouts the requester's QP goes to
+    error and the next call fails (RcRetryError on rank 0, RNR NAKs without end on the others)."""
+    p = _plan(Collective.ALLREDUCE, Mode.TERMINATED, ranks=3)
+    sw = _AcksLostFrom(p.switch, port=p.jobs[0].workers[0].port)
+    data = [[np.full(100, r + c, np.float32) for c in range(2)] for r in range(3)]
+    pause = (RESULT_RETRIES + 2) * sw.hop_timeout  # past the switch's last resend
+    assert RC.timeout * RC.tries >= (RESULT_RETRIES + 1) * sw.hop_timeout  # the rule run() asks of a user
+
+    def calls(r, g):
+        first = _call(Collective.ALLREDUCE, data[r][0], g)
+        time.sleep(pause)
+        return [first, _call(Collective.ALLREDUCE, data[r][1], g)]
+
+    values, errors = on_threads(p, RC, calls, switch=sw)
+    assert not errors
+    for call in range(2):
+        _check_exact(Collective.ALLREDUCE, [d[call] for d in data], {r: values[r][call] for r in range(3)})
+    assert sw.counters[Counter.QP_ERRORS] == 0 and sw.counters[Counter.HOP_RESENDS] > 0 and sw.lost
+
+
+def test_the_between_calls_responder_ends_by_itself_and_on_close(on_threads):
+    """A Mode I rank answers after its call until ``timeout * tries`` passes without a frame, or until close()
+    (idempotent: the harness closes the groups again, and a context manager's exit is one)."""
+    short = host.Timing(timeout=0.02, max_timeout=0.02, tries=5)
+    x = np.ones(10, np.float32)
+
+    def body(r, g):
+        host.allreduce(x, g)
+        after = g.answering
+        t0 = time.monotonic()
+        while g.answering and time.monotonic() - t0 < 5.0:
+            time.sleep(0.005)
+        ended = time.monotonic() - t0
+        with g:
+            host.allreduce(x, g)
+            again = g.answering
+        return after, ended, again, g.answering
+
+    values, errors = on_threads(_plan(Collective.ALLREDUCE, Mode.TERMINATED, ranks=2), short, body)
+    assert not errors
+    for after, ended, again, closed in values.values():
+        assert after and again and not closed
+        assert 0.5 * short.timeout * short.tries < ended < 2.0
+
+
+def test_the_next_call_takes_the_frames_its_responder_saw_first(on_threads):
+    """A Mode I Broadcast's root starts its next call while the other ranks still answer for the last one: the
+    first result of it that reaches such a rank ends that rank's responder and waits in ``group.early``; the
+    rank's next call takes it before the results queued behind it (none comes out of order)."""
+    p = _plan(Collective.BROADCAST, Mode.TERMINATED, ranks=3)
+    sw = ModelSwitch(p.switch, hop_timeout=0.5)  # no result is sent again while a rank has yet to call
+    x = np.arange(100, dtype=np.float32)
+
+    def body(r, g):
+        out = [host.broadcast(x, g)]
+        if r != ROOT:
+            t0 = time.monotonic()
+            while g.answering and time.monotonic() - t0 < 5.0:
+                time.sleep(0.005)
+        kept = len(g.early)
+        out.append(host.broadcast(x + 1, g))
+        return out, kept, g.worker.stats["out_of_order"], len(g.early)
+
+    values, errors = on_threads(p, RC, body, switch=sw)
+    assert not errors
+    for r, (out, kept, out_of_order, left) in values.items():
+        assert np.array_equal(out[0], x) and np.array_equal(out[1], x + 1)
+        assert (kept, out_of_order, left) == (0 if r == ROOT else 1, 0, 0)
+
+
+class _BreakingPort:
+    """A port that fails once ``broken`` is set, as a closed socket does."""
+
+    def __init__(self, port):
+        self.port, self.broken = port, False
+
+    def send(self, frame):
+        self.port.send(frame)
+
+    def recv(self, timeout):
+        if self.broken:
+            raise OSError("port closed")
+        return self.port.recv(timeout)
+
+
+def test_an_error_the_responder_meets_is_raised_by_the_next_call(on_threads):
+    """The port fails while only the responder uses it: the next call raises that error before it sends
+    anything (the port works again by then), and the call after it runs."""
+    x = np.ones(10, np.float32)
+
+    def body(r, g):
+        port = _BreakingPort(g.port)
+        with host.Group(g.switch, g.job, r, port, timing=RC) as mine:
+            host.allreduce(x, mine)
+            port.broken = True
+            t0 = time.monotonic()
+            while mine.answering and time.monotonic() - t0 < 5.0:
+                time.sleep(0.005)
+            port.broken = False
+            with pytest.raises(OSError, match="port closed"):
+                host.allreduce(x, mine)
+            return host.allreduce(x, mine)
+
+    values, errors = on_threads(_plan(Collective.ALLREDUCE, Mode.TERMINATED, ranks=2), RC, body)
+    assert not errors
+    assert all(np.array_equal(v, 2 * x) for v in values.values())
 
 
 def test_a_reduce_root_answers_late_results_after_acks_of_its_own_chunks(on_threads):

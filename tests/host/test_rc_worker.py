@@ -110,6 +110,28 @@ def test_a_missing_worker_exhausts_the_retries_with_a_typed_error():
         MemoryNetwork(sw).run({p.jobs[0].workers[0].port: ep})
 
 
+def test_answer_late_drops_a_frame_no_qp_takes_and_counts_it():
+    """Between calls only a frame of this QP's next batch ends the answering (None); a misaddressed or
+    corrupted one is dropped and counted, as during a call."""
+    p, _ = setup(Mode.TERMINATED)
+    w = RcWorker(p.switch, p.jobs[0], 0, timing=TIMING)
+    chunk = w.submit(0.0, np.ones((1, p.switch.lanes), np.int32))[0]  # addressed to the switch's QP
+    corrupted = chunk[:-1] + bytes([chunk[-1] ^ 1])
+    assert w.answer_late(0.0, chunk) == [] and w.answer_late(0.0, corrupted) == []
+    assert w.stats[Counter.DROP_UNKNOWN_QPN] == 1 and w.stats[Counter.DROP_BAD_ICRC] == 1
+
+
+@pytest.mark.parametrize("mode, collective, ranks", [
+    (Mode.TERMINATED, "allreduce", [0, 1, 2]), (Mode.AUGMENTED, "allreduce", [0, 1, 2]),
+    (Mode.TRANSLATED, "allreduce", []), (Mode.TERMINATED, "reduce", [1]), (Mode.TRANSLATED, "reduce", [1]),
+    (Mode.TERMINATED, "broadcast", [0, 1, 2]), (Mode.TRANSLATED, "broadcast", [0, 2])])
+def test_ranks_that_answer_between_calls(mode, collective, ranks):
+    """Those whose ACKs someone waits on after the call: every receiver where the switch's result requester
+    does (Modes I and III), only those whose ACKs complete other ranks' chunks in Mode II."""
+    p = plan([3], window=4, chunk_bytes=256, collective=collective, root=1, mode=mode)
+    assert [r for r in range(3) if RcWorker(p.switch, p.jobs[0], r).answers_between_calls] == ranks
+
+
 def test_rc_worker_refuses_a_uc_job():
     p, _ = setup(Mode.UC)
     with pytest.raises(ValueError, match="RcWorker runs Modes I, II and III"):

@@ -198,6 +198,7 @@ def test_rc_modes_through_the_service_with_loss(mode):
         for th in threads:
             th.join(120)
         for g in groups:
+            g.close()
             g.port.close()
     assert not errors and len(out) == 3
     want = reference("allreduce", data, exponent=out[0][1])[0]

@@ -233,7 +233,7 @@ def test_exit_process_flushes_destroys_the_groups_and_exits_with_the_code(unused
 def _member(events: list, name: str):
     """A group, control connection and service whose release is appended to ``events``."""
     group = SimpleNamespace(port=SimpleNamespace(close=lambda: events.append(f"{name} socket")),
-                            job=SimpleNamespace(job=7))
+                            close=lambda: events.append(f"{name} responder"), job=SimpleNamespace(job=7))
     return group, SimpleNamespace(close=lambda: events.append(f"{name} job")), \
         SimpleNamespace(stop=lambda: events.append(f"{name} service"))
 
@@ -254,7 +254,8 @@ def test_rank_0_ends_the_job_only_after_every_rank_has_left():
     t.start()
     leave(store, 0, 2, group0, owner, service)
     t.join()
-    assert events == ["rank 0 socket", "rank 1 socket", "rank 0 job", "rank 0 service"]
+    assert events == ["rank 0 responder", "rank 0 socket", "rank 1 responder", "rank 1 socket", "rank 0 job",
+                      "rank 0 service"]
 
 
 def test_rank_0_ends_the_job_after_the_timeout_when_a_rank_never_leaves():
@@ -262,5 +263,5 @@ def test_rank_0_ends_the_job_after_the_timeout_when_a_rank_never_leaves():
     group0, owner, service = _member(events, "rank 0")
     with pytest.warns(RuntimeWarning, match=r"^inagg: ranks \[1, 2\] did not leave job 7 within 0.2 s; ending it"):
         leave(store, 0, 3, group0, owner, service, timeout=0.2)
-    assert events == ["rank 0 socket", "rank 0 job", "rank 0 service"]
+    assert events == ["rank 0 responder", "rank 0 socket", "rank 0 job", "rank 0 service"]
 
