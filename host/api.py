@@ -261,6 +261,10 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
     come when another rank is missing: after ``timing.timeout * timing.tries``
     seconds without a frame, the time its retries would take, the call
     raises :class:`~inagg.host.rc_worker.RcRetryError` naming the chunk.
+    RNR NAKs keep a timer armed, so that rule does not see a Mode I switch
+    that keeps refusing a chunk because another rank is missing: the
+    worker itself gives up on it after the same time without progress
+    (:meth:`RcWorker.receive <inagg.host.rc_worker.RcWorker.receive>`).
 
     A NIC's responder answers at any time, not only during a call. When
     someone still waits on this rank's ACKs (``RcWorker.answers_between_calls``:
@@ -288,7 +292,7 @@ def run(op, group: Group, *, clock: Callable[[], float] = time.monotonic):
         group._responder_error = None
         raise error
     worker = group.worker
-    quiet = worker.timing.timeout * worker.timing.tries if isinstance(worker, RcWorker) else None
+    quiet = worker.patience if isinstance(worker, RcWorker) else None
     early, group.early = group.early, []
 
     def silence() -> RcRetryError:

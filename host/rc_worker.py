@@ -51,9 +51,10 @@ _BLOCK = 512
 
 
 class RcRetryError(ProtocolError, TimeoutError):
-    """The QP's requester ran out of retries (:class:`inagg.models.rc.RetryExceededError`), or (raised by
-    :func:`inagg.host.api.run`) every chunk was ACKed but the results stopped coming for as long as the
-    retries would have taken: the collective fails."""
+    """The collective fails: the QP's requester ran out of retries (:class:`inagg.models.rc.RetryExceededError`),
+    the switch refused the same chunk as not ready (RNR NAKs) for :attr:`RcWorker.patience` seconds without
+    progress, or (raised by :func:`inagg.host.api.run`) every chunk was ACKed but the results stopped coming
+    for that long."""
 
 
 class RcWorker:
@@ -61,7 +62,11 @@ class RcWorker:
 
     ``timing.timeout`` is the QP's local ACK timeout and ``timing.tries``
     its retry count plus one (backoff does not exist on an RC QP). The QP's
-    window is the job's (``job.window`` chunks). ``stats`` counts chunks
+    window is the job's (``job.window`` chunks). An RNR NAK spends no retry
+    (the QP retries them without limit, as a NIC with an RNR retry count
+    of 7), so :meth:`receive` raises :class:`RcRetryError` when the switch
+    has refused chunks as not ready for :attr:`patience` seconds with no
+    chunk ACKed and no result placed in between. ``stats`` counts chunks
     sent and resent, results placed, and ignored frames by reason, as
     :class:`~inagg.host.worker.Worker`'s does.
     """
@@ -104,6 +109,10 @@ class RcWorker:
         self._fp32 = np.zeros(0, bool)
         self._saturated = np.zeros(0, bool)
         self._posted_base = 0   # requester.completed when the batch started
+        # When the switch first refused a chunk (RNR NAK) since the last progress; None while it takes them.
+        # A time of the first refusal, not of the last progress, so that it stays None (out of the model
+        # checker's key) wherever no RNR NAK comes.
+        self._refused_since: float | None = None
 
     base = Worker.base
     results = Worker.results
@@ -130,6 +139,13 @@ class RcWorker:
         """The QP's ACK timer."""
         return self.requester.deadline
 
+    @property
+    def patience(self) -> float:
+        """Seconds without progress after which the QP gives up on a switch that only refuses its chunks
+        (:meth:`receive`), and :func:`~inagg.host.api.run` on results that do not come: ``timing.timeout *
+        timing.tries``, as long as its retries take."""
+        return self.timing.timeout * self.timing.tries
+
     def submit(self, now: float, lanes: "np.ndarray | QuantizedChunks") -> list[bytes]:
         """Start a batch of chunks (int32, shape (k, lanes)); returns the first frames."""
         lanes = chunk_rows(self, lanes)
@@ -139,11 +155,16 @@ class RcWorker:
         self._fp32 = np.zeros(k, bool)
         self._saturated = np.zeros(k, bool)
         self._posted_base = self.requester.completed
+        self._refused_since = None
         self.next_chunk = (self.next_chunk + k) % CHUNK_MOD
         return self._post(now)
 
     def receive(self, now: float, frame: bytes) -> list[bytes]:
-        """Handle one frame from the switch: an ACK/NAK of a chunk, or a result."""
+        """Handle one frame from the switch: an ACK/NAK of a chunk, or a result.
+
+        Raises :class:`RcRetryError` when the QP's requester fails, and when
+        the frame is an RNR NAK and the switch has refused chunks as not
+        ready for :attr:`patience` seconds with no progress in between."""
         r = rc.decode(frame, self.switch.pkey)
         if isinstance(r, Counter):
             self.stats[r] += 1
@@ -153,7 +174,13 @@ class RcWorker:
             self.stats[Counter.DROP_UNKNOWN_QPN] += 1
             return []
         if isinstance(item, rc.Ack):
-            return self._guard(lambda: self.requester.receive(now, item)) + self._post(now)
+            una = self.requester.una
+            out = self._guard(lambda: self.requester.receive(now, item))
+            if self.requester.una != una:
+                self._refused_since = None
+            if rc.Syndrome.is_rnr(item.syndrome) and item.psn == self.requester.una != self.requester.next_psn:
+                self._refused(now)
+            return out + self._post(now)
         if item.opcode != Opcode.RC_RDMA_WRITE_ONLY_IMM or len(item.payload) != self.switch.chunk_bytes:
             self.stats[Counter.DROP_BAD_OPCODE if item.opcode != Opcode.RC_RDMA_WRITE_ONLY_IMM
                        else Counter.DROP_BAD_LENGTH] += 1
@@ -195,6 +222,20 @@ class RcWorker:
         self.stats["resent"] += len(out)
         return out
 
+    def _refused(self, now: float) -> None:
+        """An RNR NAK of the oldest unACKed chunk: the switch's slot for it still holds another chunk. A Mode I
+        switch frees the slot once every rank has its result; a rank that is missing or failed never lets
+        that happen, and the QP, which spends no retry on RNR NAKs, would wait without end. So the wait ends
+        after the patience of :func:`~inagg.host.api.run`'s silence rule, counted from the first refusal
+        since the last progress: a peer that comes within it lets the job go on."""
+        if self._refused_since is None:
+            self._refused_since = now
+        elif now - self._refused_since >= self.patience:
+            chunk = (self.base + self.requester.completed - self._posted_base) % CHUNK_MOD
+            raise RcRetryError(f"job {self.job.job} worker {self.rank}: no progress: the switch refused chunk "
+                               f"{chunk} as not ready for {now - self._refused_since:.3g} s (another rank of "
+                               "the job is missing or failed)")
+
     def _guard(self, call) -> list[bytes]:
         try:
             return [rc.encode(p, self.to) for p in call()]
@@ -211,6 +252,7 @@ class RcWorker:
         self._words[i] = np.frombuffer(m.payload, ">u4")
         self._fp32[i], self._saturated[i] = fp32, saturated
         self._got += 1
+        self._refused_since = None
         self.stats["results"] += 1
         if fp32:
             self.stats["fp32_results"] += 1
@@ -246,4 +288,5 @@ class RcWorker:
     def fingerprint(self, now: float) -> tuple:
         """A hashable summary of the protocol state, timers relative to ``now``."""
         return (self.next_chunk, self._k, self._posted, self._got, self._words.tobytes(), self._fp32.tobytes(),
-                self.requester.state(now), self.responder.state())
+                self.requester.state(now), self.responder.state(),
+                None if self._refused_since is None else self._refused_since - now)

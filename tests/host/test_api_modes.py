@@ -1,5 +1,6 @@
 """The public API over EPIC's Modes I, II and III: RC queue pairs on threads over the in-process fabric."""
 
+import re
 import time
 
 import numpy as np
@@ -290,6 +291,58 @@ def test_dead_rank_raises_rc_retry_error_on_the_others(on_threads, mode):
     for r, e in errors.items():
         assert isinstance(e, host.RcRetryError) and isinstance(e, TimeoutError)
         assert str(e).startswith(f"job 1 worker {r}: ")
+
+
+# Patience (timeout * tries) 0.4 s: the switch holds a busy slot for milliseconds at most while every rank is in,
+# and half of it leaves a late rank's thread 0.2 s to be scheduled on a loaded machine.
+_PATIENT = host.Timing(timeout=0.05, max_timeout=0.05, tries=8)
+# 640 elements are 11 chunks of a Reduce, more than the job's 8 slots.
+_LONG = np.ones(640, np.float32)
+
+
+def test_mode_i_ranks_give_up_on_rnr_naks_when_a_rank_misses_a_call(on_threads):
+    """Rank 2 takes no part in the second Reduce: the switch takes the other ranks' chunks into its 8 slots,
+    then refuses the next one with RNR NAKs for as long as the slot holds a chunk rank 2 never completes. An
+    RNR NAK spends no retry, so without a bound on them the other ranks would wait without end."""
+    p = _plan(Collective.REDUCE, Mode.TERMINATED, ranks=3)
+    sw = ModelSwitch(p.switch, hop_timeout=0.05)
+
+    def body(r, g):
+        host.reduce(_LONG, g, amax=AMAX)
+        if r == 2:
+            return None
+        t0 = time.monotonic()
+        with pytest.raises(host.RcRetryError) as e:
+            host.reduce(_LONG, g, amax=AMAX)
+        return time.monotonic() - t0, str(e.value)
+
+    values, errors = on_threads(p, _PATIENT, body, switch=sw, hang=10.0)
+    assert not errors
+    for r in (0, 1):
+        took, message = values[r]
+        # Chunks 11-18 of the second call take the slots, chunk 19 finds chunk 11 in its slot.
+        assert re.fullmatch(rf"job 1 worker {r}: no progress: the switch refused chunk 19 as not ready for "
+                            r"0\.4\d* s \(another rank of the job is missing or failed\)", message), message
+        assert took < 5 * _PATIENT.timeout * _PATIENT.tries
+    assert sw.counters[Counter.RNR_NAK_SENT] > 0
+
+
+def test_mode_i_ranks_wait_out_rnr_naks_for_a_rank_that_calls_late(on_threads):
+    """Rank 2 calls half the patience late: the switch refuses the other ranks' chunks meanwhile, and every
+    rank's Reduce succeeds once rank 2 is in."""
+    p = _plan(Collective.REDUCE, Mode.TERMINATED, ranks=3)
+    sw = ModelSwitch(p.switch, hop_timeout=0.05)
+    data = [np.full(640, r, np.float32) for r in range(3)]
+
+    def body(r, g):
+        if r == 2:
+            time.sleep(0.5 * _PATIENT.timeout * _PATIENT.tries)
+        return _call(Collective.REDUCE, data[r], g)
+
+    values, errors = on_threads(p, _PATIENT, body, switch=sw, hang=10.0)
+    assert not errors
+    _check_exact(Collective.REDUCE, data, values)
+    assert sw.counters[Counter.RNR_NAK_SENT] > 0
 
 
 class _TimedSwitch:

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inagg import cli
-from inagg.host.controller import Controller, plan
+from inagg.host.controller import Controller, TreeController, plan, plan_tree
 from inagg.host.link import Faults
-from inagg.host.memnet import MemoryNetwork
+from inagg.host.memnet import MemoryNetwork, TreeNetwork
 from inagg.host.rc_worker import RcRetryError, RcWorker
 from inagg.host.worker import AllReduce, Timing, Worker
 from inagg.models import arith
@@ -108,6 +108,91 @@ def test_a_missing_worker_exhausts_the_retries_with_a_typed_error():
     with pytest.raises(RcRetryError, match=r"job 1 worker 0: RC retry count exceeded: PSN 0 unacknowledged "
                                            r"after 2 retries \(ACK timeout\)"):
         MemoryNetwork(sw).run({p.jobs[0].workers[0].port: ep})
+
+
+class LateChunks(Chunks):
+    """A :class:`Chunks` that sends its batch ``late`` seconds after the network starts it: a rank that calls
+    late."""
+
+    def __init__(self, late, *args, **kw):
+        super().__init__(*args, **kw)
+        self.at = late
+
+    def start(self, now):
+        self.at += now
+        return []
+
+    @property
+    def done(self):
+        return self.at is None and super().done
+
+    @property
+    def deadline(self):
+        return super().deadline if self.at is None else self.at
+
+    def on_timer(self, now):
+        if self.at is None:
+            return super().on_timer(now)
+        self.at = None
+        return self.submit(now, self.lanes)
+
+
+# Patience (timeout * tries) 3 ms of virtual time; 12 chunks are more than the job's 8 slots.
+PATIENT = Timing(timeout=1e-3, max_timeout=1e-3, tries=3)
+LONG = 12
+
+
+@pytest.mark.parametrize("mode", [Mode.TERMINATED, Mode.TRANSLATED, Mode.AUGMENTED])
+def test_a_missing_worker_fails_the_others_when_the_switch_refuses_their_chunks(mode):
+    """Worker 2 never sends: the switch takes chunks 0-7 into the job's slots. Mode I then refuses chunk 8
+    with RNR NAKs, which spend no retry, for as long as slot 0 holds chunk 0: the worker gives up after
+    its patience. Modes II and III do not ACK it, and the retries run out."""
+    p, sw = setup(mode)
+    data = np.ones((LONG, p.switch.lanes), np.int32)
+    eps = {w.port: Chunks(data, p.switch, p.jobs[0], r, timing=PATIENT) for r, w in enumerate(p.jobs[0].workers[:2])}
+    cause = (r"no progress: the switch refused chunk 8 as not ready for 0\.003\d* s \(another rank of the job "
+             r"is missing or failed\)" if mode is Mode.TERMINATED else "RC retry count exceeded")
+    with pytest.raises(RcRetryError, match=rf"^job 1 worker [01]: {cause}"):
+        MemoryNetwork(sw).run(eps, max_time=0.1)
+    assert (sw.counters[Counter.RNR_NAK_SENT] > 0) == (mode is Mode.TERMINATED)
+
+
+@pytest.mark.parametrize("late, ok", [(0.5, True), (2.0, False)])
+def test_a_late_worker_within_the_patience_completes_the_job(late, ok):
+    """Worker 2 starts ``late`` patiences after the others, whose chunk 8 the switch refuses meanwhile: within
+    the patience the job completes, past it the others give up."""
+    p, sw = setup(Mode.TERMINATED)
+    job = p.jobs[0]
+    data = np.arange(3 * LONG * p.switch.lanes, dtype=np.int32).reshape(3, LONG, p.switch.lanes)
+    eps = {w.port: Chunks(data[r], p.switch, job, r, timing=PATIENT) for r, w in enumerate(job.workers[:2])}
+    eps[job.workers[2].port] = LateChunks(late * PATIENT.timeout * PATIENT.tries, data[2], p.switch, job, 2,
+                                          timing=PATIENT)
+    if not ok:
+        with pytest.raises(RcRetryError, match="no progress: the switch refused chunk 8 as not ready"):
+            MemoryNetwork(sw).run(eps, max_time=0.1)
+        return
+    MemoryNetwork(sw).run(eps, max_time=0.1)
+    assert sw.counters[Counter.RNR_NAK_SENT] > 0
+    for ep in eps.values():
+        words, fp32, _ = ep.results()
+        assert not fp32.any() and (words.view(np.int32) == data.sum(axis=0)).all()
+
+
+def test_a_missing_rank_of_a_mode_i_tree_fails_the_others():
+    """Rank 3 of a 2x2 tree never sends: its leaf holds the slots rank 2 filled, the other leaf those whose
+    result never comes, and each refuses its ranks' chunk 8 with RNR NAKs until the ranks give up."""
+    tp = plan_tree("2x2", window=4, chunk_bytes=256, mode=Mode.TERMINATED)
+    switches = [ModelSwitch(q.switch) for q in tp.plans]
+    TreeController(switches, tp).configure()
+    eps = {}
+    for r in range(3):
+        s, w = tp.rank(r)
+        q = tp.plans[s]
+        eps[r] = Chunks(np.ones((LONG, q.switch.lanes), np.int32), q.switch, q.jobs[0], w, timing=PATIENT)
+    with pytest.raises(RcRetryError, match=r"^job 1 worker \d: no progress: the switch refused chunk 8 as not "
+                                           r"ready for 0\.003\d* s"):
+        TreeNetwork(tp.tree, switches).run(eps, max_time=0.1)
+    assert all(s.counters[Counter.RNR_NAK_SENT] > 0 for s in switches[1:])
 
 
 def test_answer_late_drops_a_frame_no_qp_takes_and_counts_it():
