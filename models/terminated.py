@@ -307,6 +307,9 @@ class TerminatedJob:
         except rc.RcError:
             self.requesters[w] = None
             self.switch.counters[Counter.QP_ERRORS] += 1
+            # A host in error no longer counts (step 5): the slots only its ACKs held are free now, not at
+            # the next ACK from another host, which may never come while the others' chunks wait for them.
+            self._release()
             return []
         n = q.stats["resent"] + q.stats["rnr_resent"] - resent
         self.switch.counters[Counter.HOP_RESENDS] += n

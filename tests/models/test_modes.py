@@ -513,6 +513,7 @@ def test_mode_i_retries_exhausted_put_the_qp_in_error():
         assert [x.psn for _, _, x in decoded(sw.on_timer(t))] == [0]
         t += 1.0
     assert sw.on_timer(t) == [] and m.requesters[1] is None and sw.counters[Counter.QP_ERRORS] == 1
+    assert list(m.order) == [] and m.slots[0].free  # worker 1 no longer counts: worker 0's ACK frees the slot
     assert send(sw, job, 1, 1) == [] and ack(sw, job, 1, Ack(0)) == []
     assert sw.counters[Counter.DROP_QP_ERROR] == 2 and sw.deadline is None
 
