@@ -306,16 +306,14 @@ class BoardTop(wiring.Component):
             for stream in (sw.s[p], sw.m[p]):
                 activity.append(stream.valid & stream.ready & stream.p.last)
 
-        leds = []
-        while True:
-            try:
-                leds.append(platform.request("led", len(leds), dir="-"))
-            except ResourceError:
-                break
         heartbeat = Signal(26)
         m.d.sync += heartbeat.eq(heartbeat + 1)
-        shows = [heartbeat[-1]] + [_stretch(m, strobe, 22, f"led{i + 1}") for i, strobe in enumerate(activity)]
-        for i, (pin, show) in enumerate(zip(leds, shows)):
+        shows = [heartbeat[-1], *activity]
+        for i, show in enumerate(shows):
+            try:
+                pin = platform.request("led", i, dir="-")
+            except ResourceError:  # the board has fewer LEDs
+                break
             m.submodules[f"led{i}"] = led = io.Buffer("o", pin)
-            m.d.comb += led.o.eq(show)
+            m.d.comb += led.o.eq(show if i == 0 else _stretch(m, show, 22, f"led{i}"))
         return m
