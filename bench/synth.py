@@ -1,4 +1,4 @@
-"""Utilization and Fmax of the gateware on an ECP5-85F, per configuration.
+"""Utilization and Fmax of the gateware on an ECP5-85F, per configuration, and of the board tops on their boards.
 
 Writes docs/results/synth.md. Run: ``make synth-report`` (or
 ``.venv/bin/python bench/synth.py [--quick] [--only TEXT] [--synth-only [WHY]]``).
@@ -13,7 +13,10 @@ kept, with the date, commit and command of the build, as
 build folder loses no row. The report is written from every
 configuration's row, so that builds of hours can be run one at a time
 (``--only``) and a partial run never drops the rows of earlier ones;
-``--report`` only rewrites the report from the rows.
+``--report`` only rewrites the report from the rows. The board tops
+(``--only board-``) are built on their own boards' devices and pins by
+``inagg.hdl.synth.ecp5.build_board``, with every clock's Fmax, in a table
+of their own.
 """
 
 from __future__ import annotations

@@ -133,3 +133,19 @@ def test_cli_program_prints_commands_and_runs_none(tmp_path, capsys):
     assert cli.main(["board", "program", "--board", "versa-ecp5", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert f"ecpprog -S {tmp_path / 'top.bit'}" in out and "--cable ft2232" in out
+
+
+def test_board_report_gives_every_clock():
+    from inagg.hdl.synth.cli import format_result
+    from inagg.hdl.synth.ecp5 import SynthResult
+
+    clocks = {"pll.clk_os": {"fmax_mhz": 61.2, "constraint_mhz": 50.0},
+              "pll.clk_op": {"fmax_mhz": 118.0, "constraint_mhz": 125.0}}
+    r = SynthResult(device="LFE5U-25F", width=64, luts=22000, ffs=11000, ebr=34, dsp=0, luts_avail=24288,
+                    ffs_avail=24288, ebr_avail=56, dsp_avail=28, fmax_mhz=118.0, constraint_mhz=125.0,
+                    timing_met=False, clocks=clocks, board="colorlight-5a75b")
+    text = format_result(r)
+    assert text.startswith("board colorlight-5a75b   device LFE5U-25F")
+    assert "pll.clk_os                          61.2        50.0  met" in text
+    assert "pll.clk_op                         118.0       125.0  MISSED" in text
+    assert "W x Fmax" not in text
