@@ -15,7 +15,7 @@ from .test_synth import needs_yowasp
 @needs_yowasp
 def test_colorlight_build_packs_into_its_25f(tmp_path, capsys):
     # The board of the two with the smaller device, at its default build: elaboration on the board's pins,
-    # yosys, nextpnr's packer: 866 s here, niced beside another build (docs/board.md). The Versa's build is
+    # yosys, nextpnr's packer: 921 s here, niced beside another build (docs/board.md). The Versa's build is
     # elaborated only (tests/hdl/test_board.py): a second synthesis of this size would double that.
     assert cli.main(["board", "build", "--board", "colorlight-5a75b", "--pack-only", "--json",
                      "--out", str(tmp_path)]) == 0
