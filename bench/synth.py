@@ -290,8 +290,8 @@ def _boards() -> list[str]:
     lines = ["", "## Boards", "",
              "The board tops (`inagg.hdl.board`, `docs/board.md`) at each board's default build, on the board's own",
              "device, pins and clocks, without the wrapper: two RGMII MACs, the switch with its management bridge on",
-             "port 0, the PLL. Fmax per clock: `pll.clk_os` is the switch's (`sync`), `pll.clk_op` the MACs' transmit",
-             "clock, `ethN.rxc.i` port N's receive clock.", "",
+             "port 0, the PLL. Fmax per clock, by nextpnr's net names: `clk` is the switch's (`sync`), `clk_op` the",
+             "MACs' transmit clock, `ethN.i` port N's receive clock.", "",
              "| board | device | LUT4 | FF | EBR | Fmax per clock (MHz, constraint) | build time | built |",
              "|---|---|---:|---:|---:|---|---:|---|"]
     if not rows:
