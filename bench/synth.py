@@ -1,4 +1,4 @@
-"""Utilization and Fmax of the gateware on an ECP5-85F, per configuration.
+"""Utilization and Fmax of the gateware on an ECP5-85F, per configuration, and of the board tops on their boards.
 
 Writes docs/results/synth.md. Run: ``make synth-report`` (or
 ``.venv/bin/python bench/synth.py [--quick] [--only TEXT] [--synth-only [WHY]]``).
@@ -13,7 +13,10 @@ kept, with the date, commit and command of the build, as
 build folder loses no row. The report is written from every
 configuration's row, so that builds of hours can be run one at a time
 (``--only``) and a partial run never drops the rows of earlier ones;
-``--report`` only rewrites the report from the rows.
+``--report`` only rewrites the report from the rows. The board tops
+(``--only board-``) are built on their own boards' devices and pins by
+``inagg.hdl.synth.ecp5.build_board``, with every clock's Fmax, in a table
+of their own.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Config:
     width: int | None
     mhz: float = 200.0
     ports: int | None = None
+    board: str | None = None
 
 
 def _fp32_adder():
@@ -157,6 +161,19 @@ CONFIGS = [
 QUICK = CONFIGS[:5]
 
 
+def _board_config(name: str) -> Config:
+    """A board's default build (inagg.hdl.board.BOARDS) on its own device and pins, with a fixed key."""
+    def make():
+        from inagg.hdl.board import BoardTop
+
+        return BoardTop(name, mgmt_key=bytes(range(16)))
+    return Config(f"board-{name}", f"board {name}, default build", make, 64, mhz=0.0, ports=2, board=name)
+
+
+# The board tops (issue 23): not on the 85F, so a table of their own, with every clock.
+BOARD_CONFIGS = [_board_config("colorlight-5a75b"), _board_config("versa-ecp5")]
+
+
 def _export(rev: str) -> tuple[Path, str]:
     """The tree of commit ``rev`` in ``build/synth-src/<sha>/``, laid out so that it imports as ``inagg``.
 
@@ -191,11 +208,17 @@ def build(cfg: Config, command: str, unplaced: str | None = None, router: str = 
     ``unplaced`` (why) stops the build after packing; ``router`` is nextpnr's. A row may hold a
     ``note``, which the report prints: why it has no Fmax, for one.
     """
-    from inagg.hdl.synth.ecp5 import synthesize
+    from inagg.hdl.synth.ecp5 import build_board, synthesize
 
     t0, commit = time.perf_counter(), _commit()  # the sources are read now, at elaboration
-    r = synthesize(cfg.make(), BUILD / cfg.slug, clock_mhz=cfg.mhz, width=cfg.width, place=unplaced is None,
-                   router=router)
+    if cfg.board:
+        from inagg.hdl.board import board
+
+        r = build_board(cfg.make(), board(cfg.board).make_platform(), BUILD / cfg.slug, board=cfg.board,
+                        width=cfg.width, place=unplaced is None)
+    else:
+        r = synthesize(cfg.make(), BUILD / cfg.slug, clock_mhz=cfg.mhz, width=cfg.width, place=unplaced is None,
+                       router=router)
     row = {"result": r.as_dict(), "seconds": round(time.perf_counter() - t0), "commit": commit,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.machine(),
            "command": command}
@@ -258,6 +281,29 @@ def _before_after(rows: dict) -> list[str]:
         lines.append(f"| {cfg.label} | {old['commit']} → {new['commit']} | {a['fmax_mhz']:.1f} → {b['fmax_mhz']:.1f} | "
                      f"{a['luts']:,} → {b['luts']:,} | {a['ffs']:,} → {b['ffs']:,} | {a['ebr']} → {b['ebr']} | "
                      f"{path(a)} → {path(b)} |")
+    return lines
+
+
+def _boards() -> list[str]:
+    """Report lines: each board build's resources on its own device and every clock's Fmax."""
+    rows = [(cfg, json.loads(p.read_text())) for cfg in BOARD_CONFIGS if (p := ROWS / f"{cfg.slug}.json").exists()]
+    lines = ["", "## Boards", "",
+             "The board tops (`inagg.hdl.board`, `docs/board.md`) at each board's default build, on the board's own",
+             "device, pins and clocks, without the wrapper: two RGMII MACs, the switch with its management bridge on",
+             "port 0, the PLL. Fmax per clock, by nextpnr's net names: `clk` is the switch's (`sync`), `clk_op` the",
+             "MACs' transmit clock, `ethN.i` port N's receive clock.", "",
+             "| board | device | LUT4 | FF | EBR | Fmax per clock (MHz, constraint) | build time | built |",
+             "|---|---|---:|---:|---:|---|---:|---|"]
+    if not rows:
+        return lines + ["| not built yet |" + " |" * 7]
+    for cfg, row in rows:
+        r = row["result"]
+        clocks = ", ".join(f"`{net}` {c['fmax_mhz']:.1f} ({c['constraint_mhz']:.0f})" for net, c in r["clocks"].items())
+        notes = "".join(f"; {row[k]}" for k in ("note",) if k in row)
+        lines.append(f"| {r['board']} | {r['device']} | {r['luts']:,} of {r['luts_avail']:,} "
+                     f"({100 * r['luts'] / r['luts_avail']:.1f}%) | {r['ffs']:,} | {r['ebr']} of {r['ebr_avail']} | "
+                     f"{clocks or '-'} | {row['seconds']:,} s | {row['date']}, {row['commit']}, `{row['command']}`"
+                     f"{notes} |")
     return lines
 
 
@@ -334,6 +380,7 @@ def report(failures: dict[str, str]) -> str:
             lines.append(f"| {cfg.label} | {path['ns']:.2f} | {path['logic_ns']:.2f} + {path['routing_ns']:.2f} | "
                          f"`{path['source'].removeprefix('wrapper.')}` | {through} |")
     lines += _before_after(rows)
+    lines += _boards()
     lines += ["", "## The 100 Gb/s goal", "",
               "W x Fmax of the best switch row of each width against 100 Gb/s; what limits each width is in",
               "`docs/synth.md` (\"What limits Fmax\", \"The 100 Gb/s goal\").", "",
@@ -376,7 +423,7 @@ def main(argv=None) -> int:
 
         if not Path(inagg.hdl.__file__).resolve().is_relative_to(SRC.resolve()):
             raise RuntimeError(f"inagg.hdl comes from {inagg.hdl.__file__}, not from the export of {os.environ[_AT]}")
-    configs = [] if args.report else QUICK if args.quick else CONFIGS
+    configs = [] if args.report else QUICK if args.quick else CONFIGS + BOARD_CONFIGS
     if args.only:
         configs = [c for c in configs if args.only == c.slug or args.only in c.label]
     failures = {}

@@ -27,7 +27,10 @@ from amaranth.lib.wiring import In, Out
 from inagg.hdl.axis import beat_signature
 from inagg.hdl.mac import MAC, RX_COUNTERS, TX_COUNTERS, GMIISignature
 
-__all__ = ["RGMIIRxDecoder", "RGMIITxEncoder", "RGMIICore", "RGMII"]
+__all__ = ["RGMIIRxDecoder", "RGMIITxEncoder", "RGMIICore", "RGMII", "RX_HZ"]
+
+#: RXC at 1 Gb/s.
+RX_HZ = 125_000_000
 
 
 class RGMIIRxDecoder(wiring.Component):
@@ -120,9 +123,10 @@ class RGMIICore(wiring.Component):
 class RGMII(wiring.Component):
     """:class:`RGMIICore` on the pins of an RGMII PHY, through ``io.DDRBuffer`` (ECP5: IDDRX1F/ODDRX1F).
 
-    Defines the ``rx`` domain on the PHY's receive clock, its reset the
-    ``tx`` domain's, synchronized; ``tx`` and ``sync`` come from the design
-    around it.
+    Defines the ``rx`` domain (local, so one RGMII per port may each have
+    theirs) on the PHY's receive clock, constrained to 125 MHz, its reset
+    the ``tx`` domain's, synchronized; ``tx`` and ``sync`` come from the
+    design around it.
 
     Parameters
     ----------
@@ -149,9 +153,12 @@ class RGMII(wiring.Component):
         m.submodules.core = core = self.core
         _forward_mac(m, self, core)
 
-        m.domains.rx = ClockDomain("rx")
-        m.submodules.rx_clk = rx_clk = io.Buffer("i", self.pins.rx_clk)
-        m.d.comb += ClockSignal("rx").eq(rx_clk.i)
+        # Local: a board top has one RGMII per port, each with its own receive clock.
+        m.domains.rx = ClockDomain("rx", local=True)
+        m.submodules.rxc = rxc = io.Buffer("i", self.pins.rx_clk)
+        m.d.comb += ClockSignal("rx").eq(rxc.i)
+        if platform is not None:
+            platform.add_clock_constraint(rxc.i, RX_HZ)
         m.submodules.rx_reset = ResetSynchronizer(ResetSignal("tx"), domain="rx")
 
         m.submodules.rx_data = rx_data = io.DDRBuffer("i", self.pins.rx_data, i_domain="rx")

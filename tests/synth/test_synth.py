@@ -77,10 +77,16 @@ def test_report_parsing():
     report = {"utilization": {"TRELLIS_COMB": {"used": 10, "available": 100}, "TRELLIS_FF": {"used": 4, "available": 100},
                               "DP16KD": {"used": 1, "available": 208}},
               "fmax": {"$glbnet$clk": {"achieved": 123.4, "constraint": 200.0}}}
-    counts, fmax, constraint = ecp5._parse_report(report)
+    counts, fmax, constraint, clocks = ecp5._parse_report(report)
     assert counts == {"luts": 10, "luts_avail": 100, "ffs": 4, "ffs_avail": 100, "ebr": 1, "ebr_avail": 208,
                       "dsp": 0, "dsp_avail": 0}
-    assert (fmax, constraint) == (123.4, 200.0)
+    assert (fmax, constraint) == (123.4, 200.0) and clocks == {"clk": {"fmax_mhz": 123.4, "constraint_mhz": 200.0}}
+    # A board's clocks: the one furthest below its constraint is the build's Fmax, whatever the others reach.
+    report["fmax"] = {"$glbnet$pll.clk_os": {"achieved": 61.0, "constraint": 50.0},
+                      "$glbnet$pll.clk_op": {"achieved": 118.0, "constraint": 125.0},
+                      "$glbnet$eth0.rxc.i": {"achieved": 140.0, "constraint": 125.0}}
+    counts, fmax, constraint, clocks = ecp5._parse_report(report)
+    assert (fmax, constraint) == (118.0, 125.0) and list(clocks) == ["pll.clk_os", "pll.clk_op", "eth0.rxc.i"]
     with pytest.raises(ValueError, match="no clock"):
         ecp5._parse_report({"utilization": {}})
 
