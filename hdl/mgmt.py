@@ -280,7 +280,9 @@ class MgmtBridge(wiring.Component):
         m.d.comb += hasher.header.eq(Mux(hashing_response, response[8 * E:8 * (E + MGMT_TAGGED)],
                                          buf[8 * E:8 * (E + MGMT_TAGGED)]))
 
-        bus, n = self.bus, Signal(range(beats))
+        # At least one bit: where a response is one beat (W = 512), range(1) would make it zero bits wide,
+        # which the Verilog back end writes as [-1:0] and Verilator refuses (ASCRANGE).
+        bus, n = self.bus, Signal(range(max(beats, 2)))
         m.d.comb += bus.wstrb.eq(0xF)
         with m.FSM():
             with m.State("IDLE"):
