@@ -61,7 +61,9 @@ BATCH_WINDOW = 32
 BATCH_ROUNDS = 30
 PREBUILT_CHUNKS = 16384
 BATCH_REPS = 7
-BATCH_PATHS = ("old", "new", "new, sendmmsg")
+BATCH_PATHS = ("old", "new", "new, sendmmsg", "new, offload")
+# The paths whose VXLAN sockets use the kernel's UDP segmentation and receive offloads.
+OFFLOAD_PATHS = ("new, offload",)
 # (ranks, model width, timed steps): about 0.25 M and 25 M parameters. A 25 M step sends 100 times the
 # frames through the Python switch (minutes at 4 ranks on two cores): timed once.
 TORCH_RUNS = ((2, 500, 3), (4, 500, 3), (2, 5000, 1), (4, 5000, 1))
@@ -77,8 +79,9 @@ from inagg.host.worker import Timing
 ticket = Ticket.from_json(os.environ["INAGG_TICKET"])
 ranks = [int(r) for r in sys.argv[1].split(",")]
 n, rounds, timeout = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+segment = sys.argv[5:] == ["offload"]
 timing = Timing(timeout=timeout, max_timeout=10 * timeout, tries=12)
-groups = {r: join(ticket, r, timing=timing) for r in ranks}
+groups = {r: join(ticket, r, timing=timing, segment=segment) for r in ranks}
 print("ready", flush=True)
 sys.stdin.readline()
 cpu = time.process_time()
@@ -97,35 +100,41 @@ print(json.dumps({"ok": all(ok.values()), "resent": sum(g.worker.stats["resent"]
 # One rank that sends prebuilt contributions (all lanes 1) as its window allows and counts the results: what a
 # worker costs beyond the sockets left out, so that the service's own rate shows.
 SENDER = r"""
-import json, os, sys, time
+import json, os, select, sys, time
 import numpy as np
 from inagg.host.fastpath import ContribTemplate
 from inagg.host.service import Ticket, join
-from inagg.host.vxlan import encap
+from inagg.host.vxlan import encap, recv_datagrams, send_all
 
 ticket = Ticket.from_json(os.environ["INAGG_TICKET"])
 rank, chunks = int(sys.argv[1]), int(sys.argv[2])
-g = join(ticket, rank)
+segment = sys.argv[3:] == ["offload"]
+g = join(ticket, rank, segment=segment)
 window = g.job.window
 rows = ContribTemplate(ticket.switch, g.job, rank).build(np.arange(chunks), np.ones((chunks, ticket.switch.lanes),
                                                                                      np.int32))
 frames = [encap(row.tobytes(), ticket.vni) for row in rows]
 sock = g.port.sock
-sock.settimeout(10.0)  # no loss on loopback: a missing result is a failure, not a retransmission
+poll = select.poll()
+poll.register(sock, select.POLLIN)
 print("ready", flush=True)
 sys.stdin.readline()
 cpu = time.process_time()
 sent = got = 0
 size = None
 ok = True
-while got < chunks:
-    while sent < chunks and sent - got < window:
-        sock.send(frames[sent])
-        sent += 1
-    n = len(sock.recv(65535))
-    size = n if size is None else size
-    ok &= n == size
-    got += 1
+while got < chunks and ok:
+    if sent < chunks and sent - got < window:
+        more = min(chunks, got + window) - sent
+        ok &= send_all(sock, frames[sent:sent + more], segment=segment) == [None] * more
+        sent += more
+    if not poll.poll(10_000):  # no loss on loopback: a missing result is a failure, not a retransmission
+        ok = False
+        break
+    for d in recv_datagrams(sock)[0]:
+        size = len(d) if size is None else size
+        ok &= len(d) == size
+        got += 1
 print(json.dumps({"ok": ok, "resent": 0, "cpu": time.process_time() - cpu}), flush=True)
 """
 
@@ -218,8 +227,9 @@ def _libc():
     return libc
 
 
-def _sendmmsg_all(sock, datagrams: list[bytes]) -> list[OSError | None]:
-    """:func:`inagg.host.vxlan.send_all` in ``sendmmsg`` calls: the alternative it was measured against.
+def _sendmmsg_all(sock, datagrams: list[bytes], address=None, *, segment: bool = False) -> list[OSError | None]:
+    """:func:`inagg.host.vxlan.send_all` in ``sendmmsg`` calls: the alternative it was measured against (on an
+    endpoint's own connected socket; to an ``address``, one call per datagram as ``send_all`` without ``segment``).
 
     The messages (struct mmsghdr on 64-bit Linux: 8 words, msg_iov the third, msg_iovlen the fourth) point
     into one joined buffer; a refused datagram is reported and the call goes on after it.
@@ -228,6 +238,10 @@ def _sendmmsg_all(sock, datagrams: list[bytes]) -> list[OSError | None]:
 
     import numpy as np
 
+    from inagg.host.vxlan import send_all
+
+    if address is not None:
+        return send_all(sock, datagrams, address, segment=False)
     k = len(datagrams)
     buf = b"".join(datagrams)
     iov = np.empty((k, 2), np.uint64)
@@ -260,17 +274,19 @@ def service_paths(path: str, workload: str) -> dict:
     from inagg.models.job import SwitchSpec
     from inagg.models.protocol import Counter
 
-    switch_batch = path != "old"
+    switch_batch, segment = path != "old", path in OFFLOAD_PATHS
     service.send_all = _sendmmsg_all if path == "new, sendmmsg" else send_all
-    with SwitchService(SwitchSpec(ports=64, slots=4096), switch_batch=switch_batch) as svc, \
+    flag = ["offload"] if segment else []
+    with SwitchService(SwitchSpec(ports=64, slots=4096), switch_batch=switch_batch, segment=segment) as svc, \
             SwitchClient(svc.control_address) as client:
         ticket = client.create_job(WORKER_PROCESSES, window=BATCH_WINDOW)
         env = {**os.environ, ENV_TICKET: ticket.to_json()}
         if workload == "allreduce":
-            argv = [[sys.executable, "-c", WORKERS, str(r), str(ELEMENTS), str(BATCH_ROUNDS), str(TIMEOUT)]
+            argv = [[sys.executable, "-c", WORKERS, str(r), str(ELEMENTS), str(BATCH_ROUNDS), str(TIMEOUT), *flag]
                     for r in range(WORKER_PROCESSES)]
         else:
-            argv = [[sys.executable, "-c", SENDER, str(r), str(PREBUILT_CHUNKS)] for r in range(WORKER_PROCESSES)]
+            argv = [[sys.executable, "-c", SENDER, str(r), str(PREBUILT_CHUNKS), *flag]
+                    for r in range(WORKER_PROCESSES)]
         procs = [subprocess.Popen(a, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
                  for a in argv]
         try:
@@ -387,9 +403,12 @@ def _batch_section() -> list[str]:
         f"Medians of {BATCH_REPS} runs of each, the two paths alternating. *old*: each frame of a job's turn is handed "
         "to the switch by a `receive` call of its own (`switch_batch=False`, the path before issue 24); *new*: the",
         "turn's frames (at most `--job-frames`, 32) in one `receive_batch` call, the results sent in one pass, each",
-        "endpoint's back to back, one `send` each (`inagg.host.vxlan.send_all`); *new, sendmmsg*: the same, each",
-        "endpoint's results in `sendmmsg` calls through ctypes. CPU times are per contribution: the service's",
-        "process, and the worker processes' together (their timed part only).",
+        "endpoint's back to back, one `send` each (`inagg.host.vxlan.send_all(segment=False)`); *new, sendmmsg*: the",
+        "same, each endpoint's results in `sendmmsg` calls through ctypes; *new, offload*: the same with the kernel's",
+        "UDP segmentation and receive offloads on every VXLAN socket (`segment=True`, the default now): each run of",
+        "an endpoint's results, and each batch of a worker's contributions, in one `sendmsg`, and a run read in one",
+        "`recvmsg`. The other paths turn the offloads off on the workers' sockets too. CPU times are per",
+        "contribution: the service's process, and the worker processes' together (their timed part only).",
         "",
         "| workload | path | wall time | contributions in | results out | ratio (new / old) | service CPU "
         "| workers' CPU | retransmissions |",
@@ -403,12 +422,13 @@ def _batch_section() -> list[str]:
                          f"{m['rx_fps']:,.0f} frames/s | {m['tx_fps']:,.0f} frames/s | {ratio} | "
                          f"{m['service_us']:.1f} us | {m['workers_us']:.1f} us | "
                          f"{sum(r['retransmissions'] for r in runs[w, b])} |")
-    new = {w: med[w, "new"] for w in ("allreduce", "prebuilt")}
+    new = {w: med[w, "new, offload"] for w in ("allreduce", "prebuilt")}
     bound = {w: 2e6 / (m["service_us"] + m["workers_us"]) for w, m in new.items()}
     lines += [
         "",
         "What bounds the rate is CPU time, shared: the service thread and the four worker processes run on "
-        f"{os.cpu_count()} cores, beside the other work that the load average counts. On the new path a contribution "
+        f"{os.cpu_count()} cores, beside the other work that the load average counts. On the offload path (the "
+        "default) a contribution "
         f"costs {new['allreduce']['service_us']:.1f} us of the service's CPU and "
         f"{new['allreduce']['workers_us']:.1f} us of the all-reducing workers' (the host library's Python per frame "
         f"and per batch, and the sockets), {new['prebuilt']['service_us']:.1f} and "

@@ -75,7 +75,8 @@ from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter, switch_qpn
 from inagg.host.api import Group
 from inagg.host.controller import RESULT_VA, worker_ip, worker_mac
 from inagg.host.link import Faults, HeldFrames, LossyLink, clocked_receive, idle_wait
-from inagg.host.vxlan import Capture, VxlanDrop, VxlanPort, check_vni, decap, encap, send_all
+from inagg.host.vxlan import (Capture, VxlanDrop, VxlanPort, check_vni, decap, enable_gro, encap,
+                              recv_datagrams, send_all)
 from inagg.host.worker import ProtocolError, Timing
 
 __all__ = [
@@ -314,15 +315,6 @@ def _add_growth(mine: Tally, before: dict, after) -> None:
             mine[getattr(c, "name", c)] += n - before.get(c, 0)
 
 
-def _sendto(sock: socket.socket, datagram: bytes, dst: tuple[str, int]) -> OSError | None:
-    """Send ``datagram`` to ``dst`` on ``sock``; None, or the error that refused it."""
-    try:
-        sock.sendto(datagram, dst)
-    except OSError as e:
-        return e
-    return None
-
-
 def _socket_drops(sock: socket.socket) -> int:
     """Datagrams the kernel dropped for UDP socket ``sock`` because its buffer was full (``/proc/net/udp``; 0 where
     there is none)."""
@@ -414,6 +406,12 @@ class SwitchService:
         True (the default): a job's frames of one turn reach the switch in
         one ``receive_batch`` call. False: one ``receive`` call per frame,
         as before the batches; ``bench/scaleout.py`` compares the two.
+    segment:
+        True (the default): the VXLAN sockets use the kernel's UDP
+        segmentation and receive offloads (:func:`~inagg.host.vxlan.send_all`),
+        so a port's results of one pass leave in one call and a worker's run
+        of contributions is read in one. False: one datagram per call, as
+        before them (``bench/scaleout.py --only gso`` compares the two).
     limits:
         What one control client may cost (:class:`Limits`; its defaults
         when None). No request, however malformed, stops the service: it
@@ -439,7 +437,8 @@ class SwitchService:
     def __init__(self, spec: SwitchSpec, *, control: tuple[str, int] = ("127.0.0.1", 0),
                  vxlan: tuple[str, int] = ("127.0.0.1", 0), vni: int = 1, faults: Faults | None = None,
                  seed: int = 0, capture: Capture | None = None, switch=None, limits: Limits | None = None,
-                 admin_token: str | None = None, tls: ssl.SSLContext | None = None, switch_batch: bool = True):
+                 admin_token: str | None = None, tls: ssl.SSLContext | None = None, switch_batch: bool = True,
+                 segment: bool = True):
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
         if spec.ports > MAX_SERVICE_PORTS:
@@ -457,14 +456,15 @@ class SwitchService:
         if tls is not None and not isinstance(tls, ssl.SSLContext):
             raise TypeError(f"tls must be an ssl.SSLContext, not {type(tls).__name__}")
         self.tls = tls
-        if not isinstance(switch_batch, bool):
-            raise TypeError(f"switch_batch must be a bool, not {type(switch_batch).__name__}")
+        for name, flag in (("switch_batch", switch_batch), ("segment", segment)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
         if switch is None:
             switch = load_backend(DEFAULT_BACKEND).open(spec)
         elif not isinstance(switch, SwitchBackend):
             raise TypeError(f"switch must be a SwitchBackend, not {type(switch).__name__}")
         self.spec, self.switch, self.capture = spec, switch, capture
-        self.switch_batch = switch_batch
+        self.switch_batch, self.segment = switch_batch, segment
         self._vxlan_head = encap(b"", self.vni)
         self.failure: str | None = None
         # A switch without a descriptor answers in receive(): nothing to poll.
@@ -496,6 +496,8 @@ class SwitchService:
         try:
             for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
                 self._udp.setsockopt(socket.SOL_SOCKET, opt, _SOCKET_BUFFER)
+            if segment:
+                enable_gro(self._udp)
             # Each attached endpoint gets a socket of its own on this address (:meth:`_endpoint_socket`), which
             # SO_REUSEPORT allows; a bind without it first makes sure that no other process holds the address.
             self._udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -646,8 +648,8 @@ class SwitchService:
     # -- data plane -------------------------------------------------------
 
     def _on_udp(self, sock: socket.socket, budget: int, own: int | None = None) -> None:
-        """Read at most ``budget`` datagrams from ``sock`` (the service's, or switch port ``own``'s endpoint's own
-        socket) into their jobs' backlogs.
+        """Read about ``budget`` datagrams from ``sock`` (the service's, or switch port ``own``'s endpoint's own
+        socket) into their jobs' backlogs: reads stop once ``budget`` have come, and one read may bring a run.
 
         An endpoint's own socket is connected to it, so the kernel delivers it that endpoint's datagrams only; a
         datagram's counts are added once per call, not per datagram.
@@ -656,41 +658,45 @@ class SwitchService:
         vni, capture, backlog = self.vni, self.capture, self._backlog
         here = sock.getsockname() if capture is not None else None
         job_backlog = self.limits.job_backlog
-        for _ in range(budget):
+        taken = 0
+        while taken < budget:
             try:
-                datagram, src = sock.recvfrom(65535)
+                datagrams, src = recv_datagrams(sock)
             except BlockingIOError:
                 break
             except OSError as e:  # an ICMP error of an earlier send, reported late
                 counts[None, "rx_errors"] += 1
+                taken += 1
                 log.debug("vxlan receive error: %s", e)
                 continue
-            counts[None, "rx_datagrams"] += 1
-            if capture is not None:
-                capture(src, here, datagram)
-            inner = decap(datagram, vni)
-            if inner.__class__ is VxlanDrop:
-                counts[None, inner.value] += 1
-                continue
-            port = own if own is not None else self._port_of.get(src)
-            if port is None:
-                counts[None, "unbound_source"] += 1
-                continue
-            j = self._job_at[port]
-            counts[j.number, "rx_datagrams"] += 1
-            if inner[_QPN_AT] != self._qpn_at[port]:
-                # Another rank's or another job's QPN: whatever R_Key it carries, not this endpoint's to use.
-                counts[None, "foreign_qpn"] += 1
-                counts[j.number, "foreign_qpn"] += 1
-                continue
-            waiting = backlog.get(j.number)
-            if waiting is None:
-                waiting = backlog[j.number] = deque()
-            if len(waiting) >= job_backlog:
-                counts[None, "fair_share_drops"] += 1
-                counts[j.number, "fair_share_drops"] += 1
-                continue
-            waiting.append((port, inner))
+            taken += len(datagrams)
+            for datagram in datagrams:
+                counts[None, "rx_datagrams"] += 1
+                if capture is not None:
+                    capture(src, here, datagram)
+                inner = decap(datagram, vni)
+                if inner.__class__ is VxlanDrop:
+                    counts[None, inner.value] += 1
+                    continue
+                port = own if own is not None else self._port_of.get(src)
+                if port is None:
+                    counts[None, "unbound_source"] += 1
+                    continue
+                j = self._job_at[port]
+                counts[j.number, "rx_datagrams"] += 1
+                if inner[_QPN_AT] != self._qpn_at[port]:
+                    # Another rank's or another job's QPN: whatever R_Key it carries, not this endpoint's to use.
+                    counts[None, "foreign_qpn"] += 1
+                    counts[j.number, "foreign_qpn"] += 1
+                    continue
+                waiting = backlog.get(j.number)
+                if waiting is None:
+                    waiting = backlog[j.number] = deque()
+                if len(waiting) >= job_backlog:
+                    counts[None, "fair_share_drops"] += 1
+                    counts[j.number, "fair_share_drops"] += 1
+                    continue
+                waiting.append((port, inner))
         for (number, name), n in counts.items():
             (self.stats if number is None else self._jobs[number].service)[name] += n
 
@@ -744,7 +750,7 @@ class SwitchService:
         """Send the switch's ``out`` frames to their ports' endpoints, each in a VXLAN datagram, in order per port.
 
         A port's datagrams go out back to back (:func:`~inagg.host.vxlan.send_all` on its endpoint's own
-        socket), not in the switch's order, which takes the ports in turn for every chunk: a worker is then
+        socket, in one call per run with :attr:`segment`), not in the switch's order, which takes the ports in turn for every chunk: a worker is then
         woken once for its results and takes them in one batch, where it would be woken, and run, once per
         result. What the sends count is added once per call, per port.
         """
@@ -760,7 +766,8 @@ class SwitchService:
                 sent[port, "tx_unbound_port"] += len(datagrams)
                 continue
             own = sock_at.get(port)
-            fates = send_all(own, datagrams) if own is not None else [_sendto(shared, d, dst) for d in datagrams]
+            fates = (send_all(own, datagrams, segment=self.segment) if own is not None else
+                     send_all(shared, datagrams, dst, segment=self.segment))
             for datagram, e in zip(datagrams, fates):
                 if e is not None:  # a full socket buffer or a vanished route: the worker's timer resends
                     sent[port, "tx_errors"] += 1
@@ -1116,6 +1123,8 @@ class SwitchService:
             for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
                 sock.setsockopt(socket.SOL_SOCKET, opt, _ENDPOINT_SOCKET_BUFFER)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if self.segment:
+                enable_gro(sock)
             sock.bind(self.vxlan_address)
             sock.connect(endpoint)
             sock.setblocking(False)
@@ -1510,7 +1519,7 @@ def _await_probe(receive: Callable[[float], bytes | None], timeout: float) -> st
 
 
 def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple[str, int] | None = None,
-         watch: bool = False) -> Group:
+         watch: bool = False, segment: bool = True) -> Group:
     """The :class:`~inagg.host.api.Group` of rank ``rank`` of ``ticket``'s job, over VXLAN.
 
     Opens the rank's UDP endpoint and attaches it to the rank's switch
@@ -1519,11 +1528,11 @@ def join(ticket: Ticket, rank: int, *, timing: Timing | None = None, bind: tuple
     and III), then ``group.port.close()`` releases the socket. With
     ``watch`` the group's port is a :class:`WatchedPort`: the rank learns at
     once, as a typed error, when the service stops or another rank of the
-    job goes away.
+    job goes away. ``segment``: the port's :class:`~inagg.host.vxlan.VxlanPort` argument.
     """
     if not isinstance(rank, int) or not 0 <= rank < len(ticket.job.workers):
         raise ValueError(f"rank must be an integer in 0..{len(ticket.job.workers) - 1}, not {rank!r}")
-    port = VxlanPort(ticket.vxlan, ticket.vni, bind=bind)
+    port = VxlanPort(ticket.vxlan, ticket.vni, bind=bind, segment=segment)
     client = None
     try:
         client = SwitchClient(ticket.control)
@@ -1613,7 +1622,12 @@ class WatchedPort:
     def send(self, frame: bytes) -> None:
         self.port.send(frame)
 
+    def send_batch(self, frames: list[bytes]) -> None:
+        self.port.send_batch(frames)
+
     def recv(self, timeout: float) -> bytes | None:
+        if self.port.pending:  # a frame of an earlier read: the socket may have nothing more to wake us
+            return self.port.recv(0.0)
         end = time.monotonic() + timeout
         while self.failure is None:
             ready = {key.data for key, _ in self._sel.select(max(0.0, end - time.monotonic()))}

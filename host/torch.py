@@ -187,7 +187,7 @@ def _resolve_switch(switch: str | None, size: int, window: int) -> tuple[SwitchC
     if switch != "embedded":
         return SwitchClient(switch), None
     slots = 1 << max(1, (2 * window - 1).bit_length())
-    service = SwitchService(SwitchSpec(ports=size, slots=slots), vxlan=("127.0.0.1", 0)).start()
+    service = SwitchService(SwitchSpec(ports=size, slots=slots, chunk_bytes=4096), vxlan=("127.0.0.1", 0)).start()
     try:
         return SwitchClient(service.control_address), service
     except BaseException:

@@ -31,15 +31,17 @@ import math
 import select
 import socket
 import struct
+import sys
 import time
 from collections import Counter as Tally
+from collections import deque
 from collections.abc import Callable
 
 from inagg.models import wire
 from inagg.models.protocol import ETH_TYPE_IPV4, IP_PROTO_UDP, IPV4_LEN, UDP_LEN
 
 __all__ = ["VXLAN_PORT", "VXLAN_HDR_LEN", "MAX_VNI", "VxlanDrop", "encap", "decap", "check_vni", "VxlanPort",
-           "send_all", "outer_frame", "PcapWriter", "Capture"]
+           "send_all", "recv_datagrams", "enable_gro", "outer_frame", "PcapWriter", "Capture"]
 
 VXLAN_PORT = 4789
 VXLAN_HDR_LEN = 8
@@ -77,21 +79,101 @@ def decap(datagram: bytes, vni: int) -> bytes | VxlanDrop:
     return datagram[VXLAN_HDR_LEN:]
 
 
-def send_all(sock: socket.socket, datagrams: list[bytes]) -> list[OSError | None]:
-    """Send ``datagrams`` in order on connected socket ``sock``; what became of each: None (sent) or its error.
+# linux/udp.h. Segmentation offload (4.18) sends a run of equal datagrams in one call, and the stack carries
+# them as one buffer to a socket with receive offload (5.0), which reads them in one call too.
+UDP_SEGMENT, UDP_GRO = 103, 104
+# The most segments the kernel takes in one call (UDP_MAX_SEGMENTS: 64 in 4.18, 128 since 5.4), and the most
+# bytes (a UDP payload in IPv4).
+_GSO_SEGMENTS, _GSO_BYTES = 64, 65507
+_GRO_CMSG = socket.CMSG_SPACE(4)
 
-    One ``send`` per datagram. ``sendmmsg`` (through ``ctypes``; Python's socket module has none) sends
-    them in one call, but on loopback the kernel's work per datagram is the same, and filling its message
-    array costs more Python time than the calls it saves (``bench/scaleout.py --only batch``). A datagram the
-    kernel refuses (a full buffer, an ICMP error of an earlier one) is reported and the rest are still sent.
+
+def enable_gro(sock: socket.socket) -> bool:
+    """Ask the kernel to hand ``sock`` runs of datagrams as one buffer (``UDP_GRO``); whether it agreed."""
+    try:
+        sock.setsockopt(socket.SOL_UDP, UDP_GRO, 1)
+    except OSError:  # a kernel before 5.0: one datagram per read, as before
+        return False
+    return True
+
+
+def recv_datagrams(sock: socket.socket) -> tuple[list[bytes], object]:
+    """The datagrams of one read of UDP socket ``sock`` (several on a socket with :func:`enable_gro`), and
+    their source address; never blocks (``BlockingIOError`` when none is queued).
+
+    A run read at once came from one source, and all its datagrams but the last have the segment size the
+    kernel reports; a read without that report is one datagram.
+    """
+    data, ancillary, _, src = sock.recvmsg(_MAX_DATAGRAM, _GRO_CMSG, socket.MSG_DONTWAIT)
+    for level, kind, value in ancillary:
+        if level == socket.SOL_UDP and kind == UDP_GRO:
+            size = int.from_bytes(value[:4], sys.byteorder)
+            if 0 < size < len(data):
+                return [data[i:i + size] for i in range(0, len(data), size)], src
+    return [data], src
+
+
+def _run_end(datagrams: list[bytes], i: int) -> int:
+    """The end of the run from ``i`` that one segmented send can carry: datagrams of ``datagrams[i]``'s size, and at
+    most one shorter one last, within the kernel's segment and byte limits."""
+    size, n = len(datagrams[i]), len(datagrams)
+    most = min(_GSO_SEGMENTS, _GSO_BYTES // size) if size else 1
+    j, total = i + 1, size
+    while j < n and j - i < most and len(datagrams[j]) <= size and total + len(datagrams[j]) <= _GSO_BYTES:
+        total += len(datagrams[j])
+        j += 1
+        if len(datagrams[j - 1]) < size:
+            break
+    return j
+
+
+def _send_one(sock: socket.socket, datagram: bytes, address) -> OSError | None:
+    try:
+        if address is None:
+            sock.send(datagram)
+        else:
+            sock.sendto(datagram, address)
+    except OSError as e:
+        return e
+    return None
+
+
+def send_all(sock: socket.socket, datagrams: list[bytes], address=None, *, segment: bool = True
+             ) -> list[OSError | None]:
+    """Send ``datagrams`` in order on ``sock`` (to ``address``, or to the socket's peer when None); what became of
+    each: None (sent) or its error.
+
+    With ``segment`` (the default) each run of datagrams of one size goes in one ``sendmsg`` with the kernel's
+    segmentation offload (``UDP_SEGMENT``): on the wire they are the same datagrams, but the stack is crossed
+    once per run, not once per datagram (``bench/scaleout.py --only gso`` measures both ways). ``segment=False``
+    sends one datagram per call. A datagram the kernel refuses (a full buffer, an ICMP error of an earlier one)
+    is reported and the rest are still sent: a refused run is sent again one datagram per call, except that an
+    earlier datagram's ICMP error, which refuses one call whatever it carries, costs its first datagram alone,
+    as it would one call per datagram.
     """
     fates: list[OSError | None] = []
-    for d in datagrams:
+    i, n = 0, len(datagrams)
+    while i < n:
+        j = _run_end(datagrams, i) if segment else i + 1
+        if j - i == 1:
+            fates.append(_send_one(sock, datagrams[i], address))
+            i = j
+            continue
+        size = struct.pack("=H", len(datagrams[i]))
         try:
-            sock.send(d)
-            fates.append(None)
-        except OSError as e:
+            if address is None:
+                sock.sendmsg(datagrams[i:j], [(socket.SOL_UDP, UDP_SEGMENT, size)])
+            else:
+                sock.sendmsg(datagrams[i:j], [(socket.SOL_UDP, UDP_SEGMENT, size)], 0, address)
+        except ConnectionRefusedError as e:
             fates.append(e)
+            i += 1
+            continue
+        except OSError:  # no offload here (a kernel before 4.18, a device without it), or a full buffer
+            fates.extend(_send_one(sock, d, address) for d in datagrams[i:j])
+        else:
+            fates.extend([None] * (j - i))
+        i = j
     return fates
 
 
@@ -108,15 +190,24 @@ class VxlanPort:
         Local ``(host, port)``; port 0 takes a free one. By default the
         socket binds where the route to ``switch`` leaves the host.
 
+    segment:
+        Use the kernel's UDP segmentation and receive offloads (see
+        :func:`send_all`): :meth:`send_batch` sends a run of frames in one
+        call, and one read takes a run the switch sent so. False: one
+        datagram per call both ways (the path before them, kept to measure
+        against).
+
     The socket is connected to the switch, so the kernel delivers datagrams
     from the switch only. ``stats`` counts datagrams sent and received,
     drops by :class:`VxlanDrop`, and ``"unreachable"`` for every ICMP port
     unreachable the kernel reported (no switch listening).
     """
 
-    def __init__(self, switch: tuple[str, int], vni: int, *, bind: tuple[str, int] | None = None):
+    def __init__(self, switch: tuple[str, int], vni: int, *, bind: tuple[str, int] | None = None,
+                 segment: bool = True):
         self.vni = check_vni(vni)
         self.stats: Tally = Tally()
+        self.segment = segment
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             if bind is not None:
@@ -126,6 +217,8 @@ class VxlanPort:
             self.sock.close()
             raise
         self.switch = self.sock.getpeername()
+        self._gro = segment and enable_gro(self.sock)
+        self._pending: deque[bytes] = deque()  # frames of a read that brought several, not yet taken
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
 
@@ -146,17 +239,44 @@ class VxlanPort:
             return
         self.stats["sent"] += 1
 
+    def send_batch(self, frames: list[bytes]) -> None:
+        """Send ``frames`` in order, as :meth:`send` would one by one, in as few calls as the kernel allows.
+
+        An error other than a refused datagram is raised once the rest of the batch is sent.
+        """
+        failure = None
+        for e in send_all(self.sock, [encap(f, self.vni) for f in frames], segment=self.segment):
+            if e is None:
+                self.stats["sent"] += 1
+            elif isinstance(e, ConnectionRefusedError):
+                self.stats["unreachable"] += 1
+            elif failure is None:
+                failure = e
+        if failure is not None:
+            raise failure
+
+    @property
+    def pending(self) -> bool:
+        """Whether a frame already read waits to be taken: :meth:`recv` returns it without a system call, and
+        the socket need not be readable meanwhile."""
+        return bool(self._pending)
+
     def recv(self, timeout: float) -> bytes | None:
         """The next frame, or None when ``timeout`` seconds pass without one.
 
         The socket stays blocking: a datagram already queued (the common case while results stream in) costs
-        one ``recv`` with ``MSG_DONTWAIT``, and waiting one ``poll`` more, where a socket timeout set per call
-        costs an ``ioctl`` and a ``poll`` before every ``recv``.
+        one read with ``MSG_DONTWAIT``, and waiting one ``poll`` more, where a socket timeout set per call
+        costs an ``ioctl`` and a ``poll`` before every read.
         """
+        if self._pending:
+            return self._pending.popleft()
         end = None
         while True:
             try:
-                datagram = self.sock.recv(_MAX_DATAGRAM, socket.MSG_DONTWAIT)
+                if self._gro:
+                    datagrams, _ = recv_datagrams(self.sock)
+                else:
+                    datagrams = [self.sock.recv(_MAX_DATAGRAM, socket.MSG_DONTWAIT)]
             except BlockingIOError:
                 now = time.monotonic()
                 end = now + timeout if end is None else end
@@ -169,12 +289,15 @@ class VxlanPort:
                 if time.monotonic() >= end:
                     return None
                 continue
-            inner = decap(datagram, self.vni)
-            if isinstance(inner, VxlanDrop):
-                self.stats[inner.value] += 1
-                continue
-            self.stats["received"] += 1
-            return inner
+            for datagram in datagrams:
+                inner = decap(datagram, self.vni)
+                if isinstance(inner, VxlanDrop):
+                    self.stats[inner.value] += 1
+                    continue
+                self.stats["received"] += 1
+                self._pending.append(inner)
+            if self._pending:
+                return self._pending.popleft()
 
     def close(self) -> None:
         self.sock.close()

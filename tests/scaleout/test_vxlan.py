@@ -22,8 +22,10 @@ from inagg.host.controller import plan
 from inagg.host.link import Faults
 from inagg.host.roce import RETH, contribution
 from inagg.host.service import SwitchClient, SwitchService, join
+from inagg.host import vxlan
 from inagg.host.vxlan import (
-    VXLAN_PORT, PcapWriter, VxlanDrop, VxlanPort, check_vni, decap, encap, outer_frame, send_all,
+    VXLAN_PORT, PcapWriter, VxlanDrop, VxlanPort, check_vni, decap, enable_gro, encap, outer_frame, recv_datagrams,
+    send_all,
 )
 from inagg.host.worker import Timing
 from inagg.models.job import SwitchSpec
@@ -212,3 +214,139 @@ def test_send_all_sends_in_order_and_reports_a_refused_datagram():
         while (fates := send_all(tx, [b"y", b"z"]))[0] is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert isinstance(fates[0], ConnectionRefusedError) and fates[1] is None
+
+
+def _pair(gro: bool):
+    rx, tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    rx.bind(("127.0.0.1", 0))
+    if gro:
+        assert enable_gro(rx)  # this project's kernels (5.0 and later) all offer it
+    tx.connect(rx.getsockname())
+    return rx, tx
+
+
+def _read_all(rx, n: int) -> tuple[list[bytes], int]:
+    """``n`` datagrams from ``rx`` and the reads they took."""
+    got, reads, deadline = [], 0, time.monotonic() + 5
+    while len(got) < n and time.monotonic() < deadline:
+        try:
+            got += recv_datagrams(rx)[0]
+            reads += 1
+        except BlockingIOError:
+            time.sleep(0.001)
+    return got, reads
+
+
+# Runs of one size, a shorter one that ends a run, a longer one that starts one, more than a call's segments,
+# and sizes whose run the byte limit cuts before the segment limit.
+DATAGRAMS = ([bytes([i]) * 1100 for i in range(70)] + [b"short"] + [b"L" * 1200, b"M" * 1200]
+             + [bytes([i]) * 9000 for i in range(9)] + [b"z"])
+
+
+@pytest.mark.parametrize("gro", [True, False], ids=["receive offload", "one datagram per read"])
+@pytest.mark.parametrize("segment", [True, False], ids=["segmented", "one per call"])
+def test_send_all_delivers_every_datagram_intact_and_in_order(gro, segment):
+    rx, tx = _pair(gro)
+    with rx, tx:
+        assert send_all(tx, DATAGRAMS, segment=segment) == [None] * len(DATAGRAMS)
+        got, reads = _read_all(rx, len(DATAGRAMS))
+    assert got == DATAGRAMS
+    # Segmented sends to a socket with receive offload arrive as runs: far fewer reads than datagrams.
+    assert (reads < len(DATAGRAMS) // 4) == (gro and segment)
+
+
+def test_send_all_to_an_address_on_an_unconnected_socket():
+    rx, tx = _pair(True)
+    with rx, tx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as shared:
+        assert send_all(shared, DATAGRAMS[:5], rx.getsockname()) == [None] * 5
+        assert _read_all(rx, 5) == (DATAGRAMS[:5], 1)
+
+
+@pytest.mark.parametrize("sizes, end", [
+    ([100] * 70, 64),                    # the kernel's segments per call
+    ([9000] * 9, 7),                     # its bytes per call: 7 * 9000 <= 65507 < 8 * 9000
+    ([100, 100, 40, 100], 3),            # a shorter datagram ends a run
+    ([100, 200], 1),                     # a longer one starts the next
+    ([0, 0], 1),                         # an empty datagram travels alone
+])
+def test_a_run_is_what_one_segmented_call_can_carry(sizes, end):
+    assert vxlan._run_end([bytes(n) for n in sizes], 0) == end
+
+
+class _Refusing:
+    """A connected socket whose segmented sends fail with ``error``; single sends are recorded."""
+
+    def __init__(self, error: OSError):
+        self.error, self.sent = error, []
+
+    def sendmsg(self, buffers, ancillary, *rest):
+        raise self.error
+
+    def send(self, datagram):
+        self.sent.append(datagram)
+
+
+def test_a_refused_segmented_send_goes_again_one_datagram_per_call():
+    sock = _Refusing(OSError(5, "Input/output error"))  # what a device without the offload answers
+    assert send_all(sock, [b"ab", b"cd", b"e"]) == [None] * 3
+    assert sock.sent == [b"ab", b"cd", b"e"]
+
+
+def test_an_earlier_icmp_error_costs_the_first_datagram_of_a_run_only():
+    """As one call per datagram would: the error refuses the call it comes back on, whatever that carries."""
+    sock = _Refusing(ConnectionRefusedError(111, "Connection refused"))
+    fates = send_all(sock, [b"ab", b"cd"])
+    assert isinstance(fates[0], ConnectionRefusedError) and fates[1:] == [None] and sock.sent == [b"cd"]
+
+
+@pytest.mark.parametrize("segment", [True, False])
+def test_port_sends_a_batch_and_takes_a_run_frame_by_frame(peer, segment):
+    frames = [FRAME[:-1] + bytes([i]) for i in range(40)] + [FRAME[:60]]
+    with VxlanPort(peer.getsockname(), 9, segment=segment) as port:
+        port.send_batch(frames)
+        got = [peer.recvfrom(65535) for _ in frames]
+        assert [d for d, _ in got] == [encap(f, 9) for f in frames]
+        assert send_all(peer, [encap(f, 9) for f in frames[::-1]] + [b"\x08"], port.address) == [None] * 42
+        assert [port.recv(2.0) for _ in frames] == frames[::-1]
+        assert not port.pending and port.recv(0.01) is None
+        assert port.stats == {"sent": 41, "received": 41, "not_vxlan": 1}
+
+
+def test_port_keeps_the_rest_of_a_run_for_the_next_calls(peer):
+    with VxlanPort(peer.getsockname(), 9) as port:
+        send_all(peer, [encap(FRAME, 9)] * 3, port.address)
+        assert port.recv(2.0) == FRAME
+        assert port.pending  # the socket is empty now: a caller that waits on it must take these first
+        assert [port.recv(0.0), port.recv(0.0)] == [FRAME, FRAME] and not port.pending
+
+
+def test_port_batch_counts_refused_datagrams_and_raises_other_errors(peer, monkeypatch):
+    with VxlanPort(peer.getsockname(), 9) as port:
+        monkeypatch.setattr(vxlan, "send_all", lambda *a, **k: [None, ConnectionRefusedError(), OSError(105, "x")])
+        with pytest.raises(OSError, match="x"):
+            port.send_batch([FRAME] * 3)
+        assert port.stats == {"sent": 1, "unreachable": 1}
+
+
+@pytest.mark.parametrize("segment", [True, False], ids=["offload", "one datagram per call"])
+def test_service_sums_are_exact_with_and_without_the_offloads(segment):
+    with SwitchService(SwitchSpec(ports=2, slots=64), segment=segment) as service, \
+            SwitchClient(service.control_address) as client:
+        ticket = client.create_job(2, window=16)
+        groups = [join(ticket, r, segment=segment) for r in range(2)]
+        arrays = [np.arange(40_000, dtype=np.float32) * (r + 1) for r in range(2)]
+        out = [None, None]
+        threads = [threading.Thread(target=lambda r=r: out.__setitem__(r, allreduce(arrays[r], groups[r])))
+                   for r in range(2)]
+        [t.start() for t in threads]
+        [t.join(60) for t in threads]
+        for g in groups:
+            g.port.close()
+    assert all(np.array_equal(o, arrays[0] + arrays[1]) for o in out)
+    assert service.stats["tx_datagrams"] >= 2 * 40 and not service.stats["tx_errors"]
+
+
+def test_service_segment_flag_is_a_bool():
+    with pytest.raises(TypeError, match="segment must be a bool, not str"):
+        SwitchService(SwitchSpec(ports=2, slots=64), segment="yes")
