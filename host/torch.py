@@ -57,16 +57,20 @@ except ImportError as e:  # the optional extra is not installed
     raise ImportError("inagg.host.torch needs PyTorch: pip install 'inagg[torch]'") from e
 
 from inagg.models.job import SwitchSpec
+from inagg.models.protocol import CHUNK_BYTES_ALLOWED
 
 from inagg.host.api import Group, run
 from inagg.host.service import ENV_SWITCH, ServiceError, SwitchClient, SwitchService, SwitchUnavailableError, Ticket, join
 from inagg.host.worker import AllReduce, Timing
 
 __all__ = ["BackwardCheck", "DistGroup", "InaggFallbackWarning", "group_from_process_group", "setup",
-           "allreduce_hook", "leave", "exit_process", "LEAVE_TIMEOUT"]
+           "allreduce_hook", "leave", "exit_process", "LEAVE_TIMEOUT", "EMBEDDED_CHUNK_BYTES"]
 
 #: Seconds rank 0 waits in :func:`leave` for the other ranks before it ends the job anyway.
 LEAVE_TIMEOUT = 30.0
+#: The embedded switch's chunk: the largest RoCE payload (an MTU of 4096). Its ranks share loopback, where such a
+#: datagram needs no fragmenting, and a bucket then costs a quarter of the frames of 1 KB chunks.
+EMBEDDED_CHUNK_BYTES = max(CHUNK_BYTES_ALLOWED)
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # Every call takes fresh store keys; all ranks call in the same order, as for any collective.
 _calls = itertools.count()
@@ -187,7 +191,7 @@ def _resolve_switch(switch: str | None, size: int, window: int) -> tuple[SwitchC
     if switch != "embedded":
         return SwitchClient(switch), None
     slots = 1 << max(1, (2 * window - 1).bit_length())
-    service = SwitchService(SwitchSpec(ports=size, slots=slots, chunk_bytes=4096), vxlan=("127.0.0.1", 0)).start()
+    service = SwitchService(SwitchSpec(ports=size, slots=slots, chunk_bytes=EMBEDDED_CHUNK_BYTES), vxlan=("127.0.0.1", 0)).start()
     try:
         return SwitchClient(service.control_address), service
     except BaseException:

@@ -16,7 +16,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from inagg.host.service import (  # noqa: E402
     ENV_SWITCH, ServiceError, SwitchClient, SwitchGoneError, SwitchService, SwitchUnavailableError,
 )
-from inagg.host.torch import InaggFallbackWarning, allreduce_hook, group_from_process_group, leave  # noqa: E402
+from inagg.host.torch import (  # noqa: E402
+    EMBEDDED_CHUNK_BYTES, InaggFallbackWarning, allreduce_hook, group_from_process_group, leave,
+)
 from inagg.host.worker import ChunkTimeoutError, Timing  # noqa: E402
 from inagg.models.job import SwitchSpec  # noqa: E402
 
@@ -88,6 +90,7 @@ def test_fallback_warns_once_and_uses_the_process_group(world, unused_address):
 
 def test_hook_averages_buckets_and_keeps_their_dtype(world):
     state = group_from_process_group(switch="embedded", window=4)
+    assert state.group.switch.chunk_bytes == EMBEDDED_CHUNK_BYTES == 4096
     try:
         for dtype, rtol in ((torch.float32, 2**-23), (torch.bfloat16, 2**-8)):
             torch.manual_seed(1)
