@@ -75,10 +75,11 @@ class GMIIReceiver(wiring.Component):
     """Frames from GMII: strips preamble, SFD and FCS and tells each frame's fate at its end.
 
     Runs one byte per cycle; it cannot stall, so its output is always ready.
-    A byte leaves five cycles after it came in: when RX_DV falls, the four
-    bytes still held are the FCS and the fifth is the frame's last byte,
-    which goes out with ``last`` and, when the frame is bad, ``drop`` (then
-    the frame buffer behind discards all of it). A frame longer than
+    A byte leaves six cycles after it came in, from a register: when RX_DV
+    falls, the four bytes still held are the FCS and the fifth is the
+    frame's last byte, which goes out the next cycle with ``last``, its
+    verdict strobe and, when the frame is bad, ``drop`` (then the frame
+    buffer behind discards all of it). A frame longer than
     ``max_frame`` sets ``drop`` as soon as it gets there, so that the buffer
     does not fill up with it first.
 
@@ -115,7 +116,18 @@ class GMIIReceiver(wiring.Component):
         count = Signal(range(self.max_frame + 2))  # bytes of the frame so far, stopping at max_frame + 1
         error = Signal()  # an RX_ER came during the frame
         too_long = count > self.max_frame
-        m.d.comb += crc.data.eq(self.gmii.data)
+        # Every output is a register or a gate of registers, so that the frame buffer's write logic and the
+        # counters behind do not hang off the CRC and the byte count (they made a 10 ns path on the 25F). The FCS
+        # check of the bytes so far is registered too: it is read a cycle after the last byte has entered the CRC.
+        fcs_ok = Signal()
+        ending = Signal()  # the frame's last byte is out this cycle
+        runt, long, failed = Signal(), Signal(), Signal()  # at ``ending``: why the frame failed, FCS aside
+        drop = Signal()  # with a byte: discard the frame, FCS aside
+        m.d.sync += [fcs_ok.eq(crc.match_detected), ending.eq(0), self.o.valid.eq(0)]
+        m.d.comb += [crc.data.eq(self.gmii.data), self.drop.eq(drop | (ending & ~fcs_ok)),
+                     self.runt.eq(ending & runt), self.long.eq(ending & long),
+                     self.fcs_error.eq(ending & ~runt & ~long & (failed | ~fcs_ok)),
+                     self.good.eq(ending & ~runt & ~long & ~failed & fcs_ok)]
         with m.FSM():
             with m.State("IDLE"):
                 m.d.sync += [count.eq(0), error.eq(0)]
@@ -135,22 +147,18 @@ class GMIIReceiver(wiring.Component):
                 with m.Elif(self.gmii.data != PREAMBLE):
                     m.next = "DISCARD"
             with m.State("DATA"):
+                # Each new byte pushes out the fifth latest, which is then known not to be FCS.
+                m.d.sync += [self.o.valid.eq(count >= FCS_BYTES + 1), self.o.payload.data.eq(held[-8:])]
                 with m.If(self.gmii.en):
                     m.d.comb += crc.valid.eq(1)
-                    m.d.sync += [held.eq(Cat(self.gmii.data, held[:-8])), error.eq(error | self.gmii.er)]
+                    m.d.sync += [held.eq(Cat(self.gmii.data, held[:-8])), error.eq(error | self.gmii.er),
+                                 self.o.payload.last.eq(0), drop.eq(too_long)]
                     with m.If(~too_long):
                         m.d.sync += count.eq(count + 1)
-                    # Each new byte pushes out the fifth latest, which is then known not to be FCS.
-                    m.d.comb += [self.o.valid.eq(count >= FCS_BYTES + 1), self.o.payload.data.eq(held[-8:]),
-                                 self.drop.eq(too_long)]
                 with m.Else():
-                    runt = count < MIN_FRAME
-                    bad_fcs = error | ~crc.match_detected
-                    m.d.comb += [self.o.valid.eq(count >= FCS_BYTES + 1), self.o.payload.data.eq(held[-8:]),
-                                 self.o.payload.last.eq(1), self.drop.eq(runt | too_long | bad_fcs),
-                                 self.runt.eq(runt), self.long.eq(~runt & too_long),
-                                 self.fcs_error.eq(~runt & ~too_long & bad_fcs),
-                                 self.good.eq(~runt & ~too_long & ~bad_fcs)]
+                    short = count < MIN_FRAME
+                    m.d.sync += [self.o.payload.last.eq(1), ending.eq(1), runt.eq(short), long.eq(~short & too_long),
+                                 failed.eq(error), drop.eq(short | too_long | error)]
                     m.next = "IDLE"
             with m.State("DISCARD"):
                 with m.If(~self.gmii.en):
@@ -164,6 +172,7 @@ class GMIITransmitter(wiring.Component):
     It takes a frame's first byte only after the gap and the preamble and
     then one byte every cycle until ``last``: the stream in must have the
     whole frame ready (a :class:`FrameBuffer` in front gives it whole).
+    GMII is driven from registers, two cycles after the byte is taken.
 
     Members
     -------
@@ -181,8 +190,17 @@ class GMIITransmitter(wiring.Component):
         m = Module()
         crc = _crc32(m, "crc")
         count = Signal(range(max(MIN_FRAME, 8 + IFG) + 1))  # bytes sent of the preamble, the payload or the gap
-        wire = Signal(8)
-        m.d.comb += [crc.data.eq(wire), self.gmii.data.eq(wire)]
+        wire, en, fcs, start, valid, sent = Signal(8), Signal(), Signal(), Signal(), Signal(), Signal()
+        # Two register stages after the state machine, so that neither the CRC nor the pins hang off the byte
+        # picked from the downsizer's beat: the CRC takes a byte a cycle after the state machine, and an FCS byte
+        # leaves a cycle after the CRC has taken the frame's last byte, from its register.
+        wire_r, fcs_r, index_r = Signal(8), Signal(), Signal(2)
+        en_r, sent_r = Signal(), Signal()
+        m.d.sync += [wire_r.eq(wire), en_r.eq(en), fcs_r.eq(fcs), index_r.eq(count[:2]), crc.start.eq(start),
+                     crc.valid.eq(valid), sent_r.eq(sent),
+                     self.gmii.data.eq(Mux(fcs_r, crc.crc.word_select(index_r, 8), wire_r)), self.gmii.en.eq(en_r),
+                     self.sent.eq(sent_r)]
+        m.d.comb += crc.data.eq(wire_r)
         with m.FSM():
             with m.State("GAP"):
                 # Also the state after reset: a frame never follows another with less than the gap between.
@@ -192,13 +210,13 @@ class GMIITransmitter(wiring.Component):
                     m.d.sync += count.eq(0)
                     m.next = "PREAMBLE"
             with m.State("PREAMBLE"):
-                m.d.comb += [self.gmii.en.eq(1), wire.eq(Mux(count == 7, SFD, PREAMBLE)), crc.start.eq(1)]
+                m.d.comb += [en.eq(1), wire.eq(Mux(count == 7, SFD, PREAMBLE)), start.eq(1)]
                 m.d.sync += count.eq(count + 1)
                 with m.If(count == 7):
                     m.d.sync += count.eq(0)
                     m.next = "DATA"
             with m.State("DATA"):
-                m.d.comb += [self.gmii.en.eq(1), self.i.ready.eq(1), wire.eq(self.i.payload.data), crc.valid.eq(1)]
+                m.d.comb += [en.eq(1), self.i.ready.eq(1), wire.eq(self.i.payload.data), valid.eq(1)]
                 with m.If(count < MIN_FRAME - FCS_BYTES):  # only whether to pad matters
                     m.d.sync += count.eq(count + 1)
                 with m.If(self.i.payload.last):
@@ -208,17 +226,17 @@ class GMIITransmitter(wiring.Component):
                         m.d.sync += count.eq(0)
                         m.next = "FCS"
             with m.State("PAD"):
-                m.d.comb += [self.gmii.en.eq(1), crc.valid.eq(1)]
+                m.d.comb += [en.eq(1), valid.eq(1)]
                 m.d.sync += count.eq(count + 1)
                 with m.If(count == MIN_FRAME - FCS_BYTES - 1):
                     m.d.sync += count.eq(0)
                     m.next = "FCS"
             with m.State("FCS"):
                 # The CRC's bytes go out least significant first; the register holds still meanwhile.
-                m.d.comb += [self.gmii.en.eq(1), wire.eq(crc.crc.word_select(count[:2], 8))]
+                m.d.comb += [en.eq(1), fcs.eq(1)]
                 m.d.sync += count.eq(count + 1)
                 with m.If(count == FCS_BYTES - 1):
-                    m.d.comb += self.sent.eq(1)
+                    m.d.comb += sent.eq(1)
                     m.d.sync += count.eq(0)
                     m.next = "GAP"
         return m
@@ -231,7 +249,8 @@ class FrameBuffer(wiring.Component):
     of the last whole frame (the *commit* point). A frame's last beat moves
     the commit point; ``drop`` (with any beat) rewinds the write pointer to
     it and discards the rest of the frame, its last beat included. The read
-    side sees the committed frames only.
+    side sees the committed frames only, and a beat leaves two cycles after
+    it is read (the read data register and the output register).
 
     Parameters
     ----------
@@ -267,11 +286,17 @@ class FrameBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mem = mem = Memory(shape=self.layout, depth=self.depth, init=[])
-        wp, rp = mem.write_port(), mem.read_port()
+        # The read side never reads a place the write side writes: it stops at the commit point, where writes
+        # start. Yosys, told so (``no_rw_check``) as it merges the flip-flops behind an asynchronous read port
+        # into the EBR, leaves out its emulation of a read-first collision: a bypass multiplexer after the EBR's
+        # slow data output (2.5 ns more on the 25F). A synchronous read port would get it whatever the attribute.
+        m.submodules.mem = mem = Memory(shape=self.layout, depth=self.depth, init=[], attrs={"no_rw_check": 1})
+        wp, rp = mem.write_port(), mem.read_port(domain="comb")
         bits = (self.depth - 1).bit_length()
         wr, commit, rd = Signal(bits), Signal(bits), Signal(bits)
-        full = (wr + 1)[:bits] == rd
+        # ``wr + 1`` kept in a register of its own: the full check then needs no adder before the write enable.
+        wr_next = Signal(bits, init=1)
+        full = wr_next == rd
         dropped, lost = Signal(), Signal()  # this frame is discarded: by ``drop``, for want of space
         bad = dropped | self.drop
         if not self.always_ready:
@@ -282,23 +307,31 @@ class FrameBuffer(wiring.Component):
         m.d.comb += [wp.addr.eq(wr), wp.data.eq(self.i.payload)]
         with m.If(self.i.valid & self.i.ready):
             with m.If(gone):
-                m.d.sync += [wr.eq(commit), dropped.eq(bad & ~self.i.payload.last),
+                m.d.sync += [wr.eq(commit), wr_next.eq(commit + 1), dropped.eq(bad & ~self.i.payload.last),
                              lost.eq(~bad & ~self.i.payload.last)]
                 if self.always_ready:
                     m.d.comb += self.overflow.eq(self.i.payload.last & ~bad)
             with m.Else():
                 m.d.comb += wp.en.eq(1)
-                m.d.sync += wr.eq(wr + 1)
+                m.d.sync += [wr.eq(wr_next), wr_next.eq(wr_next + 1)]
                 with m.If(self.i.payload.last):
-                    m.d.sync += commit.eq(wr + 1)
+                    m.d.sync += commit.eq(wr_next)
 
-        # The read port's data register is the output register: it holds while the beat waits.
-        load = (rd != commit) & (~self.o.valid | self.o.ready)
-        m.d.comb += [rp.addr.eq(rd), rp.en.eq(load), self.o.payload.eq(rp.data)]
+        # Two stages: the read data register (``data``, which becomes the EBR's own), then the output register.
+        # An EBR read without its output register (which Yosys does not infer on the ECP5) takes 5.8 ns from the
+        # clock to its data at speed 6, so nothing but a flip-flop may follow it. Each stage holds while the one
+        # after it is full.
+        read = Signal()  # ``data`` holds a beat
+        advance = ~self.o.valid | self.o.ready
+        load = (rd != commit) & (~read | advance)
+        data = Signal(self.layout)
+        m.d.comb += rp.addr.eq(rd)
         with m.If(load):
-            m.d.sync += [rd.eq(rd + 1), self.o.valid.eq(1)]
-        with m.Elif(self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
+            m.d.sync += [rd.eq(rd + 1), read.eq(1), data.eq(rp.data)]
+        with m.Elif(advance):
+            m.d.sync += read.eq(0)
+        with m.If(advance):
+            m.d.sync += [self.o.payload.eq(data), self.o.valid.eq(read)]
         return m
 
 
@@ -374,10 +407,12 @@ def _gray_counter(m: Module, strobe, domain: str, width: int, name: str) -> Sign
     The count crosses as a Gray code, which changes one bit per step, so the
     synchronizer's sample is always a value the counter had.
     """
+    hit = Signal(name=f"{name}_hit")
     count = Signal(width, name=f"{name}_count")
     gray = Signal(width, name=f"{name}_gray")
-    step = (count + strobe)[:width]
-    m.d[domain] += [count.eq(step), gray.eq(step ^ (step >> 1))]
+    # A register before the adder and one after it: the strobe comes out of a frame's end logic, and an adder
+    # of counter_width bits behind it, then the Gray code, made the rx domain's worst path.
+    m.d[domain] += [hit.eq(strobe), count.eq(count + hit), gray.eq(count ^ (count >> 1))]
     synced = Signal(width, name=f"{name}_synced")
     m.submodules[f"{name}_cdc"] = cdc.FFSynchronizer(gray, synced, o_domain="sync")
     value = Signal(width, name=name)
@@ -475,15 +510,22 @@ class MAC(wiring.Component):
         m.submodules.tx_downsizer = downsizer = tx(Downsizer(self.width))
         m.submodules.tx_mac = tx_mac = tx(GMIITransmitter())
         m.d.comb += [tx_cdc.w_data.eq(self.s.payload), tx_cdc.w_en.eq(self.s.valid), self.s.ready.eq(tx_cdc.w_rdy)]
-        beat = layout(tx_cdc.r_data)
+        # A register between the crossing and the buffer, which takes a beat only when it is empty: the FIFO's
+        # read enable then comes from a flip-flop, not from the buffer's full check through its pointers (a
+        # 9.6 ns path on the 25F). One beat every two cycles is W / 16 bytes a cycle, more than the line's one.
+        beat, held = Signal(layout), Signal()
+        with m.If(~held):
+            m.d.tx += [beat.eq(tx_cdc.r_data), held.eq(tx_cdc.r_rdy)]
+        with m.Elif(tx_buffer.i.ready):
+            m.d.tx += held.eq(0)
         # Too long: more than ``limit`` bytes. Keep is packed and every beat but the last is full, so the
         # beat count and one keep bit decide it, without adding up the bytes (a path of 9 ns at W = 64).
         full_beats, rest = divmod(self.max_frame - FCS_BYTES, self.width // 8)
         index = Signal(range(full_beats + 2))  # beats of the frame before this one, stopping past the limit
         too_long = (index > full_beats) | ((index == full_beats) & (~beat.last | beat.keep[rest]))
-        m.d.comb += [tx_buffer.i.valid.eq(tx_cdc.r_rdy), tx_buffer.i.payload.eq(beat), tx_buffer.drop.eq(too_long),
-                     tx_cdc.r_en.eq(tx_buffer.i.ready)]
-        with m.If(tx_cdc.r_rdy & tx_buffer.i.ready):
+        m.d.comb += [tx_buffer.i.valid.eq(held), tx_buffer.i.payload.eq(beat), tx_buffer.drop.eq(too_long),
+                     tx_cdc.r_en.eq(~held)]
+        with m.If(held & tx_buffer.i.ready):
             with m.If(beat.last):
                 m.d.tx += index.eq(0)
             with m.Elif(index <= full_beats):
@@ -496,7 +538,7 @@ class MAC(wiring.Component):
         strobes = {"rx_good": (rx_mac.good & ~rx_buffer.overflow, "rx"), "rx_fcs_errors": (rx_mac.fcs_error, "rx"),
                    "rx_runts": (rx_mac.runt, "rx"), "rx_long": (rx_mac.long, "rx"),
                    "rx_overflow": (rx_buffer.overflow, "rx"), "tx_frames": (tx_mac.sent, "tx"),
-                   "tx_long": (tx_cdc.r_rdy & tx_buffer.i.ready & beat.last & too_long, "tx")}
+                   "tx_long": (held & tx_buffer.i.ready & beat.last & too_long, "tx")}
         for name, (strobe, domain) in strobes.items():
             m.d.comb += getattr(self, name).eq(_gray_counter(m, strobe, domain, self.counter_width, name))
         return m
