@@ -136,6 +136,10 @@ def translated_events(outcome) -> dict:
 class PsnTable(wiring.Component):
     """Per (job, worker) the expected contribution PSN of Mode II, in one block RAM of ``jobs * 64`` entries.
 
+    With ``nak`` (Mode III, :class:`~inagg.hdl.augmented.AugmentedRules`)
+    each entry holds one more bit beside the PSN, the worker's "NAK sent",
+    read and written with it (``nak_sent``, ``write_nak``) and cleared with it.
+
     Entry ``job * 64 + worker`` (the switch QPN's low bits). A read
     (``read_en``) shows the entry the next cycle in ``expected``; a write
     (``write_en``) lands at the clock edge, and a read of the entry written
@@ -157,13 +161,20 @@ class PsnTable(wiring.Component):
     clear : In(1)
     clear_job : In(QPN_JOB_BITS)
     busy : Out(1)
+    nak_sent : Out(1)
+        With ``nak`` only: the entry's "NAK sent" bit, beside ``expected``.
+    write_nak : In(1)
+        With ``nak`` only: the bit written with ``write_psn``.
     """
 
-    def __init__(self, jobs: int):
+    def __init__(self, jobs: int, nak: bool = False):
         if not isinstance(jobs, int) or not 1 <= jobs <= 1 << QPN_JOB_BITS:
             raise ValueError(f"jobs must be an integer from 1 to {1 << QPN_JOB_BITS}, not {jobs!r}")
-        self._jobs = jobs
-        super().__init__({
+        if not isinstance(nak, bool):
+            raise TypeError(f"nak must be a bool, not {nak!r}")
+        self._jobs, self._nak = jobs, nak
+        flags = {"nak_sent": Out(1), "write_nak": In(1)} if nak else {}
+        super().__init__({**flags,
             "read_en": In(1), "read_job": In(QPN_JOB_BITS), "read_worker": In(QPN_WORKER_BITS),
             "expected": Out(PSN_BITS),
             "write_en": In(1), "write_job": In(QPN_JOB_BITS), "write_worker": In(QPN_WORKER_BITS),
@@ -174,7 +185,7 @@ class PsnTable(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         depth = self._jobs << QPN_WORKER_BITS
-        m.submodules.mem = mem = memory.Memory(shape=PSN_BITS, depth=depth, init=[])
+        m.submodules.mem = mem = memory.Memory(shape=PSN_BITS + self._nak, depth=depth, init=[])
         wr = mem.write_port()
         rd = mem.read_port(transparent_for=(wr,))
         # The sweep: every entry after reset, a job's MAX_WORKERS entries after ``clear``.
@@ -187,11 +198,13 @@ class PsnTable(wiring.Component):
             m.d.sync += [at.eq(first), end.eq(first + MAX_WORKERS)]
         m.d.comb += [
             self.busy.eq(sweeping),
-            rd.en.eq(self.read_en), rd.addr.eq(Cat(self.read_worker, self.read_job)), self.expected.eq(rd.data),
+            rd.en.eq(self.read_en), rd.addr.eq(Cat(self.read_worker, self.read_job)), self.expected.eq(rd.data[:PSN_BITS]),
             wr.en.eq(sweeping | self.write_en),
             wr.addr.eq(Mux(sweeping, at, Cat(self.write_worker, self.write_job))),
-            wr.data.eq(Mux(sweeping, 0, self.write_psn)),
+            wr.data.eq(Mux(sweeping, 0, Cat(self.write_psn, self.write_nak) if self._nak else self.write_psn)),
         ]
+        if self._nak:
+            m.d.comb += self.nak_sent.eq(rd.data[PSN_BITS])
         return m
 
 
