@@ -17,14 +17,14 @@ Not yet in the slot engine nor in :class:`~inagg.hdl.switch.Switch`
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from inagg.models.protocol import MAX_WORKERS, Counter
 from inagg.models.rc import Syndrome
 from inagg.hdl.ingress import PSN_BITS
-from inagg.hdl.translated import translated_desc_layout, translated_meta_layout
+from inagg.hdl.translated import slot_after, translated_desc_layout, translated_meta_layout
 
 __all__ = ["augmented_meta_layout", "AugmentedOutcome", "AugmentedReply", "AugmentedRules", "augmented_events"]
 
@@ -118,14 +118,9 @@ class AugmentedRules(wiring.Component):
             m.d.comb += out.bad_address.eq(1)
         with m.Else():
             m.d.comb += [out.add.eq(1), out.ack.eq(1)]
-        count = Mux(held, meta.count, 0) + 1
-        complete = out.add & (count >= desc.workers)
         new = self.new
         m.d.comb += [
-            out.store.eq(out.add & ~held), out.complete.eq(complete),
-            new.psn.eq(desc.psn), new.chunk.eq(desc.chunk),
-            new.bitmap.eq(Mux(held, meta.bitmap, 0) | (Const(1, self._workers) << desc.worker)[:self._workers]),
-            new.count.eq(count), new.done.eq(complete | (held & meta.done)),
+            *slot_after(out, new, meta, desc, held, self._workers),
             new.acked.eq(Mux(held, meta.acked, 0)),
             self.write.eq(out.add | out.nak),
             self.next_expected.eq(Mux(out.add, desc.psn + 1, self.expected)),

@@ -27,7 +27,7 @@ from inagg.models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Co
 from inagg.hdl.ingress import PSN_BITS
 
 __all__ = ["translated_meta_layout", "translated_desc_layout", "TranslatedOutcome",
-           "TranslatedRules", "translated_events", "PsnTable"]
+           "TranslatedRules", "slot_after", "translated_events", "PsnTable"]
 
 def translated_meta_layout(workers: int) -> data.StructLayout:
     """A Mode II slot: the PSN and chunk it holds, the bitmap of the workers in, their count, and ``done``."""
@@ -110,18 +110,20 @@ class TranslatedRules(wiring.Component):
             m.d.comb += out.bad_address.eq(1)  # the hosts disagree on which chunk this PSN carries
         with m.Else():
             m.d.comb += out.add.eq(1)
-        # Step 2: an empty slot starts with the contribution.
-        count = Mux(held, meta.count, 0) + 1
-        complete = out.add & (count >= desc.workers)
-        new = self.new
-        m.d.comb += [
-            out.store.eq(out.add & ~held), out.complete.eq(complete),
-            new.psn.eq(desc.psn), new.chunk.eq(desc.chunk),
-            new.bitmap.eq(Mux(held, meta.bitmap, 0) | (Const(1, self._workers) << desc.worker)[:self._workers]),
-            new.count.eq(count), new.done.eq(complete | (held & meta.done)),
-            self.next_expected.eq(desc.psn + 1),
-        ]
+        m.d.comb += [*slot_after(out, self.new, meta, desc, held, self._workers), self.next_expected.eq(desc.psn + 1)]
         return m
+
+
+def slot_after(out, new, meta, desc, held, workers: int) -> list:
+    """The statements that set ``new`` (the slot after an added contribution, the fields of
+    :func:`translated_meta_layout`) and ``out.store``/``out.complete`` from ``out.add``: the rule Modes II and
+    III share (step 2), an empty slot starting with the contribution."""
+    count = Mux(held, meta.count, 0) + 1
+    complete = out.add & (count >= desc.workers)
+    return [out.store.eq(out.add & ~held), out.complete.eq(complete),
+            new.psn.eq(desc.psn), new.chunk.eq(desc.chunk),
+            new.bitmap.eq(Mux(held, meta.bitmap, 0) | (Const(1, workers) << desc.worker)[:workers]),
+            new.count.eq(count), new.done.eq(complete | (held & meta.done))]
 
 
 def translated_events(outcome) -> dict:

@@ -1,5 +1,6 @@
 """Mode III's gateware blocks (hdl/augmented.py) against the model's AugmentedJob (models/modes.py), frame by frame."""
 
+import dataclasses
 import gc
 import itertools
 import warnings
@@ -12,11 +13,12 @@ from hypothesis import given, settings, strategies as st
 
 from inagg.hdl.augmented import AugmentedRules, augmented_events
 from inagg.hdl.translated import PsnTable
-from inagg.models import rc, wire
-from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
-from inagg.models.protocol import Counter, Opcode, qp_udp_sport
-from inagg.models.rc import PSN_MOD, Ack, Packet
+from inagg.models import rc
+from inagg.models.job import Mode, SwitchSpec
+from inagg.models.protocol import Counter
+from inagg.models.rc import PSN_MOD, Ack
 from inagg.models.switch import ModelSwitch
+from inagg.testbench.traffic import make_job, rc_contribution
 
 CHUNK = 256
 OUTCOMES = ("add", "store", "complete", "dup", "ahead", "busy", "bad_address", "ack", "nak")
@@ -34,21 +36,14 @@ def _sim(dut, *testbenches):
 
 
 def _switch(n, slots):
-    workers = tuple(WorkerSpec(port=i % 4, mac=f"02:00:00:00:00:{i + 1:02x}", ip=f"10.0.0.{i + 1}", qpn=0x100 + i,
-                               rkey=0x500 + i, result_va=0x10000 * (i + 1)) for i in range(n))
-    job = JobSpec(job=1, rkey=0xC0DE, slot_base=0, slots=slots, workers=workers, mode=Mode.AUGMENTED)
     sw = ModelSwitch(SwitchSpec(ports=4, slots=16, chunk_bytes=CHUNK))
+    job = dataclasses.replace(make_job(sw.spec, 1, n, 0, slots), mode=Mode.AUGMENTED)
     sw.add_job(job)
     return sw, job
 
 
 def _contribution(sw, job, w, psn, chunk):
-    ws = job.workers[w]
-    to = rc.Address(eth_dst=wire.mac_bytes(sw.spec.mac), eth_src=wire.mac_bytes(ws.mac), ip_src=wire.ip_bytes(ws.ip),
-                    ip_dst=wire.ip_bytes(sw.spec.ip), udp_sport=qp_udp_sport(ws.qpn), dest_qpn=job.qpn(w),
-                    rkey=job.rkey)
-    lanes = np.full(CHUNK // 4, w + 1, ">i4").tobytes()
-    return rc.encode(Packet(Opcode.RC_RDMA_WRITE_ONLY, psn, lanes, True, chunk * CHUNK, CHUNK), to)
+    return rc_contribution(sw.spec, job, w, psn, chunk, np.full(CHUNK // 4, w + 1))
 
 
 def _follow_the_model(n, slots, cases):

@@ -19,11 +19,12 @@ from inagg.hdl.translated import PsnTable, TranslatedRules, translated_events
 from inagg.testbench.streams import get_frame, put_frame
 from inagg.models import rc, wire
 from inagg.models.frame import AETH, BTH
-from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
+from inagg.models.job import Mode, SwitchSpec
 from inagg.models.protocol import Counter, Opcode, encode_imm, qp_udp_sport
 from inagg.models.rc import PSN_MOD, Packet
 from inagg.models.regmap import MODE_CODES
 from inagg.models.switch import ModelSwitch, SlotState
+from inagg.testbench.traffic import make_job, rc_contribution
 
 CHUNK = 256
 OUTCOMES = ("add", "store", "complete", "dup", "resend", "ahead", "stale", "window", "bad_address")
@@ -148,21 +149,14 @@ def test_psn_table_refuses_a_bad_size():
 # -- the rules and the PSN table against the model switch, frame by frame ------------------------------
 
 def _switch(n, slots):
-    workers = tuple(WorkerSpec(port=i, mac=f"02:00:00:00:00:{i + 1:02x}", ip=f"10.0.0.{i + 1}", qpn=0x100 + i,
-                               rkey=0x500 + i, result_va=0x10000 * (i + 1)) for i in range(n))
-    job = JobSpec(job=1, rkey=0xC0DE, slot_base=0, slots=slots, workers=workers, mode=Mode.TRANSLATED)
     sw = ModelSwitch(SwitchSpec(ports=4, slots=16, chunk_bytes=CHUNK))
+    job = dataclasses.replace(make_job(sw.spec, 1, n, 0, slots), mode=Mode.TRANSLATED)
     sw.add_job(job)
     return sw, job
 
 
 def _contribution(sw, job, w, psn, chunk):
-    ws = job.workers[w]
-    to = rc.Address(eth_dst=wire.mac_bytes(sw.spec.mac), eth_src=wire.mac_bytes(ws.mac), ip_src=wire.ip_bytes(ws.ip),
-                    ip_dst=wire.ip_bytes(sw.spec.ip), udp_sport=qp_udp_sport(ws.qpn), dest_qpn=job.qpn(w),
-                    rkey=job.rkey)
-    lanes = np.full(CHUNK // 4, w + 1, ">i4").tobytes()
-    return rc.encode(Packet(Opcode.RC_RDMA_WRITE_ONLY, psn, lanes, True, chunk * CHUNK, CHUNK), to)
+    return rc_contribution(sw.spec, job, w, psn, chunk, np.full(CHUNK // 4, w + 1))
 
 
 def _frame(rng, sent, expected, w, slots, back=0.1):
