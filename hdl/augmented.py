@@ -17,16 +17,17 @@ Not yet in the slot engine nor in :class:`~inagg.hdl.switch.Switch`
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
-from amaranth.lib import data, wiring
+from amaranth import Array, Const, Module, Mux, Signal
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from inagg.models.protocol import MAX_WORKERS, Counter
+from inagg.models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 from inagg.models.rc import Syndrome
 from inagg.hdl.ingress import PSN_BITS
-from inagg.hdl.translated import slot_after, translated_desc_layout, translated_meta_layout
+from inagg.hdl.translated import PsnTable, slot_after, translated_desc_layout, translated_meta_layout
 
-__all__ = ["augmented_meta_layout", "AugmentedOutcome", "AugmentedReply", "AugmentedRules", "augmented_events"]
+__all__ = ["augmented_meta_layout", "AugmentedOutcome", "AugmentedReply", "AugmentedRules", "augmented_events",
+           "ResultDone", "ResultAck", "Resend", "acked_entry_layout", "ResultAcks"]
 
 SLOT_BITS = 24
 """Most slots of a job's region, as a power of two: ``PSN mod slots`` names a slot across a PSN wrap."""
@@ -141,3 +142,158 @@ def augmented_events(outcome) -> dict:
             Counter.DUP_CONTRIB: outcome.dup, Counter.DROP_PSN_AHEAD: outcome.ahead,
             Counter.DROP_BUFFER_BUSY: outcome.busy, Counter.DROP_BAD_ADDRESS: outcome.bad_address,
             Counter.ACK_SENT: outcome.ack, Counter.NAK_SENT: outcome.nak}
+
+
+ResultDone = data.StructLayout({"job": QPN_JOB_BITS, "psn": PSN_BITS, "slot": SLOT_BITS})
+"""A Mode III result the slot engine completed: its job, PSN and slot (the next result PSN is ``psn + 1``)."""
+
+ResultAck = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "psn": PSN_BITS, "syndrome": 8,
+                               "base": SLOT_BITS, "slots": SLOT_BITS + 1})
+"""A child's checked ACK or NAK of Mode III results, with its job's region (first slot ``base``, ``slots``)."""
+
+Resend = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "first": PSN_BITS,
+                            "end": PSN_BITS})
+"""Go-Back-N: the results ``first`` up to, not including, ``end`` go again to the child ``worker``."""
+
+
+def acked_entry_layout(workers: int) -> data.StructLayout:
+    """Per slot, the children that ACKed the result of PSN ``psn`` (one word of :class:`ResultAcks`)."""
+    return data.StructLayout({"psn": PSN_BITS, "acked": workers})
+
+
+class ResultAcks(wiring.Component):
+    """Mode III downward, the results' requester state (``docs/protocol.md`` section 7, step 5).
+
+    Per job the PSN of the next result to complete; per (job, child) the
+    oldest result PSN it has not ACKed, in a :class:`~inagg.hdl.translated.PsnTable`;
+    per slot the bitmap of the children that ACKed its result, tagged with
+    that result's PSN (:func:`acked_entry_layout`, one block RAM). A
+    completion (``done``) writes its slot's word afresh, so no bit of an
+    earlier result or of a torn-down job survives into it. A child's ACK of
+    PSN ``q`` (NAK: ``q - 1``) inside its unACKed range sets its bit in the
+    slot of every PSN from its oldest unACKed one to ``q``, two cycles a
+    slot, and moves its ACK point past ``q``; a NAK sequence error of the
+    PSN it then expects asks for that PSN and every later completed result
+    again (``resend``). The slot engine reads a slot's word through
+    ``look_addr``/``look`` and takes the slot as free when its PSN is the
+    slot's and every child's bit is set: the rule that a slot is freed only
+    when the slowest child has ACKed its result. Results complete in PSN
+    order (a child's PSN ``p + 1`` is taken only after its ``p``), so one
+    PSN per job says which results exist.
+
+    Parameters
+    ----------
+    jobs:
+        Jobs (of the :class:`PsnTable`), 1 to 1024.
+    workers:
+        Most children per job, 1 to 64.
+    depth:
+        Slot numbers.
+
+    Members
+    -------
+    done : In(stream.Signature(ResultDone, always_ready=True))
+        Taken in the cycle it is valid; at most one every two cycles.
+    ack : In(stream.Signature(ResultAck))
+    resend : Out(stream.Signature(Resend))
+    look_addr : In(range(depth))
+    look : Out(acked_entry_layout(workers))
+        Slot ``look_addr``'s word, the cycle after.
+    clear : In(1)
+    clear_job : In(QPN_JOB_BITS)
+        A teardown: the job's ACK points and next result PSN back to 0.
+    busy : Out(1)
+        The ACK points are being cleared (after reset and ``clear``).
+    """
+
+    def __init__(self, *, jobs: int, workers: int, depth: int):
+        if not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be an integer from 1 to {MAX_WORKERS}, not {workers!r}")
+        if not isinstance(depth, int) or isinstance(depth, bool) or not 2 <= depth <= 1 << SLOT_BITS:
+            raise ValueError(f"depth must be an integer from 2 to 2**{SLOT_BITS}, not {depth!r}")
+        self._jobs, self._workers, self._depth = jobs, workers, depth
+        self.points = PsnTable(jobs)  # checks jobs
+        super().__init__({"done": In(stream.Signature(ResultDone, always_ready=True)),
+                          "ack": In(stream.Signature(ResultAck)), "resend": Out(stream.Signature(Resend)),
+                          "look_addr": In(range(depth)), "look": Out(acked_entry_layout(workers)),
+                          "clear": In(1), "clear_job": In(QPN_JOB_BITS), "busy": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        entry = acked_entry_layout(self._workers)
+        m.submodules.words = words = memory.Memory(shape=entry, depth=self._depth, init=[])
+        wr = words.write_port()
+        rd = words.read_port(transparent_for=(wr,))
+        look = words.read_port(transparent_for=(wr,))
+        m.d.comb += [look.addr.eq(self.look_addr), self.look.eq(look.data)]
+        m.submodules.points = points = self.points
+        m.d.comb += [points.clear.eq(self.clear), points.clear_job.eq(self.clear_job), self.busy.eq(points.busy)]
+        nexts = Array(Signal(PSN_BITS, name=f"next_result{j}") for j in range(self._jobs))
+        with m.If(self.clear & (self.clear_job < self._jobs)):
+            m.d.sync += nexts[self.clear_job].eq(0)
+
+        # A completion writes its word when the walk does not: the walk writes every other cycle, so one
+        # that comes in a walk's write cycle is held for the next (they come two cycles apart or more).
+        held, held_done = Signal(), Signal(ResultDone)
+        walk_writes = Signal()
+        done = Signal(ResultDone)
+        m.d.comb += done.eq(Mux(held, held_done, self.done.p))
+        with m.If(self.done.valid):
+            m.d.sync += nexts[self.done.p.job].eq(self.done.p.psn + 1)
+        with m.If(walk_writes):
+            with m.If(self.done.valid):
+                m.d.sync += [held.eq(1), held_done.eq(self.done.p)]
+        with m.Elif(held | self.done.valid):
+            m.d.comb += [wr.en.eq(1), wr.addr.eq(done.slot), wr.data.psn.eq(done.psn), wr.data.acked.eq(0)]
+            m.d.sync += held.eq(0)
+
+        a = Signal(ResultAck)
+        upto, at, nxt = Signal(PSN_BITS), Signal(PSN_BITS), Signal(PSN_BITS)
+        nak = a.syndrome == Syndrome.NAK_SEQ
+        bit = (Const(1, self._workers) << a.worker)[:self._workers]
+        slot_of = a.base + (at & (a.slots - 1))
+        m.d.comb += [points.read_job.eq(self.ack.p.job), points.read_worker.eq(self.ack.p.worker),
+                     points.write_job.eq(a.job), points.write_worker.eq(a.worker),
+                     self.resend.p.job.eq(a.job), self.resend.p.worker.eq(a.worker), self.resend.p.end.eq(nxt),
+                     self.resend.p.first.eq(a.psn)]
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.ack.ready.eq(~points.busy)
+                with m.If(self.ack.valid & ~points.busy):
+                    m.d.comb += points.read_en.eq(1)
+                    # A NAK's AETH syndrome is 0b011xxxxx: it acknowledges the PSNs before its own.
+                    m.d.sync += [a.eq(self.ack.p),
+                                 upto.eq(Mux(self.ack.p.syndrome[5:7] == 0b11, self.ack.p.psn - 1, self.ack.p.psn))]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.sync += [at.eq(points.expected), nxt.eq(nexts[a.job])]
+                m.next = "RANGE"
+            with m.State("RANGE"):
+                behind = (upto - at)[-1]
+                beyond = ~(upto - nxt)[-1]
+                with m.If(behind | beyond):
+                    m.next = "NAK"
+                with m.Else():
+                    m.next = "READ"
+            with m.State("READ"):
+                m.d.comb += [rd.addr.eq(slot_of), rd.en.eq(1)]
+                m.next = "WRITE"
+            with m.State("WRITE"):
+                m.d.comb += walk_writes.eq(1)
+                mine = rd.data.psn == at
+                m.d.comb += [wr.en.eq(mine), wr.addr.eq(slot_of), wr.data.psn.eq(at),
+                             wr.data.acked.eq(rd.data.acked | bit)]
+                m.d.sync += at.eq(at + 1)
+                with m.If(at == upto):
+                    m.d.comb += [points.write_en.eq(1), points.write_psn.eq(at + 1)]
+                    m.next = "NAK"
+                with m.Else():
+                    m.next = "READ"
+            with m.State("NAK"):
+                with m.If(nak & (a.psn == at) & (at != nxt)):
+                    m.d.comb += self.resend.valid.eq(1)
+                    with m.If(self.resend.ready):
+                        m.next = "IDLE"
+                with m.Else():
+                    m.next = "IDLE"
+        return m

@@ -11,14 +11,14 @@ from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 from hypothesis import given, settings, strategies as st
 
-from inagg.hdl.augmented import AugmentedRules, augmented_events
+from inagg.hdl.augmented import AugmentedRules, ResultAcks, augmented_events
 from inagg.hdl.translated import PsnTable
 from inagg.models import rc
 from inagg.models.job import Mode, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.rc import PSN_MOD, Ack
 from inagg.models.switch import ModelSwitch
-from inagg.testbench.traffic import make_job, rc_contribution
+from inagg.testbench.traffic import make_job, rc_ack, rc_contribution
 
 CHUNK = 256
 OUTCOMES = ("add", "store", "complete", "dup", "ahead", "busy", "bad_address", "ack", "nak")
@@ -208,3 +208,136 @@ def test_psn_table_without_the_nak_bit_has_no_such_member_and_refuses_a_non_bool
         with pytest.raises(TypeError, match="nak must be a bool, not 1"):
             PsnTable(jobs=1, nak=1)
         gc.collect()
+
+
+def _acks_follow_the_model(n, slots, base, actions):
+    """Run ``actions`` through the model switch and :class:`ResultAcks`: ("round",) sends every child's next
+    PSN (the model completes it: the block sees ``done``), ("ack", w, d, nak) child ``w``'s ACK (or NAK
+    sequence error) of its oldest unACKed result PSN plus ``d``. After each, every slot that holds a result
+    must have the model's ACK bitmap and be free exactly when the model's is, and a NAK must ask for the
+    results the model sends again. Returns how many results went again."""
+    spec = SwitchSpec(ports=4, slots=16, chunk_bytes=CHUNK)
+    sw = ModelSwitch(spec)
+    job = dataclasses.replace(make_job(spec, 1, n, base, slots), mode=Mode.AUGMENTED)
+    sw.add_job(job)
+    model = sw.modes[job.job]
+    dut = ResultAcks(jobs=2, workers=n, depth=16)
+    everyone = (1 << n) - 1
+    resent = []
+
+    async def settle(ctx):
+        while not ctx.get(dut.ack.ready) or ctx.get(dut.resend.valid):
+            if ctx.get(dut.resend.valid):
+                resent.append({k: ctx.get(getattr(dut.resend.p, k)) for k in ("job", "worker", "first", "end")})
+            await ctx.tick()
+
+    async def bench(ctx):
+        ctx.set(dut.resend.ready, 1)
+        await settle(ctx)
+        psn = 0
+        for action in actions:
+            if action[0] == "round":
+                if model.entries[psn % slots].bitmap:
+                    continue  # the slot is busy: the model would drop the round
+                out = []
+                for w in range(n):
+                    out += sw.receive(job.workers[w].port, _contribution(sw, job, w, psn, psn))
+                assert model.next_result == psn + 1
+                ctx.set(dut.done.valid, 1)
+                ctx.set(dut.done.p, dict(job=job.job, psn=psn, slot=base + psn % slots))
+                await ctx.tick()
+                ctx.set(dut.done.valid, 0)
+                psn += 1
+            else:
+                _, w, d, nak = action
+                q = (model.acked[w] + d) % PSN_MOD
+                syndrome = rc.Syndrome.NAK_SEQ if nak else rc.Syndrome.ACK
+                before = sw.counters[Counter.HOP_RESENDS]
+                sw.receive(job.workers[w].port, rc_ack(spec, job, w, Ack(q, syndrome, q)))
+                again = sw.counters[Counter.HOP_RESENDS] - before
+                ctx.set(dut.ack.valid, 1)
+                ctx.set(dut.ack.p, dict(job=job.job, worker=w, psn=q, syndrome=syndrome, base=base, slots=slots))
+                await ctx.tick()
+                ctx.set(dut.ack.valid, 0)
+                resent.clear()
+                await settle(ctx)
+                want = [dict(job=job.job, worker=w, first=q, end=model.next_result)] if again else []
+                assert resent == want, (action, resent, again)
+                if again:
+                    assert (want[0]["end"] - q) % PSN_MOD == again
+            await ctx.tick()
+            for s, e in enumerate(model.entries):
+                if not e.held:
+                    continue
+                ctx.set(dut.look_addr, base + s)
+                await ctx.tick()
+                word = {k: ctx.get(getattr(dut.look, k)) for k in ("psn", "acked")}
+                assert word == dict(psn=e.psn, acked=e.acked), (action, s, word)
+                assert (word["acked"] == everyone) == (e.bitmap == 0), (action, s)
+
+    _sim(dut, bench)
+    return sw.counters[Counter.HOP_RESENDS]
+
+
+def _ack_actions(n):
+    act = st.one_of(st.just(("round",)),
+                    st.tuples(st.just("ack"), st.integers(0, n - 1), st.integers(-2, 4), st.booleans()))
+    return st.lists(act, min_size=1, max_size=30)
+
+
+def test_result_acks_free_a_slot_only_when_the_slowest_child_acked():
+    actions = [("round",), ("round",), ("ack", 0, 1, False), ("round",),   # child 0 ACKs PSNs 0 and 1 at once
+               ("ack", 1, 0, False), ("round",), ("round",),               # PSN 0 free: PSN 2's slot again
+               ("ack", 1, 1, True),                                        # NAK of 2: PSNs 2 and 3 again
+               ("ack", 1, 5, False), ("ack", 0, -1, False),                # beyond the results, behind: nothing
+               ("ack", 0, 1, False), ("ack", 1, 0, True), ("ack", 1, 1, False), ("round",)]
+    assert _acks_follow_the_model(2, 2, 4, actions) > 0
+
+
+@settings(max_examples=20, deadline=None)
+@given(_ack_actions(3))
+def test_result_acks_follow_the_model_on_random_runs(actions):
+    _acks_follow_the_model(3, 4, 0, actions)
+
+
+def test_result_acks_hold_a_completion_that_meets_a_walk():
+    """A completion in a walk's write cycle waits a cycle and still lands (two children, eight slots)."""
+    dut = ResultAcks(jobs=1, workers=2, depth=8)
+
+    async def bench(ctx):
+        ctx.set(dut.resend.ready, 1)
+        while not ctx.get(dut.ack.ready):
+            await ctx.tick()
+        for p in range(3):
+            ctx.set(dut.done.valid, 1)
+            ctx.set(dut.done.p, dict(job=0, psn=p, slot=p))
+            await ctx.tick()
+            ctx.set(dut.done.valid, 0)
+            await ctx.tick()
+        ctx.set(dut.ack.valid, 1)
+        ctx.set(dut.ack.p, dict(job=0, worker=0, psn=2, syndrome=rc.Syndrome.ACK, base=0, slots=8))
+        await ctx.tick()
+        ctx.set(dut.ack.valid, 0)
+        # IDLE, CHECK, RANGE, then READ/WRITE per slot: a completion at every cycle of the walk's parity.
+        for k in range(8):
+            if k % 2 == 1:
+                ctx.set(dut.done.valid, 1)
+                ctx.set(dut.done.p, dict(job=0, psn=3 + k // 2, slot=3 + k // 2))
+            await ctx.tick()
+            ctx.set(dut.done.valid, 0)
+        for _ in range(4):
+            await ctx.tick()
+        # Once the held one has landed, a completion outside any walk goes straight in.
+        ctx.set(dut.done.valid, 1)
+        ctx.set(dut.done.p, dict(job=0, psn=7, slot=7))
+        await ctx.tick()
+        ctx.set(dut.done.valid, 0)
+        await ctx.tick()
+        words = []
+        for s in range(8):
+            ctx.set(dut.look_addr, s)
+            await ctx.tick()
+            words.append((ctx.get(dut.look.psn), ctx.get(dut.look.acked)))
+        assert words == [(0, 1), (1, 1), (2, 1), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)], words
+
+    _sim(dut, bench)
