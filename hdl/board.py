@@ -32,7 +32,7 @@ from amaranth.lib.wiring import In, Out
 from inagg.hdl.rgmii import RGMII
 from inagg.hdl.switch import Switch
 
-__all__ = ["Board", "BOARDS", "board", "pll_dividers", "ECP5PLL", "BoardTop", "TX_HZ"]
+__all__ = ["Board", "BOARDS", "board", "pll_dividers", "ECP5PLL", "board_switch", "connect_macs", "BoardTop", "TX_HZ"]
 
 #: The RGMII transmit clock at 1 Gb/s.
 TX_HZ = 125_000_000
@@ -219,6 +219,34 @@ def _stretch(m: Module, strobe, bits: int, name: str) -> Signal:
     return left != 0
 
 
+def board_switch(name: str, *, mgmt_key: bytes, mgmt_port: int = 0, **switch) -> Switch:
+    """The :class:`~inagg.hdl.switch.Switch` of board ``name``'s top: its defaults (:attr:`Board.switch`), two
+    ports, overridden by ``switch``, the management bridge on ``mgmt_port`` with ``mgmt_key``."""
+    if "ports" in switch:
+        raise TypeError("A board top's switch has the board's two ports; ports is not a parameter")
+    return Switch(ports=2, **{**board(name).switch, **switch}, mgmt_port=mgmt_port, mgmt_key=mgmt_key)
+
+
+def connect_macs(m: Module, sw: Switch, macs) -> list:
+    """Add switch ``sw`` and ``macs`` (one per port, with a MAC's ``m``/``s`` streams) to ``m``, wired port by port.
+
+    The seam between a board's logic and its pins: :class:`BoardTop` puts
+    :class:`~inagg.hdl.rgmii.RGMII` MACs on the ECP5's DDR pins here, and the
+    simulation top (:mod:`inagg.testbench.board`) MACs whose DDR pins are
+    modelled in logic. Returns the LEDs' activity strobes: for each port, a
+    frame received, then one sent.
+    """
+    m.submodules.switch = sw
+    activity = []
+    for p, eth in enumerate(macs):
+        m.submodules[f"eth{p}"] = eth
+        wiring.connect(m, eth.m, sw.s[p])
+        wiring.connect(m, sw.m[p], eth.s)
+        for stream in (sw.s[p], sw.m[p]):
+            activity.append(stream.valid & stream.ready & stream.p.last)
+    return activity
+
+
 class BoardTop(wiring.Component):
     """The switch with its management bridge on ``mgmt_port``, behind two RGMII MACs, on a board of :data:`BOARDS`.
 
@@ -261,20 +289,17 @@ class BoardTop(wiring.Component):
 
     def __init__(self, name: str, *, mgmt_key: bytes, mgmt_port: int = 0, sync_hz: int | None = None, **switch):
         self.board = board(name)
-        if "ports" in switch:
-            raise TypeError("A board top's switch has the board's two ports; ports is not a parameter")
         sync_hz = self.board.sync_hz if sync_hz is None else sync_hz
         if not isinstance(sync_hz, int) or isinstance(sync_hz, bool) or not 20_000_000 <= sync_hz <= 200_000_000:
             raise ValueError(f"Switch clock must be an integer from 20 to 200 MHz in Hz, not {sync_hz!r}")
         self.sync_hz = sync_hz
-        self.switch = Switch(ports=2, **{**self.board.switch, **switch}, mgmt_port=mgmt_port, mgmt_key=mgmt_key)
+        self.switch = board_switch(name, mgmt_key=mgmt_key, mgmt_port=mgmt_port, **switch)
         self.pll = None
         super().__init__({})
 
     def elaborate(self, platform):
         m = Module()
         sw = self.switch
-        m.submodules.switch = sw
 
         m.submodules.clk_buf = clk = io.Buffer("i", platform.request(platform.default_clk, 0, dir="-"))
         self.pll = pll = ECP5PLL(int(platform.default_clk_frequency), TX_HZ, self.sync_hz)
@@ -293,18 +318,15 @@ class BoardTop(wiring.Component):
         phy_reset = Signal(21, init=1 << 20)  # counts up from 2**20 until bit 20 falls: 2**20 cycles
         with m.If(phy_reset[20]):
             m.d.sync += phy_reset.eq(phy_reset + 1)
-        activity = []
         shared = set()  # pins of the ports requested so far
+        macs = []
         for p in range(sw.ports):
             pins = _request_rgmii(platform, p, shared)
-            m.submodules[f"eth{p}"] = eth = RGMII(_rgmii_pins(pins), sw.width)
-            wiring.connect(m, eth.m, sw.s[p])
-            wiring.connect(m, sw.m[p], eth.s)
+            macs.append(RGMII(_rgmii_pins(pins), sw.width))
             if hasattr(pins, "rst"):
                 m.submodules[f"eth{p}_rst"] = rst_pin = io.Buffer("o", pins.rst)
                 m.d.comb += rst_pin.o.eq(phy_reset[20])
-            for stream in (sw.s[p], sw.m[p]):
-                activity.append(stream.valid & stream.ready & stream.p.last)
+        activity = connect_macs(m, sw, macs)
 
         heartbeat = Signal(26)
         m.d.sync += heartbeat.eq(heartbeat + 1)

@@ -11,7 +11,6 @@ sees of an ODDRX1F with its clock forwarded 90 degrees late. The RGMII
 
 from __future__ import annotations
 
-
 from amaranth import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -20,7 +19,7 @@ from inagg.hdl.mac import MACTop, connect_flat, flat_members
 from inagg.hdl.rgmii import RGMIICore
 from inagg.testbench import sim
 
-__all__ = ["PHYS", "RGMIISimTop", "build_mac"]
+__all__ = ["PHYS", "RGMIISimTop", "falling_edge", "ddr_pins", "build_mac"]
 
 PHYS = ("gmii", "rgmii")
 
@@ -41,20 +40,34 @@ class RGMIISimTop(wiring.Component):
         m.submodules.core = core = self.core
         connect_flat(m, self, core)
         for domain in ("rx", "tx"):
-            m.domains += ClockDomain(f"{domain}_fall", clk_edge="neg", local=True)
-            m.d.comb += [ClockSignal(f"{domain}_fall").eq(ClockSignal(domain)),
-                         ResetSignal(f"{domain}_fall").eq(ResetSignal(domain))]
-        # Receive: the rising edge's sample waits for the falling edge's, and both go in at the next rising edge.
-        pins, rise, fall = Cat(self.rgmii_rxd, self.rgmii_rx_ctl), Signal(5), Signal(5)
-        m.d.rx += [rise.eq(pins), core.rx_rise.eq(rise), core.rx_fall.eq(fall)]
-        m.d.rx_fall += fall.eq(pins)
-        # Transmit: two flip-flops whose XOR is the pin; the falling edge sets it to the rising half, the rising
-        # edge to the falling half of the cycle before, so the pin never changes at the edge a PHY samples it.
-        p, n = Signal(5), Signal(5)
-        m.d.tx_fall += n.eq(core.tx_rise ^ p)
-        m.d.tx += p.eq(core.tx_fall ^ n)
-        m.d.comb += Cat(self.rgmii_txd, self.rgmii_tx_ctl).eq(p ^ n)
+            falling_edge(m, domain)
+        ddr_pins(m, core, (self.rgmii_rxd, self.rgmii_rx_ctl), (self.rgmii_txd, self.rgmii_tx_ctl))
         return m
+
+
+def falling_edge(m: Module, domain: str) -> None:
+    """Add ``<domain>_fall`` to ``m``: ``domain``'s clock and reset, its flip-flops clocked on the falling edge."""
+    m.domains += ClockDomain(f"{domain}_fall", clk_edge="neg", local=True)
+    m.d.comb += [ClockSignal(f"{domain}_fall").eq(ClockSignal(domain)),
+                 ResetSignal(f"{domain}_fall").eq(ResetSignal(domain))]
+
+
+def ddr_pins(m: Module, core, rx_pins: tuple, tx_pins: tuple, *, rx: str = "rx", tx: str = "tx") -> None:
+    """The DDR pins of :class:`~inagg.hdl.rgmii.RGMIICore` ``core`` in flip-flops on both edges of ``rx`` and ``tx``.
+
+    ``rx_pins`` is (data, ctl) in, ``tx_pins`` (data, ctl) out; the
+    ``<domain>_fall`` domains must exist (:func:`falling_edge`).
+    """
+    # Receive: the rising edge's sample waits for the falling edge's, and both go in at the next rising edge.
+    pins, rise, fall = Cat(*rx_pins), Signal(5, name=f"{rx}_rise_pins"), Signal(5, name=f"{rx}_fall_pins")
+    m.d[rx] += [rise.eq(pins), core.rx_rise.eq(rise), core.rx_fall.eq(fall)]
+    m.d[f"{rx}_fall"] += fall.eq(pins)
+    # Transmit: two flip-flops whose XOR is the pin; the falling edge sets it to the rising half, the rising
+    # edge to the falling half of the cycle before, so the pin never changes at the edge a PHY samples it.
+    p, n = Signal(5, name=f"{tx}_p_pins"), Signal(5, name=f"{tx}_n_pins")
+    m.d[f"{tx}_fall"] += n.eq(core.tx_rise ^ p)
+    m.d[tx] += p.eq(core.tx_fall ^ n)
+    m.d.comb += Cat(*tx_pins).eq(p ^ n)
 
 
 def _top(width: int, phy: str):
