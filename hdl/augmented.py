@@ -1,18 +1,20 @@
-"""EPIC's Mode III (connection augmented) in gateware: the slot rules of one contribution.
+"""EPIC's Mode III (connection augmented) in gateware: the slot rules and the results' ACK state.
 
 ``docs/protocol.md`` section 7 is the specification and
 :class:`inagg.models.modes.AugmentedJob` its reference. Mode III keeps
 Mode II's state (:mod:`inagg.hdl.translated`) and adds per (job, worker)
 a "NAK sent" bit, one more bit of the :class:`~inagg.hdl.translated.PsnTable`
-word (``PsnTable(jobs, nak=True)``), and per slot the bitmap of the
-children that ACKed its result (:func:`augmented_meta_layout`). Upward the
-switch is each child's RC responder: :class:`AugmentedRules` decides what
-the slot does with one contribution and which ACK or NAK answers it;
-:func:`augmented_events` are its counter strobes, the model's for the same
-frame.
+word (``PsnTable(jobs, nak=True)``). Upward the switch is each child's RC
+responder: :class:`AugmentedRules` decides what the slot does with one
+contribution and which ACK or NAK answers it; :func:`augmented_events` are
+its counter strobes, the model's for the same frame. Downward it is each
+child's requester for the results: :class:`ResultAcks` keeps per slot the
+children that ACKed its result, each child's ACK point, and asks for
+Go-Back-N on a NAK.
 
-Not yet in the slot engine nor in :class:`~inagg.hdl.switch.Switch`
-(``docs/rtl.md``, "Mode III blocks").
+The slot engine uses both for Mode III frames (``SlotEngine(augmented=True)``);
+:class:`~inagg.hdl.switch.Switch` does not take Mode III jobs yet
+(``docs/rtl.md``, "Mode III in the slot engine").
 """
 
 from __future__ import annotations
@@ -26,17 +28,11 @@ from inagg.models.rc import Syndrome
 from inagg.hdl.ingress import PSN_BITS
 from inagg.hdl.translated import PsnTable, slot_after, translated_desc_layout, translated_meta_layout
 
-__all__ = ["augmented_meta_layout", "AugmentedOutcome", "AugmentedReply", "AugmentedRules", "augmented_events",
+__all__ = ["AugmentedOutcome", "AugmentedReply", "AugmentedRules", "augmented_events",
            "ResultDone", "ResultAck", "Resend", "acked_entry_layout", "ResultAcks"]
 
 SLOT_BITS = 24
 """Most slots of a job's region, as a power of two: ``PSN mod slots`` names a slot across a PSN wrap."""
-
-
-def augmented_meta_layout(workers: int) -> data.StructLayout:
-    """A Mode III slot: Mode II's fields (:func:`~inagg.hdl.translated.translated_meta_layout`) and ``acked``,
-    the bitmap of the children that ACKed its result; the slot is free again when it is every child's."""
-    return data.StructLayout({**{name: f.shape for name, f in translated_meta_layout(workers)}, "acked": workers})
 
 
 AugmentedOutcome = data.StructLayout({"add": 1, "store": 1, "complete": 1, "dup": 1, "ahead": 1, "busy": 1,
@@ -56,9 +52,10 @@ class AugmentedRules(wiring.Component):
 
     The members ``meta``, ``desc``, ``expected``, ``new`` and ``slot`` are
     those of :class:`~inagg.hdl.translated.TranslatedRules`, with
-    :func:`augmented_meta_layout` for the slot. Unlike Mode II, nothing
-    clears a shadow slot: a slot is freed when every child ACKed its
-    result, and a contribution whose slot still holds another PSN is
+    :func:`~inagg.hdl.translated.translated_meta_layout` for the slot. Unlike
+    Mode II, nothing clears a shadow slot: a slot is freed when every child
+    ACKed its result (its bitmap is then read as empty: :class:`ResultAcks`
+    says so), and a contribution whose slot still holds another PSN is
     ``busy``.
 
     Parameters
@@ -70,13 +67,13 @@ class AugmentedRules(wiring.Component):
 
     Members
     -------
-    meta : In(augmented_meta_layout(workers))
+    meta : In(translated_meta_layout(workers))
     desc : In(translated_desc_layout(slots))
     expected : In(PSN_BITS)
     nak_sent : In(1)
         The worker's "NAK sent" bit: a NAK went out for the gap it is in.
     outcome : Out(AugmentedOutcome)
-    new : Out(augmented_meta_layout(workers))
+    new : Out(translated_meta_layout(workers))
     reply : Out(AugmentedReply)
         The ACK or NAK to the worker, when ``outcome.ack`` or ``outcome.nak``.
     write : Out(1)
@@ -92,9 +89,9 @@ class AugmentedRules(wiring.Component):
         if not isinstance(slots, int) or slots < 2 or slots > 1 << SLOT_BITS or slots & (slots - 1):
             raise ValueError(f"slots must be a power of two from 2 to 2**{SLOT_BITS}, not {slots!r}")
         self._workers = workers
-        super().__init__({"meta": In(augmented_meta_layout(workers)), "desc": In(translated_desc_layout(slots)),
+        super().__init__({"meta": In(translated_meta_layout(workers)), "desc": In(translated_desc_layout(slots)),
                           "expected": In(PSN_BITS), "nak_sent": In(1), "outcome": Out(AugmentedOutcome),
-                          "new": Out(augmented_meta_layout(workers)), "reply": Out(AugmentedReply),
+                          "new": Out(translated_meta_layout(workers)), "reply": Out(AugmentedReply),
                           "write": Out(1), "next_expected": Out(PSN_BITS), "next_nak_sent": Out(1),
                           "slot": Out(range(slots))})
 
@@ -122,7 +119,6 @@ class AugmentedRules(wiring.Component):
         new = self.new
         m.d.comb += [
             *slot_after(out, new, meta, desc, held, self._workers),
-            new.acked.eq(Mux(held, meta.acked, 0)),
             self.write.eq(out.add | out.nak),
             self.next_expected.eq(Mux(out.add, desc.psn + 1, self.expected)),
             self.next_nak_sent.eq(out.nak),

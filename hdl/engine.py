@@ -59,7 +59,7 @@ reset and runs a teardown's sweeps.
 from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from inagg.models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
@@ -67,8 +67,9 @@ from inagg.models.switch import SlotState
 from inagg.hdl.axis import check_chunk_bytes, check_slots, check_width, swap_lanes
 from inagg.hdl.control import N_COUNTERS, event_vector
 from inagg.hdl.fp32 import FP32Adder, IntToFP32
-from inagg.hdl.ingress import PSN_BITS, frame_desc_layout, frame_signature
+from inagg.hdl.ingress import PSN_BITS, AckDesc, frame_desc_layout, frame_signature
 from inagg.hdl.translated import PsnTable, TranslatedRules
+from inagg.hdl.augmented import AugmentedReply, AugmentedRules, ResultAck, ResultAcks, Resend
 
 __all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "Outcome", "SlotRules", "SlotSweep",
            "DecisionOutcome", "lane_word_layout", "result_desc_layout", "result_signature", "SlotDecision", "LaneUpdate", "Promotion",
@@ -140,9 +141,11 @@ Outcome = data.StructLayout({"add": 1, "store": 1, "dup": 1, "resend": 1, "compl
 """What the slot rules make of one contribution: ``add`` it (``store``: as the slot's first), a ``dup``licate
 (``resend``: of a result already made), ``complete`` the chunk, or drop it for one of the four reasons."""
 
-DecisionOutcome = data.StructLayout({**dict(Outcome.members), "ahead": 1, "bad_address": 1})
-""":data:`Outcome` and Mode II's own two drops (:class:`~inagg.hdl.translated.TranslatedRules`), both 0 for a
-UC frame: what :class:`SlotDecision` decides."""
+DecisionOutcome = data.StructLayout({**dict(Outcome.members), "ahead": 1, "bad_address": 1, "busy": 1,
+                                     "ack": 1, "nak": 1})
+""":data:`Outcome`, Mode II's own two drops (:class:`~inagg.hdl.translated.TranslatedRules`) and Mode III's
+``busy`` drop and ``ack``/``nak`` answers (:class:`~inagg.hdl.augmented.AugmentedRules`), each 0 where its mode
+does not apply: what :class:`SlotDecision` decides."""
 
 
 class SlotRules(wiring.Component):
@@ -347,23 +350,41 @@ class SlotDecision(wiring.Component):
         PSN, for a frame whose descriptor says ``translated``, which
         :class:`~inagg.hdl.translated.TranslatedRules` decides.
     psn_en : Out(1)
-        Write ``next_expected`` for the frame's worker.
+        Write ``next_expected`` (and with ``augmented``, ``next_nak_sent``) for the frame's worker.
     next_expected : Out(PSN_BITS)
     shadow_clear : Out(1)
         On a frame's later beats: the frame was a Mode II add, so its
         worker's bit in the shadow slot is cleared.
+    nak_sent, freed : In(1)
+        With ``augmented`` (a build with Mode III), for a frame whose
+        descriptor says ``augmented``, which
+        :class:`~inagg.hdl.augmented.AugmentedRules` decides: the worker's
+        "NAK sent" bit, and whether every child has ACKed the result the
+        slot holds (:class:`~inagg.hdl.augmented.ResultAcks`), so that the
+        slot counts as free.
+    next_nak_sent : Out(1)
+    reply_en : Out(1)
+        Send ``reply``, the ACK or NAK that answers the frame, to its worker.
+    reply : Out(AugmentedReply)
+    done_en : Out(1)
+        The frame completed a Mode III result (for :class:`~inagg.hdl.augmented.ResultAcks`).
     """
 
-    def __init__(self, workers: int, depth: int, overflow: bool, copies: int = 1, translated: bool = False):
+    def __init__(self, workers: int, depth: int, overflow: bool, copies: int = 1, translated: bool = False,
+                 augmented: bool = False):
+        if augmented and not translated:
+            raise ValueError("A build with Mode III must have Mode II's PSN state too (translated=True)")
         self._workers, self._depth, self._overflow, self._copies = workers, depth, overflow, copies
-        self._translated = translated
+        self._translated, self._augmented = translated, augmented
         layout = meta_layout(workers, translated)
+        mode_iii = {"nak_sent": In(1), "freed": In(1), "next_nak_sent": Out(1), "reply_en": Out(1),
+                    "reply": Out(AugmentedReply), "done_en": Out(1)} if augmented else {}
         super().__init__({"valid": In(1), "first": In(1), "meta": In(layout),
                           "desc": In(frame_desc_layout(depth)), "gone": In(1), "outcome": Out(DecisionOutcome),
                           "decide": Out(1), "meta_en": Out(1), "meta_data": Out(layout),
                           "write": Out(copies), "store": Out(copies), "emit": Out(1), "to_all": Out(1),
                           "expected": In(PSN_BITS), "psn_en": Out(1), "next_expected": Out(PSN_BITS),
-                          "shadow_clear": Out(1)})
+                          "shadow_clear": Out(1), **mode_iii})
 
     def elaborate(self, platform):
         m = Module()
@@ -376,7 +397,7 @@ class SlotDecision(wiring.Component):
         m.d.comb += [out.eq(rules.outcome), new.eq(rules.new)]
         if self._translated:
             # A Mode II frame of a job still there: TranslatedRules on the same metadata (done is DONE).
-            mode_ii = self.desc.translated & ~self.gone
+            mode_ii = self.desc.translated & ~self.desc.augmented & ~self.gone
             m.submodules.translated = tr = TranslatedRules(self._workers, 1 << 16)
             d, meta = self.desc, self.meta
             m.d.comb += [tr.meta.psn.eq(meta.psn), tr.meta.chunk.eq(meta.chunk), tr.meta.bitmap.eq(meta.bitmap),
@@ -395,6 +416,29 @@ class SlotDecision(wiring.Component):
             with m.If(decide):
                 m.d.sync += held_clear.eq(mode_ii & tr.outcome.add)
             m.d.comb += self.shadow_clear.eq(self.valid & ~first & held_clear)
+        if self._augmented:
+            # A Mode III frame: AugmentedRules on the same metadata, a slot whose result every child ACKed
+            # being empty (its bitmap read as 0), so the frame starts it afresh.
+            mode_iii = self.desc.augmented & ~self.gone
+            m.submodules.augmented = ar = AugmentedRules(self._workers, 1 << 16)
+            d, meta = self.desc, self.meta
+            m.d.comb += [ar.meta.psn.eq(meta.psn), ar.meta.chunk.eq(meta.chunk),
+                         ar.meta.bitmap.eq(Mux(self.freed, 0, meta.bitmap)), ar.meta.count.eq(meta.count),
+                         ar.meta.done.eq(meta.state == SlotState.DONE),
+                         ar.desc.worker.eq(d.worker), ar.desc.psn.eq(d.psn), ar.desc.chunk.eq(d.chunk),
+                         ar.desc.workers.eq(d.workers), ar.desc.slots.eq(d.slots), ar.expected.eq(self.expected),
+                         ar.nak_sent.eq(self.nak_sent), self.reply.eq(ar.reply)]
+            with m.If(mode_iii):
+                m.d.comb += [out.eq(0), *[getattr(out, f).eq(getattr(ar.outcome, f)) for f in
+                                          ("add", "store", "dup", "complete", "ahead", "busy", "bad_address",
+                                           "ack", "nak")],
+                             new.eq(0), new.state.eq(Mux(ar.new.done, SlotState.DONE, SlotState.AGG)),
+                             new.job.eq(d.job), new.chunk.eq(ar.new.chunk), new.bitmap.eq(ar.new.bitmap),
+                             new.count.eq(ar.new.count), new.guest.eq(meta.guest), new.psn.eq(ar.new.psn),
+                             self.next_expected.eq(ar.next_expected), self.next_nak_sent.eq(ar.next_nak_sent),
+                             self.psn_en.eq(decide & ar.write)]
+            m.d.comb += [self.reply_en.eq(decide & mode_iii & (ar.outcome.ack | ar.outcome.nak)),
+                         self.done_en.eq(decide & mode_iii & ar.outcome.complete)]
         m.d.comb += [self.outcome.eq(out), self.decide.eq(decide)]
         # With overflow slots, a slot that another job's key diverted from is marked, so that
         # its holder's teardown can tell whether freeing it would leave keys with entries on a
@@ -639,6 +683,17 @@ class SlotEngine(wiring.Component):
         written in B), and its second beat clears its worker's bit in the
         shadow slot, read in A and written in B with the ports the first beat
         leaves free; ``psn_clear`` clears a job's expected PSNs.
+    augmented:
+        With ``psn_jobs``: the build also takes Mode III jobs (``docs/protocol.md``
+        section 7). A frame whose descriptor says ``augmented`` goes by
+        :class:`~inagg.hdl.augmented.AugmentedRules` with its worker's "NAK
+        sent" bit from the :class:`~inagg.hdl.translated.PsnTable`, and its
+        slot counts as free once every child ACKed the result it holds, as the
+        engine's :class:`~inagg.hdl.augmented.ResultAcks` says (read in A
+        beside the metadata). Every such frame is answered on ``reply``; the
+        children's ACKs of results come in on ``result_ack`` and Go-Back-N
+        requests go out on ``resend``. Needs chunks of 4 beats or more (as
+        every build does), so that completions come 4 cycles apart or more.
 
     Attributes
     ----------
@@ -656,7 +711,8 @@ class SlotEngine(wiring.Component):
     -------
     i : In(frame_signature(width, slots + overflow))
         Accepted contributions. ``i.ready`` is low only on a first beat
-        while ``can_start`` is low, while a result is on its way to the
+        while ``can_start`` is low (with ``augmented``, or the ``reply``
+        queue is full), while a result is on its way to the
         emitters, or while a frame to the same slot would read a word before
         its write (see the module docstring), and for ``slots`` cycles after
         reset while the engine marks every slot FREE.
@@ -683,6 +739,14 @@ class SlotEngine(wiring.Component):
         With ``psn_jobs``: set the expected PSN of every worker of
         ``sweep.job`` to 0 (its teardown: a job set up again starts at PSN
         0, as the model's does); ``i.ready`` is low for the 64 cycles it takes.
+        With ``augmented`` the job's ACK points and next result PSN too.
+    reply : Out(stream.Signature(AckDesc))
+        With ``augmented``: the ACK or NAK answering a Mode III frame, in frame
+        order (``psn``, ``syndrome`` and ``msn`` of its AETH, to ``worker``).
+        A first beat waits while the queue in front of it is full.
+    result_ack : In(stream.Signature(ResultAck))
+    resend : Out(stream.Signature(Resend))
+        With ``augmented``: :class:`~inagg.hdl.augmented.ResultAcks`'s.
     passing : Out(frame payload)
     passing_valid : Out(1)
         The beat in stage B, as it came: its frame's slot-rule strobes are in ``events``
@@ -690,7 +754,7 @@ class SlotEngine(wiring.Component):
     """
 
     def __init__(self, width: int, chunk_bytes: int, slots: int, workers: int, *, convert_latency: int = 1,
-                 add_latency: int = 2, overflow: int = 0, psn_jobs: int = 0):
+                 add_latency: int = 2, overflow: int = 0, psn_jobs: int = 0, augmented: bool = False):
         self._width = check_width(width)
         self._chunk = check_chunk_bytes(chunk_bytes)
         self._slots = check_slots(slots)
@@ -698,9 +762,13 @@ class SlotEngine(wiring.Component):
             raise ValueError(f"Workers per job must be an integer in 1..{MAX_WORKERS}, not {workers!r}")
         if not isinstance(overflow, int) or isinstance(overflow, bool) or not 0 <= overflow <= 1 << 16:
             raise ValueError(f"Overflow slots must be an integer in 0..65536, not {overflow!r}")
+        if not isinstance(augmented, bool):
+            raise TypeError(f"augmented must be a bool, not {augmented!r}")
+        if augmented and not psn_jobs:
+            raise ValueError("A build with Mode III jobs needs psn_jobs > 0")
         self._workers = workers
         self._depth = slots + overflow
-        self._psn_jobs = psn_jobs
+        self._psn_jobs, self._augmented = psn_jobs, augmented
         self._convert, self._add = check_fp32_latencies(convert_latency, add_latency)
         self.beats = chunk_bytes * 8 // width
         self.lag = 1 + self._convert + self._add
@@ -718,6 +786,8 @@ class SlotEngine(wiring.Component):
             "passing": Out(frame_signature(width, self._depth).members["payload"].shape),
             "passing_valid": Out(1),
             **({"psn_clear": In(1)} if psn_jobs else {}),
+            **({"reply": Out(stream.Signature(AckDesc)), "result_ack": In(stream.Signature(ResultAck)),
+                "resend": Out(stream.Signature(Resend))} if augmented else {}),
         })
 
     def elaborate(self, platform):
@@ -740,8 +810,9 @@ class SlotEngine(wiring.Component):
         first = j == 0
         waits = Signal()
         psn_busy = Signal()  # the PSN table's clearing sweep after reset
+        room = Signal(init=1)  # for the reply of a Mode III frame: decided two cycles after A
         m.d.comb += self.i.ready.eq(~clearing & ~psn_busy & ~sweeper.busy & ~self.sweep.start
-                                    & (~first | (self.can_start & ~waits)))
+                                    & (~first | (self.can_start & room & ~waits)))
         take = self.i.valid & self.i.ready
         with m.If(take):
             m.d.sync += j.eq(Mux(self.i.p.last, 0, j + 1))
@@ -751,8 +822,16 @@ class SlotEngine(wiring.Component):
             half = d.slots >> 1
             shadow = Mux((d.psn & half) != 0, d.slot - half, d.slot + half)[:len(d.slot)]
             m.d.comb += m_rd.addr.eq(Mux(sweeper.read, sweeper.read_addr, Mux(first, d.slot, shadow)))
-            m.submodules.psns = psns = PsnTable(self._psn_jobs)
-            m.d.comb += [psn_busy.eq(psns.busy), psns.clear.eq(self.psn_clear), psns.clear_job.eq(self.sweep.job)]
+            m.submodules.psns = psns = PsnTable(self._psn_jobs, nak=self._augmented)
+            m.d.comb += [psns.clear.eq(self.psn_clear), psns.clear_job.eq(self.sweep.job)]
+            if self._augmented:
+                m.submodules.acks = acks = ResultAcks(jobs=self._psn_jobs, workers=self._workers, depth=self._depth)
+                m.d.comb += [psn_busy.eq(psns.busy | acks.busy), acks.clear.eq(self.psn_clear),
+                             acks.clear_job.eq(self.sweep.job), acks.look_addr.eq(d.slot)]
+                wiring.connect(m, wiring.flipped(self.result_ack), acks.ack)
+                wiring.connect(m, acks.resend, wiring.flipped(self.resend))
+            else:
+                m.d.comb += psn_busy.eq(psns.busy)
             m.d.comb += [psns.read_en.eq(take & first), psns.read_job.eq(d.job), psns.read_worker.eq(d.worker)]
         else:
             m.d.comb += m_rd.addr.eq(Mux(sweeper.read, sweeper.read_addr, d.slot))
@@ -772,12 +851,37 @@ class SlotEngine(wiring.Component):
         b_expected = Signal(PSN_BITS)
         if self._psn_jobs:
             m.d.sync += b_expected.eq(psns.expected)
+        b_nak_sent, b_freed = Signal(), Signal()
+        if self._augmented:
+            # Mode III: the slot's result is gone once the word ResultAcks keeps for it names the PSN the
+            # slot holds and has every child of the job; a word of an older result or job names another.
+            word, now = acks.look, Signal(meta_layout(self._workers, True))
+            everyone = Signal(self._workers)
+            m.d.comb += [now.eq(m_rd.data), everyone.eq((1 << mb.desc.workers) - 1)]
+            m.d.sync += [b_nak_sent.eq(psns.nak_sent),
+                         b_freed.eq((now.state == SlotState.DONE) & (word.psn == now.psn)
+                                    & ((word.acked & everyone) == everyone))]
 
         # -- stage B: the slot decision; the metadata write; the lane word's read --
         groups = -(-(width // 32) // _LANES_PER_STROBE)
         m.submodules.decision = decision = SlotDecision(self._workers, self._depth, self._depth > self._slots,
-                                                        copies=groups, translated=self._psn_jobs > 0)
+                                                        copies=groups, translated=self._psn_jobs > 0,
+                                                        augmented=self._augmented)
         m.d.comb += decision.expected.eq(b_expected)
+        if self._augmented:
+            m.d.comb += [decision.nak_sent.eq(b_nak_sent), decision.freed.eq(b_freed),
+                         acks.done.valid.eq(decision.done_en), acks.done.p.job.eq(b.desc.job),
+                         acks.done.p.psn.eq(b.desc.psn), acks.done.p.slot.eq(b.desc.slot)]
+            # Frames of 4 beats or more put a first beat in A only after the one before has decided, so
+            # one free entry in A's cycle is room enough.
+            m.submodules.replies = replies = fifo.SyncFIFOBuffered(width=AckDesc.size, depth=4)
+            reply = Signal(AckDesc)
+            m.d.comb += [reply.job.eq(b.desc.job), reply.worker.eq(b.desc.worker), reply.psn.eq(decision.reply.psn),
+                         reply.syndrome.eq(decision.reply.syndrome), reply.msn.eq(decision.reply.msn),
+                         replies.w_data.eq(reply), replies.w_en.eq(decision.reply_en),
+                         room.eq(replies.level < 4),
+                         self.reply.valid.eq(replies.r_rdy), self.reply.p.eq(replies.r_data),
+                         replies.r_en.eq(self.reply.ready)]
         m.d.comb += [decision.valid.eq(b.valid), decision.first.eq(b.first), decision.meta.eq(b_meta),
                      decision.desc.eq(b.desc), decision.gone.eq(b.gone), l_rd.addr.eq(Cat(b.j, b.desc.slot)),
                      self.passing_valid.eq(b.valid), self.passing.data.eq(swap_lanes(b.x)),
@@ -800,6 +904,8 @@ class SlotEngine(wiring.Component):
         if self._psn_jobs:
             m.d.comb += [psns.write_en.eq(decision.psn_en), psns.write_job.eq(b.desc.job),
                          psns.write_worker.eq(b.desc.worker), psns.write_psn.eq(decision.next_expected)]
+            if self._augmented:
+                m.d.comb += psns.write_nak.eq(decision.next_nak_sent)
         # What the beat does, registered: the lanes see flip-flops, one copy per group of lanes.
         l_write, l_store = Signal(groups), Signal(groups)
         l_emit, l_all = Signal(), Signal()
@@ -852,7 +958,8 @@ class SlotEngine(wiring.Component):
         ev = {Counter.RX_CONTRIB: out.add, Counter.DUP_CONTRIB: out.dup, Counter.TX_RESENDS: out.resend,
               Counter.COMPLETED: out.complete, Counter.DROP_UNKNOWN_QPN: out.unknown_qpn,
               Counter.DROP_COLLISION: out.collision, Counter.DROP_STALE: out.stale, Counter.DROP_WINDOW: out.window,
-              Counter.DROP_PSN_AHEAD: out.ahead, Counter.DROP_BAD_ADDRESS: out.bad_address}
+              Counter.DROP_PSN_AHEAD: out.ahead, Counter.DROP_BAD_ADDRESS: out.bad_address,
+              Counter.DROP_BUFFER_BUSY: out.busy, Counter.ACK_SENT: out.ack, Counter.NAK_SENT: out.nak}
         # Registered, in step with `passing` of the cycle before: the counters and the divert
         # queue take the strobes from a flip-flop, not through the slot rules.
         decided = Signal(N_COUNTERS)

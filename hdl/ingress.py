@@ -64,10 +64,11 @@ def _first_failing(m: Module, checks: list) -> Value:
 
 
 def frame_desc_layout(slots: int) -> data.StructLayout:
-    """What the engine needs of an accepted contribution, besides its lanes."""
+    """What the engine needs of an accepted contribution, besides its lanes: ``translated``, an RC contribution
+    whose slot its PSN names (Modes II and III); ``augmented``, of Mode III, answered by the switch."""
     return data.StructLayout({
         "job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "chunk": 32, "slot": range(slots),
-        "workers": QPN_WORKER_BITS + 1, "slots": 17, "translated": 1, "psn": PSN_BITS,
+        "workers": QPN_WORKER_BITS + 1, "slots": 17, "translated": 1, "augmented": 1, "psn": PSN_BITS,
     })
 
 

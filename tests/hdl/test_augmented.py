@@ -22,7 +22,7 @@ from inagg.testbench.traffic import make_job, rc_ack, rc_contribution
 
 CHUNK = 256
 OUTCOMES = ("add", "store", "complete", "dup", "ahead", "busy", "bad_address", "ack", "nak")
-META = ("psn", "chunk", "bitmap", "count", "done", "acked")
+META = ("psn", "chunk", "bitmap", "count", "done")  # the rules' slot fields; the model's entry has "acked" too
 # The emitters and the lanes count these, not the rules.
 UNCOUNTED = (Counter.TX_RESULTS, Counter.PROMOTED, Counter.RX_FRAMES)
 
@@ -60,9 +60,9 @@ def _follow_the_model(n, slots, cases):
         for w, expected, nak_sent, psn, chunk, meta in cases:
             model.expected[w], model.nak_sent[w] = expected, bool(nak_sent)
             e = model.entries[psn % slots]
-            e.psn, e.chunk, e.bitmap, e.count, e.done, e.acked = (meta[k] for k in META)
+            e.psn, e.chunk, e.bitmap, e.count, e.done, e.acked = (meta[k] for k in (*META, "acked"))
             e.held = bool(meta["done"])
-            ctx.set(dut.meta, meta)
+            ctx.set(dut.meta, {k: meta[k] for k in META})
             ctx.set(dut.desc, dict(worker=w, psn=psn, chunk=chunk, workers=n, slots=slots))
             ctx.set(dut.expected, expected)
             ctx.set(dut.nak_sent, nak_sent)
@@ -84,9 +84,8 @@ def _follow_the_model(n, slots, cases):
                 assert acks == [], case
             assert len(results) == n * ("complete" in outcome), case
             assert ctx.get(dut.slot) == psn % slots
-            after = {k: ctx.get(getattr(dut.new, k)) for k in META} if "add" in outcome else meta
-            assert after == dict(psn=e.psn, chunk=e.chunk, bitmap=e.bitmap, count=e.count, done=int(e.done),
-                                 acked=e.acked), case
+            after = {k: ctx.get(getattr(dut.new, k)) if "add" in outcome else meta[k] for k in META}
+            assert after == dict(psn=e.psn, chunk=e.chunk, bitmap=e.bitmap, count=e.count, done=int(e.done)), case
             entry = (ctx.get(dut.next_expected), ctx.get(dut.next_nak_sent)) if ctx.get(dut.write) \
                 else (expected, nak_sent)
             assert entry == (model.expected[w], int(model.nak_sent[w])), case
@@ -341,3 +340,133 @@ def test_result_acks_hold_a_completion_that_meets_a_walk():
         assert words == [(0, 1), (1, 1), (2, 1), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)], words
 
     _sim(dut, bench)
+
+
+# -- the slot engine with Mode III frames ---------------------------------------------------------------------
+
+def _engine_actions(n, slots, seed, count):
+    """Mode III traffic for hosts that mostly keep the rules, run through the model switch: per action the
+    input (("frame", w, psn, chunk, lanes) or ("ack", w, psn, syndrome)) and what the model sent for it:
+    the ACKs and NAKs (worker, PSN, syndrome, MSN), the results (worker, PSN, VA, payload), and after an ACK
+    the results sent again (worker, PSN)."""
+    sw, job = _switch(n, slots)
+    model = sw.modes[job.job]
+    rng, sent = np.random.default_rng(seed), [0] * n
+    qpns = {ws.qpn: v for v, ws in enumerate(job.workers)}
+    actions = []
+    for _ in range(count):
+        w = int(rng.integers(n))
+        if rng.random() < 0.3 and model.next_result != model.acked[w]:
+            q = (model.acked[w] + int(rng.integers(-1, 3))) % PSN_MOD
+            syndrome = rc.Syndrome.NAK_SEQ if rng.random() < 0.25 else rc.Syndrome.ACK
+            inp = ("ack", w, q, syndrome)
+            frame = rc_ack(sw.spec, job, w, Ack(q, syndrome, q))
+        else:
+            r = rng.random()
+            if r < 0.15:
+                sent[w] = model.expected[w]  # the host's Go-Back-N after a drop
+            off = sent[w] + (0 if r < 0.75 else -int(rng.integers(1, 3)) if r < 0.9 else int(rng.integers(1, 3)))
+            if off == sent[w] and sent[w] - min(sent) < slots:
+                sent[w] += 1
+            psn = off % PSN_MOD
+            chunk = (off + (slots if rng.random() < 0.04 else 0)) % (1 << 30)
+            lanes = rng.integers(-1000, 1000, CHUNK // 4).astype(">i4")
+            inp = ("frame", w, psn, chunk, lanes)
+            frame = rc_contribution(sw.spec, job, w, psn, chunk, lanes)
+        acks, results = [], []
+        for _, f in sw.receive(job.workers[w].port, frame):
+            qpn, r = rc.decode(f)
+            if isinstance(r, Ack):
+                acks.append((qpns[qpn], r.psn, r.syndrome, r.msn))
+            else:
+                results.append((qpns[qpn], r.psn, r.va, r.payload))
+        actions.append((inp, acks, results))
+    return actions, sw, job
+
+
+@pytest.mark.parametrize("width, n, slots, seed", [(512, 3, 4, 1), (64, 2, 2, 2), (256, 4, 4, 3)])
+def test_engine_takes_mode_iii_frames_as_the_model(width, n, slots, seed):
+    """Contributions and the children's ACKs of results, with the reply queue's reader pausing: every ACK and
+    NAK, result, Go-Back-N request and counter is the model's; a slot is taken again only once the slowest
+    child ACKed its result (``DROP_BUFFER_BUSY`` until then)."""
+    from inagg.hdl.engine import SlotEngine
+    actions, sw, job = _engine_actions(n, slots, seed, 160)
+    dut = SlotEngine(width, CHUNK, 16, 4, psn_jobs=2, augmented=True)
+    nb = width // 8
+    replies, results, resends = [], [], []
+    counted = {c: 0 for c in Counter}
+    rng = np.random.default_rng(seed)
+
+    async def feed(ctx):
+        ctx.set(dut.can_start, 1)
+        ctx.set(dut.resend.ready, 1)
+        while not ctx.get(dut.i.ready):
+            await ctx.tick()
+        for (inp, *_), nxt in itertools.zip_longest(actions, actions[1:]):
+            if inp[0] == "frame":
+                _, w, psn, chunk, lanes = inp
+                raw = lanes.tobytes()
+                ctx.set(dut.i.p.desc, {"job": job.job, "worker": w, "chunk": chunk, "slot": job.slot_base + psn % slots,
+                                       "workers": n, "slots": slots, "translated": 1, "augmented": 1, "psn": psn})
+                for k in range(0, CHUNK, nb):
+                    ctx.set(dut.i.valid, 1)
+                    ctx.set(dut.i.p.data, int.from_bytes(raw[k:k + nb], "little"))
+                    ctx.set(dut.i.p.last, k + nb == CHUNK)
+                    await ctx.tick().until(dut.i.ready)
+                ctx.set(dut.i.valid, 0)
+            else:
+                _, w, q, syndrome = inp
+                ctx.set(dut.result_ack.valid, 1)
+                ctx.set(dut.result_ack.p, dict(job=job.job, worker=w, psn=q, syndrome=syndrome,
+                                               base=job.slot_base, slots=slots))
+                await ctx.tick().until(dut.result_ack.ready)
+                ctx.set(dut.result_ack.valid, 0)
+            if nxt is not None and nxt[0][0] == "ack" or nxt is None:
+                # A child ACKs a result only once it has it: let the frames before finish.
+                await ctx.tick().repeat(dut.lag + 8)
+                while not ctx.get(dut.result_ack.ready):
+                    await ctx.tick()
+        await ctx.tick().repeat(dut.lag + 40)
+
+    async def watch(ctx):
+        beats = []
+        async for _, _, valid, p, events, r_valid, r_ready, r, s_valid, s in ctx.tick().sample(
+                dut.o.valid, dut.o.p, dut.events, dut.reply.valid, dut.reply.ready, dut.reply.p, dut.resend.valid,
+                dut.resend.p):
+            for c in Counter:
+                counted[c] += events >> c & 1
+            if valid:
+                beats.append(p.data.to_bytes(nb, "little"))
+                if p.last:
+                    d = p.desc
+                    assert d.all and d.translated and not p.promoted
+                    results.extend((v, d.psn, job.workers[v].result_va + d.ring * CHUNK, b"".join(beats))
+                                   for v in range(d.workers))
+                    beats = []
+            if r_valid and r_ready:
+                replies.append((r.worker, r.psn, r.syndrome, r.msn))
+            if s_valid:
+                resends.extend((s.worker, (s.first + k) % PSN_MOD) for k in range((s.end - s.first) % PSN_MOD))
+
+    async def reader(ctx):
+        async for _ in ctx.tick():
+            ctx.set(dut.reply.ready, int(rng.random() < 0.2))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(feed)
+    sim.add_process(watch)
+    sim.add_process(reader)
+    sim.run()
+    assert replies == [a for _, acks, _ in actions for a in acks]
+    frames = [r for inp, _, rs in actions if inp[0] == "frame" for r in rs]
+    assert results == frames
+    again = [(v, psn) for inp, _, rs in actions if inp[0] == "ack" for v, psn, _, _ in rs]
+    assert resends == again
+    for c in (Counter.RX_CONTRIB, Counter.COMPLETED, Counter.DUP_CONTRIB, Counter.DROP_PSN_AHEAD,
+              Counter.DROP_BUFFER_BUSY, Counter.DROP_BAD_ADDRESS, Counter.ACK_SENT, Counter.NAK_SENT):
+        assert counted[c] == sw.counters[c], c
+    # The traffic took every path: busy slots, gaps, duplicates, a slot reused after its ACKs, resends.
+    for c in (Counter.DROP_BUFFER_BUSY, Counter.NAK_SENT, Counter.DUP_CONTRIB):
+        assert sw.counters[c] > 0, c
+    assert again and sw.counters[Counter.COMPLETED] > slots
