@@ -876,7 +876,8 @@ class SlotEngine(wiring.Component):
             # one free entry in A's cycle is room enough.
             m.submodules.replies = replies = fifo.SyncFIFOBuffered(width=AckDesc.size, depth=4)
             reply = Signal(AckDesc)
-            m.d.comb += [reply.job.eq(b.desc.job), reply.worker.eq(b.desc.worker), reply.psn.eq(decision.reply.psn),
+            m.d.comb += [reply.job.eq(b.desc.job), reply.worker.eq(b.desc.worker), reply.augmented.eq(1),
+                         reply.psn.eq(decision.reply.psn),
                          reply.syndrome.eq(decision.reply.syndrome), reply.msn.eq(decision.reply.msn),
                          replies.w_data.eq(reply), replies.w_en.eq(decision.reply_en),
                          room.eq(replies.level < 4),

@@ -75,9 +75,11 @@ def frame_desc_layout(slots: int) -> data.StructLayout:
 _ACK = layout(Opcode.RC_ACK)
 
 AckDesc = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "psn": PSN_BITS,
-                             "syndrome": 8, "msn": 24})
-"""A host's checked ACK or NAK of a result in a Mode II job, to be reflected: its (job, worker), BTH PSN and
-AETH (:class:`~inagg.hdl.translated.AckReflector`)."""
+                             "syndrome": 8, "msn": 24, "augmented": 1})
+"""A host's checked ACK or NAK of a result: its (job, worker), BTH PSN and AETH. In a Mode II job it is
+reflected (:class:`~inagg.hdl.translated.AckReflector`); in a Mode III job (``augmented``) it acknowledges
+the switch's results (:class:`~inagg.hdl.augmented.ResultAcks`). The slot engine's own answers to Mode III
+contributions take the same layout, ``augmented`` set."""
 
 
 def frame_signature(width: int, slots: int) -> stream.Signature:
@@ -263,11 +265,12 @@ class FrameChecks(wiring.Component):
         entry, own = self.job.entry, self.worker.entry
         chunk = va[lg_chunk:lg_chunk + 32]
 
-        # Mode II (protocol.md section 6.2, step 1): a known worker of a Mode II job sends RC WRITE ONLY
-        # contributions and RC ACKs of its results; everyone else UC contributions.
+        # Modes II and III (protocol.md sections 6.2 and 7, step 1): a known worker of such a job sends RC
+        # WRITE ONLY contributions and RC ACKs of its results; everyone else UC contributions.
         # Check 14 with ingress-port binding: the worker's QPN is known on its own port only.
         known = (qpn[16:] == QPN_PREFIX) & entry.valid & (worker < entry.workers) & (own.port == self._port)
-        translated = known & (entry.mode == MODE_CODES[Mode.TRANSLATED])
+        augmented = known & (entry.mode == MODE_CODES[Mode.AUGMENTED])
+        translated = augmented | (known & (entry.mode == MODE_CODES[Mode.TRANSLATED]))
         ack = translated & (opcode == Opcode.RC_ACK)
         want = Mux(translated, Opcode.RC_RDMA_WRITE_ONLY, CONTRIBUTION.opcode)
         ack_len = IPV4_LEN + UDP_LEN + BTH_LEN + AETH.size + ICRC_LEN
@@ -306,10 +309,11 @@ class FrameChecks(wiring.Component):
             checked.fire.eq(self.start.fire), checked.before.eq(before), checked.after.eq(after),
             checked.stored.eq(self.start.stored),
             checked.desc.job.eq(job_no), checked.desc.worker.eq(worker), checked.desc.chunk.eq(chunk),
-            # Mode II: slot p mod 2W for PSN p (protocol.md section 6.2); UC: chunk mod R.
+            # Modes II and III: slot p mod 2W for PSN p (protocol.md section 6.2); UC: chunk mod R.
             checked.desc.slot.eq(entry.slot_base + (Mux(translated, f("bth.psn"), chunk) & (entry.slots - 1))),
             checked.desc.workers.eq(entry.workers), checked.desc.slots.eq(entry.slots),
-            checked.desc.translated.eq(translated), checked.desc.psn.eq(f("bth.psn")),
+            checked.desc.translated.eq(translated), checked.desc.augmented.eq(augmented),
+            checked.desc.psn.eq(f("bth.psn")),
             checked.ack.eq(ack),
             checked.aeth.eq(field(hdr, _ACK, "aeth.syndrome") << 24 | field(hdr, _ACK, "aeth.msn")),
         ]
@@ -482,7 +486,7 @@ class IngressPort(wiring.Component):
             self.ack.valid.eq(checked.fire & take & checked.ack),
             self.ack.p.job.eq(checked.desc.job), self.ack.p.worker.eq(checked.desc.worker),
             self.ack.p.psn.eq(checked.desc.psn), self.ack.p.syndrome.eq(checked.aeth[24:]),
-            self.ack.p.msn.eq(checked.aeth[:24]),
+            self.ack.p.msn.eq(checked.aeth[:24]), self.ack.p.augmented.eq(checked.desc.augmented),
         ]
         # Registered: the counters' adders are in another block.
         drops = {c: checked.fire & ~take & (code == c) for c in Counter if c != Counter.RX_FRAMES}

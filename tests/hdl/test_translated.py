@@ -355,11 +355,13 @@ def _mode_ii_frames(sw, job, uc):
     ]
 
 
-@pytest.mark.parametrize("width", [64, 512])
-def test_ingress_checks_mode_ii_frames_as_the_model(width):
+@pytest.mark.parametrize("width, mode", [(64, Mode.TRANSLATED), (512, Mode.TRANSLATED), (64, Mode.AUGMENTED),
+                                         (512, Mode.AUGMENTED)])
+def test_ingress_checks_mode_ii_frames_as_the_model(width, mode):
+    """Modes II and III take the same frames; a Mode III job's descriptors and ACKs say ``augmented``."""
     sw, job = _switch(2, 4)
     sw.remove_job(job.job)  # every worker on the port under test, port 0
-    job = dataclasses.replace(job, workers=tuple(dataclasses.replace(w, port=0) for w in job.workers))
+    job = dataclasses.replace(job, mode=mode, workers=tuple(dataclasses.replace(w, port=0) for w in job.workers))
     uc = dataclasses.replace(job, job=2, mode=Mode.UC, slot_base=8)
     sw.add_job(job)
     sw.add_job(uc)
@@ -401,15 +403,16 @@ def test_ingress_checks_mode_ii_frames_as_the_model(width):
             _, _, valid, last, desc, ack_valid, ack, ev = await ctx.tick().sample(
                 dut.o.valid, dut.o.p.last, dut.o.p.desc, dut.ack.valid, dut.ack.p, dut.events)
             if valid and last:
-                taken.append(("contribution", desc.worker, desc.psn, desc.translated, desc.slot))
+                taken.append(("contribution", desc.worker, desc.psn, desc.translated, desc.augmented, desc.slot))
             if ack_valid:
-                acks.append(("ack", ack.worker, rc.Ack(ack.psn, ack.syndrome, ack.msn)))
+                acks.append(("ack", ack.worker, rc.Ack(ack.psn, ack.syndrome, ack.msn), ack.augmented))
             drops.extend(c for c in Counter if ev >> c & 1 and c is not Counter.RX_FRAMES)
 
     _sim(dut, feed, drain, processes=[table, workers])
-    assert taken == [(*v, 1, job.slot_base + v[2] % job.slots) for _, v in frames
+    iii = int(mode is Mode.AUGMENTED)
+    assert taken == [(*v, 1, iii, job.slot_base + v[2] % job.slots) for _, v in frames
                      if isinstance(v, tuple) and v[0] == "contribution"]
-    assert acks == [v for _, v in frames if isinstance(v, tuple) and v[0] == "ack"]
+    assert acks == [(*v, iii) for _, v in frames if isinstance(v, tuple) and v[0] == "ack"]
     assert drops == [v for _, v in frames if isinstance(v, Counter)]
 
 
