@@ -25,10 +25,11 @@ from amaranth.lib.wiring import In, Out
 
 from inagg.models.protocol import MAX_WORKERS, QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 from inagg.models.rc import Syndrome
-from inagg.hdl.ingress import PSN_BITS
+from inagg.hdl.axis import check_chunk_bytes, check_width
+from inagg.hdl.ingress import PSN_BITS, frame_signature
 from inagg.hdl.translated import PsnTable, slot_after, translated_desc_layout, translated_meta_layout
 
-__all__ = ["AugmentedOutcome", "AugmentedReply", "AugmentedRules", "augmented_events",
+__all__ = ["ResendFrames", "AugmentedOutcome", "AugmentedReply", "AugmentedRules", "augmented_events",
            "ResultDone", "ResultAck", "Resend", "acked_entry_layout", "ResultAcks"]
 
 SLOT_BITS = 24
@@ -148,8 +149,9 @@ ResultAck = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "
 """A child's checked ACK or NAK of Mode III results, with its job's region (first slot ``base``, ``slots``)."""
 
 Resend = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "first": PSN_BITS,
-                            "end": PSN_BITS})
-"""Go-Back-N: the results ``first`` up to, not including, ``end`` go again to the child ``worker``."""
+                            "end": PSN_BITS, "base": SLOT_BITS, "slots": SLOT_BITS + 1})
+"""Go-Back-N: the results ``first`` up to, not including, ``end`` go again to the child ``worker``, from the
+job's region (``base``, ``slots``) of the NAK."""
 
 
 def acked_entry_layout(workers: int) -> data.StructLayout:
@@ -251,7 +253,7 @@ class ResultAcks(wiring.Component):
         m.d.comb += [points.read_job.eq(self.ack.p.job), points.read_worker.eq(self.ack.p.worker),
                      points.write_job.eq(a.job), points.write_worker.eq(a.worker),
                      self.resend.p.job.eq(a.job), self.resend.p.worker.eq(a.worker), self.resend.p.end.eq(nxt),
-                     self.resend.p.first.eq(a.psn)]
+                     self.resend.p.first.eq(a.psn), self.resend.p.base.eq(a.base), self.resend.p.slots.eq(a.slots)]
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.ack.ready.eq(~points.busy)
@@ -292,4 +294,54 @@ class ResultAcks(wiring.Component):
                         m.next = "IDLE"
                 with m.Else():
                     m.next = "IDLE"
+        return m
+
+
+class ResendFrames(wiring.Component):
+    """Go-Back-N requests into frames for the slot engine: per PSN of the range one frame of zeros, ``again``.
+
+    Such a frame adds nothing: the slot engine reads its slot's lanes and
+    sends the result they hold to the one child again, counted as
+    ``HOP_RESENDS`` (:class:`~inagg.hdl.engine.SlotEngine` with
+    ``augmented``). A slot's lanes hold its result until every child ACKed
+    it, so the result a child NAKed is still there. The frames enter the
+    engine through the :class:`~inagg.hdl.arbiter.FrameArbiter` as one more
+    input, taking turns with the ports' frames.
+
+    Parameters
+    ----------
+    width, chunk_bytes:
+        Beat width and bytes per chunk: ``chunk_bytes * 8 / width`` beats a frame.
+    slots:
+        Slot numbers of the frame stream (:func:`~inagg.hdl.ingress.frame_signature`).
+
+    Members
+    -------
+    i : In(stream.Signature(Resend))
+        Taken when the frames of the request before have all left.
+    o : Out(frame_signature(width, slots))
+    """
+
+    def __init__(self, width: int, chunk_bytes: int, slots: int):
+        self._beats = check_chunk_bytes(chunk_bytes) * 8 // check_width(width)
+        super().__init__({"i": In(stream.Signature(Resend)), "o": Out(frame_signature(width, slots))})
+
+    def elaborate(self, platform):
+        m = Module()
+        req, psn = Signal(Resend), Signal(PSN_BITS)
+        j = Signal(range(self._beats))
+        busy = Signal()
+        m.d.comb += self.i.ready.eq(~busy)
+        with m.If(self.i.valid & ~busy):
+            m.d.sync += [req.eq(self.i.p), psn.eq(self.i.p.first), busy.eq(self.i.p.first != self.i.p.end)]
+        d = self.o.p.desc
+        last = j == self._beats - 1
+        m.d.comb += [self.o.valid.eq(busy), self.o.p.last.eq(last),
+                     d.job.eq(req.job), d.worker.eq(req.worker), d.psn.eq(psn),
+                     d.slot.eq(req.base + (psn & (req.slots - 1))), d.slots.eq(req.slots),
+                     d.translated.eq(1), d.augmented.eq(1), d.again.eq(1)]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += j.eq(Mux(last, 0, j + 1))
+            with m.If(last):
+                m.d.sync += [psn.eq(psn + 1), busy.eq(psn + 1 != req.end)]
         return m

@@ -142,10 +142,11 @@ Outcome = data.StructLayout({"add": 1, "store": 1, "dup": 1, "resend": 1, "compl
 (``resend``: of a result already made), ``complete`` the chunk, or drop it for one of the four reasons."""
 
 DecisionOutcome = data.StructLayout({**dict(Outcome.members), "ahead": 1, "bad_address": 1, "busy": 1,
-                                     "ack": 1, "nak": 1})
-""":data:`Outcome`, Mode II's own two drops (:class:`~inagg.hdl.translated.TranslatedRules`) and Mode III's
-``busy`` drop and ``ack``/``nak`` answers (:class:`~inagg.hdl.augmented.AugmentedRules`), each 0 where its mode
-does not apply: what :class:`SlotDecision` decides."""
+                                     "ack": 1, "nak": 1, "again": 1})
+""":data:`Outcome`, Mode II's own two drops (:class:`~inagg.hdl.translated.TranslatedRules`), Mode III's
+``busy`` drop and ``ack``/``nak`` answers (:class:`~inagg.hdl.augmented.AugmentedRules`) and its ``again``
+(a result sent to one child again on its NAK), each 0 where its mode does not apply: what
+:class:`SlotDecision` decides."""
 
 
 class SlotRules(wiring.Component):
@@ -428,7 +429,14 @@ class SlotDecision(wiring.Component):
                          ar.desc.worker.eq(d.worker), ar.desc.psn.eq(d.psn), ar.desc.chunk.eq(d.chunk),
                          ar.desc.workers.eq(d.workers), ar.desc.slots.eq(d.slots), ar.expected.eq(self.expected),
                          ar.nak_sent.eq(self.nak_sent), self.reply.eq(ar.reply)]
-            with m.If(mode_iii):
+            again = mode_iii & d.again
+            with m.If(again):
+                # A result asked for again (ResendFrames): sent from the slot to the child while the slot
+                # holds it, as it does until this child too has ACKed it; a slot that has moved on (its job
+                # torn down and set up again) sends nothing.
+                m.d.comb += [out.eq(0), out.again.eq((meta.state == SlotState.DONE) & (meta.psn == d.psn)),
+                             self.psn_en.eq(0)]
+            with m.Elif(mode_iii):
                 m.d.comb += [out.eq(0), *[getattr(out, f).eq(getattr(ar.outcome, f)) for f in
                                           ("add", "store", "dup", "complete", "ahead", "busy", "bad_address",
                                            "ack", "nak")],
@@ -437,8 +445,8 @@ class SlotDecision(wiring.Component):
                              new.count.eq(ar.new.count), new.guest.eq(meta.guest), new.psn.eq(ar.new.psn),
                              self.next_expected.eq(ar.next_expected), self.next_nak_sent.eq(ar.next_nak_sent),
                              self.psn_en.eq(decide & ar.write)]
-            m.d.comb += [self.reply_en.eq(decide & mode_iii & (ar.outcome.ack | ar.outcome.nak)),
-                         self.done_en.eq(decide & mode_iii & ar.outcome.complete)]
+            m.d.comb += [self.reply_en.eq(decide & mode_iii & ~again & (ar.outcome.ack | ar.outcome.nak)),
+                         self.done_en.eq(decide & mode_iii & ~again & ar.outcome.complete)]
         m.d.comb += [self.outcome.eq(out), self.decide.eq(decide)]
         # With overflow slots, a slot that another job's key diverted from is marked, so that
         # its holder's teardown can tell whether freeing it would leave keys with entries on a
@@ -449,7 +457,8 @@ class SlotDecision(wiring.Component):
                      self.meta_data.eq(Mux(marks, marked, new)), self.meta_en.eq(decide & (out.add | marks))]
         # Each copy of write and store holds the frame's decision in a register of its own: copies
         # that differed in nothing would be merged by synthesis into one again.
-        held = {"write": out.add, "store": out.store, "emit": out.complete | out.resend, "to_all": out.complete}
+        held = {"write": out.add, "store": out.store, "emit": out.complete | out.resend | out.again,
+                "to_all": out.complete}
         for name, now in held.items():
             port = getattr(self, name)
             for k in range(len(port)):
@@ -692,7 +701,9 @@ class SlotEngine(wiring.Component):
         engine's :class:`~inagg.hdl.augmented.ResultAcks` says (read in A
         beside the metadata). Every such frame is answered on ``reply``; the
         children's ACKs of results come in on ``result_ack`` and Go-Back-N
-        requests go out on ``resend``. Needs chunks of 4 beats or more (as
+        requests go out on ``resend``, to come back as frames of
+        :class:`~inagg.hdl.augmented.ResendFrames` whose slot sends its
+        result to the child alone (``HOP_RESENDS``). Needs chunks of 4 beats or more (as
         every build does), so that completions come 4 cycles apart or more.
 
     Attributes
@@ -929,6 +940,14 @@ class SlotEngine(wiring.Component):
                      beat.emit.eq(l_emit), beat.to_all.eq(l_all), beat.adds.eq(update.adds),
                      beat.promoted.eq(update.promoted), beat.overflow.eq(update.overflow), beat.word.eq(update.word),
                      beat.desc.eq(lb.desc)]
+        if self._augmented:
+            # A frame sent again carries no chunk number: its result's comes from the slot, held from
+            # stage B for the frame's beats in L (the next frame decides once this one's last beat is in L).
+            slot_chunk = Signal(32)
+            with m.If(decision.decide):
+                m.d.sync += slot_chunk.eq(b_meta.chunk)
+            with m.If(lb.desc.again):
+                m.d.comb += beat.desc.chunk.eq(slot_chunk)
         valids = _delay_line(m, lb.valid, 1, lag, "fp_valid", reset_less=False)
         ctrls = _delay_line(m, beat, beat_layout, lag, "fp")
 
@@ -960,7 +979,8 @@ class SlotEngine(wiring.Component):
               Counter.COMPLETED: out.complete, Counter.DROP_UNKNOWN_QPN: out.unknown_qpn,
               Counter.DROP_COLLISION: out.collision, Counter.DROP_STALE: out.stale, Counter.DROP_WINDOW: out.window,
               Counter.DROP_PSN_AHEAD: out.ahead, Counter.DROP_BAD_ADDRESS: out.bad_address,
-              Counter.DROP_BUFFER_BUSY: out.busy, Counter.ACK_SENT: out.ack, Counter.NAK_SENT: out.nak}
+              Counter.DROP_BUFFER_BUSY: out.busy, Counter.ACK_SENT: out.ack, Counter.NAK_SENT: out.nak,
+              Counter.HOP_RESENDS: out.again}
         # Registered, in step with `passing` of the cycle before: the counters and the divert
         # queue take the strobes from a flip-flop, not through the slot rules.
         decided = Signal(N_COUNTERS)

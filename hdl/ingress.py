@@ -65,10 +65,12 @@ def _first_failing(m: Module, checks: list) -> Value:
 
 def frame_desc_layout(slots: int) -> data.StructLayout:
     """What the engine needs of an accepted contribution, besides its lanes: ``translated``, an RC contribution
-    whose slot its PSN names (Modes II and III); ``augmented``, of Mode III, answered by the switch."""
+    whose slot its PSN names (Modes II and III); ``augmented``, of Mode III, answered by the switch; ``again``,
+    no contribution but a Mode III result to send ``worker`` again (:class:`~inagg.hdl.augmented.ResendFrames`)."""
     return data.StructLayout({
         "job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "chunk": 32, "slot": range(slots),
-        "workers": QPN_WORKER_BITS + 1, "slots": 17, "translated": 1, "augmented": 1, "psn": PSN_BITS,
+        "workers": QPN_WORKER_BITS + 1, "slots": 17, "translated": 1, "augmented": 1, "again": 1,
+        "psn": PSN_BITS,
     })
 
 

@@ -7,11 +7,15 @@ import warnings
 
 import numpy as np
 import pytest
+from amaranth import Module
 from amaranth.hdl import UnusedElaboratable
+from amaranth.lib import wiring
 from amaranth.sim import Simulator
 from hypothesis import given, settings, strategies as st
 
-from inagg.hdl.augmented import AugmentedRules, ResultAcks, augmented_events
+from inagg.hdl.arbiter import FrameArbiter
+from inagg.hdl.augmented import AugmentedRules, ResendFrames, ResultAcks, augmented_events
+from inagg.hdl.engine import SlotEngine
 from inagg.hdl.translated import PsnTable
 from inagg.models import rc
 from inagg.models.job import Mode, SwitchSpec
@@ -384,14 +388,33 @@ def _engine_actions(n, slots, seed, count):
     return actions, sw, job
 
 
+class _EngineTop(wiring.Component):
+    """The slot engine behind a two-input FrameArbiter, its Go-Back-N requests back in as ResendFrames: the
+    place the switch gives them (input 0 stands for the ports)."""
+
+    def __init__(self, width):
+        self.engine = SlotEngine(width, CHUNK, 16, 4, psn_jobs=2, augmented=True)
+        self.arbiter = FrameArbiter(width, 16, 2)
+        self.again = ResendFrames(width, CHUNK, 16)
+        super().__init__({})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.engine, m.submodules.arbiter, m.submodules.again = self.engine, self.arbiter, self.again
+        wiring.connect(m, self.arbiter.o, self.engine.i)
+        wiring.connect(m, self.again.o, self.arbiter.i[1])
+        wiring.connect(m, self.engine.resend, self.again.i)
+        return m
+
+
 @pytest.mark.parametrize("width, n, slots, seed", [(512, 3, 4, 1), (64, 2, 2, 2), (256, 4, 4, 3)])
 def test_engine_takes_mode_iii_frames_as_the_model(width, n, slots, seed):
     """Contributions and the children's ACKs of results, with the reply queue's reader pausing: every ACK and
-    NAK, result, Go-Back-N request and counter is the model's; a slot is taken again only once the slowest
-    child ACKed its result (``DROP_BUFFER_BUSY`` until then)."""
-    from inagg.hdl.engine import SlotEngine
+    NAK, result (those sent again on a NAK too), Go-Back-N request and counter is the model's; a slot is
+    taken again only once the slowest child ACKed its result (``DROP_BUFFER_BUSY`` until then)."""
     actions, sw, job = _engine_actions(n, slots, seed, 160)
-    dut = SlotEngine(width, CHUNK, 16, 4, psn_jobs=2, augmented=True)
+    top = _EngineTop(width)
+    dut, port = top.engine, top.arbiter.i[0]
     nb = width // 8
     replies, results, resends = [], [], []
     counted = {c: 0 for c in Counter}
@@ -399,21 +422,20 @@ def test_engine_takes_mode_iii_frames_as_the_model(width, n, slots, seed):
 
     async def feed(ctx):
         ctx.set(dut.can_start, 1)
-        ctx.set(dut.resend.ready, 1)
-        while not ctx.get(dut.i.ready):
+        while not ctx.get(port.ready):
             await ctx.tick()
         for (inp, *_), nxt in itertools.zip_longest(actions, actions[1:]):
             if inp[0] == "frame":
                 _, w, psn, chunk, lanes = inp
                 raw = lanes.tobytes()
-                ctx.set(dut.i.p.desc, {"job": job.job, "worker": w, "chunk": chunk, "slot": job.slot_base + psn % slots,
-                                       "workers": n, "slots": slots, "translated": 1, "augmented": 1, "psn": psn})
+                ctx.set(port.p.desc, {"job": job.job, "worker": w, "chunk": chunk, "slot": job.slot_base + psn % slots,
+                                      "workers": n, "slots": slots, "translated": 1, "augmented": 1, "psn": psn})
                 for k in range(0, CHUNK, nb):
-                    ctx.set(dut.i.valid, 1)
-                    ctx.set(dut.i.p.data, int.from_bytes(raw[k:k + nb], "little"))
-                    ctx.set(dut.i.p.last, k + nb == CHUNK)
-                    await ctx.tick().until(dut.i.ready)
-                ctx.set(dut.i.valid, 0)
+                    ctx.set(port.valid, 1)
+                    ctx.set(port.p.data, int.from_bytes(raw[k:k + nb], "little"))
+                    ctx.set(port.p.last, k + nb == CHUNK)
+                    await ctx.tick().until(port.ready)
+                ctx.set(port.valid, 0)
             else:
                 _, w, q, syndrome = inp
                 ctx.set(dut.result_ack.valid, 1)
@@ -421,52 +443,54 @@ def test_engine_takes_mode_iii_frames_as_the_model(width, n, slots, seed):
                                                base=job.slot_base, slots=slots))
                 await ctx.tick().until(dut.result_ack.ready)
                 ctx.set(dut.result_ack.valid, 0)
-            if nxt is not None and nxt[0][0] == "ack" or nxt is None:
-                # A child ACKs a result only once it has it: let the frames before finish.
+            if inp[0] == "ack" or nxt is None or nxt[0][0] == "ack":
+                # A child ACKs a result only once it has it, and the model sends results again at once: let
+                # the frames before, and those sent again, finish.
                 await ctx.tick().repeat(dut.lag + 8)
-                while not ctx.get(dut.result_ack.ready):
+                while not ctx.get(dut.result_ack.ready) or ctx.get(dut.resend.valid) or ctx.get(top.again.o.valid):
                     await ctx.tick()
+                await ctx.tick().repeat(dut.lag + 8)
         await ctx.tick().repeat(dut.lag + 40)
 
     async def watch(ctx):
         beats = []
-        async for _, _, valid, p, events, r_valid, r_ready, r, s_valid, s in ctx.tick().sample(
+        async for _, _, valid, p, events, r_valid, r_ready, r, s_valid, s_ready, s in ctx.tick().sample(
                 dut.o.valid, dut.o.p, dut.events, dut.reply.valid, dut.reply.ready, dut.reply.p, dut.resend.valid,
-                dut.resend.p):
+                dut.resend.ready, dut.resend.p):
             for c in Counter:
                 counted[c] += events >> c & 1
             if valid:
                 beats.append(p.data.to_bytes(nb, "little"))
                 if p.last:
                     d = p.desc
-                    assert d.all and d.translated and not p.promoted
+                    assert d.translated and not p.promoted
                     results.extend((v, d.psn, job.workers[v].result_va + d.ring * CHUNK, b"".join(beats))
-                                   for v in range(d.workers))
+                                   for v in (range(d.workers) if d.all else [d.worker]))
                     beats = []
             if r_valid and r_ready:
                 replies.append((r.worker, r.psn, r.syndrome, r.msn))
-            if s_valid:
+            if s_valid and s_ready:
                 resends.extend((s.worker, (s.first + k) % PSN_MOD) for k in range((s.end - s.first) % PSN_MOD))
 
     async def reader(ctx):
         async for _ in ctx.tick():
             ctx.set(dut.reply.ready, int(rng.random() < 0.2))
 
-    sim = Simulator(dut)
+    sim = Simulator(top)
     sim.add_clock(1e-6)
     sim.add_testbench(feed)
     sim.add_process(watch)
     sim.add_process(reader)
     sim.run()
     assert replies == [a for _, acks, _ in actions for a in acks]
-    frames = [r for inp, _, rs in actions if inp[0] == "frame" for r in rs]
-    assert results == frames
+    assert results == [r for _, _, rs in actions for r in rs]
     again = [(v, psn) for inp, _, rs in actions if inp[0] == "ack" for v, psn, _, _ in rs]
     assert resends == again
     for c in (Counter.RX_CONTRIB, Counter.COMPLETED, Counter.DUP_CONTRIB, Counter.DROP_PSN_AHEAD,
-              Counter.DROP_BUFFER_BUSY, Counter.DROP_BAD_ADDRESS, Counter.ACK_SENT, Counter.NAK_SENT):
+              Counter.DROP_BUFFER_BUSY, Counter.DROP_BAD_ADDRESS, Counter.ACK_SENT, Counter.NAK_SENT,
+              Counter.HOP_RESENDS):
         assert counted[c] == sw.counters[c], c
     # The traffic took every path: busy slots, gaps, duplicates, a slot reused after its ACKs, resends.
-    for c in (Counter.DROP_BUFFER_BUSY, Counter.NAK_SENT, Counter.DUP_CONTRIB):
+    for c in (Counter.DROP_BUFFER_BUSY, Counter.NAK_SENT, Counter.DUP_CONTRIB, Counter.HOP_RESENDS):
         assert sw.counters[c] > 0, c
-    assert again and sw.counters[Counter.COMPLETED] > slots
+    assert sw.counters[Counter.COMPLETED] > slots
