@@ -19,7 +19,7 @@ The slot engine uses both for Mode III frames (``SlotEngine(augmented=True)``);
 
 from __future__ import annotations
 
-from amaranth import Array, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -30,7 +30,7 @@ from inagg.hdl.ingress import PSN_BITS, frame_signature
 from inagg.hdl.translated import PsnTable, slot_after, translated_desc_layout, translated_meta_layout
 
 __all__ = ["ResendFrames", "AugmentedOutcome", "AugmentedReply", "AugmentedRules", "augmented_events",
-           "ResultDone", "ResultAck", "Resend", "acked_entry_layout", "ResultAcks"]
+           "ResultDone", "ResultAck", "Resend", "STAMP_BITS", "acked_entry_layout", "ResultAcks"]
 
 SLOT_BITS = 24
 """Most slots of a job's region, as a power of two: ``PSN mod slots`` names a slot across a PSN wrap."""
@@ -141,22 +141,29 @@ def augmented_events(outcome) -> dict:
             Counter.ACK_SENT: outcome.ack, Counter.NAK_SENT: outcome.nak}
 
 
-ResultDone = data.StructLayout({"job": QPN_JOB_BITS, "psn": PSN_BITS, "slot": SLOT_BITS})
-"""A Mode III result the slot engine completed: its job, PSN and slot (the next result PSN is ``psn + 1``)."""
+ResultDone = data.StructLayout({"job": QPN_JOB_BITS, "psn": PSN_BITS, "slot": SLOT_BITS,
+                                "workers": QPN_WORKER_BITS + 1, "base": SLOT_BITS, "slots": SLOT_BITS + 1})
+"""A Mode III result the slot engine completed: its job, PSN and slot (the next result PSN is ``psn + 1``), and
+the job's children and slot region (first slot ``base``, ``slots``), which the ACK timers need."""
 
 ResultAck = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "psn": PSN_BITS, "syndrome": 8,
                                "base": SLOT_BITS, "slots": SLOT_BITS + 1})
 """A child's checked ACK or NAK of Mode III results, with its job's region (first slot ``base``, ``slots``)."""
 
 Resend = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "first": PSN_BITS,
-                            "end": PSN_BITS, "base": SLOT_BITS, "slots": SLOT_BITS + 1})
+                            "end": PSN_BITS, "base": SLOT_BITS, "slots": SLOT_BITS + 1, "timer": 1})
 """Go-Back-N: the results ``first`` up to, not including, ``end`` go again to the child ``worker``, from the
-job's region (``base``, ``slots``) of the NAK."""
+job's region (``base``, ``slots``); ``timer``: the child's ACK timer ran out (else it NAKed)."""
+
+STAMP_BITS = 32
+"""Bits of the ACK timers' cycle counter: a timeout and the gap between two visits of a child's timer must stay
+below half its range (2**31 cycles, 21 s at 100 MHz)."""
 
 
 def acked_entry_layout(workers: int) -> data.StructLayout:
-    """Per slot, the children that ACKed the result of PSN ``psn`` (one word of :class:`ResultAcks`)."""
-    return data.StructLayout({"psn": PSN_BITS, "acked": workers})
+    """Per slot, the children that ACKed the result of PSN ``psn``, and the cycle it completed (one word of
+    :class:`ResultAcks`)."""
+    return data.StructLayout({"psn": PSN_BITS, "acked": workers, "stamp": STAMP_BITS})
 
 
 class ResultAcks(wiring.Component):
@@ -179,6 +186,19 @@ class ResultAcks(wiring.Component):
     order (a child's PSN ``p + 1`` is taken only after its ``p``), so one
     PSN per job says which results exist.
 
+    **ACK timers.** A child's timer runs while it has a result it has not
+    ACKed, from the later of the cycle its oldest unACKed result completed
+    (in that slot's word) and the cycle it last made progress (an ACK that
+    moved its point, or results sent to it again), kept per (job, child) in
+    a block RAM of cycle stamps. When no ACK waits, the block visits the
+    children in turn (two cycles for a child without unACKed results, three
+    for one with, over ``jobs * 64`` entries) and sends the unACKed results of
+    one whose timer has run ``timeout`` cycles or more again, with
+    ``resend.p.timer`` set: the model's timer, run out up to one round of
+    visits late (:meth:`~inagg.models.modes.AugmentedJob.expire`). A
+    ``timeout`` of 0 stops the timers. Stamps are not cleared with a job: a
+    stale one can only delay the job's first timer by up to one timeout.
+
     Parameters
     ----------
     jobs:
@@ -197,6 +217,8 @@ class ResultAcks(wiring.Component):
     look_addr : In(range(depth))
     look : Out(acked_entry_layout(workers))
         Slot ``look_addr``'s word, the cycle after.
+    timeout : In(STAMP_BITS)
+        The ACK timeout in cycles; 0: no timer.
     clear : In(1)
     clear_job : In(QPN_JOB_BITS)
         A teardown: the job's ACK points and next result PSN back to 0.
@@ -214,7 +236,8 @@ class ResultAcks(wiring.Component):
         super().__init__({"done": In(stream.Signature(ResultDone, always_ready=True)),
                           "ack": In(stream.Signature(ResultAck)), "resend": Out(stream.Signature(Resend)),
                           "look_addr": In(range(depth)), "look": Out(acked_entry_layout(workers)),
-                          "clear": In(1), "clear_job": In(QPN_JOB_BITS), "busy": Out(1)})
+                          "timeout": In(STAMP_BITS), "clear": In(1), "clear_job": In(QPN_JOB_BITS),
+                          "busy": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -226,9 +249,19 @@ class ResultAcks(wiring.Component):
         m.d.comb += [look.addr.eq(self.look_addr), self.look.eq(look.data)]
         m.submodules.points = points = self.points
         m.d.comb += [points.clear.eq(self.clear), points.clear_job.eq(self.clear_job), self.busy.eq(points.busy)]
+        m.submodules.stamps = stamps = memory.Memory(shape=STAMP_BITS, depth=self._jobs << QPN_WORKER_BITS, init=[])
+        st_wr = stamps.write_port()
+        st_rd = stamps.read_port(transparent_for=(st_wr,))
+        now = Signal(STAMP_BITS)
+        m.d.sync += now.eq(now + 1)
+
+        # Per job, from its completions: the next result's PSN, and its children and region for the timers.
         nexts = Array(Signal(PSN_BITS, name=f"next_result{j}") for j in range(self._jobs))
+        children = Array(Signal(QPN_WORKER_BITS + 1, name=f"children{j}") for j in range(self._jobs))
+        bases = Array(Signal(SLOT_BITS, name=f"base{j}") for j in range(self._jobs))
+        sizes = Array(Signal(SLOT_BITS + 1, name=f"slots{j}") for j in range(self._jobs))
         with m.If(self.clear & (self.clear_job < self._jobs)):
-            m.d.sync += nexts[self.clear_job].eq(0)
+            m.d.sync += [nexts[self.clear_job].eq(0), children[self.clear_job].eq(0)]
 
         # A completion writes its word when the walk does not: the walk writes every other cycle, so one
         # that comes in a walk's write cycle is held for the next (they come two cycles apart or more).
@@ -237,12 +270,15 @@ class ResultAcks(wiring.Component):
         done = Signal(ResultDone)
         m.d.comb += done.eq(Mux(held, held_done, self.done.p))
         with m.If(self.done.valid):
-            m.d.sync += nexts[self.done.p.job].eq(self.done.p.psn + 1)
+            p = self.done.p
+            m.d.sync += [nexts[p.job].eq(p.psn + 1), children[p.job].eq(p.workers), bases[p.job].eq(p.base),
+                         sizes[p.job].eq(p.slots)]
         with m.If(walk_writes):
             with m.If(self.done.valid):
                 m.d.sync += [held.eq(1), held_done.eq(self.done.p)]
         with m.Elif(held | self.done.valid):
-            m.d.comb += [wr.en.eq(1), wr.addr.eq(done.slot), wr.data.psn.eq(done.psn), wr.data.acked.eq(0)]
+            m.d.comb += [wr.en.eq(1), wr.addr.eq(done.slot), wr.data.psn.eq(done.psn), wr.data.acked.eq(0),
+                         wr.data.stamp.eq(now)]
             m.d.sync += held.eq(0)
 
         a = Signal(ResultAck)
@@ -250,19 +286,30 @@ class ResultAcks(wiring.Component):
         nak = a.syndrome == Syndrome.NAK_SEQ
         bit = (Const(1, self._workers) << a.worker)[:self._workers]
         slot_of = a.base + (at & (a.slots - 1))
-        m.d.comb += [points.read_job.eq(self.ack.p.job), points.read_worker.eq(self.ack.p.worker),
+        # The timers' visit: (job, child) in turn, its point, its progress stamp, and whether it waits.
+        scan = Signal(range(self._jobs << QPN_WORKER_BITS))
+        s_job, s_worker = scan[QPN_WORKER_BITS:], scan[:QPN_WORKER_BITS]
+        point, progress, armed = Signal(PSN_BITS), Signal(STAMP_BITS), Signal()
+        take = self.ack.valid & ~points.busy
+        read_job = Mux(take, self.ack.p.job, s_job)
+        read_worker = Mux(take, self.ack.p.worker, s_worker)
+        m.d.comb += [points.read_job.eq(read_job), points.read_worker.eq(read_worker),
+                     st_rd.addr.eq(Cat(read_worker, read_job)),
                      points.write_job.eq(a.job), points.write_worker.eq(a.worker),
-                     self.resend.p.job.eq(a.job), self.resend.p.worker.eq(a.worker), self.resend.p.end.eq(nxt),
-                     self.resend.p.first.eq(a.psn), self.resend.p.base.eq(a.base), self.resend.p.slots.eq(a.slots)]
+                     st_wr.addr.eq(Cat(a.worker, a.job)), st_wr.data.eq(now)]
+        after_scan = Mux(scan == (self._jobs << QPN_WORKER_BITS) - 1, 0, scan + 1)
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.ack.ready.eq(~points.busy)
-                with m.If(self.ack.valid & ~points.busy):
+                with m.If(take):
                     m.d.comb += points.read_en.eq(1)
                     # A NAK's AETH syndrome is 0b011xxxxx: it acknowledges the PSNs before its own.
                     m.d.sync += [a.eq(self.ack.p),
                                  upto.eq(Mux(self.ack.p.syndrome[5:7] == 0b11, self.ack.p.psn - 1, self.ack.p.psn))]
                     m.next = "CHECK"
+                with m.Elif(~points.busy & (self.timeout != 0)):
+                    m.d.comb += points.read_en.eq(1)
+                    m.next = "VISIT"
             with m.State("CHECK"):
                 m.d.sync += [at.eq(points.expected), nxt.eq(nexts[a.job])]
                 m.next = "RANGE"
@@ -280,19 +327,46 @@ class ResultAcks(wiring.Component):
                 m.d.comb += walk_writes.eq(1)
                 mine = rd.data.psn == at
                 m.d.comb += [wr.en.eq(mine), wr.addr.eq(slot_of), wr.data.psn.eq(at),
-                             wr.data.acked.eq(rd.data.acked | bit)]
+                             wr.data.acked.eq(rd.data.acked | bit), wr.data.stamp.eq(rd.data.stamp)]
                 m.d.sync += at.eq(at + 1)
                 with m.If(at == upto):
-                    m.d.comb += [points.write_en.eq(1), points.write_psn.eq(at + 1)]
+                    m.d.comb += [points.write_en.eq(1), points.write_psn.eq(at + 1), st_wr.en.eq(1)]
                     m.next = "NAK"
                 with m.Else():
                     m.next = "READ"
             with m.State("NAK"):
+                m.d.comb += [self.resend.p.job.eq(a.job), self.resend.p.worker.eq(a.worker),
+                             self.resend.p.first.eq(a.psn), self.resend.p.end.eq(nxt),
+                             self.resend.p.base.eq(a.base), self.resend.p.slots.eq(a.slots)]
                 with m.If(nak & (a.psn == at) & (at != nxt)):
-                    m.d.comb += self.resend.valid.eq(1)
+                    m.d.comb += [self.resend.valid.eq(1), st_wr.en.eq(self.resend.ready)]
                     with m.If(self.resend.ready):
                         m.next = "IDLE"
                 with m.Else():
+                    m.next = "IDLE"
+            with m.State("VISIT"):
+                # The child's point and stamp as read; the word of its oldest unACKed result next.
+                here = points.expected
+                m.d.comb += [rd.addr.eq(bases[s_job] + (here & (sizes[s_job] - 1))), rd.en.eq(1)]
+                m.d.sync += [point.eq(here), progress.eq(st_rd.data),
+                             armed.eq((here != nexts[s_job]) & (s_worker < children[s_job]))]
+                m.next = "AGE"
+            with m.State("AGE"):
+                # Both ages at least the timeout: the later of the two stamps is that old.
+                late = ((now - progress) >= self.timeout) & ((now - rd.data.stamp) >= self.timeout)
+                with m.If(armed & late):
+                    m.next = "FIRE"
+                with m.Else():
+                    m.d.sync += scan.eq(after_scan)
+                    m.next = "IDLE"
+            with m.State("FIRE"):
+                m.d.comb += [self.resend.valid.eq(1), self.resend.p.job.eq(s_job), self.resend.p.worker.eq(s_worker),
+                             self.resend.p.first.eq(point), self.resend.p.end.eq(nexts[s_job]),
+                             self.resend.p.base.eq(bases[s_job]), self.resend.p.slots.eq(sizes[s_job]),
+                             self.resend.p.timer.eq(1),
+                             st_wr.addr.eq(scan), st_wr.en.eq(self.resend.ready)]
+                with m.If(self.resend.ready):
+                    m.d.sync += scan.eq(after_scan)
                     m.next = "IDLE"
         return m
 

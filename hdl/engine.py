@@ -69,7 +69,7 @@ from inagg.hdl.control import N_COUNTERS, event_vector
 from inagg.hdl.fp32 import FP32Adder, IntToFP32
 from inagg.hdl.ingress import PSN_BITS, AckDesc, frame_desc_layout, frame_signature
 from inagg.hdl.translated import PsnTable, TranslatedRules
-from inagg.hdl.augmented import AugmentedReply, AugmentedRules, ResultAck, ResultAcks, Resend
+from inagg.hdl.augmented import STAMP_BITS, AugmentedReply, AugmentedRules, ResultAck, ResultAcks, Resend
 
 __all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "Outcome", "SlotRules", "SlotSweep",
            "DecisionOutcome", "lane_word_layout", "result_desc_layout", "result_signature", "SlotDecision", "LaneUpdate", "Promotion",
@@ -757,7 +757,9 @@ class SlotEngine(wiring.Component):
         A first beat waits while the queue in front of it is full.
     result_ack : In(stream.Signature(ResultAck))
     resend : Out(stream.Signature(Resend))
-        With ``augmented``: :class:`~inagg.hdl.augmented.ResultAcks`'s.
+    hop_timeout : In(STAMP_BITS)
+        With ``augmented``: :class:`~inagg.hdl.augmented.ResultAcks`'s ``ack``, ``resend`` and ``timeout``
+        (the children's ACK timeout in cycles; 0: none).
     passing : Out(frame payload)
     passing_valid : Out(1)
         The beat in stage B, as it came: its frame's slot-rule strobes are in ``events``
@@ -798,7 +800,7 @@ class SlotEngine(wiring.Component):
             "passing_valid": Out(1),
             **({"psn_clear": In(1)} if psn_jobs else {}),
             **({"reply": Out(stream.Signature(AckDesc)), "result_ack": In(stream.Signature(ResultAck)),
-                "resend": Out(stream.Signature(Resend))} if augmented else {}),
+                "resend": Out(stream.Signature(Resend)), "hop_timeout": In(STAMP_BITS)} if augmented else {}),
         })
 
     def elaborate(self, platform):
@@ -838,6 +840,7 @@ class SlotEngine(wiring.Component):
             if self._augmented:
                 m.submodules.acks = acks = ResultAcks(jobs=self._psn_jobs, workers=self._workers, depth=self._depth)
                 m.d.comb += [psn_busy.eq(psns.busy | acks.busy), acks.clear.eq(self.psn_clear),
+                             acks.timeout.eq(self.hop_timeout),
                              acks.clear_job.eq(self.sweep.job), acks.look_addr.eq(d.slot)]
                 wiring.connect(m, wiring.flipped(self.result_ack), acks.ack)
                 wiring.connect(m, acks.resend, wiring.flipped(self.resend))
@@ -882,7 +885,9 @@ class SlotEngine(wiring.Component):
         if self._augmented:
             m.d.comb += [decision.nak_sent.eq(b_nak_sent), decision.freed.eq(b_freed),
                          acks.done.valid.eq(decision.done_en), acks.done.p.job.eq(b.desc.job),
-                         acks.done.p.psn.eq(b.desc.psn), acks.done.p.slot.eq(b.desc.slot)]
+                         acks.done.p.psn.eq(b.desc.psn), acks.done.p.slot.eq(b.desc.slot),
+                         acks.done.p.workers.eq(b.desc.workers), acks.done.p.slots.eq(b.desc.slots),
+                         acks.done.p.base.eq(b.desc.slot - (b.desc.psn & (b.desc.slots - 1)))]
             # Frames of 4 beats or more put a first beat in A only after the one before has decided, so
             # one free entry in A's cycle is room enough.
             m.submodules.replies = replies = fifo.SyncFIFOBuffered(width=AckDesc.size, depth=4)

@@ -495,10 +495,16 @@ class AugmentedJob(TranslatedJob):
         out = []
         for w, t in enumerate(self.timers):
             if t is not None and t <= now:
-                out += self._resend(w, self.acked[w])
+                out += self.expire(w)
         if self.up_timer is not None and self.up_timer <= now:
             out += self._resend_partials()
         return out
+
+    def expire(self, w: int) -> list[tuple[int, bytes]]:
+        """Child ``w``'s ACK timer has run out: Go-Back-N of every result it has not ACKed, its timer armed
+        again. A switch whose timers are checked one child at a time (the gateware's) runs out a child's
+        timer after its deadline, not at it; a replay gives the model that moment through this call."""
+        return self._resend(w, self.acked[w])
 
     # -- upward: the switch is the RC responder of its children ---------------
 

@@ -388,6 +388,111 @@ def _engine_actions(n, slots, seed, count):
     return actions, sw, job
 
 
+def _timers_follow_the_model(n, slots, timeout, actions):
+    """Run ``actions`` (("round",), ("ack", w, d, nak) as :func:`_acks_follow_the_model`, and ("wait", k): k
+    cycles) through the model switch on the cycle clock and through :class:`ResultAcks` with ``timeout``.
+    Every result request must be the model's: a NAK's at once, a timer's no earlier than the model's
+    deadline for that child and no later than one round of the block's visits after it, each then run out in
+    the model (``expire``); no model deadline may pass that long unserved. Returns the timers run out."""
+    spec = SwitchSpec(ports=4, slots=16, chunk_bytes=CHUNK)
+    sw = ModelSwitch(spec)
+    job = dataclasses.replace(make_job(spec, 1, n, 0, slots), mode=Mode.AUGMENTED)
+    sw.add_job(job)
+    model = sw.modes[job.job]
+    model.timeout = timeout
+    jobs = 2
+    dut = ResultAcks(jobs=jobs, workers=n, depth=16)
+    late = 3 * (jobs << 6) + 2 * slots + 16  # a round of visits, and an ACK's walk before its stamp
+    fired, naks, cycle = [], [], 0
+
+    async def step(ctx, cycles=1):
+        nonlocal cycle
+        for _ in range(cycles):
+            sw.now = cycle
+            if ctx.get(dut.resend.valid):
+                r = {k: ctx.get(getattr(dut.resend.p, k)) for k in ("worker", "first", "end", "timer")}
+                w = r["worker"]
+                if r["timer"]:
+                    t = model.timers[w]
+                    assert t is not None and t <= cycle <= t + late, (r, t, cycle)
+                    assert (r["first"], r["end"]) == (model.acked[w], model.next_result), r
+                    assert len(model.expire(w)) == (r["end"] - r["first"]) % PSN_MOD
+                    fired.append(w)
+                else:
+                    naks.append(r)
+            for w, t in enumerate(model.timers):
+                assert t is None or cycle <= t + late, ("missed", w, t, cycle)
+            await ctx.tick()
+            cycle += 1
+
+    async def bench(ctx):
+        ctx.set(dut.resend.ready, 1)
+        ctx.set(dut.timeout, timeout)
+        while ctx.get(dut.busy):
+            await step(ctx)
+        psn = 0
+        for action in actions:
+            if action[0] == "round":
+                if model.entries[psn % slots].bitmap:
+                    continue
+                sw.now = cycle
+                for w in range(n):
+                    sw.receive(job.workers[w].port, _contribution(sw, job, w, psn, psn))
+                ctx.set(dut.done.valid, 1)
+                ctx.set(dut.done.p, dict(job=job.job, psn=psn, slot=psn % slots, workers=n, base=0, slots=slots))
+                await step(ctx)
+                ctx.set(dut.done.valid, 0)
+                psn += 1
+            elif action[0] == "ack":
+                _, w, d, nak = action
+                q = (model.acked[w] + d) % PSN_MOD
+                syndrome = rc.Syndrome.NAK_SEQ if nak else rc.Syndrome.ACK
+                sw.now = cycle
+                before = sw.counters[Counter.HOP_RESENDS]
+                sw.receive(job.workers[w].port, rc_ack(spec, job, w, Ack(q, syndrome, q)))
+                again = sw.counters[Counter.HOP_RESENDS] - before
+                ctx.set(dut.ack.valid, 1)
+                ctx.set(dut.ack.p, dict(job=job.job, worker=w, psn=q, syndrome=syndrome, base=0, slots=slots))
+                while True:
+                    ready = ctx.get(dut.ack.ready)
+                    await step(ctx)
+                    if ready:
+                        break
+                ctx.set(dut.ack.valid, 0)
+                naks.clear()
+                await step(ctx, 2 * slots + 8)
+                assert [(r["worker"], r["first"], r["end"]) for r in naks] == \
+                    ([(w, q, model.next_result)] if again else [])
+            else:
+                await step(ctx, action[1])
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return fired
+
+
+def test_result_acks_time_out_as_the_model():
+    """A child that never ACKs is sent its results again every timeout; one that ACKs stops its timer."""
+    # The timeout is longer than a round of visits (3 cycles for each of 128 entries), so a timer that
+    # did not start again when it ran out would run out again too early.
+    actions = [("round",), ("round",), ("ack", 0, 1, False), ("wait", 2500), ("ack", 1, 0, False),
+               ("wait", 2500), ("ack", 1, 0, True), ("wait", 2000), ("ack", 1, 0, False), ("round",),
+               ("wait", 4000), ("ack", 0, 0, False), ("ack", 1, 0, False), ("wait", 4000),
+               ("round",), ("wait", 300), ("ack", 1, 0, True), ("wait", 2500)]  # a NAK's resend restarts it
+    fired = _timers_follow_the_model(2, 2, 800, actions)
+    assert fired.count(1) >= 3 and 0 in fired, fired
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.one_of(st.just(("round",)),
+                          st.tuples(st.just("ack"), st.integers(0, 2), st.integers(-1, 3), st.booleans()),
+                          st.tuples(st.just("wait"), st.integers(1, 1500))), min_size=1, max_size=25))
+def test_result_acks_time_out_as_the_model_on_random_runs(actions):
+    _timers_follow_the_model(3, 4, 700, actions + [("wait", 2500)])
+
+
 class _EngineTop(wiring.Component):
     """The slot engine behind a two-input FrameArbiter, its Go-Back-N requests back in as ResendFrames: the
     place the switch gives them (input 0 stands for the ports)."""
