@@ -146,9 +146,8 @@ ResultDone = data.StructLayout({"job": QPN_JOB_BITS, "psn": PSN_BITS, "slot": SL
 """A Mode III result the slot engine completed: its job, PSN and slot (the next result PSN is ``psn + 1``), and
 the job's children and slot region (first slot ``base``, ``slots``), which the ACK timers need."""
 
-ResultAck = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "psn": PSN_BITS, "syndrome": 8,
-                               "base": SLOT_BITS, "slots": SLOT_BITS + 1})
-"""A child's checked ACK or NAK of Mode III results, with its job's region (first slot ``base``, ``slots``)."""
+ResultAck = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "psn": PSN_BITS, "syndrome": 8})
+"""A child's checked ACK or NAK of Mode III results (the fields of :data:`~inagg.hdl.ingress.AckDesc` it needs)."""
 
 Resend = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "first": PSN_BITS,
                             "end": PSN_BITS, "base": SLOT_BITS, "slots": SLOT_BITS + 1, "timer": 1})
@@ -213,6 +212,8 @@ class ResultAcks(wiring.Component):
     done : In(stream.Signature(ResultDone, always_ready=True))
         Taken in the cycle it is valid; at most one every two cycles.
     ack : In(stream.Signature(ResultAck))
+        An ACK that acknowledges a result finds its job's region (``base``, ``slots``) where that result's
+        completion left it; one of a job with no result yet is beyond every result and changes nothing.
     resend : Out(stream.Signature(Resend))
     look_addr : In(range(depth))
     look : Out(acked_entry_layout(workers))
@@ -285,7 +286,7 @@ class ResultAcks(wiring.Component):
         upto, at, nxt = Signal(PSN_BITS), Signal(PSN_BITS), Signal(PSN_BITS)
         nak = a.syndrome == Syndrome.NAK_SEQ
         bit = (Const(1, self._workers) << a.worker)[:self._workers]
-        slot_of = a.base + (at & (a.slots - 1))
+        slot_of = bases[a.job] + (at & (sizes[a.job] - 1))
         # The timers' visit: (job, child) in turn, its point, its progress stamp, and whether it waits.
         scan = Signal(range(self._jobs << QPN_WORKER_BITS))
         s_job, s_worker = scan[QPN_WORKER_BITS:], scan[:QPN_WORKER_BITS]
@@ -337,7 +338,7 @@ class ResultAcks(wiring.Component):
             with m.State("NAK"):
                 m.d.comb += [self.resend.p.job.eq(a.job), self.resend.p.worker.eq(a.worker),
                              self.resend.p.first.eq(a.psn), self.resend.p.end.eq(nxt),
-                             self.resend.p.base.eq(a.base), self.resend.p.slots.eq(a.slots)]
+                             self.resend.p.base.eq(bases[a.job]), self.resend.p.slots.eq(sizes[a.job])]
                 with m.If(nak & (a.psn == at) & (at != nxt)):
                     m.d.comb += [self.resend.valid.eq(1), st_wr.en.eq(self.resend.ready)]
                     with m.If(self.resend.ready):

@@ -247,7 +247,7 @@ def _acks_follow_the_model(n, slots, base, actions):
                     out += sw.receive(job.workers[w].port, _contribution(sw, job, w, psn, psn))
                 assert model.next_result == psn + 1
                 ctx.set(dut.done.valid, 1)
-                ctx.set(dut.done.p, dict(job=job.job, psn=psn, slot=base + psn % slots))
+                ctx.set(dut.done.p, dict(job=job.job, psn=psn, slot=base + psn % slots, workers=n, base=base, slots=slots))
                 await ctx.tick()
                 ctx.set(dut.done.valid, 0)
                 psn += 1
@@ -259,7 +259,7 @@ def _acks_follow_the_model(n, slots, base, actions):
                 sw.receive(job.workers[w].port, rc_ack(spec, job, w, Ack(q, syndrome, q)))
                 again = sw.counters[Counter.HOP_RESENDS] - before
                 ctx.set(dut.ack.valid, 1)
-                ctx.set(dut.ack.p, dict(job=job.job, worker=w, psn=q, syndrome=syndrome, base=base, slots=slots))
+                ctx.set(dut.ack.p, dict(job=job.job, worker=w, psn=q, syndrome=syndrome))
                 await ctx.tick()
                 ctx.set(dut.ack.valid, 0)
                 resent.clear()
@@ -313,26 +313,26 @@ def test_result_acks_hold_a_completion_that_meets_a_walk():
             await ctx.tick()
         for p in range(3):
             ctx.set(dut.done.valid, 1)
-            ctx.set(dut.done.p, dict(job=0, psn=p, slot=p))
+            ctx.set(dut.done.p, dict(job=0, psn=p, slot=p, workers=2, base=0, slots=8))
             await ctx.tick()
             ctx.set(dut.done.valid, 0)
             await ctx.tick()
         ctx.set(dut.ack.valid, 1)
-        ctx.set(dut.ack.p, dict(job=0, worker=0, psn=2, syndrome=rc.Syndrome.ACK, base=0, slots=8))
+        ctx.set(dut.ack.p, dict(job=0, worker=0, psn=2, syndrome=rc.Syndrome.ACK))
         await ctx.tick()
         ctx.set(dut.ack.valid, 0)
         # IDLE, CHECK, RANGE, then READ/WRITE per slot: a completion at every cycle of the walk's parity.
         for k in range(8):
             if k % 2 == 1:
                 ctx.set(dut.done.valid, 1)
-                ctx.set(dut.done.p, dict(job=0, psn=3 + k // 2, slot=3 + k // 2))
+                ctx.set(dut.done.p, dict(job=0, psn=3 + k // 2, slot=3 + k // 2, workers=2, base=0, slots=8))
             await ctx.tick()
             ctx.set(dut.done.valid, 0)
         for _ in range(4):
             await ctx.tick()
         # Once the held one has landed, a completion outside any walk goes straight in.
         ctx.set(dut.done.valid, 1)
-        ctx.set(dut.done.p, dict(job=0, psn=7, slot=7))
+        ctx.set(dut.done.p, dict(job=0, psn=7, slot=7, workers=2, base=0, slots=8))
         await ctx.tick()
         ctx.set(dut.done.valid, 0)
         await ctx.tick()
@@ -452,7 +452,7 @@ def _timers_follow_the_model(n, slots, timeout, actions):
                 sw.receive(job.workers[w].port, rc_ack(spec, job, w, Ack(q, syndrome, q)))
                 again = sw.counters[Counter.HOP_RESENDS] - before
                 ctx.set(dut.ack.valid, 1)
-                ctx.set(dut.ack.p, dict(job=job.job, worker=w, psn=q, syndrome=syndrome, base=0, slots=slots))
+                ctx.set(dut.ack.p, dict(job=job.job, worker=w, psn=q, syndrome=syndrome))
                 while True:
                     ready = ctx.get(dut.ack.ready)
                     await step(ctx)
@@ -544,8 +544,7 @@ def test_engine_takes_mode_iii_frames_as_the_model(width, n, slots, seed):
             else:
                 _, w, q, syndrome = inp
                 ctx.set(dut.result_ack.valid, 1)
-                ctx.set(dut.result_ack.p, dict(job=job.job, worker=w, psn=q, syndrome=syndrome,
-                                               base=job.slot_base, slots=slots))
+                ctx.set(dut.result_ack.p, dict(job=job.job, worker=w, psn=q, syndrome=syndrome))
                 await ctx.tick().until(dut.result_ack.ready)
                 ctx.set(dut.result_ack.valid, 0)
             if inp[0] == "ack" or nxt is None or nxt[0][0] == "ack":
