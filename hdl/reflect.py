@@ -55,7 +55,8 @@ class AckReflector(wiring.Component):
         The worker table, read for the ACK leaving the FIFO (``psn_inc`` stays low).
     switch : In(SwitchConfig)
     events : Out(N_COUNTERS)
-        ``ACK_REFLECTED`` strobes, one per frame.
+        ``ACK_REFLECTED`` strobes, one per frame but those that say ``augmented``: the slot engine's own
+        ACKs and NAKs of Mode III contributions, which go out the same way and which it counts.
     """
 
     def __init__(self, *, width: int, workers: int, depth: int = 4):
@@ -108,7 +109,9 @@ class AckReflector(wiring.Component):
                 busy.eq(1)]
             if q:
                 m.d.sync += i.eq(0)
-        m.d.comb += [queue.r_en.eq(load), self.events.eq(event_vector({Counter.ACK_REFLECTED: load}))]
+        # The slot engine's own Mode III answers go out the same way; the engine counts them (ACK_SENT).
+        m.d.comb += [queue.r_en.eq(load),
+                     self.events.eq(event_vector({Counter.ACK_REFLECTED: load & ~head.augmented}))]
         m.d.comb += [
             self.o.valid.eq(o_valid), self.o.p.keep.eq(o_keep), self.o.p.last.eq(o_last),
             # The generator has taken the last beat when it leaves the register: its ICRC is ready.
@@ -160,6 +163,12 @@ class AckRouter(wiring.Component):
     among the FIFOs whose oldest ACK is for a worker on its port, one per
     cycle, round robin from the FIFO after the one it took last.
 
+    With ``engine`` (a build with Mode III) a port's ACK that says
+    ``augmented`` acknowledges the switch's own results: it goes to the
+    slot engine (``engine``) instead; and the slot engine's own ACKs and
+    NAKs of Mode III contributions (``own``, one more FIFO) go to their
+    workers' ports beside the reflected ones.
+
     Parameters
     ----------
     ports:
@@ -168,6 +177,8 @@ class AckRouter(wiring.Component):
         Geometry of ``ports_of`` (as the result emitters take it).
     depth:
         ACKs per ingress FIFO, 3 or more.
+    engine:
+        Mode III's ``own`` input and ``engine`` output.
 
     Members
     -------
@@ -176,48 +187,65 @@ class AckRouter(wiring.Component):
     o : Out(stream.Signature(AckDesc)).array(ports)
     ports_of : In(jobs * workers * port_bits)
         Every worker's port.
+    own : In(stream.Signature(AckDesc))
+    engine : Out(stream.Signature(AckDesc))
+        With ``engine`` only.
     """
 
-    def __init__(self, *, ports: int, jobs: int, workers: int, port_bits: int, depth: int = 4):
+    def __init__(self, *, ports: int, jobs: int, workers: int, port_bits: int, depth: int = 4, engine: bool = False):
         if not isinstance(depth, int) or depth < 3:
             raise ValueError(f"ACK FIFO depth must be an integer of 3 or more, not {depth!r}")
+        if not isinstance(engine, bool):
+            raise TypeError(f"engine must be a bool, not {engine!r}")
         self._ports, self._workers, self._port_bits, self._depth = ports, workers, port_bits, depth
+        self._engine = engine
         super().__init__({"i": In(stream.Signature(AckDesc, always_ready=True)).array(ports), "room": Out(ports),
                           "o": Out(stream.Signature(AckDesc)).array(ports),
-                          "ports_of": In(jobs * workers * port_bits)})
+                          "ports_of": In(jobs * workers * port_bits),
+                          **({"own": In(stream.Signature(AckDesc)), "engine": Out(stream.Signature(AckDesc))}
+                             if engine else {})})
 
     def elaborate(self, platform):
         m = Module()
         n = self._ports
         heads, dests, queues = [], [], []
-        for k in range(n):
+        # The ports' FIFOs, then with `engine` the slot engine's; output n is then the slot engine.
+        sources = list(self.i) + ([self.own] if self._engine else [])
+        outputs = list(self.o) + ([self.engine] if self._engine else [])
+        for k, src in enumerate(sources):
             q = fifo.SyncFIFOBuffered(width=AckDesc.size, depth=self._depth)
             m.submodules[f"queue{k}"] = q
             head = data.View(AckDesc, q.r_data)
-            dest = self.ports_of.word_select(head.job * self._workers + head.worker, self._port_bits)
-            m.d.comb += [q.w_data.eq(self.i[k].payload), q.w_en.eq(self.i[k].valid),
-                         self.room[k].eq(q.level + 2 <= self._depth)]
+            dest = Signal(range(n + 1), name=f"dest{k}")
+            m.d.comb += dest.eq(self.ports_of.word_select(head.job * self._workers + head.worker, self._port_bits))
+            if k < n:
+                m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid), self.room[k].eq(q.level + 2 <= self._depth)]
+                if self._engine:
+                    with m.If(head.augmented):
+                        m.d.comb += dest.eq(n)
+            else:
+                m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid), src.ready.eq(q.w_rdy)]
             heads.append(head)
             dests.append(dest)
             queues.append(q)
-        pops = [[] for _ in range(n)]
-        for out in range(n):
-            o = self.o[out]
-            want = [queues[k].r_rdy & (dests[k] == out) for k in range(n)]
-            last = Signal(range(n), name=f"last{out}")
-            grant = Signal(range(n), name=f"grant{out}")
+        n_src = len(sources)
+        pops = [[] for _ in range(n_src)]
+        for out, o in enumerate(outputs):
+            want = [queues[k].r_rdy & (dests[k] == out) for k in range(n_src)]
+            last = Signal(range(n_src), name=f"last{out}")
+            grant = Signal(range(n_src), name=f"grant{out}")
             with m.Switch(last):
-                for prev in range(n):
+                for prev in range(n_src):
                     with m.Case(prev):
-                        order = [(prev + 1 + d) % n for d in range(n)]
+                        order = [(prev + 1 + d) % n_src for d in range(n_src)]
                         for k in reversed(order):  # the first in round-robin order wins: assigned last
                             with m.If(want[k]):
                                 m.d.comb += grant.eq(k)
             m.d.comb += [o.valid.eq(Cat(*want).any()), o.payload.eq(Array(h.as_value() for h in heads)[grant])]
             with m.If(o.valid & o.ready):
                 m.d.sync += last.eq(grant)
-            for k in range(n):
+            for k in range(n_src):
                 pops[k].append(o.valid & o.ready & (grant == k))
-        for k in range(n):
+        for k in range(n_src):
             m.d.comb += queues[k].r_en.eq(Cat(*pops[k]).any())
         return m

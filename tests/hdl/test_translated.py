@@ -288,13 +288,15 @@ def test_ack_reflector_sends_the_models_frames_with_backpressure(width):
         ctx.set(dut.switch.mac, int.from_bytes(wire.mac_bytes(sw.spec.mac), "big"))
         ctx.set(dut.switch.ip, int.from_bytes(wire.ip_bytes(sw.spec.ip), "big"))
         ctx.set(dut.switch.pkey, sw.spec.pkey)
-        for w, a in acks:
+        for k, (w, a) in enumerate(acks):
             ctx.set(dut.i.valid, 1)
             ctx.set(dut.i.p.job, job.job)
             ctx.set(dut.i.p.worker, w)
             ctx.set(dut.i.p.psn, a.psn)
             ctx.set(dut.i.p.syndrome, a.syndrome)
             ctx.set(dut.i.p.msn, a.msn)
+            # Every third one as the slot engine's own Mode III answer: the same frame, not reflected.
+            ctx.set(dut.i.p.augmented, int(k % 3 == 2))
             await ctx.tick().until(dut.i.ready)
             ctx.set(dut.i.valid, 0)
             for _ in range(rng.randrange(3)):
@@ -311,7 +313,7 @@ def test_ack_reflector_sends_the_models_frames_with_backpressure(width):
 
     _sim(top, source, sink, processes=[count])
     assert got == expected
-    assert sum(strobes) == len(acks)
+    assert sum(strobes) == len(acks) - len(acks) // 3
 
 
 # -- the ingress port's checks of Mode II frames --------------------------------------------------------
@@ -575,46 +577,60 @@ def test_frame_mux_keeps_frames_whole_and_in_order_and_takes_turns(width, idle):
         assert all(x != y for x, y in zip(sides, sides[1:])), sides
 
 
-@pytest.mark.parametrize("ports", [1, 3])
-def test_ack_router_brings_each_ack_to_its_workers_port_in_order(ports):
+@pytest.mark.parametrize("ports, engine", [(1, False), (3, False), (1, True), (3, True)])
+def test_ack_router_brings_each_ack_to_its_workers_port_in_order(ports, engine):
+    """With ``engine``: the ports' Mode III ACKs (``augmented``) go to the slot engine, and the engine's own
+    answers (source ``ports``) to their workers' ports; every source's ACKs keep their order at each output."""
     workers, jobs, bits = 4, 2, 2
     where = {(j, w): (j + w) % ports for j in range(jobs) for w in range(workers)}
-    dut = AckRouter(ports=ports, jobs=jobs, workers=workers, port_bits=bits)
-    rng = random.Random(ports)
-    sent = {k: [(rng.randrange(jobs), rng.randrange(workers), 100 * k + n) for n in range(40)] for k in range(ports)}
-    got = {q: [] for q in range(ports)}
+    dut = AckRouter(ports=ports, jobs=jobs, workers=workers, port_bits=bits, engine=engine)
+    rng = random.Random(ports + 10 * engine)
+    sources = ports + engine
+    sent = {k: [(rng.randrange(jobs), rng.randrange(workers), 100 * k + n,
+                 int(engine and (k == ports or rng.random() < 0.4))) for n in range(40)] for k in range(sources)}
+    outputs = ports + engine
+    got = {q: [] for q in range(outputs)}
+    outs = [dut.o[q] for q in range(ports)] + ([dut.engine] if engine else [])
+
+    def dest(k, a):
+        return ports if a[3] and k < ports else where[a[:2]]
 
     def source(k):
         async def feed(ctx):
             ctx.set(dut.ports_of, sum(p << bits * (j * workers + w) for (j, w), p in where.items()))
-            for job, worker, psn in sent[k]:
-                while not ctx.get(dut.room[k]) or rng.random() < 0.3:
+            port = dut.own if k == ports else dut.i[k]
+            for job, worker, psn, augmented in sent[k]:
+                while (k < ports and not ctx.get(dut.room[k])) or rng.random() < 0.3:
                     await ctx.tick()
-                ctx.set(dut.i[k].valid, 1)
-                ctx.set(dut.i[k].p, {"job": job, "worker": worker, "psn": psn})
+                ctx.set(port.valid, 1)
+                ctx.set(port.p, {"job": job, "worker": worker, "psn": psn, "augmented": augmented})
                 await ctx.tick()
-                ctx.set(dut.i[k].valid, 0)
+                if k == ports:
+                    while not ctx.get(port.ready):
+                        await ctx.tick()
+                ctx.set(port.valid, 0)
         return feed
 
     async def sink(ctx):
         for _ in range(1500):
-            for q in range(ports):
-                ctx.set(dut.o[q].ready, int(rng.random() < 0.5))
+            for o in outs:
+                ctx.set(o.ready, int(rng.random() < 0.5))
             await ctx.tick()
         assert sum(map(len, got.values())) == sum(map(len, sent.values()))
 
     async def watch(ctx):
-        async for _, _, *outs in ctx.tick().sample(*[dut.o[q].valid for q in range(ports)],
-                                                   *[dut.o[q].ready for q in range(ports)],
-                                                   *[dut.o[q].p for q in range(ports)]):
-            for q in range(ports):
-                if outs[q] and outs[ports + q]:
-                    p = outs[2 * ports + q]
-                    got[q].append((p.job, p.worker, p.psn))
+        async for _, _, *xs in ctx.tick().sample(*[o.valid for o in outs], *[o.ready for o in outs],
+                                                 *[o.p for o in outs]):
+            for q in range(outputs):
+                if xs[q] and xs[outputs + q]:
+                    p = xs[2 * outputs + q]
+                    got[q].append((p.job, p.worker, p.psn, p.augmented))
 
-    _sim(dut, *[source(k) for k in range(ports)], sink, processes=[watch])
-    for q in range(ports):
-        mine = [a for k in range(ports) for a in sent[k] if where[a[:2]] == q]
+    _sim(dut, *[source(k) for k in range(sources)], sink, processes=[watch])
+    for q in range(outputs):
+        mine = [a for k in range(sources) for a in sent[k] if dest(k, a) == q]
         assert sorted(got[q], key=lambda a: a[2]) == sorted(mine, key=lambda a: a[2])
-        for k in range(ports):  # each port's ACKs keep their order
-            assert [a for a in got[q] if a in sent[k]] == [a for a in sent[k] if where[a[:2]] == q]
+        for k in range(sources):  # each source's ACKs keep their order
+            assert [a for a in got[q] if a in sent[k]] == [a for a in sent[k] if dest(k, a) == q]
+    if engine:
+        assert got[ports] and any(a[3] for q in range(ports) for a in got[q])
