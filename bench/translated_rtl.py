@@ -1,12 +1,16 @@
-"""Mode II in the slot engine: beats per cycle with Mode II frames against UC frames, in simulated cycles.
+"""Modes II and III in the slot engine: beats per cycle against UC frames, in simulated cycles.
 
     .venv/bin/python bench/translated_rtl.py          (or: python -m bench translated_rtl)
 
 ``hdl.engine.SlotEngine`` alone (Amaranth simulator) at W = 512 takes
 contributions back to back, every one ready: 4 workers, chunk ``k`` of
-every worker in turn (a Mode II frame has PSN ``k``, slot ``k mod 2W`` of a
-region of 2W = 8 slots; a UC frame chunk ``k``, slot ``k mod 8``). Built
-with Mode II (``psn_jobs=1``) and without (UC frames only). The figure is
+every worker in turn (a Mode II or III frame has PSN ``k``, slot ``k mod
+2W`` of a region of 2W = 8 slots; a UC frame chunk ``k``, slot ``k mod
+8``). Built with Mode II (``psn_jobs=1``), with Modes II and III
+(``augmented=True``) and without (UC frames only). Mode III frames run with
+their ACK traffic: every child ACKs every second result as it leaves the
+engine (``result_ack``), so slots come free for the PSNs ``2W`` later, and
+the engine's answers are taken as they come (``reply``). The figure is
 beats taken per cycle from the first beat to the last. Writes
 docs/results/translated_rtl.md. Cycle figures are deterministic.
 """
@@ -18,6 +22,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from amaranth.sim import Simulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._report import head_commit, publish  # noqa: E402
@@ -30,27 +35,91 @@ COMMAND = ".venv/bin/python bench/translated_rtl.py"
 WIDTH, WORKERS, REGION, CHUNKS = 512, 4, 8, 32
 
 
-def occupancy(chunk_bytes: int, psn_jobs: int, translated: bool) -> tuple[float, int]:
-    """Beats per cycle of the engine over ``CHUNKS`` chunks of every worker in turn; and the results sent."""
-    dut = SlotEngine(WIDTH, chunk_bytes, REGION, WORKERS, psn_jobs=psn_jobs)
+def _frames(chunk_bytes: int, translated: bool, augmented: bool = False) -> list:
     nb = WIDTH // 8
     raw = np.arange(chunk_bytes // 4, dtype=">i4").tobytes()
     beats = [int.from_bytes(raw[o:o + nb], "little") for o in range(0, chunk_bytes, nb)]
-    frames = [({"job": 0, "worker": w, "chunk": c, "slot": c % REGION, "workers": WORKERS, "slots": REGION,
-                "translated": translated, "psn": c}, beats) for c in range(CHUNKS) for w in range(WORKERS)]
-    return engine_rate(dut, frames)
+    return [({"job": 0, "worker": w, "chunk": c, "slot": c % REGION, "workers": WORKERS, "slots": REGION,
+              "translated": translated, "augmented": augmented, "psn": c}, beats)
+            for c in range(CHUNKS) for w in range(WORKERS)]
+
+
+def occupancy(chunk_bytes: int, psn_jobs: int, translated: bool, augmented: bool = False) -> tuple[float, int]:
+    """Beats per cycle of the engine over ``CHUNKS`` chunks of every worker in turn; and the results sent."""
+    dut = SlotEngine(WIDTH, chunk_bytes, REGION, WORKERS, psn_jobs=psn_jobs, augmented=augmented)
+    return engine_rate(dut, _frames(chunk_bytes, translated))
+
+
+def mode_iii_occupancy(chunk_bytes: int) -> tuple[float, int, int]:
+    """As :func:`occupancy` for Mode III frames, with the children's ACKs flowing; and the ACKs and NAKs the
+    engine sent (one per frame when none is refused as busy)."""
+    dut = SlotEngine(WIDTH, chunk_bytes, REGION, WORKERS, psn_jobs=1, augmented=True)
+    frames = _frames(chunk_bytes, True, True)
+    taken, results, replies, acks = [], [], [], []
+
+    async def feed(ctx):
+        ctx.set(dut.can_start, 1)
+        ctx.set(dut.reply.ready, 1)
+        while not ctx.get(dut.i.ready):
+            await ctx.tick()
+        for desc, beats in frames:
+            ctx.set(dut.i.p.desc, desc)
+            for k, beat in enumerate(beats):
+                ctx.set(dut.i.valid, 1)
+                ctx.set(dut.i.p.data, beat)
+                ctx.set(dut.i.p.last, k == len(beats) - 1)
+                await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+        await ctx.tick().repeat(dut.lag + 4)
+
+    async def children(ctx):
+        # Every child ACKs every second result (coalesced, as a NIC does) once it has left the engine.
+        offered = False
+        async for _, _, ready in ctx.tick().sample(dut.result_ack.ready):
+            if offered and ready:
+                acks.pop(0)
+            offered = bool(acks)
+            ctx.set(dut.result_ack.valid, offered)
+            if offered:
+                ctx.set(dut.result_ack.p, acks[0])
+
+    async def watch(ctx):
+        cycle = 0
+        async for _, _, valid, ready, o_valid, o_first, psn, r_valid in ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.p.first, dut.o.p.desc.psn, dut.reply.valid):
+            if valid and ready:
+                taken.append(cycle)
+            if o_valid and o_first:
+                results.append(cycle)
+                if psn % 2 == 1:
+                    acks.extend({"job": 0, "worker": w, "psn": psn, "syndrome": 0x1F} for w in range(WORKERS))
+            replies.append(r_valid)
+            cycle += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(feed)
+    sim.add_process(children)
+    sim.add_process(watch)
+    sim.run()
+    assert len(taken) == sum(len(beats) for _, beats in frames), len(taken)
+    return len(taken) / (taken[-1] - taken[0] + 1), len(results), sum(replies)
 
 
 def main() -> int:
     rows = []
     for chunk in (256, 1024):
-        for build, psn_jobs, translated in (("UC only", 0, False), ("with Mode II", 1, False),
-                                            ("with Mode II", 1, True)):
-            rate, sent = occupancy(chunk, psn_jobs, translated)
+        for build, psn_jobs, translated, augmented in (
+                ("UC only", 0, False, False), ("with Mode II", 1, False, False), ("with Mode II", 1, True, False),
+                ("with Modes II and III", 1, False, True), ("with Modes II and III", 1, True, True)):
+            rate, sent = occupancy(chunk, psn_jobs, translated, augmented)
             assert sent == CHUNKS
             rows.append(f"| {chunk * 8 // WIDTH} | {build} | {'Mode II' if translated else 'UC'} | {rate:.3f} |")
+        rate, sent, answered = mode_iii_occupancy(chunk)
+        assert sent == CHUNKS and answered == CHUNKS * WORKERS, (sent, answered)
+        rows.append(f"| {chunk * 8 // WIDTH} | with Modes II and III | Mode III, ACKs flowing | {rate:.3f} |")
     publish(OUT, [
-        "# Mode II in the slot engine: beats per cycle",
+        "# Modes II and III in the slot engine: beats per cycle",
         "",
         f"Command: `{COMMAND}` at commit {head_commit()}; Amaranth simulator, "
         f"{platform.python_implementation()} {platform.python_version()}. Cycle figures are deterministic.",
@@ -58,12 +127,18 @@ def main() -> int:
         f"`SlotEngine(width={WIDTH}, slots={REGION}, workers={WORKERS})` alone, {CHUNKS} chunks of each of "
         f"{WORKERS} workers offered back to back, every one ready (every fourth frame completes a chunk and sends "
         "its result); beats taken per cycle from the first to the last. Mode II frames carry PSN k for chunk k in "
-        f"a region of 2W = {REGION} slots; the build with Mode II has `psn_jobs=1`.",
+        f"a region of 2W = {REGION} slots; the build with Mode II has `psn_jobs=1`, the one with Modes II and III "
+        "`augmented=True` too. Mode III frames run with their ACK traffic: every child ACKs every second result as "
+        "it leaves the engine, and the engine's answers (one ACK per frame) are taken as they come.",
         "",
         "| beats per frame | build | frames | beats/cycle |",
         "|---:|---|---|---:|",
         *rows,
         "",
+        "Mode III adds no cycle either: its \"NAK sent\" bit rides in the PSN table's word, the word of "
+        "`ResultAcks` is read in A beside the metadata, and the children's ACKs are walked in a block of their "
+        "own, so 32 results' ACKs (128 at 4 per result, coalesced to 64) never hold a frame back; the slots of "
+        "the 2W-region come free before the PSNs 2W later need them. "
         "Mode II adds no cycle: its PSN table is read with the metadata in A and written in B, and the shadow "
         "slot's read and write use the ports of a frame's second beat. The loss at 4 beats per frame is the UC "
         "engine's, the same in every row: four frames in a row to one slot wait for each other's lane writes, and "
