@@ -76,9 +76,10 @@ def engine_throughput(chunk_bytes: int, latencies: dict, promoted: bool, spread:
     return engine_rate(dut, frames)
 
 
-def engine_rate(dut: SlotEngine, frames: list) -> tuple[float, int]:
+def engine_rate(dut: SlotEngine, frames: list, processes=()) -> tuple[float, int]:
     """Beats per cycle of ``dut`` taking ``frames`` (descriptor fields, beats) back to back, every one ready,
-    from the first beat taken to the last; and the results it sent."""
+    from the first beat taken to the last; and the results it sent. ``processes`` run beside (the simulator's
+    processes: the traffic a mode adds around the frames)."""
     taken, results = [], []
 
     async def feed(ctx):
@@ -107,6 +108,8 @@ def engine_rate(dut: SlotEngine, frames: list) -> tuple[float, int]:
     sim.add_clock(1e-8)
     sim.add_testbench(feed)
     sim.add_process(watch)
+    for process in processes:
+        sim.add_process(process)
     sim.run()
     assert len(taken) == sum(len(beats) for _, beats in frames), len(taken)
     return len(taken) / (taken[-1] - taken[0] + 1), len(results)

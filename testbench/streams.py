@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-__all__ = ["frame_beats", "beats_frame", "put_frame", "get_frame"]
+__all__ = ["frame_beats", "beats_frame", "put_frame", "get_frame", "EngineResults"]
 
 
 def frame_beats(frame: bytes, width: int) -> list[tuple[int, int, int]]:
@@ -55,3 +55,25 @@ async def get_frame(ctx, stream, width: int, pause=None, limit: int | None = Non
                 return beats_frame(beats, width)
     ctx.set(stream.ready, 0)
     raise AssertionError(f"no whole frame within {limit} cycles ({len(beats)} beats of one came)")
+
+
+class EngineResults:
+    """The slot engine's result beats (``SlotEngine.o``) as the results the model sends: (worker, PSN, VA,
+    payload) per receiver, VA at the worker's result ring slot of the chunk (``job``'s workers and
+    ``chunk_bytes``), in the order the engine sends them."""
+
+    def __init__(self, job, chunk_bytes: int, width: int):
+        self._job, self._chunk, self._nb = job, chunk_bytes, width // 8
+        self._beats: list[bytes] = []
+        self.results: list[tuple[int, int, int, bytes]] = []
+
+    def take(self, p) -> None:
+        """One valid beat of ``o``, as sampled (``p`` its payload)."""
+        self._beats.append(p.data.to_bytes(self._nb, "little"))
+        if p.last:
+            d = p.desc
+            assert d.translated and not p.promoted
+            payload = b"".join(self._beats)
+            self.results.extend((v, d.psn, self._job.workers[v].result_va + d.ring * self._chunk, payload)
+                                for v in (range(d.workers) if d.all else [d.worker]))
+            self._beats = []

@@ -22,6 +22,7 @@ from inagg.models.job import Mode, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.rc import PSN_MOD, Ack
 from inagg.models.switch import ModelSwitch
+from inagg.testbench.streams import EngineResults
 from inagg.testbench.traffic import make_job, rc_ack, rc_contribution
 
 CHUNK = 256
@@ -521,7 +522,7 @@ def test_engine_takes_mode_iii_frames_as_the_model(width, n, slots, seed):
     top = _EngineTop(width)
     dut, port = top.engine, top.arbiter.i[0]
     nb = width // 8
-    replies, results, resends = [], [], []
+    replies, results, resends = [], EngineResults(job, CHUNK, width), []
     counted = {c: 0 for c in Counter}
     rng = np.random.default_rng(seed)
 
@@ -557,20 +558,13 @@ def test_engine_takes_mode_iii_frames_as_the_model(width, n, slots, seed):
         await ctx.tick().repeat(dut.lag + 40)
 
     async def watch(ctx):
-        beats = []
         async for _, _, valid, p, events, r_valid, r_ready, r, s_valid, s_ready, s in ctx.tick().sample(
                 dut.o.valid, dut.o.p, dut.events, dut.reply.valid, dut.reply.ready, dut.reply.p, dut.resend.valid,
                 dut.resend.ready, dut.resend.p):
             for c in Counter:
                 counted[c] += events >> c & 1
             if valid:
-                beats.append(p.data.to_bytes(nb, "little"))
-                if p.last:
-                    d = p.desc
-                    assert d.translated and not p.promoted
-                    results.extend((v, d.psn, job.workers[v].result_va + d.ring * CHUNK, b"".join(beats))
-                                   for v in (range(d.workers) if d.all else [d.worker]))
-                    beats = []
+                results.take(p)
             if r_valid and r_ready:
                 replies.append((r.worker, r.psn, r.syndrome, r.msn))
             if s_valid and s_ready:
@@ -587,7 +581,7 @@ def test_engine_takes_mode_iii_frames_as_the_model(width, n, slots, seed):
     sim.add_process(reader)
     sim.run()
     assert replies == [a for _, acks, _ in actions for a in acks]
-    assert results == [r for _, _, rs in actions for r in rs]
+    assert results.results == [r for _, _, rs in actions for r in rs]
     again = [(v, psn) for inp, _, rs in actions if inp[0] == "ack" for v, psn, _, _ in rs]
     assert resends == again
     for c in (Counter.RX_CONTRIB, Counter.COMPLETED, Counter.DUP_CONTRIB, Counter.DROP_PSN_AHEAD,

@@ -16,7 +16,7 @@ from inagg.hdl.engine import SlotEngine
 from inagg.hdl.ingress import IngressPort
 from inagg.hdl.reflect import AckReflector, AckRouter, FrameMux
 from inagg.hdl.translated import PsnTable, TranslatedRules, translated_events
-from inagg.testbench.streams import get_frame, put_frame
+from inagg.testbench.streams import EngineResults, get_frame, put_frame
 from inagg.models import rc, wire
 from inagg.models.frame import AETH, BTH
 from inagg.models.job import Mode, SwitchSpec
@@ -505,7 +505,7 @@ def test_engine_takes_mode_ii_frames_as_the_model(width, n, slots, seed):
     frames, expected, sw, job = _engine_traffic(n, slots, seed, 150)
     dut = SlotEngine(width, CHUNK, 8, 4, psn_jobs=2)
     nb = width // 8
-    got, counted = [], {c: 0 for c in Counter}
+    got, counted = EngineResults(job, CHUNK, width), {c: 0 for c in Counter}
 
     async def feed(ctx):
         ctx.set(dut.can_start, 1)
@@ -528,21 +528,14 @@ def test_engine_takes_mode_ii_frames_as_the_model(width, n, slots, seed):
                 (e.psn, e.chunk, e.bitmap, e.count, e.done), k
 
     async def watch(ctx):
-        beats = []
         async for _, _, valid, p, events in ctx.tick().sample(dut.o.valid, dut.o.p, dut.events):
             for c in Counter:
                 counted[c] += events >> c & 1
             if valid:
-                beats.append(p.data.to_bytes(nb, "little"))
-                if p.last:
-                    d = p.desc
-                    to = range(d.workers) if d.all else [d.worker]
-                    assert not p.promoted and d.translated
-                    got.extend((v, d.psn, job.workers[v].result_va + d.ring * CHUNK, b"".join(beats)) for v in to)
-                    beats = []
+                got.take(p)
 
     _sim(dut, feed, processes=[watch])
-    assert got == expected
+    assert got.results == expected
     for c in (Counter.RX_CONTRIB, Counter.COMPLETED, Counter.DUP_CONTRIB, Counter.TX_RESENDS, Counter.DROP_PSN_AHEAD,
               Counter.DROP_STALE, Counter.DROP_WINDOW, Counter.DROP_BAD_ADDRESS):
         assert counted[c] == sw.counters[c], c
