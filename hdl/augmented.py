@@ -12,9 +12,9 @@ child's requester for the results: :class:`ResultAcks` keeps per slot the
 children that ACKed its result, each child's ACK point, and asks for
 Go-Back-N on a NAK.
 
-The slot engine uses both for Mode III frames (``SlotEngine(augmented=True)``);
-:class:`~inagg.hdl.switch.Switch` does not take Mode III jobs yet
-(``docs/rtl.md``, "Mode III in the slot engine").
+The slot engine uses both for Mode III frames (``SlotEngine(augmented=True)``),
+and :class:`~inagg.hdl.switch.Switch` builds them in with
+``SwitchGeometry(augmented=True)`` (``docs/rtl.md``, "Mode III").
 """
 
 from __future__ import annotations

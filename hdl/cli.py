@@ -17,7 +17,8 @@ def _cmd_verilog(args: argparse.Namespace) -> int:
         text = generate_verilog(args.name, ports=args.ports, width=args.width, slots=args.slots,
                                 chunk_bytes=args.chunk_bytes, jobs=args.jobs, workers=args.workers,
                                 exc_table=args.exc_table, exc_max_kicks=args.exc_max_kicks, exc_stash=args.exc_stash,
-                                divert_frames=args.divert_frames, mgmt_port=args.mgmt_port, mgmt_key=args.mgmt_key)
+                                divert_frames=args.divert_frames, mgmt_port=args.mgmt_port, mgmt_key=args.mgmt_key,
+                                augmented=args.mode_iii)
     except ValueError as e:
         print(f"inagg verilog: error: {e}", file=sys.stderr)
         return 2
@@ -38,7 +39,7 @@ def _key(text: str) -> bytes:
 
 def register(subparsers) -> None:
     """Add ``verilog`` to the ``inagg`` command line."""
-    p = subparsers.add_parser("verilog", help="write the Mode II switch RTL as Verilog",
+    p = subparsers.add_parser("verilog", help="write the switch RTL as Verilog",
                               description="Write the switch top (AXI-Stream ports, AXI4-Lite registers) as Verilog; "
                                           "docs/rtl.md describes its ports and registers.")
     p.add_argument("--ports", type=int, default=4, help="Ethernet ports (default 4)")
@@ -60,6 +61,8 @@ def register(subparsers) -> None:
     p.add_argument("--mgmt-key", type=_key, default=None,
                    help="the management bridge's 128-bit key, 32 hex digits (with --mgmt-port; keep it secret: "
                         "docs/security.md)")
+    p.add_argument("--mode-iii", action="store_true",
+                   help="take Mode III (connection augmented) jobs too (docs/rtl.md; not yet in the cocotb suites)")
     p.add_argument("--name", default="inagg_switch", help="Verilog module name (default inagg_switch)")
     p.add_argument("-o", "--output", default="-", help="output file (default: standard output)")
     p.set_defaults(func=_cmd_verilog)

@@ -212,13 +212,13 @@ class JobTable(wiring.Component):
         # A job of a mode this build does not implement is never enabled: its CTRL write is refused.
         new = register_view(rm.JOB_CTRL, bus.w_data[:rm.JOB_CTRL.width])
         mode_ok = new.mode.matches(*self._modes)
-        # Nor is a job that would share a slot with an enabled job, either of them Mode II: the Mode II
+        # Nor is a job that would share a slot with an enabled job, either of them Mode II or III: their
         # slot rules read a slot without its job. Regions are aligned powers of two, so two overlap when
         # one's base falls inside the other.
-        ii = rm.MODE_CODES[Mode.TRANSLATED]
+        by_psn = (rm.MODE_CODES[Mode.TRANSLATED], rm.MODE_CODES[Mode.AUGMENTED])
         base, size = regs["SLOT_BASE"][bus.w_index], regs["SLOTS"][bus.w_index]
         shared = Cat(
-            (bus.w_index != k) & ctrl_of[k].enable & ((new.mode == ii) | (ctrl_of[k].mode == ii))
+            (bus.w_index != k) & ctrl_of[k].enable & (new.mode.matches(*by_psn) | ctrl_of[k].mode.matches(*by_psn))
             & (base < regs["SLOT_BASE"][k] + regs["SLOTS"][k]) & (regs["SLOT_BASE"][k] < base + size)
             for k in range(jobs))
         ctrl_ok = mode_ok & ~(new.enable & shared.any())
@@ -406,6 +406,8 @@ class Control(wiring.Component):
         The register interface.
     switch : Out(SwitchConfig)
         The switch's own MAC, IP and P_Key.
+    hop_timeout : Out(32)
+        ``HOP_TIMEOUT``: Mode III's ACK timeout of results, in cycles.
     job_rd : In(JobRead()).array(job_readers)
     worker_rd : In(WorkerRead()).array(worker_readers)
         Worker-table reads: the result emitters', then the ACK reflectors'
@@ -457,6 +459,7 @@ class Control(wiring.Component):
             **members,
             "axil": In(AXILiteSignature(self.regmap.addr_width)),
             "switch": Out(SwitchConfig),
+            "hop_timeout": Out(32),
             "job_rd": In(JobRead()).array(job_readers),
             "worker_rd": In(WorkerRead()).array(ports if worker_readers is None else worker_readers),
             "contrib_rd": In(ContribRead()).array(ports),
@@ -476,7 +479,9 @@ class Control(wiring.Component):
         mac = Signal(SwitchConfig.members["mac"])
         ip = Signal(SwitchConfig.members["ip"])
         pkey = Signal(SwitchConfig.members["pkey"], init=DEFAULT_PKEY)
-        m.d.comb += [self.switch.mac.eq(mac), self.switch.ip.eq(ip), self.switch.pkey.eq(pkey)]
+        hop_timeout = Signal(32, init=rm.HOP_TIMEOUT_RESET)
+        m.d.comb += [self.switch.mac.eq(mac), self.switch.ip.eq(ip), self.switch.pkey.eq(pkey),
+                     self.hop_timeout.eq(hop_timeout)]
 
         m.submodules.jobs = job_table = JobTable(jobs, len(self.job_rd),
                                                  frozenset(rm.MODE_CODES[mode] for mode in self.regmap.modes))
@@ -535,6 +540,8 @@ class Control(wiring.Component):
                 m.d.sync += ip.eq(wdata)
             with m.Elif(addr == sw["PKEY"]):
                 m.d.sync += pkey.eq(wdata)
+            with m.Elif(addr == sw["HOP_TIMEOUT"]):
+                m.d.sync += hop_timeout.eq(wdata)
             with m.Elif(addr == sw["TEARDOWN"]):
                 with m.If(td_ok):
                     m.d.sync += [td.start.eq(1), td.job.eq(wdata), td.slot_base.eq(job_table.region_base),
@@ -578,7 +585,8 @@ class Control(wiring.Component):
                                         ("JOBS", Const(self.regmap.jobs_value(), 32)), ("MAC_HI", mac[32:]),
                                         ("MAC_LO", mac[:32]), ("IP", ip), ("PKEY", pkey),
                                         ("EXCEPTION", Const(rm.RegMap.exception(g.exception), 32)),
-                                        ("TEARDOWN", td_status), ("MODES", Const(self.regmap.modes_value(), 32))):
+                                        ("TEARDOWN", td_status), ("MODES", Const(self.regmap.modes_value(), 32)),
+                                        ("HOP_TIMEOUT", hop_timeout)):
                         with m.Case(rm.SWITCH_REGISTERS[name].offset):
                             m.d.sync += rdata.eq(value)
                     with m.Default():

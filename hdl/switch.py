@@ -26,7 +26,11 @@ section 6.2, its ``JOB.CTRL`` mode): a Mode II contribution takes the slot
 engine's PSN rules, and a host's ACK of a Mode II result leaves its port
 for the :class:`~inagg.hdl.reflect.AckRouter`, which takes it to the
 reflector of the worker's port; that port's egress merges the reflected
-ACKs with the results, whole frames each. With a management port, a
+ACKs with the results, whole frames each. A build with Mode III
+(``augmented``, section 7) takes Mode III jobs too: the router takes their
+hosts' ACKs to the slot engine and the engine's own ACKs and NAKs to the
+reflectors, and the results a NAK or a timer asks for come back in through
+one more arbiter input (:class:`~inagg.hdl.augmented.ResendFrames`). With a management port, a
 :class:`~inagg.hdl.mgmt.MgmtBridge` taps that port's ingress, reaches the
 registers beside the external AXI4-Lite manager, and sends its responses
 out of the same port between the other frames; the port's ingress still
@@ -45,6 +49,7 @@ from amaranth.lib.wiring import In, Out
 from inagg.models.geometry import SwitchGeometry
 from inagg.models.protocol import Counter
 from inagg.hdl.arbiter import FrameArbiter
+from inagg.hdl.augmented import ResendFrames
 from inagg.hdl.axis import beat_signature
 from inagg.hdl.control import AXILiteSignature, Control, event_vector
 from inagg.hdl.divert import Divert
@@ -127,7 +132,8 @@ class Switch(wiring.Component):
         Every contribution the slot engine takes, in step with its slot-rule
         strobes (:attr:`~inagg.hdl.engine.SlotEngine.strobe_lag` cycles after
         its first beat): ``port`` it came from (``ports``: the exception path, sending
-        back the oldest diverted frame) and whether it ``diverted``. With
+        back the oldest diverted frame; after it, with Mode III, :class:`~inagg.hdl.augmented.ResendFrames`,
+        a result sent again) and whether it ``diverted``. With
         :attr:`refused` this is the order that decides the switch's
         behaviour, so a testbench can replay it into
         :class:`~inagg.models.switch.ModelSwitch` (``testbench.replay``).
@@ -148,6 +154,10 @@ class Switch(wiring.Component):
         The exception path.
     mgmt : MgmtBridge or None
         The management bridge (``mgmt_port``).
+    augmented : bool
+        The build takes Mode III jobs (``geometry.augmented``).
+    resend : ResendFrames or None
+        With Mode III: the results a NAK or a timer asks for, as frames for the arbiter.
     space : int
         Slot numbers of the slot engine: ``slots`` direct-mapped ones, then
         ``exception.capacity`` overflow slots.
@@ -168,16 +178,21 @@ class Switch(wiring.Component):
         self.jobs, self.workers = jobs, workers = geometry.jobs, geometry.workers
         self.exception = geometry.exception
         self.space = space = geometry.space
-        inputs = ports + (self.exception is not None)
+        self.augmented = geometry.augmented
+        # The arbiter's inputs: the ports, the exception path's way back, Mode III's results sent again.
+        self._resend_input = ports + (self.exception is not None)
+        inputs = self._resend_input + self.augmented
         # Event sources: the ingress ports, the emitters, the engine, the exception path, the reflectors.
-        self._reflect_events = 2 * ports + 1 + (inputs > ports)
+        self._reflect_events = 2 * ports + 1 + (self.exception is not None)
         self.control = Control(geometry, job_readers=ports, event_sources=self._reflect_events + ports,
                                worker_readers=2 * ports, mgmt=mgmt_port is not None)
         addr_width = self.control.regmap.addr_width
         self.mgmt = None if mgmt_port is None else MgmtBridge(width=width, key=mgmt_key, addr_width=addr_width)
         self.arbiter = FrameArbiter(width, space, inputs)
         self.engine = SlotEngine(width, chunk_bytes, slots, workers, overflow=space - slots,
-                                 convert_latency=convert_latency, add_latency=add_latency, psn_jobs=jobs)
+                                 convert_latency=convert_latency, add_latency=add_latency, psn_jobs=jobs,
+                                 augmented=self.augmented)
+        self.resend = ResendFrames(width, chunk_bytes, space) if self.augmented else None
         self.divert = None if self.exception is None else Divert(
             width=width, chunk_bytes=chunk_bytes, slots=slots, space=space, jobs=jobs, exception=self.exception,
             frames=divert_frames)
@@ -243,8 +258,25 @@ class Switch(wiring.Component):
         ports_idle = Signal()  # no port is inside a frame at the arbiter's input
         stop = self._teardown(m, taken, starting, ports_idle)
         m.submodules.acks = router = AckRouter(ports=self.ports, jobs=self.jobs, workers=self.workers,
-                                               port_bits=ctl.port_bits)
+                                               port_bits=ctl.port_bits, engine=self.augmented)
         m.d.comb += router.ports_of.eq(ctl.ports)
+        if self.augmented:
+            # Mode III: the children's ACKs of results to the engine, its answers to the children's ports, and
+            # the results a NAK or a timer asks for back in through the arbiter, held like a port's frames
+            # while a teardown runs.
+            m.submodules.resend = again = self.resend
+            wiring.connect(m, eng.reply, router.own)
+            ra = eng.result_ack
+            m.d.comb += [ra.valid.eq(router.engine.valid), router.engine.ready.eq(ra.ready),
+                         *[getattr(ra.p, f).eq(getattr(router.engine.p, f)) for f in ("job", "worker", "psn", "syndrome")],
+                         eng.hop_timeout.eq(ctl.hop_timeout)]
+            wiring.connect(m, eng.resend, again.i)
+            src, dst = again.o, arb.i[self._resend_input]
+            resending = Signal()  # inside a frame of ResendFrames
+            with m.If(src.valid & src.ready):
+                m.d.sync += resending.eq(~src.p.last)
+            admit = resending | ~stop
+            m.d.comb += [dst.valid.eq(src.valid & admit), src.ready.eq(dst.ready & admit), dst.p.eq(src.p)]
         space, insides = [], []
         for p in range(self.ports):
             ing = IngressPort(self.width, self.chunk_bytes, self.slots, p)
@@ -295,6 +327,8 @@ class Switch(wiring.Component):
                 ctl.events[p].eq(ing.events), ctl.events[self.ports + p].eq(emi.events),
             ]
             space.append(emi.space)
+        if self.augmented:
+            insides.append(resending)
         m.d.comb += [eng.can_start.eq(Cat(*space).all()), ports_idle.eq(~Cat(*insides).any())]
         return m
 

@@ -323,7 +323,7 @@ class RegisterTarget:
             raise RuntimeError(f"the switch refused job {job.job}: its CTRL reads 0x{got:08X}, not 0x{want:08X}; "
                                f"the job asks for mode {job.mode.name}, the switch takes "
                                f"{', '.join(m.name for m in sorted(modes, key=MODE_CODES.get)) or 'none'} (MODES) "
-                               "and enables no job that shares a slot with an enabled Mode II job")
+                               "and enables no job that shares a slot with an enabled Mode II or III job")
 
     def remove_job(self, job: int) -> None:
         addr = self.regmap.switch("TEARDOWN")

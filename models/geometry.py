@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inagg.models.job import ExceptionSpec, JobSpec, SwitchSpec, check_job
+from inagg.models.job import ExceptionSpec, JobSpec, Mode, SwitchSpec, check_job
 from inagg.models.protocol import CHUNK_BYTES_ALLOWED, CHUNK_BYTES_DEFAULT, MAX_WORKERS
 from inagg.models.regmap import MODE_CODES, RegMap
 
@@ -91,6 +91,9 @@ class SwitchGeometry:
         its overflow slots and ``slots`` within the slot engine's 65536
         numbers), or None for none: then a contribution whose slot another
         job holds is dropped (``DROP_COLLISION``).
+    augmented:
+        The build takes Mode III jobs besides UC and Mode II ones
+        (``MODES``; ``docs/rtl.md``, "Mode III in the slot engine").
 
     Raises
     ------
@@ -107,6 +110,7 @@ class SwitchGeometry:
     jobs: int = 4
     workers: int = 8
     exception: ExceptionSpec | None = None
+    augmented: bool = False
 
     def __post_init__(self) -> None:
         if not _is_int(self.ports) or not 1 <= self.ports <= MAX_PORTS:
@@ -124,11 +128,13 @@ class SwitchGeometry:
             _check_exception_bounds(self.exception.max_kicks, self.exception.stash)
             if self.exception.capacity > SLOT_SPACE:
                 raise ValueError(f"{self.exception.capacity} overflow slots exceed the slot engine's {SLOT_SPACE}")
+        if not isinstance(self.augmented, bool):
+            raise TypeError(f"augmented must be a bool, not {self.augmented!r}")
 
     @classmethod
     def from_params(cls, *, ports: int, width: int, slots: int, chunk_bytes: int = CHUNK_BYTES_DEFAULT,
                     jobs: int = 4, workers: int = 8, exc_table: int = 0, exc_max_kicks: int = 16,
-                    exc_stash: int = 4) -> "SwitchGeometry":
+                    exc_stash: int = 4, augmented: bool = False) -> "SwitchGeometry":
         """The geometry of ``Switch``'s flat keyword arguments: ``exc_table`` 0 for no exception path."""
         if not _is_int(exc_table) or exc_table != 0 and (not 2 <= exc_table <= SLOT_SPACE
                                                          or exc_table & (exc_table - 1)):
@@ -139,15 +145,17 @@ class SwitchGeometry:
             _check_exception_bounds(exc_max_kicks, exc_stash)
             exception = ExceptionSpec(exc_table, exc_max_kicks, exc_stash)
         return cls(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers,
-                   exception=exception)
+                   exception=exception, augmented=augmented)
 
     @classmethod
-    def for_spec(cls, spec: SwitchSpec, *, width: int, jobs: int = 4, workers: int = 8) -> "SwitchGeometry":
-        """The RTL build of the switch ``spec`` describes, at ``width`` bits with tables of ``jobs`` x ``workers``."""
+    def for_spec(cls, spec: SwitchSpec, *, width: int, jobs: int = 4, workers: int = 8,
+                 augmented: bool = False) -> "SwitchGeometry":
+        """The RTL build of the switch ``spec`` describes, at ``width`` bits with tables of ``jobs`` x ``workers``
+        (``augmented``: with Mode III)."""
         if not isinstance(spec, SwitchSpec):
             raise TypeError(f"spec must be a SwitchSpec, not {type(spec).__name__}")
         return cls(ports=spec.ports, width=width, slots=spec.slots, chunk_bytes=spec.chunk_bytes, jobs=jobs,
-                   workers=workers, exception=spec.exception)
+                   workers=workers, exception=spec.exception, augmented=augmented)
 
     @property
     def space(self) -> int:
@@ -162,7 +170,8 @@ class SwitchGeometry:
     @property
     def regmap(self) -> RegMap:
         """The register map of this build."""
-        return RegMap(self.jobs, self.workers)
+        modes = {Mode.UC, Mode.TRANSLATED} | ({Mode.AUGMENTED} if self.augmented else set())
+        return RegMap(self.jobs, self.workers, frozenset(modes))
 
     @property
     def geometry_value(self) -> int:

@@ -21,6 +21,7 @@ are build parameters), read back from ``JOBS``::
     0x0020  EXCEPTION   RO  log2 table (0: no exception path), stash, max_kicks
     0x0024  TEARDOWN    RW  write a job number: tear the job down; read busy, refused
     0x0028  MODES       RO  the transport modes the switch takes, one bit per MODE_CODES code
+    0x002C  HOP_TIMEOUT RW  Mode III: the ACK timeout of results on the hop, in switch clock cycles
     0x0100  counter c   RO  protocol.Counter c at 0x100 + 4 c
     0x0200  exc stat i  RO  the exception engine's counters (EXC_STATS) at 0x200 + 4 i
     0x0300  mgmt stat i RO  the management bridge's counters (MGMT_STATS) at 0x300 + 4 i
@@ -53,7 +54,7 @@ from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpe
 from inagg.models.protocol import MAX_JOBS, MAX_WORKERS, Counter
 from inagg.models.wire import ip_bytes, mac_bytes
 
-__all__ = ["Field", "Register", "ID_VALUE", "TEARDOWN_BUSY", "TEARDOWN_REFUSED",
+__all__ = ["HOP_TIMEOUT", "HOP_TIMEOUT_RESET", "Field", "Register", "ID_VALUE", "TEARDOWN_BUSY", "TEARDOWN_REFUSED",
            "SWITCH_REGISTERS", "JOB_REGISTERS", "WORKER_REGISTERS", "GEOMETRY", "JOBS", "EXCEPTION", "TEARDOWN",
            "MODES", "MODE_CODES", "JOB_CTRL", "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "MGMT_BASE", "MGMT_STATS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE",
            "WORKER_STRIDE", "RegMap"]
@@ -191,6 +192,10 @@ TEARDOWN = _reg("TEARDOWN", 0x24, "RW", "tear a job down (SLVERR while busy, or 
 MODE_CODES = {Mode.UC: 0, Mode.TERMINATED: 1, Mode.TRANSLATED: 2, Mode.AUGMENTED: 3}
 """The code of each transport mode in ``JOB.CTRL``'s ``mode`` field and its bit in ``MODES``."""
 MODES = _reg("MODES", 0x28, "RO", "transport modes the switch takes (bit c: MODE_CODES code c)", bits=len(MODE_CODES))
+HOP_TIMEOUT_RESET = 1 << 14
+"""``HOP_TIMEOUT`` after reset: 16,384 cycles (164 us at 100 MHz, the order of the model's 100 us)."""
+HOP_TIMEOUT = _reg("HOP_TIMEOUT", 0x2C, "RW", "Mode III: cycles of the switch clock before a child that has not "
+                   f"ACKed a result gets its unACKed results again (0: no timer; resets to {HOP_TIMEOUT_RESET})")
 SWITCH_REGISTERS = {r.name: r for r in (
     _reg("ID", 0x00, "RO", 'identifies the register map: "inAG"'),
     GEOMETRY,
@@ -202,6 +207,7 @@ SWITCH_REGISTERS = {r.name: r for r in (
     EXCEPTION,
     TEARDOWN,
     MODES,
+    HOP_TIMEOUT,
 )}
 TEARDOWN_BUSY = TEARDOWN.field("busy").mask
 """``TEARDOWN`` read: a teardown is running; frames wait at the ports meanwhile."""
@@ -268,8 +274,9 @@ class RegMap:
     """Addresses of one switch geometry: ``jobs`` jobs of up to ``workers`` workers each.
 
     ``modes``: the transport modes the switch implements (``MODES``; the
-    RTL's are ``Mode.UC`` and Mode II, ``Mode.TRANSLATED``); :meth:`job_writes` refuses a job of any other,
-    and what else the gateware does not run (:meth:`check_gateware`).
+    RTL's are ``Mode.UC`` and Mode II, ``Mode.TRANSLATED``, and in a build with Mode III
+    ``Mode.AUGMENTED``); :meth:`job_writes` refuses a job of any other, and what else the gateware does not
+    run (:meth:`check_gateware`).
     """
 
     jobs: int
@@ -398,11 +405,11 @@ class RegMap:
         if job.collective is not Collective.ALLREDUCE:
             raise ValueError(f"job {job.job} runs {job.collective.value}: the RTL switch runs allreduce only")
         for o in installed:
-            if Mode.TRANSLATED in (job.mode, o.mode) and job.shares_slots(o):
+            if {job.mode, o.mode} & {Mode.TRANSLATED, Mode.AUGMENTED} and job.shares_slots(o):
                 raise ValueError(f"job {job.job}'s slots {job.slot_base}..{job.slot_base + job.slots - 1} overlap "
                                  f"job {o.job}'s {o.slot_base}..{o.slot_base + o.slots - 1} and one of them is a "
-                                 "Mode II job: the RTL's Mode II slot rules take a slot without its job, so a Mode II "
-                                 "job shares no slot, exception path or not")
+                                 "Mode II or III job: the RTL's slot rules of those modes take a slot without its "
+                                 "job, so such a job shares no slot, exception path or not")
 
     def job_writes(self, job: JobSpec, spec: SwitchSpec, installed: Iterable[JobSpec] = ()) -> list[tuple[int, int]]:
         """(address, value) writes that install ``job`` beside the jobs ``installed``, its workers first and its

@@ -11,9 +11,10 @@ import numpy as np
 from inagg.models import icrc, rc, wire
 from inagg.models.job import JobSpec, Mode, SwitchSpec, WorkerSpec
 from inagg.models.frame import CONTRIBUTION, HEADERS, IPV4
+from inagg.models.switch import ModelSwitch
 from inagg.models.protocol import CHUNK_MOD, CONTRIB_HDR_LEN, ICRC_LEN, IPV4_LEN, Counter, Opcode, qp_udp_sport
 
-__all__ = ["make_job", "contribution", "rc_contribution", "rc_ack", "mode_ii_allreduce", "lanes", "bad_frames", "strays", "lossy", "windowed", "interleave"]
+__all__ = ["make_job", "contribution", "rc_contribution", "rc_ack", "mode_ii_allreduce", "mode_iii_hosts", "lanes", "bad_frames", "strays", "lossy", "windowed", "interleave"]
 
 
 def make_job(spec: SwitchSpec, job: int, workers: int, slot_base: int, slots: int, *, ports=None,
@@ -132,6 +133,36 @@ def mode_ii_allreduce(spec: SwitchSpec, seed: int) -> tuple[list[JobSpec], list[
         for p in range(expected[w], max(expected)):
             c(w, p)
     return [uc, job], t, len(acks)
+
+
+def mode_iii_hosts(spec: SwitchSpec, job: JobSpec, seed: int, count: int) -> list[tuple[int, bytes]]:
+    """``count`` frames, as (port, frame), of Mode III hosts of ``job`` that mostly keep the rules, made against
+    a model switch so that their ACKs acknowledge results that exist: each frame is a host's next contribution
+    (sometimes one behind or ahead, Go-Back-N after a drop, now and then another chunk for a PSN) or its ACK or
+    NAK sequence error of results (its oldest unACKed one, or one or two later, or one behind)."""
+    model_switch = ModelSwitch(spec)
+    model_switch.add_job(job)
+    model = model_switch.modes[job.job]
+    n = len(job.workers)
+    rng, sent, out = np.random.default_rng(seed), [0] * n, []
+    for _ in range(count):
+        w = int(rng.integers(n))
+        if rng.random() < 0.3 and model.next_result != model.acked[w]:
+            q = (model.acked[w] + int(rng.integers(-1, 3))) % rc.PSN_MOD
+            syndrome = rc.Syndrome.NAK_SEQ if rng.random() < 0.25 else rc.Syndrome.ACK
+            frame = rc_ack(spec, job, w, rc.Ack(q, syndrome, q))
+        else:
+            r = rng.random()
+            if r < 0.15:
+                sent[w] = model.expected[w]
+            off = sent[w] + (0 if r < 0.75 else -int(rng.integers(1, 3)) if r < 0.9 else int(rng.integers(1, 3)))
+            if off == sent[w] and sent[w] - min(sent) < job.slots:
+                sent[w] += 1
+            chunk = (off + (job.slots if rng.random() < 0.04 else 0)) % (1 << 30)
+            frame = rc_contribution(spec, job, w, off % rc.PSN_MOD, chunk, lanes(rng, spec, 1000))
+        model_switch.receive(job.workers[w].port, frame)
+        out.append((job.workers[w].port, frame))
+    return out
 
 
 def strays(spec: SwitchSpec, job: JobSpec, rng: np.random.Generator) -> tuple[list[tuple[int, bytes]], dict]:

@@ -28,7 +28,7 @@ def _make_core(args: argparse.Namespace):
         from inagg.hdl.switch import Switch
 
         return Switch(ports=args.ports, width=args.width, slots=args.slots, chunk_bytes=args.chunk_bytes,
-                      jobs=args.jobs, workers=args.workers, exc_table=args.exc_table)
+                      jobs=args.jobs, workers=args.workers, exc_table=args.exc_table, augmented=args.mode_iii)
     if args.core == "fp32-adder":
         from inagg.hdl.fp32 import FP32Adder
 
@@ -117,6 +117,7 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=8, help="most workers per job (default %(default)s)")
     p.add_argument("--exc-table", type=int, default=0,
                    help="entries per cuckoo table of the exception path (default 0: none)")
+    p.add_argument("--mode-iii", action="store_true", help="a switch that takes Mode III jobs too")
     p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
     p.add_argument("--router", choices=("router1", "router2"), default="router1",
                    help="nextpnr's router (default %(default)s; see docs/synth.md)")

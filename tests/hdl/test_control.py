@@ -109,7 +109,7 @@ def test_a_mode_the_build_lacks_is_refused_and_read_back():
     with pytest.raises(RuntimeError, match=r"^the switch refused job 1: its CTRL reads 0x00000000, not 0x00010301; "
                                            r"the job asks for mode TERMINATED, the switch takes UC, TRANSLATED "
                                            r"\(MODES\) and enables no job that shares a slot with an enabled "
-                                           r"Mode II job$"):
+                                           r"Mode II or III job$"):
         target.add_job(rc)
 
 
@@ -174,13 +174,17 @@ def test_register_layouts_follow_the_declarations():
     assert {name for name, _ in register_layout(rm.TEARDOWN, "WO")} == {"job"}
 
 
-def test_a_job_sharing_slots_with_a_mode_ii_job_is_refused():
-    """Issue 18: a CTRL write that enables a job on an enabled job's slots, either of them Mode II, is SLVERR and
-    changes nothing; UC jobs may share slots (the exception path's), a disabled job may sit anywhere."""
-    dut = _control()
-    regmap = rm.RegMap(2, 4)
+@pytest.mark.parametrize("mode", [Mode.TRANSLATED, Mode.AUGMENTED])
+def test_a_job_sharing_slots_with_a_mode_ii_job_is_refused(mode):
+    """Issue 18: a CTRL write that enables a job on an enabled job's slots, either of them Mode II (or III, in
+    a build with it), is SLVERR and changes nothing; UC jobs may share slots (the exception path's), a disabled
+    job may sit anywhere."""
+    geometry = SwitchGeometry(ports=2, width=64, slots=16, chunk_bytes=256, jobs=2, workers=4,
+                              augmented=mode is Mode.AUGMENTED)
+    dut = Control(geometry, job_readers=1, event_sources=3)
+    regmap = geometry.regmap
     spec = SwitchSpec(ports=2, slots=16, chunk_bytes=256)
-    ii = dataclasses.replace(make_job(spec, 0, 2, 4, 4), mode=Mode.TRANSLATED)
+    ii = dataclasses.replace(make_job(spec, 0, 2, 4, 4), mode=mode)
     seen = {}
 
     async def write_job(ctx, job):

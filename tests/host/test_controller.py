@@ -165,7 +165,7 @@ def test_register_target_refuses_a_mode_ii_job_on_an_installed_jobs_slots_before
     target.add_job(uc)
     log.clear()
     with pytest.raises(ValueError, match=rf"^job {ii.job}'s slots 0\.\.3 overlap job {uc.job}'s 0\.\.3 and one of "
-                                         "them is a Mode II job"):
+                                         "them is a Mode II or III job"):
         target.add_job(ii)
     assert log == []
     target.remove_job(uc.job)

@@ -76,15 +76,17 @@ _EXC = SwitchSpec(ports=2, slots=16, chunk_bytes=256, exception=ExceptionSpec(ta
     (dataclasses.replace(_job(), collective=Collective.BROADCAST, root=0), (),
      r"^job 1 runs broadcast: the RTL switch runs allreduce only$"),
     (_job(mode=Mode.TRANSLATED), (_job(job=0, slot_base=0, slots=8),),
-     r"^job 1's slots 4\.\.7 overlap job 0's 0\.\.7 and one of them is a Mode II job: the RTL's Mode II slot rules "
-     r"take a slot without its job, so a Mode II job shares no slot, exception path or not$"),
+     r"^job 1's slots 4\.\.7 overlap job 0's 0\.\.7 and one of them is a Mode II or III job: the RTL's slot rules "
+     r"of those modes take a slot without its job, so such a job shares no slot, exception path or not$"),
     (_job(job=2, slot_base=4, slots=2), (_job(mode=Mode.TRANSLATED),),
-     r"^job 2's slots 4\.\.5 overlap job 1's 4\.\.7 and one of them is a Mode II job"),
+     r"^job 2's slots 4\.\.5 overlap job 1's 4\.\.7 and one of them is a Mode II or III job"),
+    (_job(job=2, slot_base=4, slots=2), (_job(mode=Mode.AUGMENTED),),
+     r"^job 2's slots 4\.\.5 overlap job 1's 4\.\.7 and one of them is a Mode II or III job"),
 ])
 def test_job_writes_refuse_what_the_gateware_does_not_run(job, installed, message):
     """Issue 18: jobs the models run but the RTL does not are refused before any write, naming what and why."""
     with pytest.raises(ValueError, match=message):
-        rm.RegMap(jobs=4, workers=8).job_writes(job, _EXC, installed)
+        rm.RegMap(jobs=4, workers=8, modes=frozenset(rm.MODE_CODES)).job_writes(job, _EXC, installed)
     if not installed:
         with pytest.raises(ValueError, match=message):
             SwitchGeometry.for_spec(_EXC, width=64).check_job(job)
