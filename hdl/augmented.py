@@ -218,6 +218,11 @@ class ResultAcks(wiring.Component):
     look_addr : In(range(depth))
     look : Out(acked_entry_layout(workers))
         Slot ``look_addr``'s word, the cycle after.
+    look_job : In(QPN_JOB_BITS)
+    look_held : Out(1)
+        In the cycle ``look`` shows a word: a child's ACK is walking the slots of job ``look_job`` and the
+        word's PSN is in its range, so the slot counts as not free yet whatever its bits say. An ACK thus frees
+        its slots all at once, in the cycle its walk ends, as the model's ACK does.
     timeout : In(STAMP_BITS)
         The ACK timeout in cycles; 0: no timer.
     clear : In(1)
@@ -237,6 +242,7 @@ class ResultAcks(wiring.Component):
         super().__init__({"done": In(stream.Signature(ResultDone, always_ready=True)),
                           "ack": In(stream.Signature(ResultAck)), "resend": Out(stream.Signature(Resend)),
                           "look_addr": In(range(depth)), "look": Out(acked_entry_layout(workers)),
+                          "look_job": In(QPN_JOB_BITS), "look_held": Out(1),
                           "timeout": In(STAMP_BITS), "clear": In(1), "clear_job": In(QPN_JOB_BITS),
                           "busy": Out(1)})
 
@@ -283,7 +289,7 @@ class ResultAcks(wiring.Component):
             m.d.sync += held.eq(0)
 
         a = Signal(ResultAck)
-        upto, at, nxt = Signal(PSN_BITS), Signal(PSN_BITS), Signal(PSN_BITS)
+        upto, at, nxt, start = Signal(PSN_BITS), Signal(PSN_BITS), Signal(PSN_BITS), Signal(PSN_BITS)
         nak = a.syndrome == Syndrome.NAK_SEQ
         bit = (Const(1, self._workers) << a.worker)[:self._workers]
         slot_of = bases[a.job] + (at & (sizes[a.job] - 1))
@@ -299,7 +305,7 @@ class ResultAcks(wiring.Component):
                      points.write_job.eq(a.job), points.write_worker.eq(a.worker),
                      st_wr.addr.eq(Cat(a.worker, a.job)), st_wr.data.eq(now)]
         after_scan = Mux(scan == (self._jobs << QPN_WORKER_BITS) - 1, 0, scan + 1)
-        with m.FSM():
+        with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.ack.ready.eq(~points.busy)
                 with m.If(take):
@@ -312,7 +318,7 @@ class ResultAcks(wiring.Component):
                     m.d.comb += points.read_en.eq(1)
                     m.next = "VISIT"
             with m.State("CHECK"):
-                m.d.sync += [at.eq(points.expected), nxt.eq(nexts[a.job])]
+                m.d.sync += [at.eq(points.expected), start.eq(points.expected), nxt.eq(nexts[a.job])]
                 m.next = "RANGE"
             with m.State("RANGE"):
                 behind = (upto - at)[-1]
@@ -369,6 +375,9 @@ class ResultAcks(wiring.Component):
                 with m.If(self.resend.ready):
                     m.d.sync += scan.eq(after_scan)
                     m.next = "IDLE"
+        walking = fsm.ongoing("READ") | fsm.ongoing("WRITE")
+        m.d.comb += self.look_held.eq(walking & (self.look_job == a.job)
+                                      & ((self.look.psn - start)[:PSN_BITS] <= (upto - start)[:PSN_BITS]))
         return m
 
 

@@ -872,8 +872,9 @@ class SlotEngine(wiring.Component):
             word, now = acks.look, Signal(meta_layout(self._workers, True))
             everyone = Signal(self._workers)
             m.d.comb += [now.eq(m_rd.data), everyone.eq((1 << mb.desc.workers) - 1)]
+            m.d.comb += acks.look_job.eq(mb.desc.job)
             m.d.sync += [b_nak_sent.eq(psns.nak_sent),
-                         b_freed.eq((now.state == SlotState.DONE) & (word.psn == now.psn)
+                         b_freed.eq((now.state == SlotState.DONE) & (word.psn == now.psn) & ~acks.look_held
                                     & ((word.acked & everyone) == everyone))]
 
         # -- stage B: the slot decision; the metadata write; the lane word's read --

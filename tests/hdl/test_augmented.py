@@ -389,6 +389,41 @@ def _engine_actions(n, slots, seed, count):
     return actions, sw, job
 
 
+def test_result_acks_free_an_acks_slots_all_at_once():
+    """A slot freed by an ACK that walks three slots shows as free only when the walk is over, not once its own
+    word is written: the ACK takes effect in one cycle, as the model's does."""
+    dut = ResultAcks(jobs=1, workers=2, depth=8)
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(dut.resend.ready, 1)
+        while not ctx.get(dut.ack.ready):
+            await ctx.tick()
+        for p in range(3):
+            ctx.set(dut.done.valid, 1)
+            ctx.set(dut.done.p, dict(job=0, psn=p, slot=p, workers=2, base=0, slots=8))
+            await ctx.tick()
+            ctx.set(dut.done.valid, 0)
+            await ctx.tick()
+        for w in (0, 1):
+            while not ctx.get(dut.ack.ready):
+                await ctx.tick()
+            ctx.set(dut.ack.valid, 1)
+            ctx.set(dut.ack.p, dict(job=0, worker=w, psn=2, syndrome=rc.Syndrome.ACK))
+            await ctx.tick()
+            ctx.set(dut.ack.valid, 0)
+        ctx.set(dut.look_addr, 0)
+        for _ in range(14):
+            await ctx.tick()
+            seen.append((ctx.get(dut.look.acked) == 3 and not ctx.get(dut.look_held), ctx.get(dut.ack.ready)))
+
+    _sim(dut, bench)
+    free = [f for f, _ in seen]
+    first = free.index(True)
+    assert not any(free[:first]) and all(free[first:]), seen
+    assert seen[first + 1][1], seen  # the walk is over: the block takes the next ACK
+
+
 def _timers_follow_the_model(n, slots, timeout, actions):
     """Run ``actions`` (("round",), ("ack", w, d, nak) as :func:`_acks_follow_the_model`, and ("wait", k): k
     cycles) through the model switch on the cycle clock and through :class:`ResultAcks` with ``timeout``.
