@@ -225,6 +225,14 @@ class ResultAcks(wiring.Component):
         its slots all at once, in the cycle its walk ends, as the model's ACK does.
     timeout : In(STAMP_BITS)
         The ACK timeout in cycles; 0: no timer.
+    took : Out(1)
+        An ACK taken from ``ack`` took effect: strobed three cycles after the cycle of a frame's first beat
+        in the slot engine's stage A from which on the engine sees it (the clock on which the switch reports
+        the contributions its engine takes), so a replay can put the ACK among them. Its NAK's results
+        again, if any, are those from its PSN to the last result completed by then.
+    expired, expired_job, expired_worker : Out
+        A child's ACK timer ran out, on the same clock: Go-Back-N of the results from its ACK point to the
+        last one completed by then.
     clear : In(1)
     clear_job : In(QPN_JOB_BITS)
         A teardown: the job's ACK points and next result PSN back to 0.
@@ -243,6 +251,8 @@ class ResultAcks(wiring.Component):
                           "ack": In(stream.Signature(ResultAck)), "resend": Out(stream.Signature(Resend)),
                           "look_addr": In(range(depth)), "look": Out(acked_entry_layout(workers)),
                           "look_job": In(QPN_JOB_BITS), "look_held": Out(1),
+                          "took": Out(1), "expired": Out(1), "expired_job": Out(QPN_JOB_BITS),
+                          "expired_worker": Out(QPN_WORKER_BITS),
                           "timeout": In(STAMP_BITS), "clear": In(1), "clear_job": In(QPN_JOB_BITS),
                           "busy": Out(1)})
 
@@ -305,6 +315,24 @@ class ResultAcks(wiring.Component):
                      points.write_job.eq(a.job), points.write_worker.eq(a.worker),
                      st_wr.addr.eq(Cat(a.worker, a.job)), st_wr.data.eq(now)]
         after_scan = Mux(scan == (self._jobs << QPN_WORKER_BITS) - 1, 0, scan + 1)
+        fire_end = Signal(PSN_BITS)
+
+        def next_now(job):
+            # The PSN of the next result as of the completions in this cycle, the one arriving included.
+            return Mux(self.done.valid & (self.done.p.job == job), self.done.p.psn + 1, nexts[job])
+
+        # When an ACK or a timer takes effect, on the clock of the frames' first beats in stage A plus three
+        # (where the switch reports the contributions the engine took): an ACK with nothing to walk as of
+        # the completions its CHECK saw, one that walked as of the cycle before its slots came free, a timer
+        # as of the completions it saw when it decided.
+        took_now, took_walked, fired = Signal(), Signal(), Signal()
+        walked, expired = Signal(2), Signal(2)  # two cycles later
+        m.d.sync += [walked.eq(Cat(took_walked, walked[0])), expired.eq(Cat(fired, expired[0]))]
+        m.d.comb += [self.took.eq(took_now | walked[1]), self.expired.eq(expired[1])]
+        expired_who = Signal(range(self._jobs << QPN_WORKER_BITS))
+        with m.If(fired):
+            m.d.sync += expired_who.eq(scan)
+        m.d.comb += [self.expired_job.eq(expired_who[QPN_WORKER_BITS:]), self.expired_worker.eq(expired_who[:QPN_WORKER_BITS])]
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.ack.ready.eq(~points.busy)
@@ -324,6 +352,8 @@ class ResultAcks(wiring.Component):
                 behind = (upto - at)[-1]
                 beyond = ~(upto - nxt)[-1]
                 with m.If(behind | beyond):
+                    # Nothing to walk: the ACK takes effect as of the completions CHECK saw.
+                    m.d.comb += took_now.eq(1)
                     m.next = "NAK"
                 with m.Else():
                     m.next = "READ"
@@ -338,9 +368,15 @@ class ResultAcks(wiring.Component):
                 m.d.sync += at.eq(at + 1)
                 with m.If(at == upto):
                     m.d.comb += [points.write_en.eq(1), points.write_psn.eq(at + 1), st_wr.en.eq(1)]
-                    m.next = "NAK"
+                    m.next = "SETTLE"
                 with m.Else():
                     m.next = "READ"
+            with m.State("SETTLE"):
+                # The walk is over and its slots are free from now on: the ACK takes effect here, with the
+                # results completed so far (one may be on its way in this cycle).
+                m.d.comb += took_walked.eq(1)
+                m.d.sync += nxt.eq(next_now(a.job))
+                m.next = "NAK"
             with m.State("NAK"):
                 m.d.comb += [self.resend.p.job.eq(a.job), self.resend.p.worker.eq(a.worker),
                              self.resend.p.first.eq(a.psn), self.resend.p.end.eq(nxt),
@@ -362,13 +398,15 @@ class ResultAcks(wiring.Component):
                 # Both ages at least the timeout: the later of the two stamps is that old.
                 late = ((now - progress) >= self.timeout) & ((now - rd.data.stamp) >= self.timeout)
                 with m.If(armed & late):
+                    m.d.comb += fired.eq(1)
+                    m.d.sync += fire_end.eq(next_now(s_job))
                     m.next = "FIRE"
                 with m.Else():
                     m.d.sync += scan.eq(after_scan)
                     m.next = "IDLE"
             with m.State("FIRE"):
                 m.d.comb += [self.resend.valid.eq(1), self.resend.p.job.eq(s_job), self.resend.p.worker.eq(s_worker),
-                             self.resend.p.first.eq(point), self.resend.p.end.eq(nexts[s_job]),
+                             self.resend.p.first.eq(point), self.resend.p.end.eq(fire_end),
                              self.resend.p.base.eq(bases[s_job]), self.resend.p.slots.eq(sizes[s_job]),
                              self.resend.p.timer.eq(1),
                              st_wr.addr.eq(scan), st_wr.en.eq(self.resend.ready)]

@@ -717,6 +717,9 @@ class SlotEngine(wiring.Component):
         Cycles from taking a frame's first beat to its slot-rule strobes in ``events`` (3).
     slot_meta : Memory
         Every slot's :func:`meta_layout`; read by testbenches.
+    acks : ResultAcks or None
+        With ``augmented``: the results' ACK state (its ``took`` and ``expired`` strobes tell the switch
+        when an ACK or a timer took effect).
 
     Members
     -------
@@ -787,6 +790,7 @@ class SlotEngine(wiring.Component):
         self.lag = 1 + self._convert + self._add
         self.strobe_lag = 3
         self.slot_meta = memory.Memory(shape=meta_layout(workers, psn_jobs > 0), depth=self._depth, init=[])
+        self.acks = ResultAcks(jobs=psn_jobs, workers=workers, depth=self._depth) if augmented else None
         super().__init__({
             "i": In(frame_signature(width, self._depth)),
             "can_start": In(1),
@@ -838,7 +842,7 @@ class SlotEngine(wiring.Component):
             m.submodules.psns = psns = PsnTable(self._psn_jobs, nak=self._augmented)
             m.d.comb += [psns.clear.eq(self.psn_clear), psns.clear_job.eq(self.sweep.job)]
             if self._augmented:
-                m.submodules.acks = acks = ResultAcks(jobs=self._psn_jobs, workers=self._workers, depth=self._depth)
+                m.submodules.acks = acks = self.acks
                 m.d.comb += [psn_busy.eq(psns.busy | acks.busy), acks.clear.eq(self.psn_clear),
                              acks.timeout.eq(self.hop_timeout),
                              acks.clear_job.eq(self.sweep.job), acks.look_addr.eq(d.slot)]

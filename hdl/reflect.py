@@ -189,7 +189,8 @@ class AckRouter(wiring.Component):
         Every worker's port.
     own : In(stream.Signature(AckDesc))
     engine : Out(stream.Signature(AckDesc))
-        With ``engine`` only.
+    engine_from : Out(range(ports))
+        With ``engine`` only; ``engine_from``: the port of the ACK on ``engine``.
     """
 
     def __init__(self, *, ports: int, jobs: int, workers: int, port_bits: int, depth: int = 4, engine: bool = False):
@@ -202,8 +203,8 @@ class AckRouter(wiring.Component):
         super().__init__({"i": In(stream.Signature(AckDesc, always_ready=True)).array(ports), "room": Out(ports),
                           "o": Out(stream.Signature(AckDesc)).array(ports),
                           "ports_of": In(jobs * workers * port_bits),
-                          **({"own": In(stream.Signature(AckDesc)), "engine": Out(stream.Signature(AckDesc))}
-                             if engine else {})})
+                          **({"own": In(stream.Signature(AckDesc)), "engine": Out(stream.Signature(AckDesc)),
+                              "engine_from": Out(range(ports))} if engine else {})})
 
     def elaborate(self, platform):
         m = Module()
@@ -244,6 +245,8 @@ class AckRouter(wiring.Component):
             m.d.comb += [o.valid.eq(Cat(*want).any()), o.payload.eq(Array(h.as_value() for h in heads)[grant])]
             with m.If(o.valid & o.ready):
                 m.d.sync += last.eq(grant)
+            if out == n:
+                m.d.comb += self.engine_from.eq(grant)
             for k in range(n_src):
                 pops[k].append(o.valid & o.ready & (grant == k))
         for k in range(n_src):

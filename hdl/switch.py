@@ -47,7 +47,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from inagg.models.geometry import SwitchGeometry
-from inagg.models.protocol import Counter
+from inagg.models.protocol import QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 from inagg.hdl.arbiter import FrameArbiter
 from inagg.hdl.augmented import ResendFrames
 from inagg.hdl.axis import beat_signature
@@ -146,6 +146,13 @@ class Switch(wiring.Component):
         A teardown (the ``TEARDOWN`` register) takes effect: every contribution
         :attr:`order` reported before is the job's last, every later one finds
         the job gone. Strobes in a cycle with no :attr:`order`.
+    hop : Out(stream.Signature(hop layout, always_ready=True))
+        With Mode III: where an ACK of results from ``port`` (``ack``) or a
+        child's ACK timer (``timer``: of ``job``, ``worker``) took effect, on
+        the clock of :attr:`order`, before the contribution :attr:`order`
+        reports in the same cycle. A frame of
+        :class:`~inagg.hdl.augmented.ResendFrames` is on :attr:`order` only
+        when it sent its result.
 
     Attributes
     ----------
@@ -197,7 +204,10 @@ class Switch(wiring.Component):
             width=width, chunk_bytes=chunk_bytes, slots=slots, space=space, jobs=jobs, exception=self.exception,
             frames=divert_frames)
         order = data.StructLayout({"port": range(inputs), "diverted": 1, "gone": 1})
+        hop = data.StructLayout({"ack": 1, "timer": 1, "port": range(ports), "job": QPN_JOB_BITS,
+                                 "worker": QPN_WORKER_BITS})
         super().__init__({
+            **({"hop": Out(stream.Signature(hop, always_ready=True))} if self.augmented else {}),
             "s": In(beat_signature(width)).array(ports),
             "m": Out(beat_signature(width)).array(ports),
             "axil": In(AXILiteSignature(addr_width)),
@@ -236,6 +246,11 @@ class Switch(wiring.Component):
         order = _delay_line(m, order, layout, eng.strobe_lag, "order", reset_less=False)[-1]
         m.d.comb += [self.order.valid.eq(order.valid), self.order.p.port.eq(order.port),
                      self.order.p.gone.eq(order.gone)]
+        if self.augmented:
+            # A frame of ResendFrames is reported only when it sent its result (the slot still held it).
+            again = eng.events[list(Counter).index(Counter.HOP_RESENDS)]
+            with m.If(order.port == self._resend_input):
+                m.d.comb += self.order.valid.eq(order.valid & again)
         collide = eng.events[list(Counter).index(Counter.DROP_COLLISION)]
         events = eng.events
         room = Signal(init=1)
@@ -271,6 +286,12 @@ class Switch(wiring.Component):
                          *[getattr(ra.p, f).eq(getattr(router.engine.p, f)) for f in ("job", "worker", "psn", "syndrome")],
                          eng.hop_timeout.eq(ctl.hop_timeout)]
             wiring.connect(m, eng.resend, again.i)
+            acks, ack_port = eng.acks, Signal.like(router.engine_from)
+            with m.If(router.engine.valid & router.engine.ready):
+                m.d.sync += ack_port.eq(router.engine_from)
+            m.d.comb += [self.hop.valid.eq(acks.took | acks.expired), self.hop.p.ack.eq(acks.took),
+                         self.hop.p.timer.eq(acks.expired), self.hop.p.port.eq(ack_port),
+                         self.hop.p.job.eq(acks.expired_job), self.hop.p.worker.eq(acks.expired_worker)]
             src, dst = again.o, arb.i[self._resend_input]
             resending = Signal()  # inside a frame of ResendFrames
             with m.If(src.valid & src.ready):

@@ -21,7 +21,7 @@ from inagg.testbench.axil_sim import axil_read, axil_write
 from inagg.testbench.collisions import model_state
 from inagg.testbench.exception.reference import State
 from inagg.testbench.exception.state import decode
-from inagg.testbench.replay import DIVERTED, assert_frames_match, replay
+from inagg.testbench.replay import DIVERTED, RESENT, AckTaken, TimerRanOut, assert_frames_match, replay
 from inagg.testbench.streams import get_frame, put_frame
 
 __all__ = ["SimRun", "simulate", "cycle"]
@@ -35,7 +35,7 @@ class SimRun:
     expected: dict[int, list[bytes]]
     counters: dict[Counter, int]
     model_counters: dict[Counter, int]
-    order: list[int] = field(default_factory=list)
+    order: list = field(default_factory=list)
     stalls: dict[int, int] = field(default_factory=dict)
     """Per port, the cycles in which its ingress held back a beat it was offered."""
     exception: State | None = None
@@ -54,16 +54,19 @@ class SimRun:
 
 def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, bytes]], *, width: int,
              n_jobs: int = 4, workers: int = 8, gaps=None, pause=None, cycles: int = 400,
-             divert_frames: int = 4) -> SimRun:
+             divert_frames: int = 4, augmented: bool = False, hop_timeout: int | None = None) -> SimRun:
     """Configure a :class:`Switch` for ``spec`` and ``jobs``, send ``traffic`` ((port, frame), sent in
     order per port, ports concurrently), and compare with :class:`ModelSwitch`.
 
-    ``divert_frames`` sizes the exception path's queue (``spec.exception``).
+    ``divert_frames`` sizes the exception path's queue (``spec.exception``);
+    ``augmented`` builds the switch with Mode III, ``hop_timeout`` its ``HOP_TIMEOUT`` (cycles; None: as reset),
+    written 0 once every frame went in so that the run can go quiet (a child that never ACKs would
+    otherwise get its results again for good).
     ``gaps`` and ``pause`` are functions of the port returning iterators of 0/1
     (idle cycles on ingress, ready low on egress). The run ends when every
     frame went in and no port offered a beat for ``cycles`` cycles.
     """
-    geometry = SwitchGeometry.for_spec(spec, width=width, jobs=n_jobs, workers=workers)
+    geometry = SwitchGeometry.for_spec(spec, width=width, jobs=n_jobs, workers=workers, augmented=augmented)
     dut = Switch(geometry, divert_frames=divert_frames)
     regmap = geometry.regmap
     model = ModelSwitch(spec)
@@ -71,18 +74,21 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
         model.add_job(job)
     sent = {p: [f for q, f in traffic if q == p] for p in range(spec.ports)}
     received: dict[int, list[bytes]] = {p: [] for p in range(spec.ports)}
-    order: list[int] = []
+    order: list = []
     counters: dict[Counter, int] = {}
     configured = []
     finished = []
     exception: list[State] = []
 
     async def control(ctx):
-        for addr, value in regmap.switch_writes(spec) + [w for j in jobs for w in regmap.job_writes(j, spec)]:
+        timer = [] if hop_timeout is None else [(regmap.switch("HOP_TIMEOUT"), hop_timeout)]
+        for addr, value in regmap.switch_writes(spec) + timer + [w for j in jobs for w in regmap.job_writes(j, spec)]:
             assert await axil_write(ctx, dut.axil, addr, value) == 0, f"write to 0x{addr:x} refused"
         configured.append(True)
         while len(finished) < spec.ports:
             await ctx.tick()
+        if hop_timeout is not None:
+            assert await axil_write(ctx, dut.axil, regmap.switch("HOP_TIMEOUT"), 0) == 0
         quiet = 0
         while quiet < cycles:  # until no port has offered a beat for a while
             await ctx.tick()
@@ -119,11 +125,18 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
 
     stalls = {p: 0 for p in range(spec.ports)}
 
+    resend_port = spec.ports + (dut.divert is not None)
+    hop = [dut.hop.valid, dut.hop.p] if augmented else [0, 0]
+
     async def watch(ctx):
-        async for _, _, valid, port, diverted, refused, *offered in ctx.tick().sample(
-                dut.order.valid, dut.order.p.port, dut.order.p.diverted, dut.refused,
+        async for _, _, valid, port, diverted, refused, hop_valid, h, *offered in ctx.tick().sample(
+                dut.order.valid, dut.order.p.port, dut.order.p.diverted, dut.refused, *hop,
                 *[s.valid & ~s.ready for s in dut.s]):
-            if valid:
+            if hop_valid:  # before the contribution of the same cycle
+                order.append(AckTaken(h.port) if h.ack else TimerRanOut(h.job, h.worker))
+            if valid and augmented and port == resend_port:
+                order.append(RESENT)
+            elif valid:
                 order.append(port | (DIVERTED if diverted else 0))
             if refused:
                 order.append(spec.ports)

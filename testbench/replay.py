@@ -21,6 +21,15 @@ A teardown (the RTL's ``torn`` strobe) is an entry :class:`RemoveJob`, a
 job installed later an :class:`AddJob`, both where they took effect; a
 frame that passed its port's checks before its job was torn down and that
 the engine then dropped is reported with :data:`GONE`.
+
+Mode III adds what only its timing decides (the switch's ``hop`` stream):
+:class:`AckTaken` where a host's ACK of results from a port took effect
+(the model takes that port's next Mode III ACK there; the ACKs of a port
+keep their order, but not their place among its contributions, which go
+another way), :class:`TimerRanOut` where a child's ACK timer ran out
+(``AugmentedJob.expire``), and :data:`RESENT` where a result a NAK or a
+timer asked for went out: the model's results sent again wait from the
+ACK or timer that asked for them to these entries, one each.
 """
 
 from __future__ import annotations
@@ -29,16 +38,18 @@ from collections import deque
 from dataclasses import dataclass
 
 from inagg.models.frame import BTH, CONTRIBUTION, Opcode
-from inagg.models.job import JobSpec
-from inagg.models.protocol import Counter
+from inagg.models.job import JobSpec, Mode
+from inagg.models.protocol import Counter, split_qpn
 from inagg.models.switch import ModelSwitch
 
-__all__ = ["ENGINE_COUNTERS", "DIVERTED", "GONE", "RemoveJob", "AddJob", "replay", "assert_frames_match"]
+__all__ = ["ENGINE_COUNTERS", "DIVERTED", "GONE", "RESENT", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut",
+           "replay", "assert_frames_match"]
 
 _OPCODE = BTH.slice("opcode", CONTRIBUTION.offset("bth"))
+_DQPN = BTH.slice("dqpn", CONTRIBUTION.offset("bth"))
 
 ENGINE_COUNTERS = (Counter.RX_CONTRIB, Counter.DUP_CONTRIB, Counter.DROP_STALE, Counter.DROP_WINDOW,
-                   Counter.DROP_COLLISION, Counter.EXC_REFUSED, Counter.DROP_PSN_AHEAD)
+                   Counter.DROP_COLLISION, Counter.EXC_REFUSED, Counter.DROP_PSN_AHEAD, Counter.DROP_BUFFER_BUSY)
 DIVERTED = 1 << 16
 """Flag of an ``order`` entry: the engine took this frame of the port and diverted it."""
 GONE = 1 << 17
@@ -57,6 +68,47 @@ class AddJob:
     """An ``order`` entry: ``spec`` was installed here."""
 
     spec: JobSpec
+
+
+@dataclass(frozen=True)
+class AckTaken:
+    """An ``order`` entry: the next Mode III ACK of results from ``port`` took effect here."""
+
+    port: int
+
+
+@dataclass(frozen=True)
+class TimerRanOut:
+    """An ``order`` entry: the ACK timer of child ``worker`` of Mode III job ``job`` ran out here."""
+
+    job: int
+    worker: int
+
+
+RESENT = object()
+"""An ``order`` entry: the oldest result the model sent again (after a NAK or a timer) went out here."""
+
+_DROPS = tuple(c for c in Counter if c.name.startswith("DROP_"))
+
+
+def _mode_iii_ack(model: ModelSwitch, frame: bytes) -> bool:
+    """Whether ``frame`` is an RC ACK to the switch QPN of a Mode III job the model has."""
+    if len(frame) < CONTRIBUTION.offset("bth") + BTH.size or frame[_OPCODE] != bytes([Opcode.RC_ACK]):
+        return False
+    split = split_qpn(int.from_bytes(frame[_DQPN], "big"))
+    job = None if split is None else model.jobs.get(split[0])
+    return job is not None and job.spec.mode is Mode.AUGMENTED
+
+
+def _take_ack(model: ModelSwitch, port: int, acks: deque) -> list[tuple[int, bytes]]:
+    """Feed ``port``'s Mode III ACKs to ``model`` up to the first its checks pass (those before were dropped at
+    the port); return what the model sends for it. None if no ACK of the port passes."""
+    while acks:
+        before = [model.counters[c] for c in _DROPS]
+        sent = model.receive(port, acks.popleft())
+        if [model.counters[c] for c in _DROPS] == before:
+            return sent
+    return None
 
 
 def _reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, list[bytes]]) -> bool:
@@ -93,11 +145,29 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
     frame that is not there, or frames that the model would take are left
     over.
     """
-    queues = {p: deque(frames) for p, frames in sent.items()}
+    queues = {p: deque(f for f in frames if not _mode_iii_ack(model, f)) for p, frames in sent.items()}
+    acks = {p: deque(f for f in frames if _mode_iii_ack(model, f)) for p, frames in sent.items()}
     out: dict[int, list[bytes]] = {p: [] for p in range(model.spec.ports)}
     diverted: deque[tuple[int, bytes]] = deque()
+    again: deque[tuple[int, bytes]] = deque()  # results the model sent again, not yet out of the RTL
     probe = None
     for n, entry in enumerate(order):
+        if isinstance(entry, AckTaken):
+            sent_again = _take_ack(model, entry.port, acks.get(entry.port, deque()))
+            if sent_again is None:
+                raise AssertionError(f"the RTL's entry #{n} takes an ACK from port {entry.port}, "
+                                     "where the model finds none left")
+            again.extend(sent_again)
+            continue
+        if isinstance(entry, TimerRanOut):
+            again.extend(model.modes[entry.job].expire(entry.worker))
+            continue
+        if entry is RESENT:
+            if not again:
+                raise AssertionError(f"the RTL's entry #{n} sends a result again that the model does not")
+            p, f = again.popleft()
+            out[p].append(f)
+            continue
         if isinstance(entry, (RemoveJob, AddJob)):
             for m in (model, probe) if probe is not None else (model,):
                 if isinstance(entry, RemoveJob):
@@ -135,6 +205,11 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
                 break
     if diverted:
         raise AssertionError(f"{len(diverted)} diverted frames never came back")
+    for port, q in acks.items():
+        if _take_ack(model, port, q) is not None:
+            raise AssertionError(f"the model takes an ACK of port {port} that the RTL's engine never took")
+    if again:
+        raise AssertionError(f"the model sent {len(again)} results again that the RTL did not")
     for port, q in queues.items():
         for frame in q:
             if _reached_engine(model, port, frame, out):

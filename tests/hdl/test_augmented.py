@@ -421,7 +421,84 @@ def test_result_acks_free_an_acks_slots_all_at_once():
     free = [f for f, _ in seen]
     first = free.index(True)
     assert not any(free[:first]) and all(free[first:]), seen
-    assert seen[first + 1][1], seen  # the walk is over: the block takes the next ACK
+    assert seen[first + 2][1], seen  # the walk was over: two cycles on (SETTLE, NAK) the block takes an ACK
+
+
+@pytest.mark.parametrize("at, included", [(4, True), (5, True), (6, False)])
+def test_result_acks_nak_sends_again_up_to_the_results_completed_when_it_takes_effect(at, included):
+    """A NAK that walks one slot takes effect the cycle its walk ends (5 cycles after it was taken: CHECK,
+    RANGE, READ, WRITE, SETTLE), which ``took`` tells two cycles later; its Go-Back-N reaches every result
+    completed by then, one completing in that very cycle too, and none after."""
+    dut = ResultAcks(jobs=1, workers=2, depth=8)
+    seen = {}
+
+    async def bench(ctx):
+        ctx.set(dut.resend.ready, 1)
+        while not ctx.get(dut.ack.ready):
+            await ctx.tick()
+        for p in range(2):
+            ctx.set(dut.done.valid, 1)
+            ctx.set(dut.done.p, dict(job=0, psn=p, slot=p, workers=2, base=0, slots=8))
+            await ctx.tick()
+            ctx.set(dut.done.valid, 0)
+            await ctx.tick()
+        ctx.set(dut.ack.valid, 1)
+        ctx.set(dut.ack.p, dict(job=0, worker=0, psn=1, syndrome=rc.Syndrome.NAK_SEQ))  # ACKs 0, NAKs 1
+        took = []
+        for k in range(12):
+            ctx.set(dut.done.valid, k == at)
+            ctx.set(dut.done.p, dict(job=0, psn=2, slot=2, workers=2, base=0, slots=8))
+            if ctx.get(dut.resend.valid):
+                seen["resend"] = (ctx.get(dut.resend.p.first), ctx.get(dut.resend.p.end))
+            took.append(ctx.get(dut.took))
+            await ctx.tick()
+            ctx.set(dut.ack.valid, 0)
+        seen["took"] = [k for k, t in enumerate(took) if t]
+
+    _sim(dut, bench)
+    assert seen["resend"] == (1, 3 if included else 2), seen
+    assert seen["took"] == [7], seen
+
+
+def _first_timer(done_at=None):
+    """Child 0 ACKs result 0 at once, child 1 never (timeout 40 cycles): the cycle of the first timer request
+    (child 1's) and its range, with result 1 completing at cycle ``done_at``."""
+    dut = ResultAcks(jobs=1, workers=2, depth=8)
+    seen, expired = [], []
+
+    async def bench(ctx):
+        ctx.set(dut.resend.ready, 1)
+        ctx.set(dut.timeout, 40)
+        while not ctx.get(dut.ack.ready):
+            await ctx.tick()
+        ctx.set(dut.done.valid, 1)
+        ctx.set(dut.done.p, dict(job=0, psn=0, slot=0, workers=2, base=0, slots=8))
+        await ctx.tick()
+        ctx.set(dut.ack.valid, 1)
+        ctx.set(dut.ack.p, dict(job=0, worker=0, psn=0, syndrome=rc.Syndrome.ACK))
+        await ctx.tick().until(dut.ack.ready)
+        ctx.set(dut.ack.valid, 0)
+        for k in range(400):
+            ctx.set(dut.done.valid, k == done_at)
+            ctx.set(dut.done.p, dict(job=0, psn=1, slot=1, workers=2, base=0, slots=8))
+            if ctx.get(dut.resend.valid) and not seen:
+                seen.append((k, ctx.get(dut.resend.p.first), ctx.get(dut.resend.p.end), ctx.get(dut.resend.p.timer)))
+            if ctx.get(dut.expired):
+                expired.append((k, ctx.get(dut.expired_job), ctx.get(dut.expired_worker)))
+            await ctx.tick()
+
+    _sim(dut, bench)
+    assert expired[0] == (seen[0][0] + 1, 0, 1), (expired, seen)  # AGE + 2: child 1, the one that never ACKed
+    return seen[0]
+
+
+def test_result_acks_timer_sends_again_up_to_the_results_completed_when_it_decided():
+    """A timer decides in the cycle before its request (AGE), which ``expired`` tells two cycles later: its
+    Go-Back-N reaches a result completing in that cycle, not one completing the cycle after."""
+    k, first, end, timer = _first_timer()
+    assert (first, end, timer) == (0, 1, 1)
+    assert _first_timer(k - 1)[1:] == (0, 2, 1)
+    assert _first_timer(k)[1:] == (0, 1, 1)
 
 
 def _timers_follow_the_model(n, slots, timeout, actions):

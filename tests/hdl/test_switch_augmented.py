@@ -17,6 +17,7 @@ from inagg.models.geometry import SwitchGeometry
 from inagg.models.job import Mode, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
+from inagg.testbench.amaranth_switch import cycle, simulate
 from inagg.testbench.axil_sim import axil_read, axil_write
 from inagg.testbench.replay import assert_frames_match
 from inagg.testbench.streams import get_frame, put_frame
@@ -79,3 +80,20 @@ def test_mode_iii_through_the_switch_is_the_models(width, seed):
     for c in (Counter.ACK_SENT, Counter.NAK_SENT, Counter.HOP_RESENDS, Counter.DROP_BUFFER_BUSY, Counter.COMPLETED):
         assert model_counters[c] > 0, c.name
     assert model_counters[Counter.COMPLETED] > job.slots  # slots taken again once every child ACKed
+
+
+@pytest.mark.parametrize("width, seed", [(64, 3), (512, 4)])
+def test_mode_iii_concurrent_traffic_and_timers_are_the_models(width, seed):
+    """The hosts' frames on both ports at once, egress paused now and then, the children's ACK timers at 200
+    cycles: replayed in the order the switch reports (its contributions, the ACKs and timers that took
+    effect, the results it sent again), every frame and counter is the model's."""
+    spec = SwitchSpec(ports=2, slots=16, chunk_bytes=256)
+    job = dataclasses.replace(make_job(spec, 1, 3, 4, 4), mode=Mode.AUGMENTED)
+    frames = mode_iii_hosts(spec, job, seed, 150)
+    run = simulate(spec, [job], frames, width=width, n_jobs=2, augmented=True, hop_timeout=200,
+                   pause=lambda p: cycle([0, 1, 0, 0]), gaps=lambda p: cycle([0, 0, 1]), cycles=1200)
+    run.assert_matches()
+    kinds = {type(e).__name__ for e in run.order if not isinstance(e, int)}
+    assert {"AckTaken", "TimerRanOut", "object"} <= kinds, kinds
+    for c in (Counter.ACK_SENT, Counter.NAK_SENT, Counter.HOP_RESENDS, Counter.DROP_BUFFER_BUSY):
+        assert run.counters[c] > 0, c.name
