@@ -151,8 +151,9 @@ class Switch(wiring.Component):
         child's ACK timer (``timer``: of ``job``, ``worker``) took effect, on
         the clock of :attr:`order`, before the contribution :attr:`order`
         reports in the same cycle. A frame of
-        :class:`~inagg.hdl.augmented.ResendFrames` is on :attr:`order` only
-        when it sent its result.
+        :class:`~inagg.hdl.augmented.ResendFrames` on :attr:`order` is
+        ``gone`` when it sent nothing (every child had ACKed that result by
+        then).
 
     Attributes
     ----------
@@ -247,10 +248,11 @@ class Switch(wiring.Component):
         m.d.comb += [self.order.valid.eq(order.valid), self.order.p.port.eq(order.port),
                      self.order.p.gone.eq(order.gone)]
         if self.augmented:
-            # A frame of ResendFrames is reported only when it sent its result (the slot still held it).
+            # A frame of ResendFrames is ``gone`` when it sent nothing: every child, the one it was for too,
+            # had ACKed the result by then and the slot holds another one.
             again = eng.events[list(Counter).index(Counter.HOP_RESENDS)]
             with m.If(order.port == self._resend_input):
-                m.d.comb += self.order.valid.eq(order.valid & again)
+                m.d.comb += self.order.p.gone.eq(~again)
         collide = eng.events[list(Counter).index(Counter.DROP_COLLISION)]
         events = eng.events
         room = Signal(init=1)
@@ -430,7 +432,9 @@ class SwitchTop(wiring.Component):
     ``AxiLiteBus.from_prefix(dut, "s_axil")`` connect as is, and
     ``order_valid``/``order_port``/``order_diverted``/``order_gone``
     (:attr:`Switch.order`), ``order_refused`` (:attr:`Switch.refused`) and
-    ``order_teardown`` (:attr:`Switch.torn`). Takes the parameters of
+    ``order_teardown`` (:attr:`Switch.torn`), and with Mode III ``hop_valid``,
+    ``hop_ack``, ``hop_timer``, ``hop_port``, ``hop_job``, ``hop_worker``
+    (:attr:`Switch.hop`). Takes the parameters of
     :class:`Switch` (a geometry or its keywords).
     """
 
@@ -447,6 +451,9 @@ class SwitchTop(wiring.Component):
             members[f"s_axil_{name}"] = member
         members.update({"order_valid": Out(1), "order_port": Out(len(sw.order.p.port)), "order_diverted": Out(1),
                         "order_gone": Out(1), "order_refused": Out(1), "order_teardown": Out(1)})
+        if sw.augmented:
+            members.update({"hop_valid": Out(1), **{f"hop_{name}": Out(len(getattr(sw.hop.p, name)))
+                                                    for name in ("ack", "timer", "port", "job", "worker")}})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -462,6 +469,10 @@ class SwitchTop(wiring.Component):
                 getattr(self, f"m{p}_axis_tlast").eq(o.p.last), getattr(self, f"m{p}_axis_tvalid").eq(o.valid),
                 o.ready.eq(getattr(self, f"m{p}_axis_tready")),
             ]
+        if sw.augmented:
+            m.d.comb += [self.hop_valid.eq(sw.hop.valid),
+                         *[getattr(self, f"hop_{name}").eq(getattr(sw.hop.p, name))
+                           for name in ("ack", "timer", "port", "job", "worker")]]
         m.d.comb += [self.order_valid.eq(sw.order.valid), self.order_port.eq(sw.order.p.port),
                      self.order_diverted.eq(sw.order.p.diverted), self.order_gone.eq(sw.order.p.gone),
                      self.order_refused.eq(sw.refused), self.order_teardown.eq(sw.torn)]

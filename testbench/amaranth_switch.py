@@ -21,7 +21,7 @@ from inagg.testbench.axil_sim import axil_read, axil_write
 from inagg.testbench.collisions import model_state
 from inagg.testbench.exception.reference import State
 from inagg.testbench.exception.state import decode
-from inagg.testbench.replay import DIVERTED, RESENT, AckTaken, TimerRanOut, assert_frames_match, replay
+from inagg.testbench.replay import DIVERTED, RESENT, SKIPPED, AckTaken, TimerRanOut, assert_frames_match, replay
 from inagg.testbench.streams import get_frame, put_frame
 
 __all__ = ["SimRun", "simulate", "cycle"]
@@ -129,13 +129,13 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     hop = [dut.hop.valid, dut.hop.p] if augmented else [0, 0]
 
     async def watch(ctx):
-        async for _, _, valid, port, diverted, refused, hop_valid, h, *offered in ctx.tick().sample(
-                dut.order.valid, dut.order.p.port, dut.order.p.diverted, dut.refused, *hop,
+        async for _, _, valid, port, diverted, gone, refused, hop_valid, h, *offered in ctx.tick().sample(
+                dut.order.valid, dut.order.p.port, dut.order.p.diverted, dut.order.p.gone, dut.refused, *hop,
                 *[s.valid & ~s.ready for s in dut.s]):
             if hop_valid:  # before the contribution of the same cycle
                 order.append(AckTaken(h.port) if h.ack else TimerRanOut(h.job, h.worker))
             if valid and augmented and port == resend_port:
-                order.append(RESENT)
+                order.append(SKIPPED if gone else RESENT)
             elif valid:
                 order.append(port | (DIVERTED if diverted else 0))
             if refused:

@@ -28,8 +28,9 @@ Mode III adds what only its timing decides (the switch's ``hop`` stream):
 keep their order, but not their place among its contributions, which go
 another way), :class:`TimerRanOut` where a child's ACK timer ran out
 (``AugmentedJob.expire``), and :data:`RESENT` where a result a NAK or a
-timer asked for went out: the model's results sent again wait from the
-ACK or timer that asked for them to these entries, one each.
+timer asked for went out (:data:`SKIPPED` where the RTL found it ACKed by
+every child by then and sent nothing): the model's results sent again
+wait from the ACK or timer that asked for them to these entries, one each.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from inagg.models.job import JobSpec, Mode
 from inagg.models.protocol import Counter, split_qpn
 from inagg.models.switch import ModelSwitch
 
-__all__ = ["ENGINE_COUNTERS", "DIVERTED", "GONE", "RESENT", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut",
+__all__ = ["ENGINE_COUNTERS", "DIVERTED", "GONE", "RESENT", "SKIPPED", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut",
            "replay", "assert_frames_match"]
 
 _OPCODE = BTH.slice("opcode", CONTRIBUTION.offset("bth"))
@@ -87,6 +88,11 @@ class TimerRanOut:
 
 RESENT = object()
 """An ``order`` entry: the oldest result the model sent again (after a NAK or a timer) went out here."""
+SKIPPED = object()
+"""An ``order`` entry: the oldest result the model sent again did not go out: by the time the RTL came to
+send it, every child (the one that asked too) had ACKed it and its slot held another result. The model's
+frame is dropped and its count taken back (``HOP_RESENDS``, ``TX_RESULTS``): the model sends a result again
+at once, the RTL as it reaches the slot."""
 
 _DROPS = tuple(c for c in Counter if c.name.startswith("DROP_"))
 
@@ -162,11 +168,15 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
         if isinstance(entry, TimerRanOut):
             again.extend(model.modes[entry.job].expire(entry.worker))
             continue
-        if entry is RESENT:
+        if entry is RESENT or entry is SKIPPED:
             if not again:
                 raise AssertionError(f"the RTL's entry #{n} sends a result again that the model does not")
             p, f = again.popleft()
-            out[p].append(f)
+            if entry is RESENT:
+                out[p].append(f)
+            else:
+                model.counters[Counter.HOP_RESENDS] -= 1
+                model.counters[Counter.TX_RESULTS] -= 1
             continue
         if isinstance(entry, (RemoveJob, AddJob)):
             for m in (model, probe) if probe is not None else (model,):

@@ -12,6 +12,7 @@ it through frames, and its responses are compared with the model bridge's.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import deque
 
@@ -29,7 +30,7 @@ from inagg.models.mgmt import MgmtBridge
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
 from inagg.testbench.mgmt import Registers, is_mgmt
-from inagg.testbench.replay import DIVERTED, assert_frames_match, replay
+from inagg.testbench.replay import DIVERTED, RESENT, SKIPPED, AckTaken, TimerRanOut, assert_frames_match, replay
 
 __all__ = ["SwitchTB", "MgmtSwitchTB"]
 
@@ -52,7 +53,7 @@ class SwitchTB:
         self.regmap: rm.RegMap | None = None
         self.model = ModelSwitch(spec)
         self.sent: dict[int, list[bytes]] = {p: [] for p in range(self.ports)}
-        self.order: list[int] = []
+        self.order: list = []
         self.received: dict[int, list[bytes]] = {p: [] for p in range(self.ports)}
         cocotb.start_soon(self._watch_order())
         for p in range(self.ports):
@@ -66,9 +67,19 @@ class SwitchTB:
         return tb
 
     async def _watch_order(self) -> None:
+        # A build with Mode III also says where ACKs and timers took effect, and which frames of its own
+        # sent a result again (its arbiter's input after the ports and the exception path's).
+        hop = getattr(self.dut, "hop_valid", None)
+        resent = self.ports + (self.spec.exception is not None)
         while True:
             await RisingEdge(self.dut.clk)
-            if self.dut.order_valid.value:
+            if hop is not None and hop.value:
+                d = self.dut
+                self.order.append(AckTaken(int(d.hop_port.value)) if d.hop_ack.value
+                                  else TimerRanOut(int(d.hop_job.value), int(d.hop_worker.value)))
+            if self.dut.order_valid.value and hop is not None and int(self.dut.order_port.value) == resent:
+                self.order.append(SKIPPED if self.dut.order_gone.value else RESENT)
+            elif self.dut.order_valid.value:
                 self.order.append(int(self.dut.order_port.value) | (DIVERTED if self.dut.order_diverted.value else 0))
             if self.dut.order_refused.value:
                 self.order.append(self.ports)
@@ -94,7 +105,8 @@ class SwitchTB:
         """Write the switch's addresses and ``jobs`` through AXI4-Lite, and install them in the model."""
         assert await self.read(rm.RegMap.switch("ID")) == rm.ID_VALUE
         geometry = await self.read(rm.RegMap.switch("JOBS"))
-        self.regmap = rm.RegMap.from_jobs(geometry)
+        modes = rm.RegMap.decode_modes(await self.read(rm.RegMap.switch("MODES")))
+        self.regmap = dataclasses.replace(rm.RegMap.from_jobs(geometry), modes=modes)
         for addr, value in self.regmap.switch_writes(self.spec):
             await self.write(addr, value)
         for job in jobs:

@@ -135,11 +135,14 @@ def mode_ii_allreduce(spec: SwitchSpec, seed: int) -> tuple[list[JobSpec], list[
     return [uc, job], t, len(acks)
 
 
-def mode_iii_hosts(spec: SwitchSpec, job: JobSpec, seed: int, count: int) -> list[tuple[int, bytes]]:
-    """``count`` frames, as (port, frame), of Mode III hosts of ``job`` that mostly keep the rules, made against
-    a model switch so that their ACKs acknowledge results that exist: each frame is a host's next contribution
-    (sometimes one behind or ahead, Go-Back-N after a drop, now and then another chunk for a PSN) or its ACK or
-    NAK sequence error of results (its oldest unACKed one, or one or two later, or one behind)."""
+def mode_iii_hosts(spec: SwitchSpec, job: JobSpec, seed: int, count: int, *, loss: float = 0.0,
+                   dup: float = 0.0) -> list[tuple[int, bytes]]:
+    """The frames, as (port, frame), that reach the switch from Mode III hosts of ``job`` that mostly keep the
+    rules, made against a model switch so that their ACKs acknowledge results that exist: each of ``count``
+    frames is a host's next contribution (sometimes one behind or ahead, Go-Back-N from the PSN the switch
+    expects, now and then another chunk for a PSN) or its ACK or NAK sequence error of results (its oldest
+    unACKed one, or one or two later, or one behind). On the way a frame is lost with probability ``loss``,
+    else arrives twice with probability ``dup``; the hosts go on from what the switch got."""
     model_switch = ModelSwitch(spec)
     model_switch.add_job(job)
     model = model_switch.modes[job.job]
@@ -160,8 +163,10 @@ def mode_iii_hosts(spec: SwitchSpec, job: JobSpec, seed: int, count: int) -> lis
                 sent[w] += 1
             chunk = (off + (job.slots if rng.random() < 0.04 else 0)) % (1 << 30)
             frame = rc_contribution(spec, job, w, off % rc.PSN_MOD, chunk, lanes(rng, spec, 1000))
-        model_switch.receive(job.workers[w].port, frame)
-        out.append((job.workers[w].port, frame))
+        roll = rng.random()
+        for _ in range(0 if roll < loss else 2 if roll > 1 - dup else 1):
+            model_switch.receive(job.workers[w].port, frame)
+            out.append((job.workers[w].port, frame))
     return out
 
 

@@ -28,7 +28,7 @@ async def mode_ii_allreduce_with_backpressure(dut):
     spec = SwitchSpec(ports=PARAMS["ports"], slots=PARAMS["slots"], chunk_bytes=PARAMS["chunk_bytes"])
     tb = await SwitchTB.start(dut, spec)
     modes = await tb.read(rm.RegMap.switch("MODES"))
-    assert rm.RegMap.decode_modes(modes) == {Mode.UC, Mode.TRANSLATED} and modes == 0x5
+    assert rm.RegMap.decode_modes(modes) == {Mode.UC, Mode.TRANSLATED, Mode.AUGMENTED} and modes == 0xD
     jobs, traffic, acks = mode_ii_allreduce(spec, PARAMS["width"])
     await tb.configure(jobs)
     rng = random.Random(PARAMS["width"])
