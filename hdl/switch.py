@@ -41,7 +41,7 @@ describes each block and the Verilog ports of :class:`SwitchTop`.
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -245,14 +245,14 @@ class Switch(wiring.Component):
         order = Signal(layout)
         m.d.comb += [order.valid.eq(taken & starting), order.port.eq(arb.grant), order.gone.eq(gone)]
         order = _delay_line(m, order, layout, eng.strobe_lag, "order", reset_less=False)[-1]
-        m.d.comb += [self.order.valid.eq(order.valid), self.order.p.port.eq(order.port),
-                     self.order.p.gone.eq(order.gone)]
+        order_gone = order.gone
         if self.augmented:
             # A frame of ResendFrames is ``gone`` when it sent nothing: every child, the one it was for too,
             # had ACKed the result by then and the slot holds another one.
             again = eng.events[list(Counter).index(Counter.HOP_RESENDS)]
-            with m.If(order.port == self._resend_input):
-                m.d.comb += self.order.p.gone.eq(~again)
+            order_gone = Mux(order.port == self._resend_input, ~again, order.gone)
+        m.d.comb += [self.order.valid.eq(order.valid), self.order.p.port.eq(order.port),
+                     self.order.p.gone.eq(order_gone)]
         collide = eng.events[list(Counter).index(Counter.DROP_COLLISION)]
         events = eng.events
         room = Signal(init=1)
