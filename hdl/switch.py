@@ -46,7 +46,7 @@ from inagg.models.geometry import SwitchGeometry
 from inagg.models.protocol import Counter
 from inagg.hdl.arbiter import FrameArbiter
 from inagg.hdl.axis import beat_signature
-from inagg.hdl.control import AXILiteSignature, Control, event_vector
+from inagg.hdl.control import AXILiteSignature, Control, MacStats, check_mac_ports, event_vector
 from inagg.hdl.divert import Divert
 from inagg.hdl.emitter import ResultEmitter
 from inagg.hdl.engine import SlotEngine, _delay_line, check_fp32_latencies
@@ -58,7 +58,7 @@ __all__ = ["check_parameters", "Switch", "SwitchTop", "generate_verilog"]
 
 
 def check_parameters(*, divert_frames=4, convert_latency=1, add_latency=2, mgmt_port=None, mgmt_key=None,
-                     **geometry) -> SwitchGeometry:
+                     mac_ports=0, **geometry) -> SwitchGeometry:
     """Raise ``ValueError`` naming the first parameter of :class:`Switch` that is out of range.
 
     ``geometry`` are :meth:`SwitchGeometry.from_params`'s keywords; returns the geometry they make.
@@ -66,6 +66,7 @@ def check_parameters(*, divert_frames=4, convert_latency=1, add_latency=2, mgmt_
     g = SwitchGeometry.from_params(**geometry)
     _check_pipeline(g, divert_frames, convert_latency, add_latency)
     _check_mgmt(g, mgmt_port, mgmt_key)
+    check_mac_ports(mac_ports, g.ports)
     return g
 
 
@@ -114,6 +115,10 @@ class Switch(wiring.Component):
     mgmt_key:
         The bridge's 16-byte key, a constant of the bitstream; given exactly
         when ``mgmt_port`` is.
+    mac_ports:
+        Ports ``0 .. mac_ports - 1`` are behind an Ethernet MAC
+        (:class:`~inagg.hdl.mac.MAC`) whose counters :attr:`mac_stats` takes
+        into the register map (``MAC_BASE``); 0 (the default): none.
 
     Members
     -------
@@ -140,6 +145,8 @@ class Switch(wiring.Component):
         A teardown (the ``TEARDOWN`` register) takes effect: every contribution
         :attr:`order` reported before is the job's last, every later one finds
         the job gone. Strobes in a cycle with no :attr:`order`.
+    mac_stats : In(MacStats).array(mac_ports)
+        With ``mac_ports`` only: the counters of the MAC on each of those ports, in the ``sync`` domain.
 
     Attributes
     ----------
@@ -154,13 +161,15 @@ class Switch(wiring.Component):
     """
 
     def __init__(self, geometry: SwitchGeometry | None = None, *, divert_frames: int = 4, convert_latency: int = 1,
-                 add_latency: int = 2, mgmt_port: int | None = None, mgmt_key: bytes | None = None, **params):
+                 add_latency: int = 2, mgmt_port: int | None = None, mgmt_key: bytes | None = None, mac_ports: int = 0,
+                 **params):
         if geometry is None:
             geometry = SwitchGeometry.from_params(**params)
         elif params or not isinstance(geometry, SwitchGeometry):
             raise TypeError(f"Switch takes a SwitchGeometry or its keywords, not {geometry!r} and {sorted(params)}")
         _check_pipeline(geometry, divert_frames, convert_latency, add_latency)
         _check_mgmt(geometry, mgmt_port, mgmt_key)
+        check_mac_ports(mac_ports, geometry.ports)
         self.mgmt_port = mgmt_port
         self.geometry = geometry
         self.ports, self.width, self.slots, self.chunk_bytes = ports, width, slots, chunk_bytes = (
@@ -172,7 +181,7 @@ class Switch(wiring.Component):
         # Event sources: the ingress ports, the emitters, the engine, the exception path, the reflectors.
         self._reflect_events = 2 * ports + 1 + (inputs > ports)
         self.control = Control(geometry, job_readers=ports, event_sources=self._reflect_events + ports,
-                               worker_readers=2 * ports, mgmt=mgmt_port is not None)
+                               worker_readers=2 * ports, mgmt=mgmt_port is not None, mac_ports=mac_ports)
         addr_width = self.control.regmap.addr_width
         self.mgmt = None if mgmt_port is None else MgmtBridge(width=width, key=mgmt_key, addr_width=addr_width)
         self.arbiter = FrameArbiter(width, space, inputs)
@@ -189,6 +198,7 @@ class Switch(wiring.Component):
             "order": Out(stream.Signature(order, always_ready=True)),
             "refused": Out(1),
             "torn": Out(1),
+            **({"mac_stats": In(MacStats).array(mac_ports)} if mac_ports else {}),
         })
 
     def elaborate(self, platform):
@@ -207,6 +217,8 @@ class Switch(wiring.Component):
             wiring.connect(m, bridge.bus, bus.b)
             wiring.connect(m, bus.o, ctl.axil)
             m.d.comb += [bridge.mac.eq(ctl.switch.mac), ctl.mgmt_stats.eq(bridge.stats)]
+        if ctl.mac_ports:
+            m.d.comb += [mine.eq(theirs) for mine, theirs in zip(ctl.mac_stats, self.mac_stats)]
         wiring.connect(m, arb.o, eng.i)
         taken = arb.o.valid & arb.o.ready
         starting = Signal(init=1)
