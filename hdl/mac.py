@@ -31,9 +31,10 @@ from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from inagg.models.regmap import MAC_STATS
 from inagg.hdl.axis import beat_layout, beat_signature, check_width
 
-__all__ = ["PREAMBLE", "SFD", "MIN_FRAME", "MAX_FRAME", "IFG", "RX_COUNTERS", "TX_COUNTERS", "GMIISignature",
+__all__ = ["PREAMBLE", "SFD", "MIN_FRAME", "MAX_FRAME", "IFG", "COUNTERS", "GMIISignature",
            "BYTE_LAYOUT", "byte_signature", "GMIIReceiver", "GMIITransmitter", "FrameBuffer", "Upsizer", "Downsizer", "MAC",
            "flat_members", "connect_flat", "MACTop"]
 
@@ -43,9 +44,9 @@ MIN_FRAME, MAX_FRAME = 64, 1522
 FCS_BYTES = 4
 #: Bytes of idle between two transmitted frames (the 96-bit-time inter-frame gap).
 IFG = 12
-#: The MAC's counters, each an ``Out(counter_width)`` member of :class:`MAC` in the switch's domain.
-RX_COUNTERS = ("rx_good", "rx_fcs_errors", "rx_runts", "rx_long", "rx_overflow")
-TX_COUNTERS = ("tx_frames", "tx_long")
+#: The MAC's counters, each an ``Out(counter_width)`` member of :class:`MAC` in the switch's domain: the register
+#: map's (:data:`~inagg.models.regmap.MAC_STATS`), named and ordered there, so that the two cannot drift apart.
+COUNTERS = tuple(MAC_STATS)
 
 
 class GMIISignature(wiring.Signature):
@@ -454,7 +455,7 @@ class MAC(wiring.Component):
         Frames to send, without FCS; shorter than 60 bytes is padded, longer
         than ``max_frame - 4`` is dropped (``tx_long``).
     rx_good, rx_fcs_errors, rx_runts, rx_long, rx_overflow, tx_frames, tx_long : Out(counter_width)
-        Counters in the ``sync`` domain (:data:`RX_COUNTERS`, :data:`TX_COUNTERS`):
+        Counters in the ``sync`` domain (:data:`COUNTERS`):
         frames passed on, dropped for a bad FCS or RX_ER, for fewer than 64
         bytes, for more than ``max_frame``, for a full receive buffer; frames
         sent, and frames to send dropped for their length.
@@ -479,7 +480,7 @@ class MAC(wiring.Component):
         super().__init__({
             "gmii_rx": In(GMIISignature()), "gmii_tx": Out(GMIISignature()),
             "m": Out(beat_signature(width)), "s": In(beat_signature(width)),
-            **{name: Out(counter_width) for name in RX_COUNTERS + TX_COUNTERS},
+            **{name: Out(counter_width) for name in COUNTERS},
         })
 
     def elaborate(self, platform):
@@ -539,6 +540,7 @@ class MAC(wiring.Component):
                    "rx_runts": (rx_mac.runt, "rx"), "rx_long": (rx_mac.long, "rx"),
                    "rx_overflow": (rx_buffer.overflow, "rx"), "tx_frames": (tx_mac.sent, "tx"),
                    "tx_long": (held & tx_buffer.i.ready & beat.last & too_long, "tx")}
+        assert strobes.keys() == set(COUNTERS), "a strobe for every counter the register map names, and no other"
         for name, (strobe, domain) in strobes.items():
             m.d.comb += getattr(self, name).eq(_gray_counter(m, strobe, domain, self.counter_width, name))
         return m
@@ -555,7 +557,7 @@ def flat_members(width: int, counter_width: int) -> dict:
     for d, prefix in ((In, "s_axis"), (Out, "m_axis")):
         members.update({f"{prefix}_tdata": d(width), f"{prefix}_tkeep": d(width // 8), f"{prefix}_tlast": d(1),
                         f"{prefix}_tvalid": d(1), f"{prefix}_tready": d(1).flip()})
-    members.update({name: Out(counter_width) for name in RX_COUNTERS + TX_COUNTERS})
+    members.update({name: Out(counter_width) for name in COUNTERS})
     return members
 
 
@@ -567,7 +569,7 @@ def connect_flat(m: Module, top, mac) -> None:
                  top.m_axis_tdata.eq(mac.m.payload.data), top.m_axis_tkeep.eq(mac.m.payload.keep),
                  top.m_axis_tlast.eq(mac.m.payload.last), top.m_axis_tvalid.eq(mac.m.valid),
                  mac.m.ready.eq(top.m_axis_tready)]
-    m.d.comb += [getattr(top, name).eq(getattr(mac, name)) for name in RX_COUNTERS + TX_COUNTERS]
+    m.d.comb += [getattr(top, name).eq(getattr(mac, name)) for name in COUNTERS]
 
 
 class MACTop(wiring.Component):

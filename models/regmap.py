@@ -235,7 +235,8 @@ MGMT_STATS = {
 }
 
 MAC_BASE, MAC_STRIDE = 0x400, 0x20
-# name: description; port p's at MAC_BASE + MAC_STRIDE p + 4 i in this order (hdl.mac.MAC's counters).
+# name: description; port p's at MAC_BASE + MAC_STRIDE p + 4 i in this order. The gateware's MAC takes its
+# counters' names from here (hdl.mac.COUNTERS).
 MAC_STATS = {
     "rx_good": "frames the MAC passed to the switch",
     "rx_fcs_errors": "frames of 64 bytes up to the longest dropped for a bad FCS or an RX_ER",
