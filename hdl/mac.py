@@ -402,25 +402,40 @@ class Downsizer(wiring.Component):
         return m
 
 
-def _gray_counter(m: Module, strobe, domain: str, width: int, name: str) -> Signal:
-    """Count ``strobe`` in ``domain`` and return the count in ``sync``.
+# Bits of a counter that cross from its event's domain into ``sync``. The events of every counter come two or more
+# cycles of their 125 MHz clock apart (a frame's end takes a cycle of RX_DV high and one low; the transmit side
+# takes a beat every other cycle), so fewer than 2 ** 4 come between two samples of a ``sync`` of 4.5 MHz or more
+# (the switch's clock must be 15.6 MHz or more anyway: "docs/board.md", "The MAC").
+_CROSS_BITS = 4
 
-    The count crosses as a Gray code, which changes one bit per step, so the
-    synchronizer's sample is always a value the counter had.
+
+def _gray_counter(m: Module, strobe, domain: str, width: int, name: str) -> Signal:
+    """Count ``strobe`` in ``domain`` and return the count, ``width`` bits, in ``sync``.
+
+    Only ``_CROSS_BITS`` bits of the count cross, as a Gray code, which
+    changes one bit per step, so the synchronizer's sample is always a value
+    the count had; ``sync`` adds what the count advanced since its last
+    sample (modulo ``2 ** _CROSS_BITS``: fewer steps than that come between
+    two samples) to the whole count. Crossing all ``width`` bits cost 62
+    LUT4 a counter for the Gray code and its decoding, too many for the 25F
+    of the Colorlight board with 14 of them. The domains reset together.
     """
     hit = Signal(name=f"{name}_hit")
-    count = Signal(width, name=f"{name}_count")
-    gray = Signal(width, name=f"{name}_gray")
+    count = Signal(_CROSS_BITS, name=f"{name}_count")
+    gray = Signal(_CROSS_BITS, name=f"{name}_gray")
     # A register before the adder and one after it: the strobe comes out of a frame's end logic, and an adder
-    # of counter_width bits behind it, then the Gray code, made the rx domain's worst path.
+    # behind it, then the Gray code, made the rx domain's worst path.
     m.d[domain] += [hit.eq(strobe), count.eq(count + hit), gray.eq(count ^ (count >> 1))]
-    synced = Signal(width, name=f"{name}_synced")
+    synced = Signal(_CROSS_BITS, name=f"{name}_synced")
     m.submodules[f"{name}_cdc"] = cdc.FFSynchronizer(gray, synced, o_domain="sync")
-    value = Signal(width, name=name)
     bits = [synced[-1]]
-    for i in reversed(range(width - 1)):
+    for i in reversed(range(_CROSS_BITS - 1)):
         bits.insert(0, bits[0] ^ synced[i])
-    m.d.sync += value.eq(Cat(*bits))
+    # The decoded sample is registered before the subtraction and the wide adder, which then take a cycle alone.
+    now = Signal(_CROSS_BITS, name=f"{name}_now")
+    last = Signal(_CROSS_BITS, name=f"{name}_last")
+    value = Signal(width, name=name)
+    m.d.sync += [now.eq(Cat(*bits)), last.eq(now), value.eq(value + (now - last)[:_CROSS_BITS])]
     return value
 
 
