@@ -42,6 +42,7 @@ from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from inagg.models import regmap as rm
 from inagg.models.geometry import SwitchGeometry
 from inagg.models.protocol import Counter
 from inagg.hdl.arbiter import FrameArbiter
@@ -387,7 +388,9 @@ class SwitchTop(wiring.Component):
     ``AxiLiteBus.from_prefix(dut, "s_axil")`` connect as is, and
     ``order_valid``/``order_port``/``order_diverted``/``order_gone``
     (:attr:`Switch.order`), ``order_refused`` (:attr:`Switch.refused`) and
-    ``order_teardown`` (:attr:`Switch.torn`). Takes the parameters of
+    ``order_teardown`` (:attr:`Switch.torn`); with ``mac_ports``, inputs
+    ``mac{p}_<counter>`` (32 bits, :data:`~inagg.models.regmap.MAC_STATS`) for
+    each of those ports (:attr:`Switch.mac_stats`). Takes the parameters of
     :class:`Switch` (a geometry or its keywords).
     """
 
@@ -404,6 +407,8 @@ class SwitchTop(wiring.Component):
             members[f"s_axil_{name}"] = member
         members.update({"order_valid": Out(1), "order_port": Out(len(sw.order.p.port)), "order_diverted": Out(1),
                         "order_gone": Out(1), "order_refused": Out(1), "order_teardown": Out(1)})
+        for p in range(sw.control.mac_ports):
+            members.update({f"mac{p}_{name}": In(32) for name in rm.MAC_STATS})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -422,6 +427,8 @@ class SwitchTop(wiring.Component):
         m.d.comb += [self.order_valid.eq(sw.order.valid), self.order_port.eq(sw.order.p.port),
                      self.order_diverted.eq(sw.order.p.diverted), self.order_gone.eq(sw.order.p.gone),
                      self.order_refused.eq(sw.refused), self.order_teardown.eq(sw.torn)]
+        for p in range(sw.control.mac_ports):
+            m.d.comb += [getattr(sw.mac_stats[p], name).eq(getattr(self, f"mac{p}_{name}")) for name in rm.MAC_STATS]
         for name, member in sw.axil.signature.members.items():
             mine, theirs = getattr(self, f"s_axil_{name}"), getattr(sw.axil, name)
             if member.flow == Out:

@@ -8,7 +8,7 @@ import pytest
 from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
-from inagg.hdl.switch import Switch, check_parameters
+from inagg.hdl.switch import Switch, check_parameters, generate_verilog
 from inagg.models import regmap as rm
 from inagg.testbench.axil_sim import axil_read
 
@@ -65,6 +65,13 @@ def test_without_macs_the_region_is_absent():
     sim.add_testbench(bench)
     sim.run()
     assert got == dict.fromkeys(got, (0, SLVERR))
+
+
+def test_the_verilog_top_takes_each_counter():
+    verilog = generate_verilog(**GEOMETRY, mac_ports=1)
+    for name in rm.MAC_STATS:
+        assert f"input [31:0] mac0_{name};" in verilog and f"mac1_{name}" not in verilog
+    assert "mac0_" not in generate_verilog(**GEOMETRY)
 
 
 @pytest.mark.parametrize("mac_ports, message", [
