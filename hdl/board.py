@@ -29,6 +29,7 @@ from amaranth.lib import io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
+from inagg.hdl.mac import COUNTERS
 from inagg.hdl.rgmii import RGMII
 from inagg.hdl.switch import Switch
 
@@ -221,14 +222,16 @@ def _stretch(m: Module, strobe, bits: int, name: str) -> Signal:
 
 def board_switch(name: str, *, mgmt_key: bytes, mgmt_port: int = 0, **switch) -> Switch:
     """The :class:`~inagg.hdl.switch.Switch` of board ``name``'s top: its defaults (:attr:`Board.switch`), two
-    ports, overridden by ``switch``, the management bridge on ``mgmt_port`` with ``mgmt_key``."""
+    ports, overridden by ``switch``, the management bridge on ``mgmt_port`` with ``mgmt_key``, and both ports'
+    MAC counters in the register map (``mac_ports``)."""
     if "ports" in switch:
         raise TypeError("A board top's switch has the board's two ports; ports is not a parameter")
-    return Switch(ports=2, **{**board(name).switch, **switch}, mgmt_port=mgmt_port, mgmt_key=mgmt_key)
+    return Switch(ports=2, **{**board(name).switch, **switch}, mgmt_port=mgmt_port, mgmt_key=mgmt_key, mac_ports=2)
 
 
 def connect_macs(m: Module, sw: Switch, macs) -> list:
-    """Add switch ``sw`` and ``macs`` (one per port, with a MAC's ``m``/``s`` streams) to ``m``, wired port by port.
+    """Add switch ``sw`` and ``macs`` (one per port, with a MAC's ``m``/``s`` streams and counters) to ``m``, wired
+    port by port, each MAC's counters to the switch's ``mac_stats`` (the register map's ``MAC_BASE``).
 
     The seam between a board's logic and its pins: :class:`BoardTop` puts
     :class:`~inagg.hdl.rgmii.RGMII` MACs on the ECP5's DDR pins here, and the
@@ -242,6 +245,7 @@ def connect_macs(m: Module, sw: Switch, macs) -> list:
         m.submodules[f"eth{p}"] = eth
         wiring.connect(m, eth.m, sw.s[p])
         wiring.connect(m, sw.m[p], eth.s)
+        m.d.comb += [getattr(sw.mac_stats[p], name).eq(getattr(eth, name)) for name in COUNTERS]
         for stream in (sw.s[p], sw.m[p]):
             activity.append(stream.valid & stream.ready & stream.p.last)
     return activity
@@ -260,8 +264,8 @@ class BoardTop(wiring.Component):
     (``sync`` runs, out of reset), then for each port, in turn, a received
     and a sent frame.
 
-    The MACs' counters (``docs/board.md``) have no register yet, so the
-    board build leaves them out.
+    The MACs' counters (``docs/board.md``) are read in the register map,
+    port ``p``'s at :meth:`RegMap.mac_stat(p, name) <inagg.models.regmap.RegMap.mac_stat>`.
 
     Parameters
     ----------

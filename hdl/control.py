@@ -21,8 +21,8 @@ from inagg.hdl.exception import STATS, stats_layout
 
 __all__ = ["register_layout", "register_view", "AXILiteSignature", "JobEntry", "JobRead", "WorkerEntry", "WorkerRead",
            "ContribEntry", "ContribRead",
-           "SwitchConfig", "TeardownRequest", "MgmtStats", "TableAccess", "JobTable", "WorkerTable", "Counters", "Control",
-           "N_COUNTERS", "event_vector"]
+           "SwitchConfig", "TeardownRequest", "MgmtStats", "MacStats", "check_mac_ports", "TableAccess", "JobTable",
+           "WorkerTable", "Counters", "Control", "N_COUNTERS", "event_vector"]
 
 N_COUNTERS = len(Counter)
 _OKAY, _SLVERR = 0b00, 0b10
@@ -99,6 +99,15 @@ TeardownRequest = data.StructLayout({"start": 1, "job": QPN_JOB_BITS, "slot_base
 
 MgmtStats = data.StructLayout({name: 32 for name in rm.MGMT_STATS})
 """The management bridge's counters (:data:`~inagg.models.regmap.MGMT_STATS`), read at ``MGMT_BASE``."""
+
+MacStats = data.StructLayout({name: 32 for name in rm.MAC_STATS})
+"""An Ethernet MAC's counters (:data:`~inagg.models.regmap.MAC_STATS`), its port's read at ``MAC_BASE``."""
+
+
+def check_mac_ports(mac_ports, ports: int) -> None:
+    """``ValueError`` unless ``mac_ports`` (:class:`Control`'s) is a count of ports from 0 to ``ports``."""
+    if not isinstance(mac_ports, int) or isinstance(mac_ports, bool) or not 0 <= mac_ports <= ports:
+        raise ValueError(f"MAC ports must be an integer in 0..{ports}, not {mac_ports!r}")
 
 
 class JobRead(wiring.Signature):
@@ -392,6 +401,9 @@ class Control(wiring.Component):
         ``EXC_BASE``.
     mgmt:
         A management bridge's counters are read at ``MGMT_BASE`` (SLVERR without).
+    mac_ports:
+        Ports ``0 .. mac_ports - 1`` have an Ethernet MAC whose counters are read at ``MAC_BASE``
+        (SLVERR for the other ports' addresses).
     job_readers:
         Number of job-table read ports.
     worker_readers:
@@ -430,6 +442,8 @@ class Control(wiring.Component):
         The exception engine's counters (with an exception path only).
     mgmt_stats : In(MgmtStats)
         The management bridge's counters (with ``mgmt`` only).
+    mac_stats : In(MacStats).array(mac_ports)
+        Each MAC's counters (with ``mac_ports`` only).
     enabled : Out(jobs)
         Bit ``j``: job ``j``'s ``CTRL`` enable bit.
     teardown : Out(TeardownRequest)
@@ -444,17 +458,20 @@ class Control(wiring.Component):
     """
 
     def __init__(self, geometry: SwitchGeometry, *, job_readers: int, event_sources: int,
-                 worker_readers: int | None = None, mgmt: bool = False):
+                 worker_readers: int | None = None, mgmt: bool = False, mac_ports: int = 0):
         if not isinstance(geometry, SwitchGeometry):
             raise TypeError(f"Geometry must be a SwitchGeometry, not {geometry!r}")
         self.geometry = geometry
         self.regmap = geometry.regmap
         self.port_bits = geometry.port_bits
         ports, jobs, workers = geometry.ports, geometry.jobs, geometry.workers
-        self.mgmt = mgmt
+        check_mac_ports(mac_ports, ports)
+        self.mgmt, self.mac_ports = mgmt, mac_ports
         members = {} if geometry.exception is None else {"exc_stats": In(stats_layout())}
         if mgmt:
             members["mgmt_stats"] = In(MgmtStats)
+        if mac_ports:
+            members["mac_stats"] = In(MacStats).array(mac_ports)
         super().__init__({
             **members,
             "axil": In(AXILiteSignature(self.regmap.addr_width)),
@@ -575,6 +592,14 @@ class Control(wiring.Component):
                             & (raddr[:2] == 0)):
                     stats = Array(getattr(self.mgmt_stats, name) for name in rm.MGMT_STATS)
                     m.d.sync += rdata.eq(stats[(raddr - rm.MGMT_BASE)[2:]])
+            if self.mac_ports:
+                # A port's block has a word to spare (MAC_STRIDE): it is absent, as the ports without a MAC are.
+                mac_off = raddr - rm.MAC_BASE
+                lsb = (rm.MAC_STRIDE - 1).bit_length()  # the port's number starts at this address bit
+                with m.Elif((raddr >= rm.MAC_BASE) & (raddr < rm.MAC_BASE + rm.MAC_STRIDE * self.mac_ports)
+                            & (raddr[:2] == 0) & (mac_off[2:lsb] < len(rm.MAC_STATS))):
+                    stats = Array(Array(getattr(s, name) for name in rm.MAC_STATS) for s in self.mac_stats)
+                    m.d.sync += rdata.eq(stats[mac_off[lsb:]][mac_off[2:lsb]])
             with m.Elif((raddr >= rm.JOB_BASE) & (raddr < rm.JOB_BASE + rm.JOB_STRIDE * jobs)):
                 m.d.sync += rdata.eq(jw.r_data)
                 with m.If(~jw.r_ok):

@@ -31,9 +31,10 @@ from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from inagg.models.regmap import MAC_STATS
 from inagg.hdl.axis import beat_layout, beat_signature, check_width
 
-__all__ = ["PREAMBLE", "SFD", "MIN_FRAME", "MAX_FRAME", "IFG", "RX_COUNTERS", "TX_COUNTERS", "GMIISignature",
+__all__ = ["PREAMBLE", "SFD", "MIN_FRAME", "MAX_FRAME", "IFG", "COUNTERS", "GMIISignature",
            "BYTE_LAYOUT", "byte_signature", "GMIIReceiver", "GMIITransmitter", "FrameBuffer", "Upsizer", "Downsizer", "MAC",
            "flat_members", "connect_flat", "MACTop"]
 
@@ -43,9 +44,9 @@ MIN_FRAME, MAX_FRAME = 64, 1522
 FCS_BYTES = 4
 #: Bytes of idle between two transmitted frames (the 96-bit-time inter-frame gap).
 IFG = 12
-#: The MAC's counters, each an ``Out(counter_width)`` member of :class:`MAC` in the switch's domain.
-RX_COUNTERS = ("rx_good", "rx_fcs_errors", "rx_runts", "rx_long", "rx_overflow")
-TX_COUNTERS = ("tx_frames", "tx_long")
+#: The MAC's counters, each an ``Out(counter_width)`` member of :class:`MAC` in the switch's domain: the register
+#: map's (:data:`~inagg.models.regmap.MAC_STATS`), named and ordered there, so that the two cannot drift apart.
+COUNTERS = tuple(MAC_STATS)
 
 
 class GMIISignature(wiring.Signature):
@@ -401,25 +402,40 @@ class Downsizer(wiring.Component):
         return m
 
 
-def _gray_counter(m: Module, strobe, domain: str, width: int, name: str) -> Signal:
-    """Count ``strobe`` in ``domain`` and return the count in ``sync``.
+# Bits of a counter that cross from its event's domain into ``sync``. The events of every counter come two or more
+# cycles of their 125 MHz clock apart (a frame's end takes a cycle of RX_DV high and one low; the transmit side
+# takes a beat every other cycle), so fewer than 2 ** 4 come between two samples of a ``sync`` of 4.5 MHz or more
+# (the switch's clock must be 15.6 MHz or more anyway: "docs/board.md", "The MAC").
+_CROSS_BITS = 4
 
-    The count crosses as a Gray code, which changes one bit per step, so the
-    synchronizer's sample is always a value the counter had.
+
+def _gray_counter(m: Module, strobe, domain: str, width: int, name: str) -> Signal:
+    """Count ``strobe`` in ``domain`` and return the count, ``width`` bits, in ``sync``.
+
+    Only ``_CROSS_BITS`` bits of the count cross, as a Gray code, which
+    changes one bit per step, so the synchronizer's sample is always a value
+    the count had; ``sync`` adds what the count advanced since its last
+    sample (modulo ``2 ** _CROSS_BITS``: fewer steps than that come between
+    two samples) to the whole count. Crossing all ``width`` bits cost 62
+    LUT4 a counter for the Gray code and its decoding, too many for the 25F
+    of the Colorlight board with 14 of them. The domains reset together.
     """
     hit = Signal(name=f"{name}_hit")
-    count = Signal(width, name=f"{name}_count")
-    gray = Signal(width, name=f"{name}_gray")
+    count = Signal(_CROSS_BITS, name=f"{name}_count")
+    gray = Signal(_CROSS_BITS, name=f"{name}_gray")
     # A register before the adder and one after it: the strobe comes out of a frame's end logic, and an adder
-    # of counter_width bits behind it, then the Gray code, made the rx domain's worst path.
+    # behind it, then the Gray code, made the rx domain's worst path.
     m.d[domain] += [hit.eq(strobe), count.eq(count + hit), gray.eq(count ^ (count >> 1))]
-    synced = Signal(width, name=f"{name}_synced")
+    synced = Signal(_CROSS_BITS, name=f"{name}_synced")
     m.submodules[f"{name}_cdc"] = cdc.FFSynchronizer(gray, synced, o_domain="sync")
-    value = Signal(width, name=name)
     bits = [synced[-1]]
-    for i in reversed(range(width - 1)):
+    for i in reversed(range(_CROSS_BITS - 1)):
         bits.insert(0, bits[0] ^ synced[i])
-    m.d.sync += value.eq(Cat(*bits))
+    # The decoded sample is registered before the subtraction and the wide adder, which then take a cycle alone.
+    now = Signal(_CROSS_BITS, name=f"{name}_now")
+    last = Signal(_CROSS_BITS, name=f"{name}_last")
+    value = Signal(width, name=name)
+    m.d.sync += [now.eq(Cat(*bits)), last.eq(now), value.eq(value + (now - last)[:_CROSS_BITS])]
     return value
 
 
@@ -454,7 +470,7 @@ class MAC(wiring.Component):
         Frames to send, without FCS; shorter than 60 bytes is padded, longer
         than ``max_frame - 4`` is dropped (``tx_long``).
     rx_good, rx_fcs_errors, rx_runts, rx_long, rx_overflow, tx_frames, tx_long : Out(counter_width)
-        Counters in the ``sync`` domain (:data:`RX_COUNTERS`, :data:`TX_COUNTERS`):
+        Counters in the ``sync`` domain (:data:`COUNTERS`):
         frames passed on, dropped for a bad FCS or RX_ER, for fewer than 64
         bytes, for more than ``max_frame``, for a full receive buffer; frames
         sent, and frames to send dropped for their length.
@@ -479,7 +495,7 @@ class MAC(wiring.Component):
         super().__init__({
             "gmii_rx": In(GMIISignature()), "gmii_tx": Out(GMIISignature()),
             "m": Out(beat_signature(width)), "s": In(beat_signature(width)),
-            **{name: Out(counter_width) for name in RX_COUNTERS + TX_COUNTERS},
+            **{name: Out(counter_width) for name in COUNTERS},
         })
 
     def elaborate(self, platform):
@@ -539,6 +555,7 @@ class MAC(wiring.Component):
                    "rx_runts": (rx_mac.runt, "rx"), "rx_long": (rx_mac.long, "rx"),
                    "rx_overflow": (rx_buffer.overflow, "rx"), "tx_frames": (tx_mac.sent, "tx"),
                    "tx_long": (held & tx_buffer.i.ready & beat.last & too_long, "tx")}
+        assert strobes.keys() == set(COUNTERS), "a strobe for every counter the register map names, and no other"
         for name, (strobe, domain) in strobes.items():
             m.d.comb += getattr(self, name).eq(_gray_counter(m, strobe, domain, self.counter_width, name))
         return m
@@ -555,7 +572,7 @@ def flat_members(width: int, counter_width: int) -> dict:
     for d, prefix in ((In, "s_axis"), (Out, "m_axis")):
         members.update({f"{prefix}_tdata": d(width), f"{prefix}_tkeep": d(width // 8), f"{prefix}_tlast": d(1),
                         f"{prefix}_tvalid": d(1), f"{prefix}_tready": d(1).flip()})
-    members.update({name: Out(counter_width) for name in RX_COUNTERS + TX_COUNTERS})
+    members.update({name: Out(counter_width) for name in COUNTERS})
     return members
 
 
@@ -567,7 +584,7 @@ def connect_flat(m: Module, top, mac) -> None:
                  top.m_axis_tdata.eq(mac.m.payload.data), top.m_axis_tkeep.eq(mac.m.payload.keep),
                  top.m_axis_tlast.eq(mac.m.payload.last), top.m_axis_tvalid.eq(mac.m.valid),
                  mac.m.ready.eq(top.m_axis_tready)]
-    m.d.comb += [getattr(top, name).eq(getattr(mac, name)) for name in RX_COUNTERS + TX_COUNTERS]
+    m.d.comb += [getattr(top, name).eq(getattr(mac, name)) for name in COUNTERS]
 
 
 class MACTop(wiring.Component):

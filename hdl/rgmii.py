@@ -25,7 +25,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from inagg.hdl.axis import beat_signature
-from inagg.hdl.mac import MAC, RX_COUNTERS, TX_COUNTERS, GMIISignature
+from inagg.hdl.mac import COUNTERS, MAC, GMIISignature
 
 __all__ = ["RGMIIRxDecoder", "RGMIITxEncoder", "RGMIICore", "RGMII", "RX_HZ"]
 
@@ -77,14 +77,14 @@ class RGMIITxEncoder(wiring.Component):
 def _mac_members(mac: MAC) -> dict:
     """The switch-side members of a MAC wrapper: its streams and counters."""
     return {"m": Out(beat_signature(mac.width)), "s": In(beat_signature(mac.width)),
-            **{name: Out(mac.counter_width) for name in RX_COUNTERS + TX_COUNTERS}}
+            **{name: Out(mac.counter_width) for name in COUNTERS}}
 
 
 def _forward_mac(m: Module, outer, mac: MAC) -> None:
     """Wire ``outer``'s members of :func:`_mac_members` to ``mac``."""
     wiring.connect(m, wiring.flipped(outer.s), mac.s)
     wiring.connect(m, mac.m, wiring.flipped(outer.m))
-    m.d.comb += [getattr(outer, name).eq(getattr(mac, name)) for name in RX_COUNTERS + TX_COUNTERS]
+    m.d.comb += [getattr(outer, name).eq(getattr(mac, name)) for name in COUNTERS]
 
 
 class RGMIICore(wiring.Component):

@@ -46,12 +46,13 @@ from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from inagg.models import regmap as rm
 from inagg.models.geometry import SwitchGeometry
 from inagg.models.protocol import QPN_JOB_BITS, QPN_WORKER_BITS, Counter
 from inagg.hdl.arbiter import FrameArbiter
 from inagg.hdl.augmented import ResendFrames
 from inagg.hdl.axis import beat_signature
-from inagg.hdl.control import AXILiteSignature, Control, event_vector
+from inagg.hdl.control import AXILiteSignature, Control, MacStats, check_mac_ports, event_vector
 from inagg.hdl.divert import Divert
 from inagg.hdl.emitter import ResultEmitter
 from inagg.hdl.engine import SlotEngine, _delay_line, check_fp32_latencies
@@ -63,7 +64,7 @@ __all__ = ["check_parameters", "Switch", "SwitchTop", "generate_verilog"]
 
 
 def check_parameters(*, divert_frames=4, convert_latency=1, add_latency=2, mgmt_port=None, mgmt_key=None,
-                     **geometry) -> SwitchGeometry:
+                     mac_ports=0, **geometry) -> SwitchGeometry:
     """Raise ``ValueError`` naming the first parameter of :class:`Switch` that is out of range.
 
     ``geometry`` are :meth:`SwitchGeometry.from_params`'s keywords; returns the geometry they make.
@@ -71,6 +72,7 @@ def check_parameters(*, divert_frames=4, convert_latency=1, add_latency=2, mgmt_
     g = SwitchGeometry.from_params(**geometry)
     _check_pipeline(g, divert_frames, convert_latency, add_latency)
     _check_mgmt(g, mgmt_port, mgmt_key)
+    check_mac_ports(mac_ports, g.ports)
     return g
 
 
@@ -119,6 +121,10 @@ class Switch(wiring.Component):
     mgmt_key:
         The bridge's 16-byte key, a constant of the bitstream; given exactly
         when ``mgmt_port`` is.
+    mac_ports:
+        Ports ``0 .. mac_ports - 1`` are behind an Ethernet MAC
+        (:class:`~inagg.hdl.mac.MAC`) whose counters :attr:`mac_stats` takes
+        into the register map (``MAC_BASE``); 0 (the default): none.
 
     Members
     -------
@@ -154,6 +160,8 @@ class Switch(wiring.Component):
         :class:`~inagg.hdl.augmented.ResendFrames` on :attr:`order` is
         ``gone`` when it sent nothing (every child had ACKed that result by
         then).
+    mac_stats : In(MacStats).array(mac_ports)
+        With ``mac_ports`` only: the counters of the MAC on each of those ports, in the ``sync`` domain.
 
     Attributes
     ----------
@@ -172,13 +180,15 @@ class Switch(wiring.Component):
     """
 
     def __init__(self, geometry: SwitchGeometry | None = None, *, divert_frames: int = 4, convert_latency: int = 1,
-                 add_latency: int = 2, mgmt_port: int | None = None, mgmt_key: bytes | None = None, **params):
+                 add_latency: int = 2, mgmt_port: int | None = None, mgmt_key: bytes | None = None, mac_ports: int = 0,
+                 **params):
         if geometry is None:
             geometry = SwitchGeometry.from_params(**params)
         elif params or not isinstance(geometry, SwitchGeometry):
             raise TypeError(f"Switch takes a SwitchGeometry or its keywords, not {geometry!r} and {sorted(params)}")
         _check_pipeline(geometry, divert_frames, convert_latency, add_latency)
         _check_mgmt(geometry, mgmt_port, mgmt_key)
+        check_mac_ports(mac_ports, geometry.ports)
         self.mgmt_port = mgmt_port
         self.geometry = geometry
         self.ports, self.width, self.slots, self.chunk_bytes = ports, width, slots, chunk_bytes = (
@@ -193,7 +203,7 @@ class Switch(wiring.Component):
         # Event sources: the ingress ports, the emitters, the engine, the exception path, the reflectors.
         self._reflect_events = 2 * ports + 1 + (self.exception is not None)
         self.control = Control(geometry, job_readers=ports, event_sources=self._reflect_events + ports,
-                               worker_readers=2 * ports, mgmt=mgmt_port is not None)
+                               worker_readers=2 * ports, mgmt=mgmt_port is not None, mac_ports=mac_ports)
         addr_width = self.control.regmap.addr_width
         self.mgmt = None if mgmt_port is None else MgmtBridge(width=width, key=mgmt_key, addr_width=addr_width)
         self.arbiter = FrameArbiter(width, space, inputs)
@@ -215,6 +225,7 @@ class Switch(wiring.Component):
             "order": Out(stream.Signature(order, always_ready=True)),
             "refused": Out(1),
             "torn": Out(1),
+            **({"mac_stats": In(MacStats).array(mac_ports)} if mac_ports else {}),
         })
 
     def elaborate(self, platform):
@@ -233,6 +244,8 @@ class Switch(wiring.Component):
             wiring.connect(m, bridge.bus, bus.b)
             wiring.connect(m, bus.o, ctl.axil)
             m.d.comb += [bridge.mac.eq(ctl.switch.mac), ctl.mgmt_stats.eq(bridge.stats)]
+        if ctl.mac_ports:
+            m.d.comb += [mine.eq(theirs) for mine, theirs in zip(ctl.mac_stats, self.mac_stats)]
         wiring.connect(m, arb.o, eng.i)
         taken = arb.o.valid & arb.o.ready
         starting = Signal(init=1)
@@ -432,9 +445,11 @@ class SwitchTop(wiring.Component):
     ``AxiLiteBus.from_prefix(dut, "s_axil")`` connect as is, and
     ``order_valid``/``order_port``/``order_diverted``/``order_gone``
     (:attr:`Switch.order`), ``order_refused`` (:attr:`Switch.refused`) and
-    ``order_teardown`` (:attr:`Switch.torn`), and with Mode III ``hop_valid``,
+    ``order_teardown`` (:attr:`Switch.torn`); with Mode III ``hop_valid``,
     ``hop_ack``, ``hop_timer``, ``hop_port``, ``hop_job``, ``hop_worker``
-    (:attr:`Switch.hop`). Takes the parameters of
+    (:attr:`Switch.hop`); with ``mac_ports``, inputs
+    ``mac{p}_<counter>`` (32 bits, :data:`~inagg.models.regmap.MAC_STATS`) for
+    each of those ports (:attr:`Switch.mac_stats`). Takes the parameters of
     :class:`Switch` (a geometry or its keywords).
     """
 
@@ -454,6 +469,8 @@ class SwitchTop(wiring.Component):
         if sw.augmented:
             members.update({"hop_valid": Out(1), **{f"hop_{name}": Out(len(getattr(sw.hop.p, name)))
                                                     for name in ("ack", "timer", "port", "job", "worker")}})
+        for p in range(sw.control.mac_ports):
+            members.update({f"mac{p}_{name}": In(32) for name in rm.MAC_STATS})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -476,6 +493,8 @@ class SwitchTop(wiring.Component):
         m.d.comb += [self.order_valid.eq(sw.order.valid), self.order_port.eq(sw.order.p.port),
                      self.order_diverted.eq(sw.order.p.diverted), self.order_gone.eq(sw.order.p.gone),
                      self.order_refused.eq(sw.refused), self.order_teardown.eq(sw.torn)]
+        for p in range(sw.control.mac_ports):
+            m.d.comb += [getattr(sw.mac_stats[p], name).eq(getattr(self, f"mac{p}_{name}")) for name in rm.MAC_STATS]
         for name, member in sw.axil.signature.members.items():
             mine, theirs = getattr(self, f"s_axil_{name}"), getattr(sw.axil, name)
             if member.flow == Out:

@@ -20,7 +20,8 @@ that interface on the RTL's AXI4-Lite register map
 a bus that is driven asynchronously (a cocotb AXI4-Lite master).
 :func:`management_target` is a :class:`RegisterTarget` over management
 frames (:class:`inagg.host.mgmt.MgmtBus`), for a board whose only host link
-is its Ethernet.
+is its Ethernet, and :func:`mac_counters` reads a board port's MAC counters
+over the same bus.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from typing import Protocol
 
 from inagg.models.job import Collective, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
 from inagg.models.protocol import CHUNK_BYTES_DEFAULT, MAX_JOBS, MAX_WORKERS, switch_qpn
-from inagg.models.regmap import MODE_CODES, TEARDOWN, RegMap
+from inagg.models.regmap import MAC_STATS, MODE_CODES, TEARDOWN, RegMap
 from inagg.models.tree import Tree
 
 __all__ = ["Plan", "plan", "ConfigTarget", "Controller", "RegisterTarget", "register_writes", "worker_mac",
-           "worker_ip", "management_target", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS", "TreePlan", "plan_tree", "plan_tree_jobs",
-           "TreeController"]
+           "worker_ip", "management_target", "mac_counters", "SWITCH_MAC", "SWITCH_IP", "MAX_SLOTS", "TreePlan",
+           "plan_tree", "plan_tree_jobs", "TreeController"]
 
 SWITCH_MAC = "02:00:00:00:00:fe"
 SWITCH_IP = "10.0.0.254"
@@ -342,6 +343,18 @@ def management_target(bus, regmap: RegMap, spec: SwitchSpec) -> RegisterTarget:
     """A :class:`RegisterTarget` that writes and reads the register map through ``bus``, a
     :class:`inagg.host.mgmt.MgmtBus` (or anything with its ``write`` and ``read``): over the board's Ethernet."""
     return RegisterTarget(bus.write, regmap, spec, read=bus.read)
+
+
+def mac_counters(bus, port: int) -> dict[str, int]:
+    """The counters of the Ethernet MAC on switch port ``port`` (:data:`~inagg.models.regmap.MAC_STATS`), by name,
+    read one by one through ``bus`` (anything with a ``read(address)``: a :class:`inagg.host.mgmt.MgmtBus` on a
+    board). A switch without a MAC on that port refuses the reads (SLVERR: :class:`~inagg.host.mgmt.MgmtError`
+    on a ``MgmtBus``).
+
+    On the management port each read is itself a frame in and its answer a frame out, so ``rx_good`` and
+    ``tx_frames`` there count this call's own requests and answers up to each read.
+    """
+    return {name: bus.read(RegMap.mac_stat(port, name)) for name in MAC_STATS}
 
 
 class TreeController:

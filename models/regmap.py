@@ -25,6 +25,7 @@ are build parameters), read back from ``JOBS``::
     0x0100  counter c   RO  protocol.Counter c at 0x100 + 4 c
     0x0200  exc stat i  RO  the exception engine's counters (EXC_STATS) at 0x200 + 4 i
     0x0300  mgmt stat i RO  the management bridge's counters (MGMT_STATS) at 0x300 + 4 i
+    0x0400  mac stat    RO  port p's Ethernet MAC counters (MAC_STATS) at 0x400 + 0x20 p + 4 i
     0x1000  job j       RW  registers at 0x1000 + 0x20 j   (JOB_REGISTERS)
     0x8000  worker      WO  registers at 0x8000 + 0x40 (j * workers + w)   (WORKER_REGISTERS)
 
@@ -56,7 +57,8 @@ from inagg.models.wire import ip_bytes, mac_bytes
 
 __all__ = ["HOP_TIMEOUT", "HOP_TIMEOUT_RESET", "Field", "Register", "ID_VALUE", "TEARDOWN_BUSY", "TEARDOWN_REFUSED",
            "SWITCH_REGISTERS", "JOB_REGISTERS", "WORKER_REGISTERS", "GEOMETRY", "JOBS", "EXCEPTION", "TEARDOWN",
-           "MODES", "MODE_CODES", "JOB_CTRL", "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "MGMT_BASE", "MGMT_STATS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE",
+           "MODES", "MODE_CODES", "JOB_CTRL", "COUNTER_BASE", "EXC_BASE", "EXC_STATS", "MGMT_BASE", "MGMT_STATS",
+           "MAC_BASE", "MAC_STRIDE", "MAC_STATS", "MAC_PORTS", "JOB_BASE", "JOB_STRIDE", "WORKER_BASE",
            "WORKER_STRIDE", "RegMap"]
 
 _ACCESS = ("RO", "WO", "RW")
@@ -238,7 +240,23 @@ MGMT_STATS = {
     "busy": "management frames dropped: they came while the bridge served another",
 }
 
+MAC_BASE, MAC_STRIDE = 0x400, 0x20
+# name: description; port p's at MAC_BASE + MAC_STRIDE p + 4 i in this order. The gateware's MAC takes its
+# counters' names from here (hdl.mac.COUNTERS).
+MAC_STATS = {
+    "rx_good": "frames the MAC passed to the switch",
+    "rx_fcs_errors": "frames of 64 bytes up to the longest dropped for a bad FCS or an RX_ER",
+    "rx_runts": "frames dropped for being shorter than 64 bytes, FCS included",
+    "rx_long": "frames dropped for being longer than the longest (1,522 bytes by default)",
+    "rx_overflow": "good frames dropped because the MAC's receive buffer was full",
+    "tx_frames": "frames the MAC sent",
+    "tx_long": "frames from the switch dropped for being longer than the longest less the FCS",
+}
+
 JOB_BASE, JOB_STRIDE = 0x1000, 0x20
+MAC_PORTS = (JOB_BASE - MAC_BASE) // MAC_STRIDE
+"""Ports whose MAC counters fit the region below the job registers."""
+
 JOB_CTRL = _reg("CTRL", 0x00, "RW", "the job's state (SLVERR, unchanged, for a write of a mode the switch lacks, "
                                     "or one that enables a job sharing a slot with an enabled job, either Mode II)",
                 Field("enable", 0, 1, "RW", "job enabled"), Field("workers", 8, 7, "RW", "worker count"),
@@ -325,6 +343,15 @@ class RegMap:
         if name not in MGMT_STATS:
             raise ValueError(f"management counter must be one of {', '.join(MGMT_STATS)}, not {name!r}")
         return MGMT_BASE + 4 * list(MGMT_STATS).index(name)
+
+    @staticmethod
+    def mac_stat(port: int, name: str) -> int:
+        """Address of counter ``name`` (:data:`MAC_STATS`) of the Ethernet MAC on switch port ``port``."""
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port < MAC_PORTS:
+            raise ValueError(f"MAC port must be an integer in 0..{MAC_PORTS - 1}, not {port!r}")
+        if name not in MAC_STATS:
+            raise ValueError(f"MAC counter must be one of {', '.join(MAC_STATS)}, not {name!r}")
+        return MAC_BASE + MAC_STRIDE * port + 4 * list(MAC_STATS).index(name)
 
     @staticmethod
     def exception(exc: ExceptionSpec | None) -> int:
@@ -454,6 +481,9 @@ class RegMap:
         for name, doc in MGMT_STATS.items():
             lines.append(f"| 0x{self.mgmt_stat(name):04X} | MGMT.{name} | RO | {doc}; SLVERR without a management "
                          "bridge |")
+        for name, doc in MAC_STATS.items():
+            lines.append(f"| 0x{self.mac_stat(0, name):04X} + 0x{MAC_STRIDE:X} p | MAC.{name} | RO "
+                         f"| port p's MAC: {doc}; SLVERR for a port without a MAC |")
         for r in JOB_REGISTERS.values():
             lines.append(f"| 0x{JOB_BASE + r.offset:04X} + 0x{JOB_STRIDE:X} j | JOB.{r.name} | {r.access} "
                          f"| {r.meaning()} |")

@@ -35,7 +35,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.eth import GmiiFrame, RgmiiSink, RgmiiSource
 
 from inagg.hdl.board import board_switch, connect_macs
-from inagg.hdl.mac import MIN_FRAME, RX_COUNTERS, TX_COUNTERS
+from inagg.hdl.mac import MIN_FRAME
 from inagg.hdl.rgmii import RGMIICore
 from inagg.hdl.switch import Switch
 from inagg.host.mgmt import MgmtBus, MgmtSession
@@ -51,7 +51,6 @@ from inagg.testbench.replay import DIVERTED, assert_frames_match, replay
 __all__ = ["BOARD_TOPLEVEL", "BoardSimTop", "build_board", "wire_frame", "BoardTB"]
 
 BOARD_TOPLEVEL = "inagg_board"
-MAC_COUNTERS = RX_COUNTERS + TX_COUNTERS
 
 
 class BoardSimTop(wiring.Component):
@@ -61,18 +60,17 @@ class BoardSimTop(wiring.Component):
     Ports: ``rgmii{p}_rxd``/``rgmii{p}_rx_ctl`` in and ``rgmii{p}_txd``/``rgmii{p}_tx_ctl``
     out for each port ``p``; the clocks and resets ``clk``/``rst`` (the
     switch's ``sync``), ``tx_clk``/``tx_rst`` and ``rx{p}_clk``/``rx{p}_rst``;
-    each MAC's counters as ``eth{p}_<counter>`` (the register map has none
-    for them yet: ``docs/board.md``); ``order_valid``/``order_port``/``order_diverted``.
+    ``order_valid``/``order_port``/``order_diverted``. The MACs' counters are
+    read in the register map, as on the board.
     """
 
     def __init__(self, switch: Switch):
         self.switch = sw = switch
         self.cores = [RGMIICore(sw.width) for _ in range(sw.ports)]
         members = {"order_valid": Out(1), "order_port": Out(len(sw.order.p.port)), "order_diverted": Out(1)}
-        for p, core in enumerate(self.cores):
+        for p in range(sw.ports):
             members.update({f"rgmii{p}_rxd": In(4), f"rgmii{p}_rx_ctl": In(1),
-                            f"rgmii{p}_txd": Out(4), f"rgmii{p}_tx_ctl": Out(1),
-                            **{f"eth{p}_{name}": Out(core.mac.counter_width) for name in MAC_COUNTERS}})
+                            f"rgmii{p}_txd": Out(4), f"rgmii{p}_tx_ctl": Out(1)})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -84,7 +82,6 @@ class BoardSimTop(wiring.Component):
             falling_edge(m, f"rx{p}")
             ddr_pins(m, core, (getattr(self, f"rgmii{p}_rxd"), getattr(self, f"rgmii{p}_rx_ctl")),
                      (getattr(self, f"rgmii{p}_txd"), getattr(self, f"rgmii{p}_tx_ctl")), rx=f"rx{p}")
-            m.d.comb += [getattr(self, f"eth{p}_{name}").eq(getattr(core, name)) for name in MAC_COUNTERS]
         m.d.comb += [self.order_valid.eq(sw.order.valid), self.order_port.eq(sw.order.p.port),
                      self.order_diverted.eq(sw.order.p.diverted)]
         return m
@@ -170,14 +167,6 @@ class BoardTB:
             self.wire[port].append(frame)
             if port == self.mgmt_port and is_mgmt(frame):
                 self._fresh.append(frame)
-
-    async def mac_counters(self, port: int) -> dict[str, int]:
-        """Port ``port``'s MAC counters, read from the top's ports (no register carries them).
-
-        A count crosses into the switch's clock through two flip-flops: a few cycles wait for the last frame's.
-        """
-        await ClockCycles(self.dut.clk, 8)
-        return {name: int(getattr(self.dut, f"eth{port}_{name}").value) for name in MAC_COUNTERS}
 
     async def send(self, port: int, frame: bytes) -> None:
         """Send ``frame`` (without FCS) into ``port``'s pins; returns once the PHY model took it."""

@@ -7,11 +7,12 @@ import warnings
 import zlib
 
 import pytest
+from amaranth import ClockDomain, Module, Signal
 from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
 from inagg.hdl.mac import (BYTE_LAYOUT, IFG, MAC, MAX_FRAME, FrameBuffer, Downsizer, GMIIReceiver, GMIITransmitter,
-                           Upsizer)
+                           Upsizer, _gray_counter)
 from inagg.testbench.streams import get_frame, put_frame
 
 PERIOD = 8e-9  # 125 MHz
@@ -323,3 +324,32 @@ def test_mac_receives_sends_and_counts(width):
 ])
 def test_mac_checks_its_parameters(kwargs, message):
     refused(lambda: MAC(**kwargs), message)
+
+
+def test_a_counter_crosses_every_event_into_a_slow_switch_clock():
+    """A counter's few crossing bits wrap many times over, at the fastest events any counter has (every other
+    cycle of 125 MHz) into a switch clock just above the slowest it allows (4.6 MHz), and the count in ``sync``
+    (6 bits: it wraps too) misses none."""
+    m = Module()
+    m.domains += [ClockDomain("rx"), ClockDomain("sync")]
+    strobe = Signal()
+    value = _gray_counter(m, strobe, "rx", 6, "events")
+    rng = random.Random(23)
+    gaps = [1] * 100 + [rng.choice([1, 1, 2, 5]) for _ in range(100)]
+    seen = []
+
+    async def bench(ctx):
+        for gap in gaps:
+            ctx.set(strobe, 1)
+            await ctx.tick("rx")
+            ctx.set(strobe, 0)
+            await ctx.tick("rx").repeat(gap)
+        await ctx.tick("sync").repeat(6)
+        seen.append(ctx.get(value))
+
+    sim = Simulator(m)
+    sim.add_clock(PERIOD, domain="rx")
+    sim.add_clock(PERIOD * 27, domain="sync")
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [len(gaps) % 64]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from inagg.host.controller import Controller, management_target, plan, register_writes
+from inagg.host.controller import Controller, mac_counters, management_target, plan, register_writes
 from inagg.host.mgmt import MgmtBus, MgmtError, MgmtSession, MgmtTimeout
 from inagg.models import regmap as rm
 from inagg.models.mgmt import MgmtBridge, Op, Status
@@ -77,6 +77,13 @@ def test_read_round_trip():
     b.write(REGMAP.switch("IP"), 0x0A00_00FE)
     assert b.read(REGMAP.switch("IP")) == 0x0A00_00FE
     assert b.read(REGMAP.mgmt_stat("accepted")) == 3
+
+
+def test_mac_counters_of_a_port_by_name():
+    bridge, regs = board()
+    for k, name in enumerate(rm.MAC_STATS):
+        regs.values[REGMAP.mac_stat(1, name)] = 100 + k
+    assert mac_counters(bus(Link(bridge)), 1) == {name: 100 + k for k, name in enumerate(rm.MAC_STATS)}
 
 
 def test_lost_request_is_sent_again():

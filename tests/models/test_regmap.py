@@ -7,7 +7,7 @@ import pytest
 import dataclasses
 
 from inagg.models import regmap as rm
-from inagg.models.geometry import SwitchGeometry
+from inagg.models.geometry import MAX_PORTS, SwitchGeometry
 from inagg.models.job import Collective, ExceptionSpec, JobSpec, Mode, SwitchSpec, Uplink, WorkerSpec
 from inagg.models.protocol import Counter
 
@@ -31,6 +31,28 @@ def test_addresses():
     offsets = [r.offset for r in rm.SWITCH_REGISTERS.values()]
     assert len(set(offsets)) == len(offsets) and max(offsets) < rm.COUNTER_BASE
     assert rm.COUNTER_BASE + 4 * len(Counter) <= rm.JOB_BASE
+
+
+def test_mac_counters_have_a_block_per_port():
+    """Issue 23: port p's MAC counters at MAC_BASE + MAC_STRIDE p, in MAC_STATS's order, for every port a switch
+    may have, between the management bridge's counters and the job registers."""
+    assert rm.RegMap.mac_stat(0, "rx_good") == 0x400 and rm.RegMap.mac_stat(1, "tx_long") == 0x420 + 4 * 6
+    addrs = [rm.RegMap.mac_stat(p, name) for p in range(MAX_PORTS) for name in rm.MAC_STATS]
+    assert len(set(addrs)) == len(addrs) and all(a % 4 == 0 for a in addrs)
+    assert rm.MGMT_BASE + 4 * len(rm.MGMT_STATS) <= rm.MAC_BASE and max(addrs) < rm.JOB_BASE
+    assert rm.MAC_STRIDE & (rm.MAC_STRIDE - 1) == 0 and 4 * len(rm.MAC_STATS) <= rm.MAC_STRIDE
+    assert MAX_PORTS <= rm.MAC_PORTS
+
+
+@pytest.mark.parametrize("port, name, message", [
+    (rm.MAC_PORTS, "rx_good", r"^MAC port must be an integer in 0\.\.95, not 96$"),
+    (True, "rx_good", r"^MAC port must be an integer in 0\.\.95, not True$"),
+    (0, "rx_bad", r"^MAC counter must be one of rx_good, rx_fcs_errors, rx_runts, rx_long, rx_overflow, tx_frames, "
+                  r"tx_long, not 'rx_bad'$"),
+])
+def test_mac_counter_addresses_are_checked(port, name, message):
+    with pytest.raises(ValueError, match=message):
+        rm.RegMap.mac_stat(port, name)
 
 
 def test_job_writes_put_ctrl_last_and_split_fields():
