@@ -29,8 +29,6 @@ from amaranth import DomainRenamer, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from cocotb.clock import Clock
-from cocotb.simtime import get_sim_time
-from cocotb.task import resume
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.eth import GmiiFrame, RgmiiSink, RgmiiSource
 
@@ -38,7 +36,6 @@ from inagg.hdl.board import board_switch, connect_macs
 from inagg.hdl.mac import MIN_FRAME
 from inagg.hdl.rgmii import RGMIICore
 from inagg.hdl.switch import Switch
-from inagg.host.mgmt import MgmtBus, MgmtSession
 from inagg.models import regmap as rm
 from inagg.models.job import SwitchSpec
 from inagg.models.mgmt import MgmtBridge
@@ -47,6 +44,7 @@ from inagg.testbench import sim
 from inagg.testbench.mac import ddr_pins, falling_edge
 from inagg.testbench.mgmt import Registers, is_mgmt
 from inagg.testbench.replay import DIVERTED, assert_frames_match, replay
+from inagg.testbench.switch_tb import MgmtPort
 
 __all__ = ["BOARD_TOPLEVEL", "BoardSimTop", "build_board", "wire_frame", "BoardTB"]
 
@@ -103,7 +101,7 @@ def wire_frame(frame: bytes) -> bytes:
     return frame + struct.pack("<L", zlib.crc32(frame))
 
 
-class BoardTB:
+class BoardTB(MgmtPort):
     """:class:`BoardSimTop` on its pins: clocks, resets, a PHY model per port, the management bus, the models.
 
     Clocks: each port's receive clock and the transmit clock at 125 MHz, but
@@ -116,6 +114,11 @@ class BoardTB:
 
     RX_PS = (8000, 8008)  # port 0 at 125 MHz, port 1 0.1 % slower
     TX_PS = 7992
+    exchange_cycles = 20_000
+
+    @staticmethod
+    def _response(frame: bytes) -> bytes:
+        return frame[:-4]  # the session's parser takes no FCS
 
     def __init__(self, dut, spec: SwitchSpec, *, port: int, key: bytes, sync_ps: int):
         self.dut, self.spec, self.ports, self.mgmt_port, self.key = dut, spec, spec.ports, port, key
@@ -177,34 +180,8 @@ class BoardTB:
         """Send a frame as built (a bad FCS, a runt) that the MAC is to drop: not one the switch sees."""
         await self.phy_in[port].send(frame)
 
-    def requests(self) -> list[bytes]:
-        """The management frames sent so far, in order, as the switch saw them."""
-        return [f for f in self.sent[self.mgmt_port] if is_mgmt(f)]
-
     def responses(self) -> list[bytes]:
         return [f for f in self.wire[self.mgmt_port] if is_mgmt(f)]
-
-    def bus(self, session: MgmtSession) -> MgmtBus:
-        """The host library's bus of ``session`` on the management port, for code in a ``bridge`` thread."""
-        return MgmtBus(session, resume(self._send_request), resume(self._receive), clock=lambda: get_sim_time("sec"))
-
-    async def _send_request(self, frame: bytes) -> None:
-        await self.send(self.mgmt_port, frame)
-
-    async def _receive(self, timeout: float) -> bytes | None:
-        end = get_sim_time("sec") + timeout
-        while not self._fresh and get_sim_time("sec") < end:
-            await RisingEdge(self.dut.clk)
-        return self._fresh.popleft()[:-4] if self._fresh else None  # the session's parser takes no FCS
-
-    async def exchange(self, frame: bytes, cycles: int = 20_000) -> bytes:
-        """Send ``frame`` on the management port; the next response, without FCS; AssertionError after ``cycles``."""
-        await self.send(self.mgmt_port, frame)
-        for _ in range(cycles):
-            if self._fresh:
-                return self._fresh.popleft()[:-4]
-            await RisingEdge(self.dut.clk)
-        raise AssertionError(f"no management response within {cycles} cycles")
 
     async def settle(self, quiet: int = 2000, limit: int = 400_000) -> None:
         """Wait until every PHY model is idle and no port has sent for ``quiet`` transmit cycles."""

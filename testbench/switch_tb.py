@@ -32,7 +32,7 @@ from inagg.models.switch import ModelSwitch
 from inagg.testbench.mgmt import Registers, is_mgmt
 from inagg.testbench.replay import DIVERTED, RESENT, SKIPPED, AckTaken, TimerRanOut, assert_frames_match, replay
 
-__all__ = ["SwitchTB", "MgmtSwitchTB"]
+__all__ = ["SwitchTB", "MgmtPort", "MgmtSwitchTB"]
 
 
 class SwitchTB:
@@ -170,7 +170,49 @@ class SwitchTB:
         return expect
 
 
-class MgmtSwitchTB(SwitchTB):
+class MgmtPort:
+    """A testbench's side of a management port: the host library's :class:`~inagg.host.mgmt.MgmtBus` on it and
+    one request and its response at a time, for a testbench with ``dut.clk``, ``mgmt_port``, ``sent``,
+    ``send(port, frame)`` and ``_fresh``, the responses no receiver has taken yet, as they left the port."""
+
+    exchange_cycles = 2000
+    """Cycles :meth:`exchange` waits for a response."""
+
+    @staticmethod
+    def _response(frame: bytes) -> bytes:
+        """A response as the session parses it (a testbench whose port gives the FCS too drops it here)."""
+        return frame
+
+    def requests(self) -> list[bytes]:
+        """The management frames sent so far, in order, as the switch saw them."""
+        return [f for f in self.sent[self.mgmt_port] if is_mgmt(f)]
+
+    def bus(self, session: MgmtSession) -> MgmtBus:
+        """A :class:`MgmtBus` of ``session`` on the management port, to be used from a bridge thread."""
+        return MgmtBus(session, resume(self._send_request), resume(self._receive), clock=lambda: get_sim_time("sec"))
+
+    async def _send_request(self, frame: bytes) -> None:
+        await self.send(self.mgmt_port, frame)
+
+    async def _receive(self, timeout: float) -> bytes | None:
+        end = get_sim_time("sec") + timeout
+        while not self._fresh and get_sim_time("sec") < end:
+            await RisingEdge(self.dut.clk)
+        return self._response(self._fresh.popleft()) if self._fresh else None
+
+    async def exchange(self, frame: bytes, cycles: int | None = None) -> bytes:
+        """Send ``frame`` on the management port and return the next response; AssertionError after ``cycles``
+        (:attr:`exchange_cycles` if None)."""
+        cycles = self.exchange_cycles if cycles is None else cycles
+        await self.send(self.mgmt_port, frame)
+        for _ in range(cycles):
+            if self._fresh:
+                return self._response(self._fresh.popleft())
+            await RisingEdge(self.dut.clk)
+        raise AssertionError(f"no management response within {cycles} cycles")
+
+
+class MgmtSwitchTB(MgmtPort, SwitchTB):
     """:class:`SwitchTB` of a top built with a management port (``mgmt_port``, ``mgmt_key``).
 
     Frames of the management EtherType that the management port sends are
@@ -202,32 +244,6 @@ class MgmtSwitchTB(SwitchTB):
                 self._fresh.append(frame)
             else:
                 self.received[port].append(frame)
-
-    def requests(self) -> list[bytes]:
-        """The management frames sent so far, in order."""
-        return [f for f in self.sent[self.mgmt_port] if is_mgmt(f)]
-
-    def bus(self, session: MgmtSession) -> MgmtBus:
-        """A :class:`MgmtBus` of ``session`` on the management port, to be used from a bridge thread."""
-        return MgmtBus(session, resume(self._send_request), resume(self._receive), clock=lambda: get_sim_time("sec"))
-
-    async def _send_request(self, frame: bytes) -> None:
-        await self.send(self.mgmt_port, frame)
-
-    async def _receive(self, timeout: float) -> bytes | None:
-        end = get_sim_time("sec") + timeout
-        while not self._fresh and get_sim_time("sec") < end:
-            await RisingEdge(self.dut.clk)
-        return self._fresh.popleft() if self._fresh else None
-
-    async def exchange(self, frame: bytes, cycles: int = 2000) -> bytes:
-        """Send ``frame`` on the management port and return the next response; AssertionError after ``cycles``."""
-        await self.send(self.mgmt_port, frame)
-        for _ in range(cycles):
-            if self._fresh:
-                return self._fresh.popleft()
-            await RisingEdge(self.dut.clk)
-        raise AssertionError(f"no management response within {cycles} cycles")
 
     async def check(self) -> dict[int, list[bytes]]:
         expect = await super().check()
