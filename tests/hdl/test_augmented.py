@@ -304,20 +304,26 @@ def test_result_acks_follow_the_model_on_random_runs(actions):
     _acks_follow_the_model(3, 4, 0, actions)
 
 
+async def _completed(ctx, dut, n):
+    """:class:`ResultAcks` of one job (two children, eight slots from 0) out of its sweep, its resend requests
+    taken, with results 0 to ``n - 1`` completed two cycles apart."""
+    ctx.set(dut.resend.ready, 1)
+    while not ctx.get(dut.ack.ready):
+        await ctx.tick()
+    for p in range(n):
+        ctx.set(dut.done.valid, 1)
+        ctx.set(dut.done.p, dict(job=0, psn=p, slot=p, workers=2, base=0, slots=8))
+        await ctx.tick()
+        ctx.set(dut.done.valid, 0)
+        await ctx.tick()
+
+
 def test_result_acks_hold_a_completion_that_meets_a_walk():
     """A completion in a walk's write cycle waits a cycle and still lands (two children, eight slots)."""
     dut = ResultAcks(jobs=1, workers=2, depth=8)
 
     async def bench(ctx):
-        ctx.set(dut.resend.ready, 1)
-        while not ctx.get(dut.ack.ready):
-            await ctx.tick()
-        for p in range(3):
-            ctx.set(dut.done.valid, 1)
-            ctx.set(dut.done.p, dict(job=0, psn=p, slot=p, workers=2, base=0, slots=8))
-            await ctx.tick()
-            ctx.set(dut.done.valid, 0)
-            await ctx.tick()
+        await _completed(ctx, dut, 3)
         ctx.set(dut.ack.valid, 1)
         ctx.set(dut.ack.p, dict(job=0, worker=0, psn=2, syndrome=rc.Syndrome.ACK))
         await ctx.tick()
@@ -396,15 +402,7 @@ def test_result_acks_free_an_acks_slots_all_at_once():
     seen = []
 
     async def bench(ctx):
-        ctx.set(dut.resend.ready, 1)
-        while not ctx.get(dut.ack.ready):
-            await ctx.tick()
-        for p in range(3):
-            ctx.set(dut.done.valid, 1)
-            ctx.set(dut.done.p, dict(job=0, psn=p, slot=p, workers=2, base=0, slots=8))
-            await ctx.tick()
-            ctx.set(dut.done.valid, 0)
-            await ctx.tick()
+        await _completed(ctx, dut, 3)
         for w in (0, 1):
             while not ctx.get(dut.ack.ready):
                 await ctx.tick()
@@ -433,15 +431,7 @@ def test_result_acks_nak_sends_again_up_to_the_results_completed_when_it_takes_e
     seen = {}
 
     async def bench(ctx):
-        ctx.set(dut.resend.ready, 1)
-        while not ctx.get(dut.ack.ready):
-            await ctx.tick()
-        for p in range(2):
-            ctx.set(dut.done.valid, 1)
-            ctx.set(dut.done.p, dict(job=0, psn=p, slot=p, workers=2, base=0, slots=8))
-            await ctx.tick()
-            ctx.set(dut.done.valid, 0)
-            await ctx.tick()
+        await _completed(ctx, dut, 2)
         ctx.set(dut.ack.valid, 1)
         ctx.set(dut.ack.p, dict(job=0, worker=0, psn=1, syndrome=rc.Syndrome.NAK_SEQ))  # ACKs 0, NAKs 1
         took = []
@@ -467,13 +457,8 @@ def _first_timer(done_at=None):
     seen, expired = [], []
 
     async def bench(ctx):
-        ctx.set(dut.resend.ready, 1)
         ctx.set(dut.timeout, 40)
-        while not ctx.get(dut.ack.ready):
-            await ctx.tick()
-        ctx.set(dut.done.valid, 1)
-        ctx.set(dut.done.p, dict(job=0, psn=0, slot=0, workers=2, base=0, slots=8))
-        await ctx.tick()
+        await _completed(ctx, dut, 1)
         ctx.set(dut.ack.valid, 1)
         ctx.set(dut.ack.p, dict(job=0, worker=0, psn=0, syndrome=rc.Syndrome.ACK))
         await ctx.tick().until(dut.ack.ready)
