@@ -68,8 +68,9 @@ from inagg.hdl.axis import check_chunk_bytes, check_slots, check_width, swap_lan
 from inagg.hdl.control import N_COUNTERS, event_vector
 from inagg.hdl.fp32 import FP32Adder, IntToFP32
 from inagg.hdl.ingress import PSN_BITS, AckDesc, frame_desc_layout, frame_signature
-from inagg.hdl.translated import PsnTable, TranslatedRules
-from inagg.hdl.augmented import STAMP_BITS, AugmentedReply, AugmentedRules, ResultAck, ResultAcks, Resend
+from inagg.hdl.translated import PsnTable, TranslatedRules, translated_events
+from inagg.hdl.augmented import (STAMP_BITS, AugmentedReply, AugmentedRules, ResultAck, ResultAcks, Resend,
+                                 augmented_events)
 
 __all__ = ["check_fp32_latencies", "meta_layout", "SweepRequest", "Outcome", "SlotRules", "SlotSweep",
            "DecisionOutcome", "lane_word_layout", "result_desc_layout", "result_signature", "SlotDecision", "LaneUpdate", "Promotion",
@@ -985,12 +986,10 @@ class SlotEngine(wiring.Component):
         wiring.connect(m, handoff.o, wiring.flipped(self.o))
 
         out = decision.outcome
-        ev = {Counter.RX_CONTRIB: out.add, Counter.DUP_CONTRIB: out.dup, Counter.TX_RESENDS: out.resend,
-              Counter.COMPLETED: out.complete, Counter.DROP_UNKNOWN_QPN: out.unknown_qpn,
-              Counter.DROP_COLLISION: out.collision, Counter.DROP_STALE: out.stale, Counter.DROP_WINDOW: out.window,
-              Counter.DROP_PSN_AHEAD: out.ahead, Counter.DROP_BAD_ADDRESS: out.bad_address,
-              Counter.DROP_BUFFER_BUSY: out.busy, Counter.ACK_SENT: out.ack, Counter.NAK_SENT: out.nak,
-              Counter.HOP_RESENDS: out.again}
+        # The rules' own strobes (DecisionOutcome has every field they name), and the two drops only the
+        # UC rules make, and Mode III's results sent again.
+        ev = {**translated_events(out), **augmented_events(out), Counter.DROP_UNKNOWN_QPN: out.unknown_qpn,
+              Counter.DROP_COLLISION: out.collision, Counter.HOP_RESENDS: out.again}
         # Registered, in step with `passing` of the cycle before: the counters and the divert
         # queue take the strobes from a flip-flop, not through the slot rules.
         decided = Signal(N_COUNTERS)
