@@ -114,9 +114,11 @@ def _mgmt_w64():
     return MgmtBridge(width=64, key=bytes(range(16)), addr_width=RegMap(4, 8).addr_width)
 
 
-def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_table=0, fp32=None, mgmt=False):
+def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_table=0, fp32=None, mgmt=False,
+                   mode_iii=False):
     """A switch row; ``fp32``: the FP32 units' (conversion, adder) latencies, the switch's defaults if None;
-    ``mgmt``: with the management bridge on port 0 (a fixed key)."""
+    ``mgmt``: with the management bridge on port 0 (a fixed key); ``mode_iii``: a build that takes Mode III
+    jobs too (``inagg synth --mode-iii``)."""
     latencies = {} if fp32 is None else dict(convert_latency=fp32[0], add_latency=fp32[1])
     bridge = dict(mgmt_port=0, mgmt_key=bytes(range(16))) if mgmt else {}
 
@@ -124,7 +126,7 @@ def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_tabl
         from inagg.hdl.switch import Switch
 
         return Switch(ports=ports, width=width, slots=slots, chunk_bytes=chunk_bytes, jobs=jobs, workers=workers,
-                      exc_table=exc_table, **latencies, **bridge)
+                      exc_table=exc_table, augmented=mode_iii, **latencies, **bridge)
     slug = f"switch-p{ports}-w{width}-s{slots}-c{chunk_bytes}"
     label = f"switch P={ports} W={width} S={slots} C={chunk_bytes}"
     if (jobs, workers) != (4, 8):
@@ -135,6 +137,8 @@ def _switch_config(ports, width, slots, chunk_bytes, jobs=4, workers=8, exc_tabl
         slug, label = f"{slug}-l{fp32[0]}-{fp32[1]}", f"{label} FP32 {fp32[0]}+{fp32[1]}"
     if mgmt:
         slug, label = f"{slug}-mgmt", f"{label} + management bridge"
+    if mode_iii:
+        slug, label = f"{slug}-m3", f"{label} + Mode III"
     return Config(slug, label, make, width, ports=ports)
 
 
@@ -166,6 +170,8 @@ CONFIGS = [
     # The management bridge a board's switch carries on one port (issue 23), alone and in the smallest board switch.
     Config("mgmt-w64", "Management bridge (W=64, alone)", _mgmt_w64, None),
     _switch_config(2, 64, 64, 256, mgmt=True),
+    # What Mode III (issue 18) costs: its ACK state, timers and resend path beside the default build.
+    _switch_config(2, 64, 64, 256, mode_iii=True),
 ]
 QUICK = CONFIGS[:5]
 
