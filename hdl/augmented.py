@@ -146,8 +146,10 @@ ResultDone = data.StructLayout({"job": QPN_JOB_BITS, "psn": PSN_BITS, "slot": SL
 """A Mode III result the slot engine completed: its job, PSN and slot (the next result PSN is ``psn + 1``), and
 the job's children and slot region (first slot ``base``, ``slots``), which the ACK timers need."""
 
-ResultAck = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "psn": PSN_BITS, "syndrome": 8})
-"""A child's checked ACK or NAK of Mode III results (the fields of :data:`~inagg.hdl.ingress.AckDesc` it needs)."""
+ResultAck = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "psn": PSN_BITS, "syndrome": 8,
+                               "gone": 1})
+"""A child's checked ACK or NAK of Mode III results (the fields of :data:`~inagg.hdl.ingress.AckDesc` it needs);
+``gone``: its job was torn down after its port's checks."""
 
 Resend = data.StructLayout({"job": QPN_JOB_BITS, "worker": QPN_WORKER_BITS, "first": PSN_BITS,
                             "end": PSN_BITS, "base": SLOT_BITS, "slots": SLOT_BITS + 1, "timer": 1})
@@ -238,6 +240,13 @@ class ResultAcks(wiring.Component):
         A teardown: the job's ACK points and next result PSN back to 0.
     busy : Out(1)
         The ACK points are being cleared (after reset and ``clear``).
+    hold : In(1)
+        Take no ACK and visit no timer (a teardown waits for ``idle``, then holds the block until it is over).
+    idle : Out(1)
+        No ACK or timer is being taken and no ``took`` or ``expired`` is still to come.
+    dropped : Out(1)
+        With ``took``: the ACK was ``gone`` and changed nothing (``DROP_BAD_OPCODE``, as the model's port
+        checks drop an RC frame whose QPN names no job).
     """
 
     def __init__(self, *, jobs: int, workers: int, depth: int):
@@ -254,7 +263,7 @@ class ResultAcks(wiring.Component):
                           "took": Out(1), "expired": Out(1), "expired_job": Out(QPN_JOB_BITS),
                           "expired_worker": Out(QPN_WORKER_BITS),
                           "timeout": In(STAMP_BITS), "clear": In(1), "clear_job": In(QPN_JOB_BITS),
-                          "busy": Out(1)})
+                          "busy": Out(1), "hold": In(1), "idle": Out(1), "dropped": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -307,7 +316,7 @@ class ResultAcks(wiring.Component):
         scan = Signal(range(self._jobs << QPN_WORKER_BITS))
         s_job, s_worker = scan[QPN_WORKER_BITS:], scan[:QPN_WORKER_BITS]
         point, progress, armed = Signal(PSN_BITS), Signal(STAMP_BITS), Signal()
-        take = self.ack.valid & ~points.busy
+        take = self.ack.valid & ~points.busy & ~self.hold
         read_job = Mux(take, self.ack.p.job, s_job)
         read_worker = Mux(take, self.ack.p.worker, s_worker)
         m.d.comb += [points.read_job.eq(read_job), points.read_worker.eq(read_worker),
@@ -335,14 +344,14 @@ class ResultAcks(wiring.Component):
         m.d.comb += [self.expired_job.eq(expired_who[QPN_WORKER_BITS:]), self.expired_worker.eq(expired_who[:QPN_WORKER_BITS])]
         with m.FSM() as fsm:
             with m.State("IDLE"):
-                m.d.comb += self.ack.ready.eq(~points.busy)
+                m.d.comb += self.ack.ready.eq(~points.busy & ~self.hold)
                 with m.If(take):
                     m.d.comb += points.read_en.eq(1)
                     # A NAK's AETH syndrome is 0b011xxxxx: it acknowledges the PSNs before its own.
                     m.d.sync += [a.eq(self.ack.p),
                                  upto.eq(Mux(self.ack.p.syndrome[5:7] == 0b11, self.ack.p.psn - 1, self.ack.p.psn))]
                     m.next = "CHECK"
-                with m.Elif(~points.busy & (self.timeout != 0)):
+                with m.Elif(~points.busy & ~self.hold & (self.timeout != 0)):
                     m.d.comb += points.read_en.eq(1)
                     m.next = "VISIT"
             with m.State("CHECK"):
@@ -351,7 +360,11 @@ class ResultAcks(wiring.Component):
             with m.State("RANGE"):
                 behind = (upto - at)[-1]
                 beyond = ~(upto - nxt)[-1]
-                with m.If(behind | beyond):
+                with m.If(a.gone):
+                    # On the clock of any other ACK that walks nothing, so a replay places it alike.
+                    m.d.comb += [took_now.eq(1), self.dropped.eq(1)]
+                    m.next = "IDLE"
+                with m.Elif(behind | beyond):
                     # Nothing to walk: the ACK takes effect as of the completions CHECK saw.
                     m.d.comb += took_now.eq(1)
                     m.next = "NAK"
@@ -413,6 +426,7 @@ class ResultAcks(wiring.Component):
                 with m.If(self.resend.ready):
                     m.d.sync += scan.eq(after_scan)
                     m.next = "IDLE"
+        m.d.comb += self.idle.eq(fsm.ongoing("IDLE") & ~walked.any() & ~expired.any())
         walking = fsm.ongoing("READ") | fsm.ongoing("WRITE")
         m.d.comb += self.look_held.eq(walking & (self.look_job == a.job)
                                       & ((self.look.psn - start)[:PSN_BITS] <= (upto - start)[:PSN_BITS]))

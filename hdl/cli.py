@@ -62,7 +62,7 @@ def register(subparsers) -> None:
                    help="the management bridge's 128-bit key, 32 hex digits (with --mgmt-port; keep it secret: "
                         "docs/security.md)")
     p.add_argument("--mode-iii", action="store_true",
-                   help="take Mode III (connection augmented) jobs too (docs/rtl.md; not yet in the cocotb suites)")
+                   help="take Mode III (connection augmented) jobs too (docs/rtl.md)")
     p.add_argument("--name", default="inagg_switch", help="Verilog module name (default inagg_switch)")
     p.add_argument("-o", "--output", default="-", help="output file (default: standard output)")
     p.set_defaults(func=_cmd_verilog)

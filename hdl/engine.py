@@ -143,11 +143,11 @@ Outcome = data.StructLayout({"add": 1, "store": 1, "dup": 1, "resend": 1, "compl
 (``resend``: of a result already made), ``complete`` the chunk, or drop it for one of the four reasons."""
 
 DecisionOutcome = data.StructLayout({**dict(Outcome.members), "ahead": 1, "bad_address": 1, "busy": 1,
-                                     "ack": 1, "nak": 1, "again": 1})
+                                     "ack": 1, "nak": 1, "again": 1, "bad_opcode": 1})
 """:data:`Outcome`, Mode II's own two drops (:class:`~inagg.hdl.translated.TranslatedRules`), Mode III's
 ``busy`` drop and ``ack``/``nak`` answers (:class:`~inagg.hdl.augmented.AugmentedRules`) and its ``again``
-(a result sent to one child again on its NAK), each 0 where its mode does not apply: what
-:class:`SlotDecision` decides."""
+(a result sent to one child again on its NAK), and ``bad_opcode`` for an RC frame whose job was torn down
+after its port's checks, each 0 where its mode does not apply: what :class:`SlotDecision` decides."""
 
 
 class SlotRules(wiring.Component):
@@ -448,6 +448,12 @@ class SlotDecision(wiring.Component):
                              self.psn_en.eq(decide & ar.write)]
             m.d.comb += [self.reply_en.eq(decide & mode_iii & ~again & (ar.outcome.ack | ar.outcome.nak)),
                          self.done_en.eq(decide & mode_iii & ~again & ar.outcome.complete)]
+        if self._translated:
+            with m.If(self.gone & self.desc.translated):
+                # An RC frame whose job is gone is dropped as the model's port checks drop it, with no job
+                # for its QPN: only UC's opcode is taken there. A result asked for again is no frame from
+                # the network and counts nothing (the model's copy went out at once, before the teardown).
+                m.d.comb += [out.eq(0), out.bad_opcode.eq(~self.desc.again)]
         m.d.comb += [self.outcome.eq(out), self.decide.eq(decide)]
         # With overflow slots, a slot that another job's key diverted from is marked, so that
         # its holder's teardown can tell whether freeing it would leave keys with entries on a
@@ -986,10 +992,11 @@ class SlotEngine(wiring.Component):
         wiring.connect(m, handoff.o, wiring.flipped(self.o))
 
         out = decision.outcome
-        # The rules' own strobes (DecisionOutcome has every field they name), and the two drops only the
-        # UC rules make, and Mode III's results sent again.
+        # The rules' own strobes (DecisionOutcome has every field they name), the two drops only the
+        # UC rules make, a torn-down RC job's frames and Mode III's results sent again.
         ev = {**translated_events(out), **augmented_events(out), Counter.DROP_UNKNOWN_QPN: out.unknown_qpn,
-              Counter.DROP_COLLISION: out.collision, Counter.HOP_RESENDS: out.again}
+              Counter.DROP_BAD_OPCODE: out.bad_opcode, Counter.DROP_COLLISION: out.collision,
+              Counter.HOP_RESENDS: out.again}
         # Registered, in step with `passing` of the cycle before: the counters and the divert
         # queue take the strobes from a flip-flop, not through the slot rules.
         decided = Signal(N_COUNTERS)

@@ -41,7 +41,7 @@ describes each block and the Verilog ports of :class:`SwitchTop`.
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -144,7 +144,8 @@ class Switch(wiring.Component):
         behaviour, so a testbench can replay it into
         :class:`~inagg.models.switch.ModelSwitch` (``testbench.replay``).
         ``gone``: its job was torn down after the frame passed its port's
-        checks, and the engine dropped it (``DROP_UNKNOWN_QPN``).
+        checks, and the engine dropped it as the model's port checks then do
+        (``DROP_UNKNOWN_QPN``; a Mode II or III frame ``DROP_BAD_OPCODE``).
     refused : Out(1)
         The oldest diverted frame was refused (``EXC_REFUSED``) and dropped;
         in a cycle that also reports :attr:`order`, after it.
@@ -156,10 +157,11 @@ class Switch(wiring.Component):
         With Mode III: where an ACK of results from ``port`` (``ack``) or a
         child's ACK timer (``timer``: of ``job``, ``worker``) took effect, on
         the clock of :attr:`order`, before the contribution :attr:`order`
-        reports in the same cycle. A frame of
+        reports in the same cycle; ``gone``: the ACK's job was torn down after
+        its port's checks, and it was dropped (``DROP_BAD_OPCODE``). A frame of
         :class:`~inagg.hdl.augmented.ResendFrames` on :attr:`order` is
         ``gone`` when it sent nothing (every child had ACKed that result by
-        then).
+        then, or its job was torn down).
     mac_stats : In(MacStats).array(mac_ports)
         With ``mac_ports`` only: the counters of the MAC on each of those ports, in the ``sync`` domain.
 
@@ -200,9 +202,10 @@ class Switch(wiring.Component):
         # The arbiter's inputs: the ports, the exception path's way back, Mode III's results sent again.
         self._resend_input = ports + (self.exception is not None)
         inputs = self._resend_input + self.augmented
-        # Event sources: the ingress ports, the emitters, the engine, the exception path, the reflectors.
+        # Event sources: the ingress ports, the emitters, the engine, the exception path, the reflectors,
+        # Mode III's ACKs of a job torn down on their way.
         self._reflect_events = 2 * ports + 1 + (self.exception is not None)
-        self.control = Control(geometry, job_readers=ports, event_sources=self._reflect_events + ports,
+        self.control = Control(geometry, job_readers=ports, event_sources=self._reflect_events + ports + self.augmented,
                                worker_readers=2 * ports, mgmt=mgmt_port is not None, mac_ports=mac_ports)
         addr_width = self.control.regmap.addr_width
         self.mgmt = None if mgmt_port is None else MgmtBridge(width=width, key=mgmt_key, addr_width=addr_width)
@@ -216,7 +219,7 @@ class Switch(wiring.Component):
             frames=divert_frames)
         order = data.StructLayout({"port": range(inputs), "diverted": 1, "gone": 1})
         hop = data.StructLayout({"ack": 1, "timer": 1, "port": range(ports), "job": QPN_JOB_BITS,
-                                 "worker": QPN_WORKER_BITS})
+                                 "worker": QPN_WORKER_BITS, "gone": 1})
         super().__init__({
             **({"hop": Out(stream.Signature(hop, always_ready=True))} if self.augmented else {}),
             "s": In(beat_signature(width)).array(ports),
@@ -286,32 +289,40 @@ class Switch(wiring.Component):
             m.d.comb += room.eq(div.room)
         m.d.comb += ctl.events[2 * self.ports].eq(events)
         ports_idle = Signal()  # no port is inside a frame at the arbiter's input
-        stop = self._teardown(m, taken, starting, ports_idle)
+        # Mode III: no ACK or timer of results is taking effect, so none can straddle the teardown.
+        hops_idle = eng.acks.idle if self.augmented else Const(1)
+        stop = self._teardown(m, taken, starting, ports_idle & hops_idle)
         m.submodules.acks = router = AckRouter(ports=self.ports, jobs=self.jobs, workers=self.workers,
                                                port_bits=ctl.port_bits, engine=self.augmented)
         m.d.comb += router.ports_of.eq(ctl.ports)
         if self.augmented:
             # Mode III: the children's ACKs of results to the engine, its answers to the children's ports, and
-            # the results a NAK or a timer asks for back in through the arbiter, held like a port's frames
-            # while a teardown runs.
+            # the results a NAK or a timer asks for back in through the arbiter. A teardown holds the ACKs
+            # and timers once none is taking effect (the resends asked for until then go in first); the
+            # results asked for and not yet sent are held like a port's frames, and an ACK whose job it
+            # removed is dropped as the model's port checks drop it.
             m.submodules.resend = again = self.resend
             wiring.connect(m, eng.reply, router.own)
             ra = eng.result_ack
             m.d.comb += [ra.valid.eq(router.engine.valid), router.engine.ready.eq(ra.ready),
                          *[getattr(ra.p, f).eq(getattr(router.engine.p, f)) for f in ("job", "worker", "psn", "syndrome")],
-                         eng.hop_timeout.eq(ctl.hop_timeout)]
+                         ra.p.gone.eq(~ctl.enabled.bit_select(router.engine.p.job, 1)),
+                         eng.hop_timeout.eq(ctl.hop_timeout), eng.acks.hold.eq(stop),
+                         ctl.events[self._reflect_events + self.ports].eq(
+                             event_vector({Counter.DROP_BAD_OPCODE: eng.acks.took & eng.acks.dropped}))]
             wiring.connect(m, eng.resend, again.i)
             acks, ack_port = eng.acks, Signal.like(router.engine_from)
             with m.If(router.engine.valid & router.engine.ready):
                 m.d.sync += ack_port.eq(router.engine_from)
             m.d.comb += [self.hop.valid.eq(acks.took | acks.expired), self.hop.p.ack.eq(acks.took),
+                         self.hop.p.gone.eq(acks.dropped),
                          self.hop.p.timer.eq(acks.expired), self.hop.p.port.eq(ack_port),
                          self.hop.p.job.eq(acks.expired_job), self.hop.p.worker.eq(acks.expired_worker)]
             src, dst = again.o, arb.i[self._resend_input]
             resending = Signal()  # inside a frame of ResendFrames
             with m.If(src.valid & src.ready):
                 m.d.sync += resending.eq(~src.p.last)
-            admit = resending | ~stop
+            admit = resending | ~stop | ~hops_idle
             m.d.comb += [dst.valid.eq(src.valid & admit), src.ready.eq(dst.ready & admit), dst.p.eq(src.p)]
         space, insides = [], []
         for p in range(self.ports):
@@ -446,8 +457,8 @@ class SwitchTop(wiring.Component):
     ``order_valid``/``order_port``/``order_diverted``/``order_gone``
     (:attr:`Switch.order`), ``order_refused`` (:attr:`Switch.refused`) and
     ``order_teardown`` (:attr:`Switch.torn`); with Mode III ``hop_valid``,
-    ``hop_ack``, ``hop_timer``, ``hop_port``, ``hop_job``, ``hop_worker``
-    (:attr:`Switch.hop`); with ``mac_ports``, inputs
+    ``hop_<field>`` for each field of :attr:`Switch.hop`
+    (ack, timer, port, job, worker, gone); with ``mac_ports``, inputs
     ``mac{p}_<counter>`` (32 bits, :data:`~inagg.models.regmap.MAC_STATS`) for
     each of those ports (:attr:`Switch.mac_stats`). Takes the parameters of
     :class:`Switch` (a geometry or its keywords).
@@ -468,7 +479,7 @@ class SwitchTop(wiring.Component):
                         "order_gone": Out(1), "order_refused": Out(1), "order_teardown": Out(1)})
         if sw.augmented:
             members.update({"hop_valid": Out(1), **{f"hop_{name}": Out(len(getattr(sw.hop.p, name)))
-                                                    for name in ("ack", "timer", "port", "job", "worker")}})
+                                                    for name in sw.hop.p.shape().members}})
         for p in range(sw.control.mac_ports):
             members.update({f"mac{p}_{name}": In(32) for name in rm.MAC_STATS})
         super().__init__(members)
@@ -489,7 +500,7 @@ class SwitchTop(wiring.Component):
         if sw.augmented:
             m.d.comb += [self.hop_valid.eq(sw.hop.valid),
                          *[getattr(self, f"hop_{name}").eq(getattr(sw.hop.p, name))
-                           for name in ("ack", "timer", "port", "job", "worker")]]
+                           for name in sw.hop.p.shape().members]]
         m.d.comb += [self.order_valid.eq(sw.order.valid), self.order_port.eq(sw.order.p.port),
                      self.order_diverted.eq(sw.order.p.diverted), self.order_gone.eq(sw.order.p.gone),
                      self.order_refused.eq(sw.refused), self.order_teardown.eq(sw.torn)]

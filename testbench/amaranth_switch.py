@@ -21,7 +21,9 @@ from inagg.testbench.axil_sim import axil_read, axil_write
 from inagg.testbench.collisions import model_state
 from inagg.testbench.exception.reference import State
 from inagg.testbench.exception.state import decode
-from inagg.testbench.replay import DIVERTED, RESENT, SKIPPED, AckTaken, TimerRanOut, assert_frames_match, replay
+from inagg.models import regmap as rm
+from inagg.testbench.replay import (DIVERTED, GONE, RESENT, SKIPPED, AckTaken, RemoveJob, TimerRanOut,
+                                    assert_frames_match, replay)
 from inagg.testbench.streams import get_frame, put_frame
 
 __all__ = ["SimRun", "simulate", "cycle"]
@@ -54,7 +56,8 @@ class SimRun:
 
 def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, bytes]], *, width: int,
              n_jobs: int = 4, workers: int = 8, gaps=None, pause=None, cycles: int = 400,
-             divert_frames: int = 4, augmented: bool = False, hop_timeout: int | None = None) -> SimRun:
+             divert_frames: int = 4, augmented: bool = False, hop_timeout: int | None = None,
+             teardown: tuple[int, int] | None = None) -> SimRun:
     """Configure a :class:`Switch` for ``spec`` and ``jobs``, send ``traffic`` ((port, frame), sent in
     order per port, ports concurrently), and compare with :class:`ModelSwitch`.
 
@@ -62,6 +65,8 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     ``augmented`` builds the switch with Mode III, ``hop_timeout`` its ``HOP_TIMEOUT`` (cycles; None: as reset),
     written 0 once every frame went in so that the run can go quiet (a child that never ACKs would
     otherwise get its results again for good).
+    ``teardown`` (job, cycles): that many cycles after the configuration, with the traffic running, the job
+    is torn down (``TEARDOWN``) and the model's ``remove_job`` replayed where the switch's took effect.
     ``gaps`` and ``pause`` are functions of the port returning iterators of 0/1
     (idle cycles on ingress, ready low on egress). The run ends when every
     frame went in and no port offered a beat for ``cycles`` cycles.
@@ -85,6 +90,15 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
         for addr, value in regmap.switch_writes(spec) + timer + [w for j in jobs for w in regmap.job_writes(j, spec)]:
             assert await axil_write(ctx, dut.axil, addr, value) == 0, f"write to 0x{addr:x} refused"
         configured.append(True)
+        if teardown is not None:
+            await ctx.tick().repeat(teardown[1])
+            assert await axil_write(ctx, dut.axil, regmap.switch("TEARDOWN"), teardown[0]) == 0
+            for _ in range(5_000):
+                status, _ = await axil_read(ctx, dut.axil, regmap.switch("TEARDOWN"))
+                if not status & rm.TEARDOWN_BUSY:
+                    break
+            else:
+                raise AssertionError("the teardown never finished")
         while len(finished) < spec.ports:
             await ctx.tick()
         if hop_timeout is not None:
@@ -129,17 +143,20 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     hop = [dut.hop.valid, dut.hop.p] if augmented else [0, 0]
 
     async def watch(ctx):
-        async for _, _, valid, port, diverted, gone, refused, hop_valid, h, *offered in ctx.tick().sample(
-                dut.order.valid, dut.order.p.port, dut.order.p.diverted, dut.order.p.gone, dut.refused, *hop,
-                *[s.valid & ~s.ready for s in dut.s]):
+        async for _, _, valid, port, diverted, gone, refused, torn, torn_job, hop_valid, h, *offered in \
+                ctx.tick().sample(dut.order.valid, dut.order.p.port, dut.order.p.diverted, dut.order.p.gone,
+                                  dut.refused, dut.torn, dut.control.teardown.job, *hop,
+                                  *[s.valid & ~s.ready for s in dut.s]):
             if hop_valid:  # before the contribution of the same cycle
-                order.append(AckTaken(h.port) if h.ack else TimerRanOut(h.job, h.worker))
+                order.append(AckTaken(h.port, bool(h.gone)) if h.ack else TimerRanOut(h.job, h.worker))
             if valid and augmented and port == resend_port:
                 order.append(SKIPPED if gone else RESENT)
             elif valid:
-                order.append(port | (DIVERTED if diverted else 0))
+                order.append(port | (DIVERTED if diverted else 0) | (GONE if gone else 0))
             if refused:
                 order.append(spec.ports)
+            if torn:
+                order.append(RemoveJob(torn_job))
             for p, held in enumerate(offered):
                 stalls[p] += held
 

@@ -26,7 +26,7 @@ Mode III adds what only its timing decides (the switch's ``hop`` stream):
 :class:`AckTaken` where a host's ACK of results from a port took effect
 (the model takes that port's next Mode III ACK there; the ACKs of a port
 keep their order, but not their place among its contributions, which go
-another way), :class:`TimerRanOut` where a child's ACK timer ran out
+another way; one whose job was torn down on its way is ``gone``), :class:`TimerRanOut` where a child's ACK timer ran out
 (``AugmentedJob.expire``), and :data:`RESENT` where a result a NAK or a
 timer asked for went out (:data:`SKIPPED` where the RTL found it ACKed by
 every child by then and sent nothing): the model's results sent again
@@ -73,9 +73,11 @@ class AddJob:
 
 @dataclass(frozen=True)
 class AckTaken:
-    """An ``order`` entry: the next Mode III ACK of results from ``port`` took effect here."""
+    """An ``order`` entry: the next Mode III ACK of results from ``port`` took effect here; ``gone``: its job
+    was torn down after the port's checks, and the model drops it as a frame of a job that is gone."""
 
     port: int
+    gone: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,9 @@ frame is dropped and its count taken back (``HOP_RESENDS``, ``TX_RESULTS``): the
 at once, the RTL as it reaches the slot."""
 
 _DROPS = tuple(c for c in Counter if c.name.startswith("DROP_"))
+# How the model drops a frame whose job is gone: a UC frame names no job, an RC one (Modes II and III) has
+# an opcode that only a job of its mode takes.
+_GONE = (Counter.DROP_UNKNOWN_QPN, Counter.DROP_BAD_OPCODE)
 
 
 def _mode_iii_ack(model: ModelSwitch, frame: bytes) -> bool:
@@ -106,13 +111,15 @@ def _mode_iii_ack(model: ModelSwitch, frame: bytes) -> bool:
     return job is not None and job.spec.mode is Mode.AUGMENTED
 
 
-def _take_ack(model: ModelSwitch, port: int, acks: deque) -> list[tuple[int, bytes]]:
-    """Feed ``port``'s Mode III ACKs to ``model`` up to the first its checks pass (those before were dropped at
-    the port); return what the model sends for it. None if no ACK of the port passes."""
+def _take_ack(model: ModelSwitch, port: int, acks: deque, gone: bool = False) -> list[tuple[int, bytes]]:
+    """Feed ``port``'s Mode III ACKs to ``model`` up to the first its checks pass (with ``gone``: the first
+    it drops as one of a job that is gone); those before were dropped at the port. Return what the model
+    sends for it; None if no ACK of the port is that one."""
     while acks:
-        before = [model.counters[c] for c in _DROPS]
+        counters = _GONE if gone else _DROPS
+        before = [model.counters[c] for c in counters]
         sent = model.receive(port, acks.popleft())
-        if [model.counters[c] for c in _DROPS] == before:
+        if ([model.counters[c] for c in counters] != before) == gone:
             return sent
     return None
 
@@ -159,7 +166,7 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
     probe = None
     for n, entry in enumerate(order):
         if isinstance(entry, AckTaken):
-            sent_again = _take_ack(model, entry.port, acks.get(entry.port, deque()))
+            sent_again = _take_ack(model, entry.port, acks.get(entry.port, deque()), entry.gone)
             if sent_again is None:
                 raise AssertionError(f"the RTL's entry #{n} takes an ACK from port {entry.port}, "
                                      "where the model finds none left")
@@ -197,10 +204,10 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
                                      "where the model finds none left")
             frame = q.popleft()
             if entry & GONE:
-                gone = model.counters[Counter.DROP_UNKNOWN_QPN]
+                gone = [model.counters[c] for c in _GONE]
                 if _reached_engine(model, port, frame, out):
                     raise AssertionError(f"the RTL's contribution #{n} found its job gone, the model takes it")
-                if model.counters[Counter.DROP_UNKNOWN_QPN] != gone:
+                if [model.counters[c] for c in _GONE] != gone:
                     break
             elif entry & DIVERTED:
                 if probe is None:

@@ -75,7 +75,7 @@ class SwitchTB:
             await RisingEdge(self.dut.clk)
             if hop is not None and hop.value:
                 d = self.dut
-                self.order.append(AckTaken(int(d.hop_port.value)) if d.hop_ack.value
+                self.order.append(AckTaken(int(d.hop_port.value), bool(d.hop_gone.value)) if d.hop_ack.value
                                   else TimerRanOut(int(d.hop_job.value), int(d.hop_worker.value)))
             if self.dut.order_valid.value and hop is not None and int(self.dut.order_port.value) == resent:
                 self.order.append(SKIPPED if self.dut.order_gone.value else RESENT)

@@ -19,7 +19,7 @@ from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
 from inagg.testbench.amaranth_switch import cycle, simulate
 from inagg.testbench.axil_sim import axil_read, axil_write
-from inagg.testbench.replay import assert_frames_match
+from inagg.testbench.replay import GONE, SKIPPED, AckTaken, RemoveJob, assert_frames_match
 from inagg.testbench.streams import get_frame, put_frame
 from inagg.testbench.traffic import make_job, mode_iii_hosts
 
@@ -97,3 +97,30 @@ def test_mode_iii_concurrent_traffic_and_timers_are_the_models(width, seed):
     assert {"AckTaken", "TimerRanOut", "object"} <= kinds, kinds
     for c in (Counter.ACK_SENT, Counter.NAK_SENT, Counter.HOP_RESENDS, Counter.DROP_BUFFER_BUSY):
         assert run.counters[c] > 0, c.name
+
+
+# Teardown cycles where, in these runs, frames past their checks, ACKs on their way and results asked for
+# again all meet the teardown (each kind in at least one run).
+@pytest.mark.parametrize("width, seed, at, kinds", [(64, 5, 700, {"frame", "ack", "resend"}),
+                                                     (64, 6, 1000, {"frame", "resend"}),
+                                                     (512, 7, 400, {"frame", "ack"})])
+def test_a_mode_iii_job_torn_down_under_traffic_is_the_models(width, seed, at, kinds):
+    """A teardown while the hosts send, ACK and NAK, timers run out and results go out again: every frame
+    and counter is still the model's, its ``remove_job`` where the switch's took effect. Frames past their
+    ports' checks and ACKs on their way to the engine are dropped as the model drops a frame of a job that
+    is gone (``DROP_BAD_OPCODE``, an RC opcode with no job to take it); the results a NAK or a timer asked
+    for before are sent (before the teardown) or not at all (after it)."""
+    spec = SwitchSpec(ports=2, slots=16, chunk_bytes=256)
+    job = dataclasses.replace(make_job(spec, 1, 3, 4, 4), mode=Mode.AUGMENTED)
+    frames = mode_iii_hosts(spec, job, seed, 150)
+    run = simulate(spec, [job], frames, width=width, n_jobs=2, augmented=True, hop_timeout=150,
+                   pause=lambda p: cycle([0, 1, 0, 0]), gaps=lambda p: cycle([0, 0, 1]), cycles=1200,
+                   teardown=(1, at))
+    run.assert_matches()
+    torn = next(k for k, e in enumerate(run.order) if isinstance(e, RemoveJob))
+    after = run.order[torn + 1:]
+    met = {"frame": any(isinstance(e, int) and e & GONE for e in after),
+           "ack": any(isinstance(e, AckTaken) and e.gone for e in after),
+           "resend": any(e is SKIPPED for e in after)}
+    assert {k for k, v in met.items() if v} >= kinds, met
+    assert run.counters[Counter.DROP_BAD_OPCODE] > 0  # the hosts' frames after it too
