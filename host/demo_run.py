@@ -648,6 +648,10 @@ def _remote_board(cfg, nic, p):
         bus = MgmtBus(session, port.send, port.recv)
         if (ident := bus.read(RegMap.switch("ID"))) != ID_VALUE:
             raise MgmtError(f"the board behind {nic.name} answers ID 0x{ident:08X}, not inagg's 0x{ID_VALUE:08X}")
+        try:
+            RegMap.check_geometry(bus.read(RegMap.switch("GEOMETRY")), p.switch, p.jobs)
+        except ValueError as e:
+            raise MgmtError(f"the board behind {nic.name} cannot run this plan: {e}") from None
         regmap = RegMap.from_jobs(bus.read(RegMap.switch("JOBS")))
         with Controller(management_target(bus, regmap, p.switch), p):
             yield lambda: {c: bus.read(regmap.counter(c)) for c in Counter}

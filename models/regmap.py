@@ -404,6 +404,23 @@ class RegMap:
         return GEOMETRY.encode(ports=spec.ports, width64=width // 64, log2_slots=spec.slots.bit_length() - 1,
                                log2_chunk=spec.chunk_bytes.bit_length() - 1)
 
+    @staticmethod
+    def check_geometry(word: int, spec: SwitchSpec, jobs: Iterable[JobSpec]) -> None:
+        """Raise ``ValueError`` saying why a switch whose ``GEOMETRY`` reads ``word`` cannot take ``jobs``
+        planned for ``spec``: another chunk size, a job's slot region beyond its slots, a worker on a port it
+        lacks."""
+        g = GEOMETRY.decode(word)
+        ports, slots, chunk = g["ports"], 1 << g["log2_slots"], 1 << g["log2_chunk"]
+        built = f"{ports} ports, {slots} slots of {chunk}-byte chunks, {64 * g['width64']}-bit beats"
+        if chunk != spec.chunk_bytes:
+            raise ValueError(f"it is built for {built}; the plan's chunks are {spec.chunk_bytes} bytes")
+        for job in jobs:
+            if job.slot_base + job.slots > slots:
+                raise ValueError(f"it is built for {built}; job {job.job} needs slots {job.slot_base}.."
+                                 f"{job.slot_base + job.slots - 1}")
+            if (port := max(w.port for w in job.workers)) >= ports:
+                raise ValueError(f"it is built for {built}; job {job.job} has a worker on port {port}")
+
     def switch_writes(self, spec: SwitchSpec) -> list[tuple[int, int]]:
         """(address, value) writes that set a switch's addresses and P_Key."""
         hi, lo = _mac_words(spec.mac)

@@ -33,7 +33,8 @@ def is_mgmt(frame: bytes) -> bool:
 class Registers:
     """What ``Control`` answers to the accesses of the tests' management requests.
 
-    ``ID`` and ``JOBS`` read their constants, the counters read
+    ``ID`` and ``JOBS`` read their constants, ``GEOMETRY`` ``geometry``
+    (refused when None), the counters read
     ``counters()`` (the model switch's; 0 without it), the switch's and the
     jobs' registers that are read-write as a whole read back what was
     written (to the register's width, from their reset values), the worker
@@ -42,8 +43,9 @@ class Registers:
     as written: the tests' jobs are ones the switch enables.
     """
 
-    def __init__(self, regmap: rm.RegMap, counters: Callable[[], Mapping[Counter, int]] | None = None):
-        self.regmap, self._counters = regmap, counters
+    def __init__(self, regmap: rm.RegMap, counters: Callable[[], Mapping[Counter, int]] | None = None,
+                 geometry: int | None = None):
+        self.regmap, self._counters, self._geometry = regmap, counters, geometry
         self.registers: dict[int, rm.Register] = {}
         for r in rm.SWITCH_REGISTERS.values():
             self.registers[r.offset] = r
@@ -65,6 +67,8 @@ class Registers:
             return rm.ID_VALUE
         if addr == rm.RegMap.switch("JOBS"):
             return self.regmap.jobs_value()
+        if addr == rm.RegMap.switch("GEOMETRY") and self._geometry is not None:
+            return self._geometry
         if rm.COUNTER_BASE <= addr < rm.COUNTER_BASE + 4 * len(Counter) and addr % 4 == 0:
             counters = self._counters() if self._counters is not None else {}
             return counters.get(Counter((addr - rm.COUNTER_BASE) // 4), 0) & 0xFFFFFFFF
@@ -97,7 +101,8 @@ class ModelBoard(Registers):
     """
 
     def __init__(self, switch, regmap: rm.RegMap, key: bytes, *, mgmt_port: int = 0):
-        super().__init__(regmap, counters=lambda: switch.counters)
+        # GEOMETRY as the smallest board build's (W = 64) with the model's slots and chunks.
+        super().__init__(regmap, counters=lambda: switch.counters, geometry=rm.RegMap.geometry(switch.spec, 64))
         self.switch, self.mgmt_port = switch, mgmt_port
         self.bridge = MgmtBridge(key, self.read, self.write, regmap.addr_width)
 

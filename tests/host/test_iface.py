@@ -59,7 +59,7 @@ class Cable:
         netns.remove(self.ns)  # takes the pair with it
 
 
-def _board_proc(ns, key, configured, stop, conn):
+def _board_proc(ns, key, configured, stop, conn, chunk_bytes):
     from inagg.host import netns
     from inagg.host.controller import Controller
     from inagg.models.job import SwitchSpec
@@ -68,7 +68,7 @@ def _board_proc(ns, key, configured, stop, conn):
     from inagg.testbench.mgmt import ModelBoard
 
     netns.enter(ns)
-    board = ModelBoard(ModelSwitch(SwitchSpec(ports=2, slots=256)), RegMap(4, 8), key)
+    board = ModelBoard(ModelSwitch(SwitchSpec(ports=2, slots=256, chunk_bytes=chunk_bytes)), RegMap(4, 8), key)
     if configured is not None:
         Controller(board.switch, configured).configure()
     port = netns.PacketPort("sw0")
@@ -95,7 +95,13 @@ def board(cable, request):
     ctx = mp.get_context("fork")
     stop = ctx.Event()
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_board_proc, args=(cable.ns, KEY, getattr(request, "param", None), stop, child))
+    from inagg.models.job import SwitchSpec
+
+    # An int parameter is the board's chunk size, anything else the plan it holds.
+    param = getattr(request, "param", None)
+    chunk_bytes = param if isinstance(param, int) else SwitchSpec().chunk_bytes
+    proc = ctx.Process(target=_board_proc, args=(cable.ns, KEY, None if isinstance(param, int) else param, stop,
+                                                 child, chunk_bytes))
     proc.start()
     assert parent.recv() == "ready"
 
@@ -178,6 +184,18 @@ def test_a_wrong_key_fails_with_one_line_and_is_counted(cable, board, tmp_path, 
     assert rc == 1 and err.count("\n") == 1
     assert "inagg demo: error: no answer from the management bridge of 02:00:00:00:00:fe" in err and "wrong key" in err
     assert bridge["bad_tag"] == 5 and bridge["accepted"] == 0 and jobs == []
+
+
+@needs_root
+@pytest.mark.parametrize("board", [256], indirect=True, ids=["chunks-256"])
+def test_a_board_built_for_other_chunks_is_refused_before_configuring(cable, board, tmp_path, capsys):
+    rc = _demo(cable, "--mgmt-key-file", _key_file(tmp_path, KEY))
+    err = capsys.readouterr().err
+    _, counters, jobs = board()
+    assert rc == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"inagg demo: error: the board behind {cable.name} cannot run this plan: it is built for "
+                          "2 ports, 256 slots of 256-byte chunks, 64-bit beats; the plan's chunks are 1024 bytes"), err
+    assert jobs == [] and counters["RX_FRAMES"] == 0
 
 
 @needs_root

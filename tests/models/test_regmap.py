@@ -191,3 +191,19 @@ def test_declarations_are_checked(call, error, message):
 
 def test_a_read_field_and_a_write_field_may_share_bits():
     assert rm.TEARDOWN.encode(job=3) == 3 and rm.TEARDOWN.decode(3)["refused"] == 1
+
+
+def test_a_switch_geometry_is_checked_against_the_plan():
+    """GEOMETRY read off a board: the plan's chunks, every job's slot region and every worker's port must fit."""
+    spec = SwitchSpec(ports=2, slots=16, chunk_bytes=256)
+    job = _job(port=1, slot_base=4, slots=4)
+    word = rm.RegMap.geometry(spec, 64)
+    rm.RegMap.check_geometry(word, spec, [job])  # fits
+    with pytest.raises(ValueError, match=r"built for 2 ports, 16 slots of 256-byte chunks, 64-bit beats; "
+                                         r"the plan's chunks are 1024 bytes"):
+        rm.RegMap.check_geometry(word, dataclasses.replace(spec, chunk_bytes=1024), [job])
+    small = rm.RegMap.geometry(dataclasses.replace(spec, slots=4), 64)
+    with pytest.raises(ValueError, match=r"job 1 needs slots 4..7"):
+        rm.RegMap.check_geometry(small, spec, [job])
+    with pytest.raises(ValueError, match=r"job 1 has a worker on port 2"):
+        rm.RegMap.check_geometry(word, spec, [_job(port=2)])
