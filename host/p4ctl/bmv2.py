@@ -14,7 +14,7 @@ __all__ = ["commands", "SLOT_REGISTERS"]
 
 # Registers of the slot memory, cleared so that every slot starts FREE.
 SLOT_REGISTERS = ("InaggIngress.slot_state", "InaggIngress.slot_chunk", "InaggIngress.slot_bitmap",
-                  "InaggIngress.slot_count", "InaggIngress.lanes")
+                  "InaggIngress.slot_count", "InaggIngress.slot_first", "InaggIngress.lanes")
 
 
 def commands(p: Plan) -> list[str]:

@@ -2,8 +2,9 @@
 
 :func:`scenario` is one fixed set of input frames -- a complete all-reduce
 of two jobs, duplicates and resends, the next generation of a slot, stale
-and too-early chunks, saturating sums, and one frame per drop counter the
-target can see -- for :class:`~inagg.models.p4profile.P4ProfileSwitch`.
+and too-early chunks, saturating sums, a stray chunk that a slot's first
+generation does not keep, and one frame per drop counter the target can see
+(a worker's QPN on another port among them) -- for :class:`~inagg.models.p4profile.P4ProfileSwitch`.
 :func:`write` stores them as ``<target>_in.pcap`` (what a test sends),
 ``<target>_out.pcap`` (what the switch must send) and ``<target>.json``
 (which input goes to which port, which outputs it must cause on which ports,
@@ -116,6 +117,14 @@ def scenario(target: P4Target, chunk_bytes: int | None = None) -> Vectors:
     big2[0], big2[1], big2[2] = 0x100, -0x100, 0x100
     send("job2 chunk1 worker1 saturating: result SATURATED", b, 1, frame(b, 1, 1, big2))
     send("job2 chunk1 worker1 duplicate: SATURATED resend", b, 1, frame(b, 1, 1, big2))
+    # Liveness: a stray far ahead of the job takes FREE slot 3; the job's chunk 3 takes it back (the slot never
+    # completed) and completes; after that the stray is too far ahead.
+    stray = (1 << 30) + 3
+    send("job1 stray chunk 2**30+3 worker2: takes FREE slot 3", a, 2, frame(a, 2, stray, data()))
+    send("job1 chunk3 worker0: restarts the stray's slot", a, 0, frame(a, 0, 3, data()))
+    for w in (1, 2):
+        send(f"job1 chunk3 worker{w}", a, w, frame(a, w, 3, data()))
+    send("job1 stray chunk 2**30+3 worker2 again: window", a, 2, frame(a, 2, stray, data()))
     # One frame per drop the target can see.
     ok = frame(a, 0, 2, data())
     arp = ok[:12] + b"\x08\x06" + ok[14:60]
@@ -124,6 +133,7 @@ def scenario(target: P4Target, chunk_bytes: int | None = None) -> Vectors:
         ("IPv4 not UDP", _ip_patch(ok, 9, 6)),
         ("bad IPv4 checksum", ok[:24] + bytes([ok[24] ^ 1]) + ok[25:]),
         ("IPv4 options (IHL 6)", _ip_patch(ok, 0, 0x46)),
+        ("IPv4 reserved flag", _ip_patch(ok, 6, ok[20] | 0x80)),
         ("UDP port not 4791", ok[:36] + struct.pack("!H", 4792) + ok[38:]),
         ("truncated frame", ok[:200]),
         ("other chunk size", frame(a, 0, 2, np.zeros(lanes // 2, np.int32))),
@@ -131,6 +141,7 @@ def scenario(target: P4Target, chunk_bytes: int | None = None) -> Vectors:
         ("RC opcode", frame(a, 0, 2, data(), opcode=Opcode.RC_RDMA_WRITE_ONLY)),
         ("unknown job", frame(a, 0, 2, data(), dest_qpn=a.qpn(0) + (5 << 6))),
         ("worker index beyond the job", frame(a, 0, 2, data(), dest_qpn=a.qpn(3))),
+        ("worker 1's QPN on worker 0's port", frame(a, 1, 2, data())),
         ("wrong R_Key", frame(a, 0, 2, data(), rkey=0xBAD)),
         ("unaligned address", frame(a, 0, 2, data(), va=2 * spec.chunk_bytes + 4)),
         ("address beyond 2**32 chunks", frame(a, 0, 2, data(), va=(1 << 32) * spec.chunk_bytes)),

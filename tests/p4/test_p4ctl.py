@@ -48,8 +48,8 @@ def test_plan_matches_job_description_and_model(target):
 @pytest.mark.parametrize("target", [V1MODEL, TNA], ids=lambda t: t.name)
 def test_per_worker_r_keys_go_into_the_workers_table(target):
     """Issue 21: both programs' ``workers`` entries carry an R_Key per QPN, so the plan writes each worker's own
-    contribution R_Key; the profile model checks it. Neither program checks the ingress port (the profile
-    model neither): a worker's frame on another port still counts."""
+    contribution R_Key; the profile model checks it. The entry's port binds the QPN to it: on another port the
+    QPN names no worker (check 14)."""
     import dataclasses
 
     import numpy as np
@@ -75,13 +75,13 @@ def test_per_worker_r_keys_go_into_the_workers_table(target):
         model.receive(port, contribution(spec, job, 0, 0, lanes, rkey=key))
     assert model.counters[Counter.DROP_BAD_RKEY] == 2
     model.receive((port + 1) % spec.ports, contribution(spec, job, 0, 0, lanes))
-    assert model.counters[Counter.RX_CONTRIB] == 1 and model.counters[Counter.DROP_UNKNOWN_QPN] == 0
+    assert model.counters[Counter.RX_CONTRIB] == 0 and model.counters[Counter.DROP_UNKNOWN_QPN] == 1
 
 
 def test_bmv2_commands():
     spec, jobs = jobs_and_spec(V1MODEL)
     cmds = bmv2.commands(plan(V1MODEL, spec, jobs))
-    assert cmds[:5] == [f"register_reset {r}" for r in bmv2.SLOT_REGISTERS]
+    assert cmds[:len(bmv2.SLOT_REGISTERS)] == [f"register_reset {r}" for r in bmv2.SLOT_REGISTERS]
     assert "table_set_default InaggIngress.switch_config InaggIngress.set_switch 0xffff 0x0200000000fe 0x0a0000fe" in cmds
     j = jobs[0]
     w = j.workers[1]
@@ -95,6 +95,13 @@ def test_bmv2_commands():
     assert nodes[:3] == ["mc_mgrp_create 2", f"mc_node_create 0 {j.workers[0].port}", "mc_node_associate 2 0"]
     assert sum(c.startswith("mc_node_associate") for c in cmds) == sum(len(x.workers) for x in jobs)
     assert f"register_write InaggEgress.result_psn {j.job * 64 + 1} {w.result_psn}" in cmds
+
+
+def test_bmv2_commands_reset_registers_the_v1model_program_declares():
+    source = (Path(__file__).resolve().parents[2] / "p4" / "v1model" / "inagg.p4").read_text()
+    for reg in bmv2.SLOT_REGISTERS:
+        control, name = reg.split(".")
+        assert control == "InaggIngress" and re.search(rf"register<bit<\d+>>\(INAGG_SLOTS[^;]*\) {name};", source), reg
 
 
 def test_bfrt_script_is_python_with_every_entry():

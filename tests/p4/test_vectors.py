@@ -50,6 +50,20 @@ def test_vectors_are_consistent(target):
     assert drops == expected | ({"DROP_BAD_ICRC"} if TARGETS[target].checks_icrc else set())
 
 
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_vectors_cover_port_binding_and_liveness(target):
+    """Issue 21 on the P4 programs: a worker's QPN on another port is dropped, and a stray chunk on a FREE slot
+    gives way to the job's own, which completes; once it has, the stray is dropped."""
+    meta = json.loads((STORED / f"{target}.json").read_text())
+    cases = {c["name"]: c for c in meta["cases"]}
+    wrong = cases["worker 1's QPN on worker 0's port"]
+    assert wrong["out"] == [] and wrong["port"] != meta["jobs"][0]["workers"][1]["port"]
+    assert cases["job1 stray chunk 2**30+3 worker2: takes FREE slot 3"]["out"] == []
+    assert cases["job1 chunk3 worker0: restarts the stray's slot"]["out"] == []
+    assert len(cases["job1 chunk3 worker2"]["out"]) == 3
+    assert cases["job1 stray chunk 2**30+3 worker2 again: window"]["out"] == []
+
+
 def _icrc(frame: bytes) -> bytes:
     from inagg.models.icrc import icrc
     return icrc(frame)
