@@ -49,12 +49,14 @@ class Vectors:
 
 
 def _jobs() -> tuple[JobSpec, ...]:
-    def workers(job: int, n: int, ring: int) -> tuple[WorkerSpec, ...]:
+    # Job 2's workers have contribution R_Keys of their own (check 15), job 1's take the job's.
+    def workers(job: int, n: int, ring: int, own_keys: bool) -> tuple[WorkerSpec, ...]:
         return tuple(WorkerSpec(port=i % 4, mac=f"02:00:00:{job:02x}:00:{i + 1:02x}", ip=f"10.{job}.0.{i + 1}",
                                 qpn=0x100 + 0x10 * job + i, rkey=0x7000 + i, result_va=(i + 1) * ring * 16,
-                                result_psn=0x10 * i) for i in range(n))
-    return (JobSpec(job=1, rkey=0xC0DE0001, slot_base=0, slots=4, workers=workers(1, 3, 1 << 16)),
-            JobSpec(job=2, rkey=0xC0DE0002, slot_base=4, slots=2, workers=workers(2, 2, 1 << 16)))
+                                result_psn=0x10 * i, contrib_rkey=0xC1D00000 | job << 8 | i if own_keys else None)
+                     for i in range(n))
+    return (JobSpec(job=1, rkey=0xC0DE0001, slot_base=0, slots=4, workers=workers(1, 3, 1 << 16, False)),
+            JobSpec(job=2, rkey=0xC0DE0002, slot_base=4, slots=2, workers=workers(2, 2, 1 << 16, True)))
 
 
 def switch_for(target: P4Target, chunk_bytes: int | None = None) -> tuple[SwitchSpec, tuple[JobSpec, ...]]:
@@ -81,7 +83,7 @@ def scenario(target: P4Target, chunk_bytes: int | None = None) -> Vectors:
         ws = job.workers[w]
         args = dict(eth_dst=wire.mac_bytes(spec.mac), eth_src=wire.mac_bytes(ws.mac), ip_src=wire.ip_bytes(ws.ip),
                     ip_dst=wire.ip_bytes(spec.ip), udp_sport=0xD000 | w, opcode=Opcode.UC_RDMA_WRITE_ONLY,
-                    dest_qpn=job.qpn(w), psn=chunk & 0xFFFFFF, va=chunk * spec.chunk_bytes, rkey=job.rkey,
+                    dest_qpn=job.qpn(w), psn=chunk & 0xFFFFFF, va=chunk * spec.chunk_bytes, rkey=job.contrib_rkey(w),
                     payload=np.asarray(x, np.int32).astype(">i4").tobytes())
         args.update(kw)
         return wire.build(**args)
@@ -143,6 +145,7 @@ def scenario(target: P4Target, chunk_bytes: int | None = None) -> Vectors:
         ("worker index beyond the job", frame(a, 0, 2, data(), dest_qpn=a.qpn(3))),
         ("worker 1's QPN on worker 0's port", frame(a, 1, 2, data())),
         ("wrong R_Key", frame(a, 0, 2, data(), rkey=0xBAD)),
+        ("job 2 worker 0 with the job's R_Key, not its own", frame(b, 0, 2, data(), rkey=b.rkey)),
         ("unaligned address", frame(a, 0, 2, data(), va=2 * spec.chunk_bytes + 4)),
         ("address beyond 2**32 chunks", frame(a, 0, 2, data(), va=(1 << 32) * spec.chunk_bytes)),
         ("bad ICRC", ok[:-1] + bytes([ok[-1] ^ 0xFF])),

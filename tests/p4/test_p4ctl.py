@@ -33,7 +33,7 @@ def test_plan_matches_job_description_and_model(target):
     for w in p.workers:
         job = by_job[w.job]
         assert split_qpn(w.qpn) == (w.job, w.worker)
-        assert (w.rkey, w.slot_base, w.slot_mask + 1, w.nworkers) == (job.rkey, job.slot_base, job.slots, len(job.workers))
+        assert (w.rkey, w.slot_base, w.slot_mask + 1, w.nworkers) == (job.contrib_rkey(w.worker), job.slot_base, job.slots, len(job.workers))
         assert w.port == job.workers[w.worker].port and w.full == (1 << len(job.workers)) - 1
     for r in p.results:
         ws = by_job[r.job].workers[r.worker]
