@@ -2,7 +2,7 @@
 
     .venv/bin/python p4/tests/run_bmv2.py vectors [--chunk 256|1024] [--keep FOLDER]
     .venv/bin/python p4/tests/run_bmv2.py allreduce [--workers N] [--size BYTES] [--chunk 256|1024] [--keep FOLDER]
-    .venv/bin/python p4/tests/run_bmv2.py incarnation [--chunk 256|1024] [--keep FOLDER]
+    .venv/bin/python p4/tests/run_bmv2.py incarnation [--number N] [--chunk 256|1024] [--keep FOLDER]
 
 ``vectors`` (:func:`run_vectors`) is the PTF-style check of the program
 against the P4 profile model:
@@ -364,21 +364,23 @@ class _Wires(_Namespaces):
                            for p in range(self.spec.ports)]
 
 
-def next_incarnation(job: JobSpec) -> JobSpec:
-    """``job`` started again: the same number and region, every R_Key new, result PSNs elsewhere."""
-    return replace(job, rkey=job.rkey ^ 0x00A5_5A00, workers=tuple(
+def next_incarnation(job: JobSpec, number: int | None = None) -> JobSpec:
+    """``job`` started again on its region as job ``number`` (default: its own), every R_Key new, result PSNs
+    elsewhere."""
+    return replace(job, job=job.job if number is None else number, rkey=job.rkey ^ 0x00A5_5A00, workers=tuple(
         replace(w, rkey=w.rkey ^ 0x5A00, result_psn=w.result_psn + 0x100, contrib_rkey=0xD1000000 | job.job << 8 | i)
         for i, w in enumerate(job.workers)))
 
 
-def run_incarnation(chunk_bytes: int = 256, keep: Path | None = None) -> Report:
-    """Tear job 1 of the vectors' switch down on a running simple_switch and run its next incarnation (root only).
+def run_incarnation(chunk_bytes: int = 256, number: int | None = None, keep: Path | None = None) -> Report:
+    """Tear job 1 of the vectors' switch down on a running simple_switch and run its next incarnation (root only),
+    as job ``number`` (default 1 again: its old frames then meet new R_Keys; another number: no workers entry).
 
     Phases, each compared frame for frame with the model: (1) job 1 completes
     chunk 0 and leaves chunks 1 and 2 partial, job 2 completes chunk 1 and
     leaves chunk 0 partial; job 1 is removed; (2) job 1's old frames are
     dropped, job 2 completes chunk 0; the next incarnation of job 1 (the same
-    number and region, new R_Keys) is added; (3) an old frame of job 1 is
+    region, new R_Keys) is added; (3) an old frame of job 1 is
     dropped, the new incarnation all-reduces chunks 0 to 4 (chunk 4 reuses
     slot 0) on the wiped slots and job 2 one more chunk. The results of the
     new incarnation are also checked against the sum of its contributions.
@@ -394,7 +396,7 @@ def run_incarnation(chunk_bytes: int = 256, keep: Path | None = None) -> Report:
     found = _require_tools()
     netns.require_root()
     spec, (a, b) = p4vectors.switch_for(V1MODEL, chunk_bytes)
-    a2 = next_incarnation(a)
+    a2 = next_incarnation(a, number)
     model = P4ProfileSwitch(V1MODEL, spec)
     for j in (a, b):
         model.add_job(j)
@@ -454,7 +456,7 @@ def run_incarnation(chunk_bytes: int = 256, keep: Path | None = None) -> Report:
             cli("remove", sw.remove(a.job))
             model.remove_job(a.job)
             phase("job 1 torn down", frames(a, [1], [2]) + frames(a, [0], [1]) + frames(b, [0], [1]))
-            cli("add", sw.add(plan(V1MODEL, spec, [b, a2]), a.job))
+            cli("add", sw.add(plan(V1MODEL, spec, [b, a2]), a2.job))
             model.add_job(a2)
             contribs = frames(a2, range(5), range(3))
             out = phase("the next incarnation", frames(a, [1], [2]) + contribs + frames(b, [2], range(2)))
@@ -508,6 +510,7 @@ def main() -> int:
     ap.add_argument("mode", choices=("vectors", "allreduce", "incarnation"))
     ap.add_argument("--keep", type=Path, help="leave the run's files (JSON, pcaps, logs) in this folder")
     ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--number", type=int, help="incarnation: the job number of the next incarnation (default: 1 again)")
     ap.add_argument("--size", type=int, default=1 << 16, help="bytes of float32 per worker")
     ap.add_argument("--chunk", type=int, choices=(256, 1024),
                     help="chunk bytes (default: 1024 for vectors, the stored ones; 256 for allreduce)")
@@ -523,7 +526,7 @@ def main() -> int:
             print("switch counters: " + ", ".join(f"{k} {v}" for k, v in r.counters.items() if v))
             return 0 if r.exact else 1
         if args.mode == "incarnation":
-            report = run_incarnation(args.chunk or 256, keep=args.keep)
+            report = run_incarnation(args.chunk or 256, args.number, keep=args.keep)
         elif args.chunk in (None, 1024):
             report = run_vectors(keep=args.keep)
         else:

@@ -61,7 +61,8 @@ def test_teardown_wipes_every_register_the_compiled_program_declares(tmp_path):
 
 @needs_tools
 @pytest.mark.skipif(os.geteuid() != 0, reason="the namespace topology needs root")
-def test_a_job_torn_down_beside_another_starts_its_next_incarnation_on_wiped_slots():
-    report = RUNNER.run_incarnation(chunk_bytes=256)
+@pytest.mark.parametrize("number", [None, 3], ids=["same job number", "new job number"])
+def test_a_job_torn_down_beside_another_starts_its_next_incarnation_on_wiped_slots(number):
+    report = RUNNER.run_incarnation(chunk_bytes=256, number=number)
     assert report.ok, "\n".join(report.mismatches)
     assert (report.frames_in, report.frames_out) == (30, 24)
