@@ -82,9 +82,10 @@ def commands(p: Plan) -> list[str]:
     return Switch(p).configure()
 
 
-# What simple_switch_CLI prints for a table_add and an mc_node_create (bmv2's tools/runtime_CLI.py).
-_ENTRY_HANDLE = re.compile(r"^Entry has been added with handle (\d+)$", re.M)
-_NODE_HANDLE = re.compile(r"^node was created with handle (\d+)$", re.M)
+# What simple_switch_CLI prints for a table_add and an mc_node_create (bmv2's tools/runtime_CLI.py); not anchored
+# at the line's start, where the "RuntimeCmd: " prompt, printed without a newline, may stand.
+_ENTRY_HANDLE = re.compile(r"Entry has been added with handle (\d+)$", re.M)
+_NODE_HANDLE = re.compile(r"node was created with handle (\d+)$", re.M)
 
 
 class Switch:
