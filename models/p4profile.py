@@ -113,6 +113,10 @@ def saturating_accumulate(state: arith.LaneState, x: np.ndarray, first: bool = F
 class P4ProfileSwitch(ModelSwitch):
     """The Mode II model switch with the P4 profile's arithmetic and frame checks.
 
+    Its slot rules, ingress-port binding and R_Key check are the model
+    switch's: the programs compare the ingress port with the port of the
+    QPN's ``workers`` entry, and keep one first bit per slot ("Liveness").
+
     Parameters
     ----------
     target:
@@ -121,8 +125,6 @@ class P4ProfileSwitch(ModelSwitch):
     spec:
         The switch; see :class:`~inagg.models.job.SwitchSpec`.
     """
-
-    binds_ports = False  # the programs' workers table is keyed on the QPN alone: any port takes a worker's frames
 
     def __init__(self, target: P4Target, spec: SwitchSpec | None = None):
         if not isinstance(target, P4Target):

@@ -106,7 +106,6 @@ class ModelSwitch(SwitchBackend):
     """
 
     per_worker_rkeys = True  # check 15 of a UC job compares a worker's WorkerSpec.contrib_rkey where it has one
-    binds_ports = True  # check 14 knows a worker's QPN on its WorkerSpec.port only (ingress-port binding)
 
     def __init__(self, spec: SwitchSpec | None = None, *, hop_timeout: float = modes.HOP_TIMEOUT):
         self.spec = spec or SwitchSpec()
@@ -197,8 +196,8 @@ class ModelSwitch(SwitchBackend):
             return self._from_parent(self.jobs[up], r)
         named = split_qpn(r.dest_qpn)
         job = self.jobs.get(named[0]) if named else None
-        known = job is not None and named[1] < len(job.spec.workers) and (
-            not self.binds_ports or job.spec.workers[named[1]].port == port)
+        # Check 14 knows a worker's QPN on its WorkerSpec.port only (ingress-port binding).
+        known = job is not None and named[1] < len(job.spec.workers) and job.spec.workers[named[1]].port == port
         if known and job.spec.mode is not Mode.UC:
             return self.modes[job.spec.job].receive(named[1], r)
         kind, size = self._expects(job, named[1], r.opcode) if known else (CONTRIBUTION, c)

@@ -5,7 +5,9 @@ implementation (:class:`~inagg.models.job.SwitchSpec`, :class:`~inagg.models.job
 Pure Python, no P4 runtime needed to import or use it:
 
 - :mod:`.layout` -- what the programs need, target-neutral (:func:`~.layout.plan`)
-- :mod:`.bmv2` -- ``simple_switch_CLI`` commands for ``p4/v1model``
-- :mod:`.bfrt` -- a ``bfrt_python`` script for ``p4/tna``
+- :mod:`.bmv2` -- ``simple_switch_CLI`` commands for ``p4/v1model``, and
+  :class:`~.bmv2.Switch`, which removes and adds one job on a running switch
+- :mod:`.bfrt` -- ``bfrt_python`` scripts for ``p4/tna``: the whole
+  configuration, or one job removed or added
 - :mod:`.vectors` -- PTF-style reference vectors from the P4 profile model
 """

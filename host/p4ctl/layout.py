@@ -5,20 +5,26 @@
 QPN (with the worker's contribution R_Key: its own, else the job's), one
 ``results`` entry per (job, worker) for the egress rewrite, one
 multicast group per job with one replica per worker (replication id = worker
-index), and the initial result PSN of every worker. The renderers in
-:mod:`.bmv2` and :mod:`.bfrt` only spell these out; the names they use are
-the ones declared in ``p4/v1model/inagg.p4`` and ``p4/tna/inagg.p4``.
+index), the initial result PSN of every worker, and each job's slot region.
+The renderers in :mod:`.bmv2` and :mod:`.bfrt` only spell these out; the
+names they use are the ones declared in ``p4/v1model/inagg.p4`` and
+``p4/tna/inagg.p4``.
+
+Everything a plan holds for a job carries the job's number, so
+:meth:`Plan.only` finds all of it: the renderers write a job from that part
+and tear it down from the same part (``docs/protocol.md`` 3.2, incarnations).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from inagg.models import wire
 from inagg.models.job import JobSpec, SwitchSpec
 from inagg.models.p4profile import P4Target
 
-__all__ = ["WorkerEntry", "ResultEntry", "McastGroup", "Plan", "plan", "mcast_group_id", "psn_index"]
+__all__ = ["WorkerEntry", "ResultEntry", "McastGroup", "PsnEntry", "Region", "Plan", "plan", "mcast_group_id",
+           "psn_index", "PER_JOB"]
 
 
 def mcast_group_id(job: int) -> int:
@@ -71,8 +77,32 @@ class ResultEntry:
 class McastGroup:
     """One job's multicast group: (replication id = worker index, port) per worker."""
 
+    job: int
     group: int
     nodes: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class PsnEntry:
+    """The ``result_psn`` register entry of (job, worker) and the PSN of the worker's first result."""
+
+    job: int
+    worker: int
+    index: int
+    psn: int
+
+
+@dataclass(frozen=True)
+class Region:
+    """A job's slots ``base .. base + slots - 1`` in every slot register."""
+
+    job: int
+    base: int
+    slots: int
+
+    @property
+    def indexes(self) -> range:
+        return range(self.base, self.base + self.slots)
 
 
 @dataclass(frozen=True)
@@ -86,7 +116,23 @@ class Plan:
     workers: tuple[WorkerEntry, ...]
     results: tuple[ResultEntry, ...]
     groups: tuple[McastGroup, ...]
-    psns: tuple[tuple[int, int], ...]   # (result_psn index, initial PSN)
+    psns: tuple[PsnEntry, ...]
+    regions: tuple[Region, ...]
+
+    def only(self, job: int) -> Plan:
+        """This plan with job ``job``'s entries alone: what configures it, and what tearing it down removes."""
+        if job not in {r.job for r in self.regions}:
+            raise ValueError(f"job {job} is not in the plan")
+        return replace(self, **{f: tuple(e for e in getattr(self, f) if e.job == job) for f in PER_JOB})
+
+    def without(self, job: int) -> Plan:
+        """This plan with job ``job``'s entries removed: the switch once the job is torn down."""
+        self.only(job)
+        return replace(self, **{f: tuple(e for e in getattr(self, f) if e.job != job) for f in PER_JOB})
+
+
+# The Plan fields that hold entries of jobs (each with a ``job``); the other fields are the switch's.
+PER_JOB = tuple(f.name for f in fields(Plan) if f.name not in ("target", "spec", "switch_mac", "switch_ip"))
 
 
 def _check_regions(jobs: list[JobSpec], spec: SwitchSpec) -> None:
@@ -113,7 +159,7 @@ def plan(target: P4Target, spec: SwitchSpec, jobs: list[JobSpec] | tuple[JobSpec
     for job in jobs:
         target.validate_job(job)
     _check_regions(jobs, spec)
-    workers, results, groups, psns = [], [], [], []
+    workers, results, groups, psns, regions = [], [], [], [], []
     ring_align = target.name == "tna"
     for job in sorted(jobs, key=lambda j: j.job):
         n = len(job.workers)
@@ -127,8 +173,9 @@ def plan(target: P4Target, spec: SwitchSpec, jobs: list[JobSpec] | tuple[JobSpec
             results.append(ResultEntry(job=job.job, worker=i, mac=int.from_bytes(wire.mac_bytes(w.mac), "big"),
                                        ip=int.from_bytes(wire.ip_bytes(w.ip), "big"), qpn=w.qpn, rkey=w.rkey,
                                        result_va=w.result_va))
-            psns.append((psn_index(target, job.job, i), w.result_psn))
-        groups.append(McastGroup(mcast_group_id(job.job), tuple((i, w.port) for i, w in enumerate(job.workers))))
+            psns.append(PsnEntry(job.job, i, psn_index(target, job.job, i), w.result_psn))
+        groups.append(McastGroup(job.job, mcast_group_id(job.job), tuple((i, w.port) for i, w in enumerate(job.workers))))
+        regions.append(Region(job.job, job.slot_base, job.slots))
     return Plan(target=target, spec=spec, switch_mac=int.from_bytes(wire.mac_bytes(spec.mac), "big"),
                 switch_ip=int.from_bytes(wire.ip_bytes(spec.ip), "big"), workers=tuple(workers),
-                results=tuple(results), groups=tuple(groups), psns=tuple(psns))
+                results=tuple(results), groups=tuple(groups), psns=tuple(psns), regions=tuple(regions))

@@ -2,8 +2,9 @@
 
 :func:`scenario` is one fixed set of input frames -- a complete all-reduce
 of two jobs, duplicates and resends, the next generation of a slot, stale
-and too-early chunks, saturating sums, and one frame per drop counter the
-target can see -- for :class:`~inagg.models.p4profile.P4ProfileSwitch`.
+and too-early chunks, saturating sums, a stray chunk that a slot's first
+generation does not keep, and one frame per drop counter the target can see
+(a worker's QPN on another port among them) -- for :class:`~inagg.models.p4profile.P4ProfileSwitch`.
 :func:`write` stores them as ``<target>_in.pcap`` (what a test sends),
 ``<target>_out.pcap`` (what the switch must send) and ``<target>.json``
 (which input goes to which port, which outputs it must cause on which ports,
@@ -48,12 +49,14 @@ class Vectors:
 
 
 def _jobs() -> tuple[JobSpec, ...]:
-    def workers(job: int, n: int, ring: int) -> tuple[WorkerSpec, ...]:
+    # Job 2's workers have contribution R_Keys of their own (check 15), job 1's take the job's.
+    def workers(job: int, n: int, ring: int, own_keys: bool) -> tuple[WorkerSpec, ...]:
         return tuple(WorkerSpec(port=i % 4, mac=f"02:00:00:{job:02x}:00:{i + 1:02x}", ip=f"10.{job}.0.{i + 1}",
                                 qpn=0x100 + 0x10 * job + i, rkey=0x7000 + i, result_va=(i + 1) * ring * 16,
-                                result_psn=0x10 * i) for i in range(n))
-    return (JobSpec(job=1, rkey=0xC0DE0001, slot_base=0, slots=4, workers=workers(1, 3, 1 << 16)),
-            JobSpec(job=2, rkey=0xC0DE0002, slot_base=4, slots=2, workers=workers(2, 2, 1 << 16)))
+                                result_psn=0x10 * i, contrib_rkey=0xC1D00000 | job << 8 | i if own_keys else None)
+                     for i in range(n))
+    return (JobSpec(job=1, rkey=0xC0DE0001, slot_base=0, slots=4, workers=workers(1, 3, 1 << 16, False)),
+            JobSpec(job=2, rkey=0xC0DE0002, slot_base=4, slots=2, workers=workers(2, 2, 1 << 16, True)))
 
 
 def switch_for(target: P4Target, chunk_bytes: int | None = None) -> tuple[SwitchSpec, tuple[JobSpec, ...]]:
@@ -80,7 +83,7 @@ def scenario(target: P4Target, chunk_bytes: int | None = None) -> Vectors:
         ws = job.workers[w]
         args = dict(eth_dst=wire.mac_bytes(spec.mac), eth_src=wire.mac_bytes(ws.mac), ip_src=wire.ip_bytes(ws.ip),
                     ip_dst=wire.ip_bytes(spec.ip), udp_sport=0xD000 | w, opcode=Opcode.UC_RDMA_WRITE_ONLY,
-                    dest_qpn=job.qpn(w), psn=chunk & 0xFFFFFF, va=chunk * spec.chunk_bytes, rkey=job.rkey,
+                    dest_qpn=job.qpn(w), psn=chunk & 0xFFFFFF, va=chunk * spec.chunk_bytes, rkey=job.contrib_rkey(w),
                     payload=np.asarray(x, np.int32).astype(">i4").tobytes())
         args.update(kw)
         return wire.build(**args)
@@ -116,6 +119,14 @@ def scenario(target: P4Target, chunk_bytes: int | None = None) -> Vectors:
     big2[0], big2[1], big2[2] = 0x100, -0x100, 0x100
     send("job2 chunk1 worker1 saturating: result SATURATED", b, 1, frame(b, 1, 1, big2))
     send("job2 chunk1 worker1 duplicate: SATURATED resend", b, 1, frame(b, 1, 1, big2))
+    # Liveness: a stray far ahead of the job takes FREE slot 3; the job's chunk 3 takes it back (the slot never
+    # completed) and completes; after that the stray is too far ahead.
+    stray = (1 << 30) + 3
+    send("job1 stray chunk 2**30+3 worker2: takes FREE slot 3", a, 2, frame(a, 2, stray, data()))
+    send("job1 chunk3 worker0: restarts the stray's slot", a, 0, frame(a, 0, 3, data()))
+    for w in (1, 2):
+        send(f"job1 chunk3 worker{w}", a, w, frame(a, w, 3, data()))
+    send("job1 stray chunk 2**30+3 worker2 again: window", a, 2, frame(a, 2, stray, data()))
     # One frame per drop the target can see.
     ok = frame(a, 0, 2, data())
     arp = ok[:12] + b"\x08\x06" + ok[14:60]
@@ -124,6 +135,7 @@ def scenario(target: P4Target, chunk_bytes: int | None = None) -> Vectors:
         ("IPv4 not UDP", _ip_patch(ok, 9, 6)),
         ("bad IPv4 checksum", ok[:24] + bytes([ok[24] ^ 1]) + ok[25:]),
         ("IPv4 options (IHL 6)", _ip_patch(ok, 0, 0x46)),
+        ("IPv4 reserved flag", _ip_patch(ok, 6, ok[20] | 0x80)),
         ("UDP port not 4791", ok[:36] + struct.pack("!H", 4792) + ok[38:]),
         ("truncated frame", ok[:200]),
         ("other chunk size", frame(a, 0, 2, np.zeros(lanes // 2, np.int32))),
@@ -131,7 +143,9 @@ def scenario(target: P4Target, chunk_bytes: int | None = None) -> Vectors:
         ("RC opcode", frame(a, 0, 2, data(), opcode=Opcode.RC_RDMA_WRITE_ONLY)),
         ("unknown job", frame(a, 0, 2, data(), dest_qpn=a.qpn(0) + (5 << 6))),
         ("worker index beyond the job", frame(a, 0, 2, data(), dest_qpn=a.qpn(3))),
+        ("worker 1's QPN on worker 0's port", frame(a, 1, 2, data())),
         ("wrong R_Key", frame(a, 0, 2, data(), rkey=0xBAD)),
+        ("job 2 worker 0 with the job's R_Key, not its own", frame(b, 0, 2, data(), rkey=b.rkey)),
         ("unaligned address", frame(a, 0, 2, data(), va=2 * spec.chunk_bytes + 4)),
         ("address beyond 2**32 chunks", frame(a, 0, 2, data(), va=(1 << 32) * spec.chunk_bytes)),
         ("bad ICRC", ok[:-1] + bytes([ok[-1] ^ 0xFF])),

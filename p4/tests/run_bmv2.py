@@ -2,6 +2,7 @@
 
     .venv/bin/python p4/tests/run_bmv2.py vectors [--chunk 256|1024] [--keep FOLDER]
     .venv/bin/python p4/tests/run_bmv2.py allreduce [--workers N] [--size BYTES] [--chunk 256|1024] [--keep FOLDER]
+    .venv/bin/python p4/tests/run_bmv2.py incarnation [--number N] [--chunk 256|1024] [--keep FOLDER]
 
 ``vectors`` (:func:`run_vectors`) is the PTF-style check of the program
 against the P4 profile model:
@@ -25,6 +26,13 @@ of the workers, and runs one all-reduce per worker process with
 :func:`inagg.host.api.allreduce`, exactly as against the model switch: the
 host library, the control plane and the program end to end.
 
+``incarnation`` (:func:`run_incarnation`, root only) tears one job down on
+the running switch with :class:`inagg.host.p4ctl.bmv2.Switch` while another
+job holds partial slots, and configures the job's next incarnation on its
+wiped region; every frame's answer and the counters are compared with
+:class:`~inagg.models.p4profile.P4ProfileSwitch` doing ``remove_job`` and
+``add_job`` at the same points.
+
 Tools come from the environment, then from PATH: ``P4C_BM2_SS``
 (``p4c-bm2-ss``), ``SIMPLE_SWITCH`` (``simple_switch``) and
 ``SIMPLE_SWITCH_CLI`` (``simple_switch_CLI``, which needs Python's ``thrift``
@@ -43,11 +51,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from scapy.utils import RawPcapReader, RawPcapWriter
 
+from inagg.host.netns import _Namespaces
 from inagg.host.p4ctl import bmv2, vectors as p4vectors
 from inagg.host.p4ctl.layout import plan
 from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
@@ -321,8 +330,9 @@ def run_allreduce(workers: int = 3, size: int = 1 << 16, chunk_bytes: int = 256,
     return AllReduceRun(workers, size, chunk_bytes, exact, seconds, sum(n for _, n in results), counters)
 
 
-def _configure(cli: str, thrift_port: int, commands: list[str], log: Path, preexec_fn, proc) -> None:
-    """Feed ``commands`` to simple_switch_CLI once the switch listens; raise when it refuses one."""
+def _configure(cli: str, thrift_port: int, commands: list[str], log: Path, preexec_fn, proc) -> str:
+    """Feed ``commands`` to simple_switch_CLI once the switch listens and return its answer; raise when it
+    refuses one."""
     end = time.monotonic() + 30
     while True:
         if proc.poll() is not None:
@@ -337,15 +347,170 @@ def _configure(cli: str, thrift_port: int, commands: list[str], log: Path, preex
     log.write_text(p.stdout + p.stderr)
     if p.returncode or "Error" in p.stdout or "Invalid" in p.stdout:
         raise RuntimeError(f"simple_switch_CLI refused the configuration: see {log}")
+    return p.stdout
+
+
+class _Wires(_Namespaces):
+    """One namespace holding both ends of a veth pair per switch port: ``sw<p>`` for simple_switch, ``t<p>`` for
+    the test's sockets."""
+
+    def __init__(self, spec: SwitchSpec):
+        self.ns = f"inagg-{os.getpid()}-inc"
+        self.spec = spec
+        self._created: list[str] = []
+
+    def _layout(self):
+        return [self.ns], [((self.ns, f"sw{p}", self.spec.mac), (self.ns, f"t{p}", f"02:00:00:ee:00:{p + 1:02x}"))
+                           for p in range(self.spec.ports)]
+
+
+def next_incarnation(job: JobSpec, number: int | None = None) -> JobSpec:
+    """``job`` started again on its region as job ``number`` (default: its own), every R_Key new, result PSNs
+    elsewhere."""
+    return replace(job, job=job.job if number is None else number, rkey=job.rkey ^ 0x00A5_5A00, workers=tuple(
+        replace(w, rkey=w.rkey ^ 0x5A00, result_psn=w.result_psn + 0x100, contrib_rkey=0xD1000000 | job.job << 8 | i)
+        for i, w in enumerate(job.workers)))
+
+
+def run_incarnation(chunk_bytes: int = 256, number: int | None = None, keep: Path | None = None) -> Report:
+    """Tear job 1 of the vectors' switch down on a running simple_switch and run its next incarnation (root only),
+    as job ``number`` (default 1 again: its old frames then meet new R_Keys; another number: no workers entry).
+
+    Phases, each compared frame for frame with the model: (1) job 1 completes
+    chunk 0 and leaves chunks 1 and 2 partial, job 2 completes chunk 1 and
+    leaves chunk 0 partial; job 1 is removed; (2) job 1's old frames are
+    dropped, job 2 completes chunk 0; the next incarnation of job 1 (the same
+    region, new R_Keys) is added; (3) an old frame of job 1 is
+    dropped, the new incarnation all-reduces chunks 0 to 4 (chunk 4 reuses
+    slot 0) on the wiped slots and job 2 one more chunk. The results of the
+    new incarnation are also checked against the sum of its contributions.
+    """
+    import numpy as np
+    from pyroute2 import NetNS
+    from pyroute2 import netns as pnetns
+
+    from inagg.host import netns
+    from inagg.models.p4profile import P4ProfileSwitch
+    from inagg.testbench.traffic import contribution
+
+    found = _require_tools()
+    netns.require_root()
+    spec, (a, b) = p4vectors.switch_for(V1MODEL, chunk_bytes)
+    a2 = next_incarnation(a, number)
+    model = P4ProfileSwitch(V1MODEL, spec)
+    for j in (a, b):
+        model.add_job(j)
+    sw = bmv2.Switch(plan(V1MODEL, spec, [a, b]))
+    rng = np.random.default_rng(21)
+    report = Report()
+
+    def lanes() -> np.ndarray:
+        return rng.integers(-(1 << 20), 1 << 20, spec.lanes, dtype=np.int32)
+
+    def frames(job: JobSpec, chunks, workers, **kw) -> list[tuple[str, int, bytes]]:
+        return [(f"job {job.job} chunk {c} worker {w}", job.workers[w].port, contribution(spec, job, w, c, lanes(), **kw))
+                for c in chunks for w in workers]
+
+    with tempfile.TemporaryDirectory() as tmp_name, _Wires(spec) as wires:
+        tmp = keep or Path(tmp_name)
+        tmp.mkdir(parents=True, exist_ok=True)
+        _compile(found["p4c-bm2-ss"], spec, tmp / "inagg.json")
+        with NetNS(wires.ns) as ns:
+            ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
+        in_ns = _in_ns(wires.ns)
+        pnetns.pushns(wires.ns)
+        try:
+            ports = {p: netns.PacketPort(f"t{p}") for p in range(spec.ports)}
+        finally:
+            pnetns.popns()
+        argv = [found["simple_switch"], "--thrift-port", "9090"]
+        argv += [x for p in range(spec.ports) for x in ("-i", f"{p}@sw{p}")]
+        with open(tmp / "simple_switch.log", "w") as log:
+            proc = subprocess.Popen(argv + [str(tmp / "inagg.json")], stdout=log, stderr=subprocess.STDOUT,
+                                    preexec_fn=in_ns)
+        try:
+            def cli(name: str, cmds: list[str]) -> None:
+                (tmp / f"{name}.txt").write_text("\n".join(cmds) + "\n")
+                out = _configure(found["simple_switch_CLI"], 9090, cmds, tmp / f"{name}.log", in_ns, proc)
+                sw.answered(cmds, out)
+
+            def phase(name: str, sent: list[tuple[str, int, bytes]]) -> list[tuple[int, bytes]]:
+                expected: dict[int, list[bytes]] = {p: [] for p in ports}
+                for _, port, f in sent:
+                    for q, out in model.receive(port, f):
+                        expected[q].append(out)
+                    ports[port].send(f)
+                    time.sleep(0.01)
+                got = _collect(ports, sum(map(len, expected.values())), time.monotonic() + 20)
+                report.frames_in += len(sent)
+                report.frames_out += sum(map(len, got.values()))
+                for p in ports:
+                    if got[p] != expected[p]:
+                        report.mismatches.append(f"{name}: port {p} sent {len(got[p])} frames, the model "
+                                                 f"{len(expected[p])}, equal: {[x == y for x, y in zip(got[p], expected[p])]}")
+                return [(p, f) for p in ports for f in got[p]]
+
+            cli("configure", sw.configure())
+            phase("before the teardown", frames(a, [0], range(3)) + frames(a, [1], [0, 1]) + frames(a, [2], [0])
+                  + frames(b, [0], [0]) + frames(b, [1], range(2)))
+            cli("remove", sw.remove(a.job))
+            model.remove_job(a.job)
+            phase("job 1 torn down", frames(a, [1], [2]) + frames(a, [0], [1]) + frames(b, [0], [1]))
+            cli("add", sw.add(plan(V1MODEL, spec, [b, a2]), a2.job))
+            model.add_job(a2)
+            contribs = frames(a2, range(5), range(3))
+            out = phase("the next incarnation", frames(a, [1], [2]) + contribs + frames(b, [2], range(2)))
+            sums = {}
+            for _, _, f in contribs:
+                # Offsets of wire.build's layout: RETH VA at 54, lanes at 70 (a result's ImmDt at 70, lanes at 74).
+                chunk = int.from_bytes(f[54:62], "big") // spec.chunk_bytes
+                sums[chunk] = sums.get(chunk, 0) + np.frombuffer(f[70:70 + spec.chunk_bytes], ">i4").astype(np.int64)
+            results = [f for p, f in out if int.from_bytes(f[47:50], "big") in {w.qpn for w in a2.workers}]
+            if len(results) != 5 * len(a2.workers):
+                report.mismatches.append(f"the next incarnation got {len(results)} results, not {5 * len(a2.workers)}")
+            for f in results:
+                chunk = int.from_bytes(f[70:74], "big") & 0x3FFFFFFF
+                if not np.array_equal(np.frombuffer(f[74:74 + spec.chunk_bytes], ">i4"), sums[chunk]):
+                    report.mismatches.append(f"the next incarnation's chunk {chunk}: not the sum of its contributions")
+            counters = _counters(found["simple_switch_CLI"], 9090, in_ns)
+        finally:
+            for port in ports.values():
+                port.close()
+            proc.terminate()
+            proc.wait(timeout=10)
+    for c, n in model.counters.items():
+        if counters[c.name] != n:
+            report.mismatches.append(f"counter {c.name}: {counters[c.name]}, the model {n}")
+    return report
+
+
+def _collect(ports: dict, total: int, deadline: float) -> dict[int, list[bytes]]:
+    """Every port's frames once ``total`` arrived and half a second passed without more (or at ``deadline``)."""
+    import select
+
+    got: dict[int, list[bytes]] = {p: [] for p in ports}
+    since = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now > deadline or sum(map(len, got.values())) >= total and now - since > 0.5:
+            return got
+        ready, _, _ = select.select(list(ports.values()), [], [], 0.1)
+        for p, port in ports.items():
+            if port in ready:
+                f = port.recv_nowait()
+                if f is not None:
+                    got[p].append(f)
+                    since = time.monotonic()
 
 
 def main() -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("vectors", "allreduce"))
+    ap.add_argument("mode", choices=("vectors", "allreduce", "incarnation"))
     ap.add_argument("--keep", type=Path, help="leave the run's files (JSON, pcaps, logs) in this folder")
     ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--number", type=int, help="incarnation: the job number of the next incarnation (default: 1 again)")
     ap.add_argument("--size", type=int, default=1 << 16, help="bytes of float32 per worker")
     ap.add_argument("--chunk", type=int, choices=(256, 1024),
                     help="chunk bytes (default: 1024 for vectors, the stored ones; 256 for allreduce)")
@@ -360,7 +525,9 @@ def main() -> int:
                   f"{r.resent} contributions resent")
             print("switch counters: " + ", ".join(f"{k} {v}" for k, v in r.counters.items() if v))
             return 0 if r.exact else 1
-        if args.chunk in (None, 1024):
+        if args.mode == "incarnation":
+            report = run_incarnation(args.chunk or 256, args.number, keep=args.keep)
+        elif args.chunk in (None, 1024):
             report = run_vectors(keep=args.keep)
         else:
             with tempfile.TemporaryDirectory() as tmp:

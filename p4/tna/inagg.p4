@@ -56,6 +56,7 @@ const bit<3> V_SAME = 2;    /* the slot holds this chunk, still aggregating */
 const bit<3> V_DONE = 3;    /* the slot holds this chunk, complete */
 const bit<3> V_STALE = 4;
 const bit<3> V_WINDOW = 5;
+const bit<3> V_RESTART = 6; /* a first generation meets another chunk: restarts (protocol.md "Liveness") */
 
 /* What pass 0 decided, for the lane passes and the egress. */
 const bit<8> OP_ADD = 0;
@@ -111,12 +112,25 @@ struct eg_headers_t {
 
 /* slot_key: `chunk` is the chunk the slot holds while FREE or aggregating,
  * and that chunk + R once it is DONE, which is the one chunk allowed to
- * restart it; `used` is 0 while the slot is FREE. With that encoding the
- * claim needs two comparisons (a Tofino 1 stateful ALU has two). */
+ * restart it. `used` is 0 while the slot is FREE, USED_FIRST until it first
+ * completes (protocol.md "Liveness": until then any other chunk restarts
+ * it) and USED_DONE from then on. USED_FIRST's bit is set in both, so the
+ * claim sets `used` with one OR and takes two comparisons (a Tofino 1
+ * stateful ALU has two). */
 struct slot_key_t {
     bit<32> used;
     bit<32> chunk;
 }
+const bit<32> USED_FIRST = 1;
+const bit<32> USED_DONE = 3;
+
+/* slot_state holds SLOT_FREE, SLOT_DONE, or while the slot aggregates
+ * ST_AGG, or ST_AGG_FIRST in its first generation: the verdict needs the
+ * first bit too. ST_AGG is SLOT_DONE with bit 0 set, so the claim of a slot
+ * that holds this chunk is one OR with 1, which turns DONE (the next
+ * generation) into ST_AGG and leaves either aggregating value as it is. */
+const bit<32> ST_AGG = 3;
+const bit<32> ST_AGG_FIRST = 7;
 
 struct ig_metadata_t {
     bool    csum_err;
@@ -151,6 +165,7 @@ struct ig_metadata_t {
     bit<32> joined;
     bit<32> dma_pad;      /* RETH DMA length + BTH PadCnt */
     bit<32> missing;      /* full ^ joined: 0 when this contribution completes the chunk */
+    bit<32> unfilled;     /* full ^ old_bitmap: 0 when the chunk the slot holds is complete */
 }
 
 struct eg_metadata_t {
@@ -303,28 +318,33 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
     Register<bit<32>, bit<32>>(INAGG_SLOTS) slot_state;
     Register<bit<32>, bit<32>>(INAGG_SLOTS) slot_bitmap;
 
-    /* Claims a FREE slot, restarts a DONE one for chunk + R, and leaves any
-     * other as it is (rewriting a slot that holds this chunk changes nothing). */
+    /* Claims a FREE slot, restarts a first generation with any chunk and a
+     * DONE one for chunk + R, and leaves any other as it is (rewriting a
+     * slot that holds this chunk changes nothing). */
     RegisterAction<slot_key_t, bit<32>, bit<32>>(slot_key) key_claim = {
         void apply(inout slot_key_t v, out bit<32> rv) {
             rv = v.chunk;
-            if (v.used == 0 || v.chunk == meta.key_in) {
+            if (v.used != USED_DONE || v.chunk == meta.key_in) {
                 v.chunk = meta.key_in;
-                v.used = 1;
             }
+            v.used = v.used | USED_FIRST;
         }
     };
     RegisterAction<slot_key_t, bit<32>, bit<32>>(slot_key) key_done = {
         void apply(inout slot_key_t v) {
             v.chunk = meta.key_in;
+            v.used = USED_DONE;
         }
     };
-    /* The same claim for the state: FREE, or a key that matched (d == 0). */
+    /* The same claim for the state: FREE, or a key that matched (d == 0).
+     * A first generation that restarts stays ST_AGG_FIRST. */
     RegisterAction<bit<32>, bit<32>, bit<32>>(slot_state) state_enter = {
         void apply(inout bit<32> v, out bit<32> rv) {
             rv = v;
-            if (v == (bit<32>)SLOT_FREE || meta.d == 0) {
-                v = (bit<32>)SLOT_AGG;
+            if (v == (bit<32>)SLOT_FREE) {
+                v = ST_AGG_FIRST;
+            } else if (meta.d == 0) {
+                v = v | 1;
             }
         }
     };
@@ -336,6 +356,19 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
     RegisterAction<bit<32>, bit<32>, bit<32>>(slot_bitmap) bitmap_start = {
         void apply(inout bit<32> v) {
             v = meta.wbit;
+        }
+    };
+    /* A restart keeps a complete bitmap: its chunk completed in this
+     * pass 0 or an earlier one, and its pass 3 (which makes the slot DONE
+     * and reads the lanes) is still on its way, so nothing of this
+     * contribution may enter the slot. No frame can find a first
+     * generation complete after that pass 3. */
+    RegisterAction<bit<32>, bit<32>, bit<32>>(slot_bitmap) bitmap_restart = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            if (v != meta.full) {
+                v = meta.wbit;
+            }
         }
     };
     RegisterAction<bit<32>, bit<32>, bit<32>>(slot_bitmap) bitmap_join = {
@@ -363,18 +396,20 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
     }
     table slot_verdict {
         key = {
-            meta.state[1:0] : ternary;
+            meta.state[2:0] : ternary;
             meta.d          : ternary;
             meta.d_done     : ternary;
         }
         actions = { set_verdict; }
         const entries = {
-            (SLOT_FREE, _, _)                         : set_verdict(V_FIRST);
-            (SLOT_DONE, 0, _)                         : set_verdict(V_FIRST);  /* chunk + R */
-            (SLOT_AGG, 0, _)                          : set_verdict(V_SAME);
-            (SLOT_DONE, _, 0)                         : set_verdict(V_DONE);   /* a resend */
-            (SLOT_AGG, 0x80000000 &&& 0x80000000, _)  : set_verdict(V_STALE);
-            (SLOT_DONE, _, 0x80000000 &&& 0x80000000) : set_verdict(V_STALE);
+            ((bit<3>)SLOT_FREE, _, _)                         : set_verdict(V_FIRST);
+            ((bit<3>)ST_AGG_FIRST, 0, _)                      : set_verdict(V_SAME);
+            ((bit<3>)ST_AGG_FIRST, _, _)                      : set_verdict(V_RESTART);
+            ((bit<3>)SLOT_DONE, 0, _)                         : set_verdict(V_FIRST);  /* chunk + R */
+            ((bit<3>)ST_AGG, 0, _)                            : set_verdict(V_SAME);
+            ((bit<3>)SLOT_DONE, _, 0)                         : set_verdict(V_DONE);   /* a resend */
+            ((bit<3>)ST_AGG, 0x80000000 &&& 0x80000000, _)    : set_verdict(V_STALE);
+            ((bit<3>)SLOT_DONE, _, 0x80000000 &&& 0x80000000) : set_verdict(V_STALE);
         }
         const default_action = set_verdict(V_WINDOW);
         size = 8;
@@ -391,6 +426,9 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
     action bitmap_sums() {
         meta.dup = meta.old_bitmap & meta.wbit;
         meta.joined = meta.old_bitmap | meta.wbit;
+    }
+    action bitmap_unfilled() {
+        meta.unfilled = meta.full ^ meta.old_bitmap;
     }
     action bitmap_missing() {
         meta.missing = meta.full ^ meta.joined;
@@ -499,6 +537,9 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                 meta.event = CNT_DROP_BAD_LENGTH;
             } else if (meta.known == 0) {
                 meta.event = CNT_DROP_UNKNOWN_QPN;
+            /* Check 14: on another port than its own the QPN names no worker. */
+            } else if (ig_intr_md.ingress_port != meta.worker_port) {
+                meta.event = CNT_DROP_UNKNOWN_QPN;
             } else if (hdr.reth.rkey != meta.rkey) {
                 meta.event = CNT_DROP_BAD_RKEY;
             } else if (hdr.reth.va[7:0] != 0 || hdr.reth.va[63:40] != 0) {
@@ -519,14 +560,30 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                 if (meta.verdict == V_FIRST) {
                     meta.old_bitmap = 0;
                     bitmap_start.execute(meta.slot);
+                } else if (meta.verdict == V_RESTART) {
+                    meta.old_bitmap = bitmap_restart.execute(meta.slot);
                 } else if (meta.verdict == V_SAME || meta.verdict == V_DONE) {
                     meta.old_bitmap = bitmap_join.execute(meta.slot);
                 }
+                bitmap_unfilled();
                 if (meta.verdict == V_STALE) {
                     meta.event = CNT_DROP_STALE;
                 } else if (meta.verdict == V_WINDOW) {
                     meta.event = CNT_DROP_WINDOW;
+                } else if (meta.verdict == V_RESTART && meta.unfilled == 0) {
+                    /* The slot's chunk is complete, its pass 3 on the way
+                     * (bitmap_restart): the model, which completes at once,
+                     * finds the slot DONE and drops this chunk as stale or
+                     * too far ahead. */
+                    if (meta.d[31:31] == 1) {
+                        meta.event = CNT_DROP_STALE;
+                    } else {
+                        meta.event = CNT_DROP_WINDOW;
+                    }
                 } else {
+                    if (meta.verdict == V_RESTART) {
+                        meta.old_bitmap = 0;   /* the other chunk's workers are gone with it */
+                    }
                     bitmap_sums();
                     bitmap_missing();
                     hdr.bridge.setValid();
@@ -555,7 +612,7 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                         }
                     } else {
                         meta.accept = 1;
-                        if (meta.verdict == V_FIRST) {
+                        if (meta.verdict == V_FIRST || meta.verdict == V_RESTART) {
                             hdr.bridge.op = OP_FIRST;
                         } else {
                             hdr.bridge.op = OP_ADD;

@@ -152,6 +152,8 @@ control InaggIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(INAGG_SLOTS) slot_chunk;
     register<bit<64>>(INAGG_SLOTS) slot_bitmap;
     register<bit<8>>(INAGG_SLOTS) slot_count;
+    /* 1 while the slot has not completed since it was FREE (protocol.md "Liveness"). */
+    register<bit<1>>(INAGG_SLOTS) slot_first;
     register<bit<32>>(INAGG_SLOTS * INAGG_LANES) lanes;
 
     const int<34> SUM_MAX = 2147483647;
@@ -238,6 +240,8 @@ control InaggIngress(inout headers_t hdr, inout metadata_t meta,
         if (hdr.bth.opcode != OP_UC_WRITE_ONLY) { drop(CNT_DROP_BAD_OPCODE); exit; }
         if (hdr.reth.dma_len != CHUNK_BYTES || hdr.bth.pad != 0) { drop(CNT_DROP_BAD_LENGTH); exit; }
         if (!workers.apply().hit) { exit; }
+        /* Check 14: on another port than its own the QPN names no worker. */
+        if (sm.ingress_port != meta.worker_port) { drop(CNT_DROP_UNKNOWN_QPN); exit; }
         if (hdr.reth.rkey != meta.job_rkey) { drop(CNT_DROP_BAD_RKEY); exit; }
         if (hdr.reth.va[INAGG_LOG2_CHUNK - 1:0] != 0 || hdr.reth.va[63:32 + INAGG_LOG2_CHUNK] != 0) {
             drop(CNT_DROP_BAD_ADDRESS); exit;
@@ -250,17 +254,21 @@ control InaggIngress(inout headers_t hdr, inout metadata_t meta,
         bit<32> chunk;
         bit<64> bitmap;
         bit<8> count;
+        bit<1> first;
         slot_state.read(state, meta.slot);
         slot_chunk.read(chunk, meta.slot);
         slot_bitmap.read(bitmap, meta.slot);
         slot_count.read(count, meta.slot);
+        slot_first.read(first, meta.slot);
         if (state == SLOT_FREE) {
-            state = SLOT_AGG; chunk = meta.chunk; bitmap = 0; count = 0;
+            state = SLOT_AGG; chunk = meta.chunk; bitmap = 0; count = 0; first = 1;
         } else if (chunk != meta.chunk) {
             bit<32> ahead = meta.chunk - chunk;
-            if (ahead[31:31] == 1) { drop(CNT_DROP_STALE); exit; }
-            if (ahead != meta.region || state != SLOT_DONE) { drop(CNT_DROP_WINDOW); exit; }
-            /* Every worker holds the old result: protocol.md "Slot reuse". */
+            if (first == 0 && ahead[31:31] == 1) { drop(CNT_DROP_STALE); exit; }
+            if (first == 0 && (ahead != meta.region || state != SLOT_DONE)) { drop(CNT_DROP_WINDOW); exit; }
+            /* The next generation: every worker holds the old result (protocol.md
+             * "Slot reuse"). Or, first bit set, one of the two chunks is a stray,
+             * which must not hold the slot for good ("Liveness"). */
             state = SLOT_AGG; chunk = meta.chunk; bitmap = 0; count = 0;
         }
         bit<64> wbit = (bit<64>)1 << meta.worker;
@@ -288,6 +296,7 @@ control InaggIngress(inout headers_t hdr, inout metadata_t meta,
             meta.out_worker = meta.worker;
         } else if (count == meta.nworkers) {
             state = SLOT_DONE;
+            first = 0;
             ingress_counters.count(CNT_COMPLETED);
             if (meta.saturated == 1) { ingress_counters.count(CNT_PROMOTED); }
             /* One multicast group per job, one replica per worker (rid = worker index). */
@@ -299,6 +308,7 @@ control InaggIngress(inout headers_t hdr, inout metadata_t meta,
         slot_chunk.write(meta.slot, chunk);
         slot_bitmap.write(meta.slot, bitmap);
         slot_count.write(meta.slot, count);
+        slot_first.write(meta.slot, first);
     }
 }
 

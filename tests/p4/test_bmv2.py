@@ -41,3 +41,28 @@ def test_workers_allreduce_through_simple_switch():
     assert r.exact
     assert r.counters["COMPLETED"] == 6 + (16 << 10) // 256  # the agreement round's chunks, then the data's
     assert r.counters["RX_CONTRIB"] == 3 * r.counters["COMPLETED"]
+
+
+@pytest.mark.skipif("p4c-bm2-ss" in MISSING, reason="p4c-bm2-ss not found (see p4/tests/run_bmv2.py)")
+def test_teardown_wipes_every_register_the_compiled_program_declares(tmp_path):
+    # A register of the program is wiped per slot by bmv2.Switch.remove or is a per-worker one; none is global.
+    import json
+
+    from inagg.host.p4ctl import bmv2
+    from inagg.models.job import SwitchSpec
+
+    spec = SwitchSpec(slots=16, chunk_bytes=256)
+    RUNNER._compile(RUNNER.tools()["p4c-bm2-ss"], spec, tmp_path / "inagg.json")
+    declared = {r["name"]: r["size"] for r in json.loads((tmp_path / "inagg.json").read_text())["register_arrays"]}
+    assert {r: n * spec.slots for r, n in bmv2.slot_registers(spec).items()} == {
+        r: n for r, n in declared.items() if r not in bmv2.WORKER_REGISTERS}
+    assert {r: declared[r] for r in bmv2.WORKER_REGISTERS} == {"InaggEgress.result_psn": 1024 * 64}
+
+
+@needs_tools
+@pytest.mark.skipif(os.geteuid() != 0, reason="the namespace topology needs root")
+@pytest.mark.parametrize("number", [None, 3], ids=["same job number", "new job number"])
+def test_a_job_torn_down_beside_another_starts_its_next_incarnation_on_wiped_slots(number):
+    report = RUNNER.run_incarnation(chunk_bytes=256, number=number)
+    assert report.ok, "\n".join(report.mismatches)
+    assert (report.frames_in, report.frames_out) == (30, 24)

@@ -154,3 +154,35 @@ def test_target_limits_are_checked_with_exact_messages():
         sw.add_job(make_job(n=33, slots=2))
     with pytest.raises(ValueError, match="port 9 does not exist: the switch has 4 ports"):
         sw.receive(9, b"")
+
+
+@pytest.mark.parametrize("target", [V1MODEL, TNA], ids=lambda t: t.name)
+def test_a_contribution_on_another_port_names_no_worker(target):
+    """Issue 21, check 14: both programs compare the ingress port with the port of the QPN's ``workers`` entry."""
+    spec, job, p4, ref = pair(target)
+    x = np.ones(64, np.int32)
+    for w in range(3):
+        own = job.workers[w].port
+        f = contrib(spec, job, w, 0, x)
+        assert p4.receive(1 - own, f) == ref.receive(1 - own, f) == []
+        p4.receive(own, f)
+    assert p4.counters[Counter.DROP_UNKNOWN_QPN] == 3 and p4.counters[Counter.COMPLETED] == 1
+
+
+@pytest.mark.parametrize("target", [V1MODEL, TNA], ids=lambda t: t.name)
+@pytest.mark.parametrize("stray", [2**31 + 1, (1 << 30) + 1, 1 + 4 * 3])
+def test_a_stray_chunk_does_not_wedge_a_free_slot(target, stray):
+    """Issue 21, liveness: a stray takes FREE slot 1; the job's chunk 1 restarts it, since it never completed,
+    and completes with the sum of its own contributions; the stray is then dropped."""
+    spec, job, p4, ref = pair(target)
+    rng = np.random.default_rng(3)
+    p4.receive(0, contrib(spec, job, 0, stray, np.full(64, 1000, np.int32)))
+    rows = [rng.integers(-100, 100, 64, dtype=np.int32) for _ in range(3)]
+    out = []
+    for w in range(3):
+        out += p4.receive(job.workers[w].port, contrib(spec, job, w, 1, rows[w]))
+    assert len(out) == 3 and p4.counters[Counter.DROP_STALE] + p4.counters[Counter.DROP_WINDOW] == 0
+    assert (np.frombuffer(wire.parse(out[0][1][:-4] + icrc.icrc(out[0][1][:-4])).payload, ">i4")
+            == np.sum(rows, axis=0)).all()
+    assert p4.receive(0, contrib(spec, job, 0, stray, np.ones(64, np.int32))) == []
+    assert p4.counters[Counter.DROP_STALE] + p4.counters[Counter.DROP_WINDOW] == 1

@@ -50,6 +50,25 @@ def test_vectors_are_consistent(target):
     assert drops == expected | ({"DROP_BAD_ICRC"} if TARGETS[target].checks_icrc else set())
 
 
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_vectors_cover_port_binding_and_liveness(target):
+    """Issue 21 on the P4 programs: a worker's QPN on another port is dropped, a stray chunk on a FREE slot
+    gives way to the job's own, which completes (once it has, the stray is dropped), and a worker with an R_Key
+    of its own is refused with the job's."""
+    meta = json.loads((STORED / f"{target}.json").read_text())
+    cases = {c["name"]: c for c in meta["cases"]}
+    wrong = cases["worker 1's QPN on worker 0's port"]
+    assert wrong["out"] == [] and wrong["port"] != meta["jobs"][0]["workers"][1]["port"]
+    assert cases["job1 stray chunk 2**30+3 worker2: takes FREE slot 3"]["out"] == []
+    assert cases["job1 chunk3 worker0: restarts the stray's slot"]["out"] == []
+    assert len(cases["job1 chunk3 worker2"]["out"]) == 3
+    assert cases["job1 stray chunk 2**30+3 worker2 again: window"]["out"] == []
+    # Job 2's workers carry R_Keys of their own: the job's key is refused, and their own completed job 2's chunks.
+    assert all(w["contrib_rkey"] is not None for w in meta["jobs"][1]["workers"])
+    assert cases["job 2 worker 0 with the job's R_Key, not its own"]["out"] == []
+    assert meta["counters"]["DROP_BAD_RKEY"] == 2
+
+
 def _icrc(frame: bytes) -> bytes:
     from inagg.models.icrc import icrc
     return icrc(frame)
