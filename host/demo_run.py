@@ -74,9 +74,12 @@ class DemoConfig:
             # collectives run on the reference model switch.
             reference = modes[self.mode] is not Mode.UC or self.tree is not None or self.collective != "allreduce"
             object.__setattr__(self, "switch", "model" if reference else DEFAULT_BACKEND)
-        if modes[self.mode] is not Mode.UC and (self.switch != "model" or self.net != "memory" and self.tree is None):
+        mode = modes[self.mode]
+        if mode is not Mode.UC and self.switch == "rtl":
+            self._check_rtl_mode(mode)
+        elif mode is not Mode.UC and (self.switch != "model" or self.net != "memory" and self.tree is None):
             raise ValueError(f"mode {self.mode} runs on the model switch, over the memory network or with --tree "
-                             "in namespaces")
+                             "in namespaces, and modes II and III on the RTL switch")
         if not isinstance(self.size, int) or self.size < 0 or self.size % 4:
             raise ValueError(f"size must be a non-negative multiple of 4 bytes, not {self.size!r}")
         if self.net not in ("memory", "netns") and self.iface is None:
@@ -104,6 +107,17 @@ class DemoConfig:
         else:
             self.plan()
         self.faults()
+
+    def _check_rtl_mode(self, mode: Mode) -> None:
+        """An RC mode on the RTL switch: Modes II and III, over the memory network (``docs/host.md``)."""
+        if mode is Mode.TERMINATED:
+            raise ValueError("mode I runs on the model switch only: the RTL has no Mode I (it runs uc, II and III)")
+        if self.net != "memory":
+            raise ValueError(f"mode {self.mode} runs on the RTL switch over the memory network only, not "
+                             f"--net {self.net}")
+        if mode is Mode.AUGMENTED and self.compare:
+            raise ValueError("--compare follows uc and mode II on the RTL, not mode III: the harness does not report "
+                             "where the hop's ACKs and timers took effect")
 
     def _check_remote(self) -> None:
         """``--net iface:NAME``: the switch is the board at the far end of the cable, running UC AllReduce jobs."""

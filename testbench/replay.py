@@ -43,7 +43,7 @@ from inagg.models.job import JobSpec, Mode
 from inagg.models.protocol import Counter, split_qpn
 from inagg.models.switch import ModelSwitch
 
-__all__ = ["ENGINE_COUNTERS", "DIVERTED", "GONE", "RESENT", "SKIPPED", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut",
+__all__ = ["ENGINE_COUNTERS", "reached_engine", "is_ack", "DIVERTED", "GONE", "RESENT", "SKIPPED", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut",
            "replay", "assert_frames_match"]
 
 _OPCODE = BTH.slice("opcode", CONTRIBUTION.offset("bth"))
@@ -117,7 +117,10 @@ def _take_ack(model: ModelSwitch, port: int, acks: deque) -> list[tuple[int, byt
     return None
 
 
-def _reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, list[bytes]]) -> bool:
+def reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, list[bytes]]) -> bool:
+    """Feed ``frame`` of ``port`` to ``model``, appending what it sends to ``out`` (lists by port); whether the
+    frame reached the slot engine (a slot-rule counter moved), rather than being dropped or passed on at its
+    port's checks."""
     before = [model.counters[c] for c in ENGINE_COUNTERS]
     bad_address = model.counters[Counter.DROP_BAD_ADDRESS]
     for p, f in model.receive(port, frame):
@@ -187,7 +190,7 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
             continue
         port = entry & ~(DIVERTED | GONE)
         if port == model.spec.ports:
-            if not diverted or not _reached_engine(model, *diverted.popleft(), out):
+            if not diverted or not reached_engine(model, *diverted.popleft(), out):
                 raise AssertionError(f"the RTL's contribution #{n} is a diverted frame the model does not have")
             continue
         q = queues.get(port, deque())
@@ -198,7 +201,7 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
             frame = q.popleft()
             if entry & GONE:
                 gone = model.counters[Counter.DROP_UNKNOWN_QPN]
-                if _reached_engine(model, port, frame, out):
+                if reached_engine(model, port, frame, out):
                     raise AssertionError(f"the RTL's contribution #{n} found its job gone, the model takes it")
                 if model.counters[Counter.DROP_UNKNOWN_QPN] != gone:
                     break
@@ -207,11 +210,11 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
                     probe = ModelSwitch(model.spec)
                     for job in model.jobs.values():
                         probe.add_job(job.spec)
-                if _reached_engine(probe, port, frame, {p: [] for p in range(model.spec.ports)}):
+                if reached_engine(probe, port, frame, {p: [] for p in range(model.spec.ports)}):
                     diverted.append((port, frame))
                     break
                 model.receive(port, frame)
-            elif _reached_engine(model, port, frame, out):
+            elif reached_engine(model, port, frame, out):
                 break
     if diverted:
         raise AssertionError(f"{len(diverted)} diverted frames never came back")
@@ -222,14 +225,20 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
         raise AssertionError(f"the model sent {len(again)} results again that the RTL did not")
     for port, q in queues.items():
         for frame in q:
-            if _reached_engine(model, port, frame, out):
+            if reached_engine(model, port, frame, out):
                 raise AssertionError(f"the model takes a frame of port {port} that the RTL's engine never took")
     return out
 
 
+def is_ack(frame: bytes) -> bool:
+    """Whether ``frame`` (from the switch) is an RC ACK or NAK, which a port's egress puts between results as
+    it comes: a port's ACKs and its results each keep the model's order, not their merge."""
+    return frame[_OPCODE] == bytes([Opcode.RC_ACK])
+
+
 def _of_kind(frames: list[bytes], acks: bool) -> list[bytes]:
     """The RC ACK frames of ``frames`` (``acks``) or the others, in order."""
-    return [f for f in frames if (f[_OPCODE] == bytes([Opcode.RC_ACK])) == acks]
+    return [f for f in frames if is_ack(f) == acks]
 
 
 def assert_frames_match(received: dict[int, list[bytes]], expected: dict[int, list[bytes]]) -> None:
