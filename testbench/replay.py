@@ -43,7 +43,7 @@ from inagg.models.job import JobSpec, Mode
 from inagg.models.protocol import Counter, split_qpn
 from inagg.models.switch import ModelSwitch
 
-__all__ = ["ENGINE_COUNTERS", "reached_engine", "is_ack", "DIVERTED", "GONE", "RESENT", "SKIPPED", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut",
+__all__ = ["ENGINE_COUNTERS", "reached_engine", "is_ack", "mode_iii_ack", "take_ack", "take_back", "DIVERTED", "GONE", "RESENT", "SKIPPED", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut",
            "replay", "assert_frames_match"]
 
 _OPCODE = BTH.slice("opcode", CONTRIBUTION.offset("bth"))
@@ -97,7 +97,7 @@ at once, the RTL as it reaches the slot."""
 _DROPS = tuple(c for c in Counter if c.name.startswith("DROP_"))
 
 
-def _mode_iii_ack(model: ModelSwitch, frame: bytes) -> bool:
+def mode_iii_ack(model: ModelSwitch, frame: bytes) -> bool:
     """Whether ``frame`` is an RC ACK to the switch QPN of a Mode III job the model has."""
     if len(frame) < CONTRIBUTION.offset("bth") + BTH.size or frame[_OPCODE] != bytes([Opcode.RC_ACK]):
         return False
@@ -106,7 +106,13 @@ def _mode_iii_ack(model: ModelSwitch, frame: bytes) -> bool:
     return job is not None and job.spec.mode is Mode.AUGMENTED
 
 
-def _take_ack(model: ModelSwitch, port: int, acks: deque) -> list[tuple[int, bytes]]:
+def take_back(model: ModelSwitch) -> None:
+    """A result the model sent again went nowhere in the RTL (:data:`SKIPPED`): take back its counts."""
+    model.counters[Counter.HOP_RESENDS] -= 1
+    model.counters[Counter.TX_RESULTS] -= 1
+
+
+def take_ack(model: ModelSwitch, port: int, acks: deque) -> list[tuple[int, bytes]]:
     """Feed ``port``'s Mode III ACKs to ``model`` up to the first its checks pass (those before were dropped at
     the port); return what the model sends for it. None if no ACK of the port passes."""
     while acks:
@@ -154,15 +160,15 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
     frame that is not there, or frames that the model would take are left
     over.
     """
-    queues = {p: deque(f for f in frames if not _mode_iii_ack(model, f)) for p, frames in sent.items()}
-    acks = {p: deque(f for f in frames if _mode_iii_ack(model, f)) for p, frames in sent.items()}
+    queues = {p: deque(f for f in frames if not mode_iii_ack(model, f)) for p, frames in sent.items()}
+    acks = {p: deque(f for f in frames if mode_iii_ack(model, f)) for p, frames in sent.items()}
     out: dict[int, list[bytes]] = {p: [] for p in range(model.spec.ports)}
     diverted: deque[tuple[int, bytes]] = deque()
     again: deque[tuple[int, bytes]] = deque()  # results the model sent again, not yet out of the RTL
     probe = None
     for n, entry in enumerate(order):
         if isinstance(entry, AckTaken):
-            sent_again = _take_ack(model, entry.port, acks.get(entry.port, deque()))
+            sent_again = take_ack(model, entry.port, acks.get(entry.port, deque()))
             if sent_again is None:
                 raise AssertionError(f"the RTL's entry #{n} takes an ACK from port {entry.port}, "
                                      "where the model finds none left")
@@ -178,8 +184,7 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
             if entry is RESENT:
                 out[p].append(f)
             else:
-                model.counters[Counter.HOP_RESENDS] -= 1
-                model.counters[Counter.TX_RESULTS] -= 1
+                take_back(model)
             continue
         if isinstance(entry, (RemoveJob, AddJob)):
             for m in (model, probe) if probe is not None else (model,):
@@ -219,7 +224,7 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
     if diverted:
         raise AssertionError(f"{len(diverted)} diverted frames never came back")
     for port, q in acks.items():
-        if _take_ack(model, port, q) is not None:
+        if take_ack(model, port, q) is not None:
             raise AssertionError(f"the model takes an ACK of port {port} that the RTL's engine never took")
     if again:
         raise AssertionError(f"the model sent {len(again)} results again that the RTL did not")

@@ -67,7 +67,8 @@ class HarnessParams:
         """The rings' :class:`~inagg.testbench.bridge.harness.RingGeometry`."""
         from inagg.testbench.bridge.harness import RingGeometry
 
-        return RingGeometry(self.switch.ports, self.switch.width, self.switch.chunk_bytes, self.depth, self.order_depth)
+        return RingGeometry(self.switch.ports, self.switch.width, self.switch.chunk_bytes, self.depth, self.order_depth,
+                            self.switch.augmented)
 
 
 # The model's C++ is compiled with -O3 rather than Verilator's default -Os (-O2: 1.45x the cycles per second, -O3

@@ -11,6 +11,16 @@ port and in order, against what the RTL sent: a port's results in the
 model's order, and its reflected ACKs in the model's order, each apart
 (:func:`~inagg.testbench.replay.is_ack`), since the port's egress puts a
 reflected ACK between results as it comes.
+
+With Mode III the RTL's order also says where the hop's ACKs and timers
+took effect and where its Go-Back-N frames went through the engine, and
+the model takes them there as :func:`~inagg.testbench.replay.replay` does:
+a port's Mode III ACKs wait apart from its contributions until an
+:class:`~inagg.testbench.replay.AckTaken` of the port, a
+:class:`~inagg.testbench.replay.TimerRanOut` runs the model's timer out,
+and the results the model sends again wait for a
+:data:`~inagg.testbench.replay.RESENT` (or
+:data:`~inagg.testbench.replay.SKIPPED`) each.
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ from dataclasses import dataclass, field
 from inagg.models.job import JobSpec, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
-from inagg.testbench.replay import is_ack, reached_engine
+from inagg.testbench.replay import (RESENT, SKIPPED, AckTaken, TimerRanOut, is_ack, mode_iii_ack, reached_engine,
+                                    take_ack, take_back)
 
 __all__ = ["LiveCompare", "Difference"]
 
@@ -57,6 +68,8 @@ class LiveCompare:
         for job in self.jobs:
             self.model.add_job(job)
         self._sent = [deque() for _ in range(self.spec.ports)]
+        self._acks = [deque() for _ in range(self.spec.ports)]  # Mode III ACKs of results, not yet taken
+        self._again: deque[tuple[int, bytes]] = deque()  # results the model sent again, not yet out of the RTL
         # By (port, is_ack): a port's results and its ACKs are matched apart, each in its own order.
         kinds = [(p, a) for p in range(self.spec.ports) for a in (False, True)]
         self._want = {k: deque() for k in kinds}
@@ -70,19 +83,46 @@ class LiveCompare:
 
     def sent(self, port: int, frame: bytes) -> None:
         """``frame`` went into RTL port ``port``."""
-        self._sent[port].append(frame)
+        (self._acks if mode_iii_ack(self.model, frame) else self._sent)[port].append(frame)
+
+    def _want_all(self, frames) -> None:
+        for p, f in frames:
+            self._want[p, is_ack(f)].append(f)
 
     def _take(self, port: int, frame: bytes) -> bool:
         out = {p: [] for p in range(self.spec.ports)}
         reached = reached_engine(self.model, port, frame, out)
-        for p, frames in out.items():
-            for f in frames:
-                self._want[p, is_ack(f)].append(f)
+        self._want_all((p, f) for p, frames in out.items() for f in frames)
         return reached
 
+    def _hop(self, entry) -> None:
+        """A Mode III entry of the RTL's order: an ACK or a timer took effect, or a result went again (or not)."""
+        model = self.model
+        if isinstance(entry, AckTaken):
+            again = take_ack(model, entry.port, self._acks[entry.port])
+            if again is None:
+                self._differ(Difference(entry.port, -1, f"the RTL took an ACK from port {entry.port} where the "
+                                                        "model finds none left"))
+            else:
+                self._again.extend(again)
+        elif isinstance(entry, TimerRanOut):
+            self._again.extend(model.modes[entry.job].expire(entry.worker))
+        elif not self._again:
+            self._differ(Difference(-1, -1, "the RTL sent a result again that the model does not"))
+        else:
+            sent = self._again.popleft()
+            if entry is RESENT:
+                self._want_all([sent])
+            else:
+                take_back(model)
+
     def taken(self, ports: list[int]) -> None:
-        """The RTL's slot engine took a contribution from each of ``ports``, in this order."""
+        """The RTL's slot engine took a contribution from each of ``ports``, in this order (with Mode III, the
+        entries of :meth:`_hop` among them)."""
         for port in ports:
+            if isinstance(port, (AckTaken, TimerRanOut)) or port is RESENT or port is SKIPPED:
+                self._hop(port)
+                continue
             q = self._sent[port]
             while True:
                 if not q:
@@ -124,6 +164,11 @@ class LiveCompare:
                 if self._take(port, q.popleft()):
                     self._differ(Difference(port, -1, f"the model takes a frame of port {port} that the RTL's "
                                                       "engine never took"))
+        for port, q in enumerate(self._acks):
+            if take_ack(self.model, port, q) is not None:
+                self._differ(Difference(port, -1, f"the model takes an ACK of port {port} that the RTL never took"))
+        if self._again:
+            self._differ(Difference(-1, -1, f"the model sent {len(self._again)} results again that the RTL did not"))
         self._match()
         for k, got in self._got.items():
             p, kind = k[0], self._kind(k[1])
