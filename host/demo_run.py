@@ -828,7 +828,8 @@ def format_summary(s: dict) -> None:
         if "compare" in r:
             c = r["compare"]
             verdict = "[green]identical[/green]" if not c["differences"] else f"[red]{c['differences']} differences[/red]"
-            t.add_row("compare", f"{c['frames_compared']:,} result frames and every counter against the model: {verdict}")
+            t.add_row("compare", f"{c['frames_compared']:,} frames the switch sent (results, ACKs) and every counter "
+                                 f"against the model: {verdict}")
             for line in c["first"]:
                 t.add_row("", line)
         if "waves" in r:
