@@ -17,7 +17,8 @@ def test_options_that_do_not_apply_exit_2(argv, message, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--mode", "I"], "mode I runs on the model switch only: the RTL has no Mode I (it runs uc, II and III)"),
-    (["--mode", "II", "--net", "netns"], "mode II runs on the RTL switch over the memory network only, not --net netns"),
+    (["--mode", "III", "--net", "netns"], "mode III runs on the RTL switch over the memory network only, not --net "
+                                          "netns"),
 ])
 def test_rc_modes_the_rtl_cannot_run_exit_2_with_one_line(argv, message, capsys):
     assert cli.main(["demo", "--switch", "rtl", *argv]) == 2

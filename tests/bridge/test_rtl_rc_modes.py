@@ -62,3 +62,20 @@ def test_mode_iii_under_faults_is_exact_and_frame_for_frame_the_model():
                     Counter.DROP_PSN_AHEAD):
         assert c[counter] > 0, counter.name
     assert out.link["lost"] > 0 and out.link["duplicated"] > 0 and out.bridge == {}
+
+
+@pytest.mark.netns
+def test_mode_ii_workers_in_namespaces_reach_the_rtl_frame_for_frame_the_model(capsys):
+    from inagg.host.netns import NetnsUnavailable, require_root
+
+    try:
+        require_root()
+    except NetnsUnavailable as e:
+        pytest.skip(str(e))
+    rc = cli.main(["demo", "--switch", "rtl", "--mode", "II", "--net", "netns", "--workers", str(WORKERS),
+                   "--window", str(WINDOW), "--size", "16KiB", "--loss", "0.02", "--compare", "--json",
+                   "--no-progress"])
+    s = json.loads(capsys.readouterr().out)
+    assert rc == 0 and s["ok"] and s["net"] == "netns"
+    assert s["rtl"]["compare"]["differences"] == 0, "\n".join(s["rtl"]["compare"]["first"])
+    assert s["switch_counters"]["COMPLETED"] == 16 + 2 and s["switch_counters"]["ACK_REFLECTED"] > 0
