@@ -116,7 +116,7 @@ class LiveCompare:
             else:
                 take_back(model)
 
-    def taken(self, ports: list[int]) -> None:
+    def taken(self, ports: list) -> None:
         """The RTL's slot engine took a contribution from each of ``ports``, in this order (with Mode III, the
         entries of :meth:`_hop` among them)."""
         for port in ports:
@@ -140,7 +140,7 @@ class LiveCompare:
 
     @staticmethod
     def _kind(ack: bool) -> str:
-        return "ACK" if ack else "frame"
+        return "an ACK" if ack else "a frame"
 
     def _match(self) -> None:
         for k, got in self._got.items():
@@ -150,8 +150,8 @@ class LiveCompare:
                 if g == w:
                     self.matched += 1
                 else:
-                    self._differ(Difference(k[0], self._index[k], f"the {self._kind(k[1])}s differ", g.hex(),
-                                            w.hex()))
+                    self._differ(Difference(k[0], self._index[k], f"the {'ACKs' if k[1] else 'frames'} differ",
+                                            g.hex(), w.hex()))
                 self._index[k] += 1
 
     def finish(self, rtl_counters: dict[Counter, int]) -> list[Difference]:
@@ -173,10 +173,10 @@ class LiveCompare:
         for k, got in self._got.items():
             p, kind = k[0], self._kind(k[1])
             for g in got:
-                self._differ(Difference(p, self._index[k], f"the RTL sent a {kind} the model does not", g.hex()))
+                self._differ(Difference(p, self._index[k], f"the RTL sent {kind} the model does not", g.hex()))
                 self._index[k] += 1
             for w in self._want[k]:
-                self._differ(Difference(p, self._index[k], f"the model sent a {kind} the RTL does not", "", w.hex()))
+                self._differ(Difference(p, self._index[k], f"the model sent {kind} the RTL does not", "", w.hex()))
                 self._index[k] += 1
             got.clear()
             self._want[k].clear()
