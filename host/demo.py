@@ -129,7 +129,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="uc: UC queue pairs, hosts keep reliability (default; every switch); I: EPIC's Mode I, "
                         "the switch is every host's RC endpoint; II: Mode II, RC end to end, the switch "
                         "reflects ACKs; III: Mode III, RC with reliability on the hop (model switches, memory network, "
-                        "one switch or a --tree, a --tree also with --net netns; every --collective)")
+                        "one switch or a --tree, a --tree also with --net netns; every --collective; "
+                        "II and III also on one RTL switch for AllReduce, over the memory network, II in "
+                        "namespaces too)")
     p.add_argument("--width", type=int, default=512, choices=(64, 256, 512),
                    help="--switch rtl: beat width of the RTL in bits (default 512)")
     p.add_argument("--waves", metavar="FILE.fst",

@@ -74,9 +74,12 @@ class DemoConfig:
             # collectives run on the reference model switch.
             reference = modes[self.mode] is not Mode.UC or self.tree is not None or self.collective != "allreduce"
             object.__setattr__(self, "switch", "model" if reference else DEFAULT_BACKEND)
-        if modes[self.mode] is not Mode.UC and (self.switch != "model" or self.net != "memory" and self.tree is None):
+        mode = modes[self.mode]
+        if mode is not Mode.UC and self.switch == "rtl":
+            self._check_rtl_mode(mode)
+        elif mode is not Mode.UC and (self.switch != "model" or self.net != "memory" and self.tree is None):
             raise ValueError(f"mode {self.mode} runs on the model switch, over the memory network or with --tree "
-                             "in namespaces")
+                             "in namespaces, and modes II and III on the RTL switch")
         if not isinstance(self.size, int) or self.size < 0 or self.size % 4:
             raise ValueError(f"size must be a non-negative multiple of 4 bytes, not {self.size!r}")
         if self.net not in ("memory", "netns") and self.iface is None:
@@ -104,6 +107,14 @@ class DemoConfig:
         else:
             self.plan()
         self.faults()
+
+    def _check_rtl_mode(self, mode: Mode) -> None:
+        """An RC mode on the RTL switch: Modes II and III, over the memory network (``docs/host.md``)."""
+        if mode is Mode.TERMINATED:
+            raise ValueError("mode I runs on the model switch only: the RTL has no Mode I (it runs uc, II and III)")
+        if mode is Mode.AUGMENTED and self.net != "memory":
+            # Its hop timers count the simulator's cycles, which the workers' real clock in namespaces does not keep.
+            raise ValueError(f"mode III runs on the RTL switch over the memory network only, not --net {self.net}")
 
     def _check_remote(self) -> None:
         """``--net iface:NAME``: the switch is the board at the far end of the cable, running UC AllReduce jobs."""
@@ -821,7 +832,8 @@ def format_summary(s: dict) -> None:
         if "compare" in r:
             c = r["compare"]
             verdict = "[green]identical[/green]" if not c["differences"] else f"[red]{c['differences']} differences[/red]"
-            t.add_row("compare", f"{c['frames_compared']:,} result frames and every counter against the model: {verdict}")
+            t.add_row("compare", f"{c['frames_compared']:,} frames the switch sent (results, ACKs) and every counter "
+                                 f"against the model: {verdict}")
             for line in c["first"]:
                 t.add_row("", line)
         if "waves" in r:

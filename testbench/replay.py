@@ -43,8 +43,8 @@ from inagg.models.job import JobSpec, Mode
 from inagg.models.protocol import Counter, split_qpn
 from inagg.models.switch import ModelSwitch
 
-__all__ = ["ENGINE_COUNTERS", "DIVERTED", "GONE", "RESENT", "SKIPPED", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut",
-           "replay", "assert_frames_match"]
+__all__ = ["ENGINE_COUNTERS", "reached_engine", "is_ack", "mode_iii_ack", "take_ack", "take_back", "DIVERTED", "GONE",
+           "RESENT", "SKIPPED", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut", "replay", "assert_frames_match"]
 
 _OPCODE = BTH.slice("opcode", CONTRIBUTION.offset("bth"))
 _DQPN = BTH.slice("dqpn", CONTRIBUTION.offset("bth"))
@@ -102,7 +102,7 @@ _DROPS = tuple(c for c in Counter if c.name.startswith("DROP_"))
 _GONE = (Counter.DROP_UNKNOWN_QPN, Counter.DROP_BAD_OPCODE)
 
 
-def _mode_iii_ack(model: ModelSwitch, frame: bytes) -> bool:
+def mode_iii_ack(model: ModelSwitch, frame: bytes) -> bool:
     """Whether ``frame`` is an RC ACK to the switch QPN of a Mode III job the model has."""
     if len(frame) < CONTRIBUTION.offset("bth") + BTH.size or frame[_OPCODE] != bytes([Opcode.RC_ACK]):
         return False
@@ -111,7 +111,13 @@ def _mode_iii_ack(model: ModelSwitch, frame: bytes) -> bool:
     return job is not None and job.spec.mode is Mode.AUGMENTED
 
 
-def _take_ack(model: ModelSwitch, port: int, acks: deque, gone: bool = False) -> list[tuple[int, bytes]]:
+def take_back(model: ModelSwitch) -> None:
+    """A result the model sent again went nowhere in the RTL (:data:`SKIPPED`): take back its counts."""
+    model.counters[Counter.HOP_RESENDS] -= 1
+    model.counters[Counter.TX_RESULTS] -= 1
+
+
+def take_ack(model: ModelSwitch, port: int, acks: deque, gone: bool = False) -> list[tuple[int, bytes]]:
     """Feed ``port``'s Mode III ACKs to ``model`` up to the first its checks pass (with ``gone``: the first
     it drops as one of a job that is gone); those before were dropped at the port. Return what the model
     sends for it; None if no ACK of the port is that one."""
@@ -124,7 +130,10 @@ def _take_ack(model: ModelSwitch, port: int, acks: deque, gone: bool = False) ->
     return None
 
 
-def _reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, list[bytes]]) -> bool:
+def reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, list[bytes]]) -> bool:
+    """Feed ``frame`` of ``port`` to ``model``, appending what it sends to ``out`` (lists by port); whether the
+    frame reached the slot engine (a slot-rule counter moved), rather than being dropped or passed on at its
+    port's checks."""
     before = [model.counters[c] for c in ENGINE_COUNTERS]
     bad_address = model.counters[Counter.DROP_BAD_ADDRESS]
     for p, f in model.receive(port, frame):
@@ -158,15 +167,15 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
     frame that is not there, or frames that the model would take are left
     over.
     """
-    queues = {p: deque(f for f in frames if not _mode_iii_ack(model, f)) for p, frames in sent.items()}
-    acks = {p: deque(f for f in frames if _mode_iii_ack(model, f)) for p, frames in sent.items()}
+    queues = {p: deque(f for f in frames if not mode_iii_ack(model, f)) for p, frames in sent.items()}
+    acks = {p: deque(f for f in frames if mode_iii_ack(model, f)) for p, frames in sent.items()}
     out: dict[int, list[bytes]] = {p: [] for p in range(model.spec.ports)}
     diverted: deque[tuple[int, bytes]] = deque()
     again: deque[tuple[int, bytes]] = deque()  # results the model sent again, not yet out of the RTL
     probe = None
     for n, entry in enumerate(order):
         if isinstance(entry, AckTaken):
-            sent_again = _take_ack(model, entry.port, acks.get(entry.port, deque()), entry.gone)
+            sent_again = take_ack(model, entry.port, acks.get(entry.port, deque()), entry.gone)
             if sent_again is None:
                 raise AssertionError(f"the RTL's entry #{n} takes an ACK from port {entry.port}, "
                                      "where the model finds none left")
@@ -182,8 +191,7 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
             if entry is RESENT:
                 out[p].append(f)
             else:
-                model.counters[Counter.HOP_RESENDS] -= 1
-                model.counters[Counter.TX_RESULTS] -= 1
+                take_back(model)
             continue
         if isinstance(entry, (RemoveJob, AddJob)):
             for m in (model, probe) if probe is not None else (model,):
@@ -194,7 +202,7 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
             continue
         port = entry & ~(DIVERTED | GONE)
         if port == model.spec.ports:
-            if not diverted or not _reached_engine(model, *diverted.popleft(), out):
+            if not diverted or not reached_engine(model, *diverted.popleft(), out):
                 raise AssertionError(f"the RTL's contribution #{n} is a diverted frame the model does not have")
             continue
         q = queues.get(port, deque())
@@ -205,7 +213,7 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
             frame = q.popleft()
             if entry & GONE:
                 gone = [model.counters[c] for c in _GONE]
-                if _reached_engine(model, port, frame, out):
+                if reached_engine(model, port, frame, out):
                     raise AssertionError(f"the RTL's contribution #{n} found its job gone, the model takes it")
                 if [model.counters[c] for c in _GONE] != gone:
                     break
@@ -214,29 +222,35 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
                     probe = ModelSwitch(model.spec)
                     for job in model.jobs.values():
                         probe.add_job(job.spec)
-                if _reached_engine(probe, port, frame, {p: [] for p in range(model.spec.ports)}):
+                if reached_engine(probe, port, frame, {p: [] for p in range(model.spec.ports)}):
                     diverted.append((port, frame))
                     break
                 model.receive(port, frame)
-            elif _reached_engine(model, port, frame, out):
+            elif reached_engine(model, port, frame, out):
                 break
     if diverted:
         raise AssertionError(f"{len(diverted)} diverted frames never came back")
     for port, q in acks.items():
-        if _take_ack(model, port, q) is not None:
+        if take_ack(model, port, q) is not None:
             raise AssertionError(f"the model takes an ACK of port {port} that the RTL's engine never took")
     if again:
         raise AssertionError(f"the model sent {len(again)} results again that the RTL did not")
     for port, q in queues.items():
         for frame in q:
-            if _reached_engine(model, port, frame, out):
+            if reached_engine(model, port, frame, out):
                 raise AssertionError(f"the model takes a frame of port {port} that the RTL's engine never took")
     return out
 
 
+def is_ack(frame: bytes) -> bool:
+    """Whether ``frame`` (from the switch) is an RC ACK or NAK, which a port's egress puts between results as
+    it comes: a port's ACKs and its results each keep the model's order, not their merge."""
+    return frame[_OPCODE] == bytes([Opcode.RC_ACK])
+
+
 def _of_kind(frames: list[bytes], acks: bool) -> list[bytes]:
     """The RC ACK frames of ``frames`` (``acks``) or the others, in order."""
-    return [f for f in frames if (f[_OPCODE] == bytes([Opcode.RC_ACK])) == acks]
+    return [f for f in frames if is_ack(f) == acks]
 
 
 def assert_frames_match(received: dict[int, list[bytes]], expected: dict[int, list[bytes]]) -> None:

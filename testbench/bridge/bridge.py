@@ -18,7 +18,9 @@ waits in its port's queue while the ingress ring is full, and the switch
 waits while an egress ring is full. Frames no port can carry are counted in
 :attr:`FrameBridge.stats`: ``oversize`` (longer than a ring row, which holds
 a result frame: the MTU of this switch), ``empty``, and ``truncated`` for a
-frame the switch sent longer than a row (none does).
+frame the switch sent longer than a row (none does); and, while the order
+is recorded (for a compare), ``order_overrun``: order log entries
+overwritten before a wake read them.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
-from inagg.testbench.bridge.harness import COUNT_BITS, RingGeometry
+from inagg.models.protocol import QPN_WORKER_BITS
+from inagg.testbench.bridge.harness import (COUNT_BITS, ENTRY_ACK, ENTRY_PORT, ENTRY_RESEND, HOP_PAYLOAD_BITS,
+                                            RingGeometry)
+from inagg.testbench.replay import RESENT, SKIPPED, AckTaken, TimerRanOut
 from inagg.testbench.bridge.vpi import RowMemory
 
 __all__ = ["FrameBridge", "CLOCK_NS"]
@@ -48,6 +53,7 @@ class FrameBridge:
         self.dut = dut
         self.ports, self.depth, self.frame_bytes = harness.ports, harness.depth, harness.frame_bytes
         self.port_bits, self.order_depth = harness.port_bits, harness.order_depth
+        self._entry_bits, self._augmented = harness.entry_bits, harness.augmented
         self._beats = harness.beats
         self._row_bits = harness.row_bits
         self._len_byte = harness.beats * harness.width // 8  # the length lane's first byte
@@ -65,7 +71,7 @@ class FrameBridge:
         self.cycle = 0  # the harness's cycle counter (mod 2**32) at the last pull
         self.queues: list[deque[bytes]] = [deque() for _ in range(self.ports)]
         self.stats: Tally = Tally()
-        self.order: list[int] = []
+        self.order: list = []  # ports, and with Mode III the replay's entries of the hop
         self.record_order = False
 
     async def start(self) -> None:
@@ -128,12 +134,26 @@ class FrameBridge:
         new = (count - self._order_seen) % (1 << 32)
         if new:
             if self.record_order:
+                if new > self.order_depth:
+                    self.stats["order_overrun"] += new - self.order_depth  # entries lost: the compare is off
                 log = self.dut.order_log.value.to_unsigned()
-                mask, bits, depth = (1 << self.port_bits) - 1, self.port_bits, self.order_depth
-                self.order += [(log >> (bits * (n % depth))) & mask
-                               for n in range(self._order_seen, self._order_seen + new)]
+                mask, bits, depth = (1 << self._entry_bits) - 1, self._entry_bits, self.order_depth
+                entries = [(log >> (bits * (n % depth))) & mask for n in range(self._order_seen, self._order_seen + new)]
+                self.order += map(self._decode, entries) if self._augmented else entries
             self._order_seen = count
         return got
+
+    @staticmethod
+    def _decode(entry: int):
+        """A Mode III harness's order log entry as :func:`inagg.testbench.replay.replay` takes it."""
+        kind, payload = entry >> HOP_PAYLOAD_BITS, entry & ((1 << HOP_PAYLOAD_BITS) - 1)
+        if kind == ENTRY_PORT:
+            return payload
+        if kind == ENTRY_RESEND:
+            return SKIPPED if payload & 1 else RESENT
+        if kind == ENTRY_ACK:
+            return AckTaken(payload >> 1, bool(payload & 1))
+        return TimerRanOut(payload >> QPN_WORKER_BITS, payload & ((1 << QPN_WORKER_BITS) - 1))
 
     def push(self) -> None:
         """Copy queued frames into the free ingress rows (by the heads :meth:`pull` read), a port's in one access."""

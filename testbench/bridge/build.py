@@ -28,7 +28,8 @@ class HarnessParams:
     Parameters
     ----------
     switch : SwitchGeometry
-        The switch inside (:class:`~inagg.models.geometry.SwitchGeometry`), without an exception path.
+        The switch inside (:class:`~inagg.models.geometry.SwitchGeometry`), without an exception path; with
+        ``augmented`` it takes Mode III jobs.
     depth:
         Rows per ring.
     order_depth:
@@ -46,23 +47,28 @@ class HarnessParams:
             raise ValueError("the bridge harness builds no exception path: give a switch without one")
 
     @classmethod
-    def for_switch(cls, spec: SwitchSpec, *, width: int, jobs: int, workers: int, **kw) -> "HarnessParams":
-        """The harness of a switch described by ``spec``, built for job numbers below ``jobs``."""
-        return cls(SwitchGeometry.for_spec(spec, width=width, jobs=jobs, workers=workers), **kw)
+    def for_switch(cls, spec: SwitchSpec, *, width: int, jobs: int, workers: int, augmented: bool = False,
+                   **kw) -> "HarnessParams":
+        """The harness of a switch described by ``spec``, built for job numbers below ``jobs`` (``augmented``:
+        with Mode III)."""
+        return cls(SwitchGeometry.for_spec(spec, width=width, jobs=jobs, workers=workers, augmented=augmented), **kw)
 
     @property
     def params(self) -> dict[str, int]:
         """The build's parameter set: :class:`BridgeHarness`'s keywords, named in its folder."""
         g = self.switch
+        # Named only when set, so a build without Mode III keeps the folder (and the cache) it always had.
         return dict(ports=g.ports, width=g.width, slots=g.slots, chunk_bytes=g.chunk_bytes, jobs=g.jobs,
-                    workers=g.workers, depth=self.depth, order_depth=self.order_depth)
+                    workers=g.workers, depth=self.depth, order_depth=self.order_depth,
+                    **({"augmented": True} if g.augmented else {}))
 
     @property
     def rings(self):
         """The rings' :class:`~inagg.testbench.bridge.harness.RingGeometry`."""
         from inagg.testbench.bridge.harness import RingGeometry
 
-        return RingGeometry(self.switch.ports, self.switch.width, self.switch.chunk_bytes, self.depth, self.order_depth)
+        return RingGeometry(self.switch.ports, self.switch.width, self.switch.chunk_bytes, self.depth, self.order_depth,
+                            self.switch.augmented)
 
 
 # The model's C++ is compiled with -O3 rather than Verilator's default -Os (-O2: 1.45x the cycles per second, -O3

@@ -43,6 +43,17 @@ the ``n``-th contribution the engine took sits in entry ``n mod order_depth``
 it read in ``order_ack``; the ingress rings start no new frame while fewer
 than ``4 * ports`` entries are free, which covers every frame already inside
 the switch, so no entry is overwritten unread.
+
+With Mode III (``SwitchGeometry(augmented=True)``) an entry is
+:attr:`RingGeometry.entry_bits` wide: a kind in its top two bits and a
+payload below, so the log also says what :mod:`inagg.testbench.replay`
+needs of the switch's ``hop`` stream: :data:`ENTRY_PORT` (a contribution
+from port ``payload``), :data:`ENTRY_RESEND` (a frame of the switch's
+Go-Back-N went through the engine; bit 0: it sent nothing), :data:`ENTRY_ACK`
+(an ACK of results from port ``payload >> 1`` took effect; bit 0: its job was
+torn down on its way, ``hop``'s ``gone``), :data:`ENTRY_TIMER`
+(the ACK timer of job ``payload >> 6``, worker ``payload & 63`` ran out). A
+``hop`` event goes in before the engine's entry of the same cycle.
 """
 
 from __future__ import annotations
@@ -55,11 +66,16 @@ from amaranth.lib.wiring import In, Out
 
 from inagg.hdl.switch import Switch
 from inagg.models.geometry import SwitchGeometry, check_width
-from inagg.models.protocol import ICRC_LEN, RESULT_HDR_LEN
+from inagg.models.protocol import ICRC_LEN, QPN_JOB_BITS, QPN_WORKER_BITS, RESULT_HDR_LEN
 
-__all__ = ["BridgeHarness", "RingGeometry", "frame_slot_bytes", "COUNT_BITS"]
+__all__ = ["BridgeHarness", "RingGeometry", "frame_slot_bytes", "COUNT_BITS", "ENTRY_PORT", "ENTRY_RESEND",
+           "ENTRY_ACK", "ENTRY_TIMER", "HOP_PAYLOAD_BITS"]
 
 COUNT_BITS = 16
+ENTRY_PORT, ENTRY_RESEND, ENTRY_ACK, ENTRY_TIMER = range(4)
+"""Kinds of an order log entry of a Mode III harness (module docstring)."""
+HOP_PAYLOAD_BITS = QPN_JOB_BITS + QPN_WORKER_BITS
+"""Payload bits of an order log entry of a Mode III harness: a timer's job and worker."""
 
 
 def frame_slot_bytes(width: int, chunk_bytes: int) -> int:
@@ -87,6 +103,7 @@ class RingGeometry:
     chunk_bytes: int
     depth: int = 8
     order_depth: int = 256
+    augmented: bool = False
 
     def __post_init__(self) -> None:
         check_width(self.width)
@@ -111,6 +128,11 @@ class RingGeometry:
     def port_bits(self) -> int:
         """Bits of a port number in the order log (the switch's own)."""
         return max(1, (self.ports - 1).bit_length())
+
+    @property
+    def entry_bits(self) -> int:
+        """Bits of an order log entry: a port number, or with Mode III a kind and a payload (module docstring)."""
+        return 2 + HOP_PAYLOAD_BITS if self.augmented else self.port_bits
 
     @property
     def ring_names(self) -> list[str]:
@@ -142,8 +164,8 @@ class BridgeHarness(wiring.Component):
         Heads, order count and cycle counter.
     alarm : Out(1)
         Toggles at every event the testbench waits for.
-    order_log : Out(order_depth * port_bits)
-        The engine's arrival order.
+    order_log : Out(order_depth * geometry.entry_bits)
+        The engine's arrival order (with Mode III, and where the hop's ACKs and timers took effect).
     s_axil_* :
         The switch's AXI4-Lite registers, as on :class:`~inagg.hdl.switch.SwitchTop`.
 
@@ -158,7 +180,7 @@ class BridgeHarness(wiring.Component):
             raise TypeError(f"BridgeHarness takes a SwitchGeometry or its keywords, not {switch!r} and "
                             f"{sorted(params)}")
         ports, width = switch.ports, switch.width
-        self.geometry = g = RingGeometry(ports, width, switch.chunk_bytes, depth, order_depth)
+        self.geometry = g = RingGeometry(ports, width, switch.chunk_bytes, depth, order_depth, switch.augmented)
         self.switch = Switch(switch)
         assert self.switch.control.port_bits == g.port_bits
         self.ports, self.width, self.depth, self.order_depth = ports, width, depth, order_depth
@@ -169,11 +191,30 @@ class BridgeHarness(wiring.Component):
             "control": In(2 * ports * COUNT_BITS + 65),
             "status": Out(2 * ports * COUNT_BITS + 64),
             "alarm": Out(1),
-            "order_log": Out(self.order_depth * self.port_bits),
+            "order_log": Out(self.order_depth * g.entry_bits),
         }
         for name, member in self.switch.axil.signature.members.items():
             members[f"s_axil_{name}"] = member
         super().__init__(members)
+
+    def _log_hop(self, m: Module, count: Signal, at: Signal) -> None:
+        """The order log of a Mode III build: the engine's entries and the ``hop`` events, up to two a cycle."""
+        sw, bits = self.switch, self.geometry.entry_bits
+        order, hop = sw.order, sw.hop
+
+        def entry(kind: int, payload) -> Cat:
+            return Cat(Const(0, HOP_PAYLOAD_BITS) | payload, Const(kind, 2))
+
+        # The switch's Go-Back-N frames come through the arbiter's input after the ports.
+        resent = order.p.port == self.ports
+        engine = Mux(resent, entry(ENTRY_RESEND, order.p.gone), entry(ENTRY_PORT, order.p.port))
+        hop_entry = Mux(hop.p.ack, entry(ENTRY_ACK, Cat(hop.p.gone, hop.p.port)), entry(ENTRY_TIMER, Cat(hop.p.worker, hop.p.job)))
+        with m.If(hop.valid):
+            m.d.sync += [count.eq(count + 1 + order.valid), self.order_log.word_select(at, bits).eq(hop_entry)]
+            with m.If(order.valid):
+                m.d.sync += self.order_log.word_select((at + 1)[:len(at)], bits).eq(engine)
+        with m.Elif(order.valid):
+            m.d.sync += [count.eq(count + 1), self.order_log.word_select(at, bits).eq(engine)]
 
     def elaborate(self, platform):
         m = Module()
@@ -211,10 +252,12 @@ class BridgeHarness(wiring.Component):
 
         # Order log: a circular buffer written at each engine take.
         count = Signal(32)
-        with m.If(sw.order.valid):
-            m.d.sync += [count.eq(count + 1),
-                         self.order_log.word_select(count[:(self.order_depth - 1).bit_length()], self.port_bits)
-                         .eq(sw.order.p.port)]
+        at = count[:(self.order_depth - 1).bit_length()]
+        if self.switch.augmented:
+            self._log_hop(m, count, at)
+        else:
+            with m.If(sw.order.valid):
+                m.d.sync += [count.eq(count + 1), self.order_log.word_select(at, self.port_bits).eq(sw.order.p.port)]
         room = Signal()
         m.d.comb += room.eq((count - order_ack)[:32] < self.order_depth - 4 * P)
 

@@ -23,19 +23,30 @@ import numpy as np
 
 from inagg.host.controller import Plan
 from inagg.host.link import Faults
+from inagg.host.rc_worker import RC_MODES
 from inagg.host.worker import Timing
-from inagg.models.protocol import Counter
+from inagg.models.job import Mode
+from inagg.models.protocol import MAX_WORKERS, Counter
 from inagg.testbench.bridge.bridge import CLOCK_NS
 from inagg.testbench.bridge.build import HarnessParams, build, run, wave_format
 from inagg.testbench.bridge.session import JOB_ENV, Job, Outcome, read_progress
 
-__all__ = ["harness_params", "rtl_timing", "netns_timing", "run_rtl"]
+__all__ = ["harness_params", "rtl_timing", "rtl_hop_timeout", "netns_timing", "run_rtl"]
 
 
 def harness_params(plan: Plan, width: int, **kw) -> HarnessParams:
-    """The smallest harness that holds ``plan``: its ports and slots, its job numbers and workers per job."""
+    """The smallest harness that holds ``plan``: its ports and slots, its job numbers and workers per job, and
+    Mode III when a job of the plan runs it."""
     return HarnessParams.for_switch(plan.switch, width=width, jobs=max(j.job for j in plan.jobs) + 1,
-                                    workers=max(len(j.workers) for j in plan.jobs), **kw)
+                                    workers=max(len(j.workers) for j in plan.jobs),
+                                    augmented=any(j.mode is Mode.AUGMENTED for j in plan.jobs), **kw)
+
+
+def _drain_cycles(plan: Plan, width: int) -> int:
+    """Cycles the slot engine takes for every worker's full window (one beat a cycle from all ports together):
+    the longest queue a frame into the switch can meet."""
+    beats = plan.switch.chunk_bytes * 8 // width
+    return sum(j.window * len(j.workers) for j in plan.jobs) * beats
 
 
 def rtl_timing(plan: Plan, width: int) -> Timing:
@@ -44,11 +55,39 @@ def rtl_timing(plan: Plan, width: int) -> Timing:
     The slot engine takes one beat per cycle from all ports together, so
     the longest queue a contribution can meet is every worker's full
     window: ``window * workers * chunk beats`` cycles. The first timeout is
-    twice that, so a timeout means a loss, not a queue.
+    twice that, so a timeout means a loss, not a queue. A plan of RC jobs
+    (Modes II and III) gets eight times that: an RC QP's timeout does not
+    back off, and its Go-Back-N sends the whole window again, so every
+    early timeout costs a window (3 workers, window 16, 64 KiB, 2 % loss
+    and duplication, 5 % reordering in Mode III: at twice the queue 227
+    chunks sent again and 21,761 cycles, at eight times 31 and 14,838).
     """
-    beats = plan.switch.chunk_bytes * 8 // width
-    drain = sum(j.window * len(j.workers) for j in plan.jobs) * beats * CLOCK_NS * 1e-9
+    drain = _drain_cycles(plan, width) * CLOCK_NS * 1e-9
+    if any(j.mode in RC_MODES for j in plan.jobs):
+        drain *= 4
     return Timing(timeout=2 * drain, max_timeout=32 * drain, tries=30)
+
+
+def rtl_hop_timeout(plan: Plan, width: int) -> int:
+    """The ``HOP_TIMEOUT`` register (cycles) of a Mode III ``plan`` at ``width`` bits, with the workers inside
+    the simulation on :func:`rtl_timing`.
+
+    A result can wait behind every worker's window of results on its way
+    out (the emitters send a completed chunk's results one worker after
+    another), and the child's ACK of it behind every worker's window of
+    contributions on its way in: twice the engine's drain of every
+    worker's window, and one round of the timers' visits (3 cycles per
+    (job, child) of the tables), so a timer that runs out means a lost
+    result or ACK, not a queue. That is a quarter of the workers' first
+    timeout, so a slot held by a lost result is sent again before the
+    contribution refused for it (``DROP_BUFFER_BUSY``, not ACKed) times
+    out at its host. (One drain was too short: 4 workers, 256 KiB, window
+    128, loss and duplication 1 %, reordering 2 %: 7,614 results sent
+    again and 242,559 cycles, against 3,711 and 130,024 at two, four,
+    eight and sixteen drains, where no timer ran out early.)
+    """
+    visits = 3 * (max(j.job for j in plan.jobs) + 1) * MAX_WORKERS
+    return 2 * _drain_cycles(plan, width) + visits
 
 
 _START_TIMEOUT = 120.0  # seconds for the simulator to come up and create the TAP devices
@@ -94,11 +133,15 @@ def run_rtl(plan: Plan, data: dict[int, np.ndarray], *, width: int = 512, net: s
         require_root()
         timing = timing or netns_timing(plan)
     params = harness_params(plan, width)
+    if params.switch.augmented and net != "memory":
+        # The hop timers count the simulator's cycles, which the workers' real clock in namespaces does not keep.
+        raise ValueError("Mode III runs on the RTL over the memory network")
     runner, folder = build(params, waves=wave_format(waves) if waves is not None else None)
     with tempfile.TemporaryDirectory(prefix="inagg-rtl-") as tmp:
         tmp = Path(tmp)
         job = Job(plan=plan, rings=params.rings, data=data if net == "memory" else {},
                   timing=timing or rtl_timing(plan, width), faults=faults or Faults(), seed=seed, compare=compare,
+                  hop_timeout=rtl_hop_timeout(plan, width) if params.switch.augmented else None,
                   pcap=pcap, out=str(tmp / "out.pkl"), net=net, tag=uuid.uuid4().hex[:6],
                   ready=str(tmp / "ready"), stop=str(tmp / "stop"),
                   progress=str(tmp / "progress") if progress is not None else "")

@@ -9,6 +9,7 @@ cocotbext-axi's AXI4-Lite manager, the counters are read back the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -23,6 +24,7 @@ from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from inagg.host.controller import Plan, register_writes
 from inagg.host.link import Faults
+from inagg.host.rc_worker import RC_MODES, RcWorker
 from inagg.host.worker import AllReduce, Timing, Worker
 from inagg.models import regmap as rm
 from inagg.models.protocol import Counter
@@ -85,6 +87,7 @@ class Job:
     data: dict[int, np.ndarray]
     timing: Timing
     faults: Faults = field(default_factory=Faults)
+    hop_timeout: int | None = None  # the HOP_TIMEOUT register of a Mode III run, in cycles; None: left as reset
     seed: int = 0
     compare: bool = False
     pcap: str | None = None
@@ -134,9 +137,12 @@ async def allreduce(dut):
         model.log.setLevel(logging.WARNING)  # it logs every access at INFO
     assert await axil.read_dword(rm.RegMap.switch("ID")) == rm.ID_VALUE
     geometry = await axil.read_dword(rm.RegMap.switch("JOBS"))
-    regmap = rm.RegMap.from_jobs(geometry)
+    modes = rm.RegMap.decode_modes(await axil.read_dword(rm.RegMap.switch("MODES")))
+    regmap = dataclasses.replace(rm.RegMap.from_jobs(geometry), modes=modes)
     for addr, value in register_writes(job.plan, regmap):
         await axil.write_dword(addr, value)
+    if job.hop_timeout is not None:
+        await axil.write_dword(rm.RegMap.switch("HOP_TIMEOUT"), job.hop_timeout)
 
     compare = LiveCompare(job.plan.switch, job.plan.jobs) if job.compare else None
     progress = ProgressFile(job.progress) if job.progress else None
@@ -162,7 +168,8 @@ async def _serve_memory(job: Job, bridge: FrameBridge, capture, compare, progres
     ops = {}
     for spec in job.plan.jobs:
         for r, w in enumerate(spec.workers):
-            ops[w.port] = AllReduce(Worker(job.plan.switch, spec, r, timing=job.timing), job.data[w.port])
+            kind = RcWorker if spec.mode in RC_MODES else Worker
+            ops[w.port] = AllReduce(kind(job.plan.switch, spec, r, timing=job.timing), job.data[w.port])
     # Chunks done, counted as the model demo counts them: the results the workers took.
     tick = None if progress is None else (lambda: progress(sum(op.worker.stats["results"] for op in ops.values())))
     wall, cpu = time.perf_counter(), time.process_time()

@@ -15,6 +15,16 @@ def test_options_that_do_not_apply_exit_2(argv, message, capsys):
     assert capsys.readouterr().err == f"inagg demo: error: {message}\n"
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "I"], "mode I runs on the model switch only: the RTL has no Mode I (it runs uc, II and III)"),
+    (["--mode", "III", "--net", "netns"], "mode III runs on the RTL switch over the memory network only, not --net "
+                                          "netns"),
+])
+def test_rc_modes_the_rtl_cannot_run_exit_2_with_one_line(argv, message, capsys):
+    assert cli.main(["demo", "--switch", "rtl", *argv]) == 2
+    assert capsys.readouterr().err == f"inagg demo: error: {message}\n"
+
+
 def test_the_width_is_checked():
     with pytest.raises(ValueError, match=r"^width must be 64, 256 or 512, not 128$"):
         DemoConfig(switch="rtl", width=128)

@@ -86,3 +86,19 @@ def test_harness_params_are_the_switch_geometry_of_its_spec():
         HarnessParams.for_switch(SwitchSpec(exception=ExceptionSpec(64)), width=64, jobs=2, workers=3)
     with pytest.raises(TypeError, match="^switch must be a SwitchGeometry, not dict$"):
         HarnessParams(PARAMS)
+
+
+def test_a_mode_iii_harness_has_its_own_build_and_logs_the_hop():
+    from inagg.testbench.bridge.harness import ENTRY_ACK, ENTRY_PORT, ENTRY_RESEND, ENTRY_TIMER, HOP_PAYLOAD_BITS
+    from inagg.testbench.replay import RESENT, SKIPPED, AckTaken, TimerRanOut
+
+    spec = SwitchSpec(ports=3, slots=32, chunk_bytes=1024)
+    params = HarnessParams.for_switch(spec, width=512, jobs=2, workers=3, augmented=True)
+    plain = HarnessParams.for_switch(spec, width=512, jobs=2, workers=3)
+    assert params.params == {**plain.params, "augmented": True}
+    assert params.rings == RingGeometry(3, 512, 1024, 8, 256, augmented=True)
+    assert (params.rings.entry_bits, plain.rings.entry_bits) == (2 + HOP_PAYLOAD_BITS, 2)
+    decoded = [FrameBridge._decode(k << HOP_PAYLOAD_BITS | v) for k, v in
+               [(ENTRY_PORT, 2), (ENTRY_RESEND, 0), (ENTRY_RESEND, 1), (ENTRY_ACK, 1 << 1),
+                (ENTRY_ACK, 2 << 1 | 1), (ENTRY_TIMER, 5 << 6 | 2)]]
+    assert decoded == [2, RESENT, SKIPPED, AckTaken(1), AckTaken(2, gone=True), TimerRanOut(5, 2)]
