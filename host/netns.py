@@ -33,8 +33,8 @@ from inagg.host.link import Faults, HeldFrames, LossyLink, clocked_receive, idle
 from inagg.models.frame import RESULT
 from inagg.models.protocol import ETH_TYPE_IPV4, IP_PROTO_UDP, ROCE_UDP_PORT
 
-__all__ = ["NetnsUnavailable", "Topology", "TreeTopology", "PacketPort", "serve_switch", "enter", "require_root",
-           "qp_filter", "ether_type_filter"]
+__all__ = ["NetnsUnavailable", "Namespaces", "Topology", "TreeTopology", "PacketPort", "serve_switch", "enter",
+           "require_root", "qp_filter", "ether_type_filter"]
 
 _ETH_P_ALL = 0x0003
 _SO_ATTACH_FILTER = 26
@@ -62,10 +62,11 @@ def enter(name: str) -> None:
     netns.setns(name)
 
 
-class _Namespaces(abc.ABC):
+class Namespaces(abc.ABC):
     """Namespaces joined by veth pairs: :meth:`create` makes what :meth:`_layout` names and :meth:`destroy`
     removes every namespace made (their veths go with them), also when :meth:`create` fails part way; a
-    ``with`` block does both."""
+    ``with`` block does both. A subclass sets ``_created`` to an empty list and gives :meth:`_layout`
+    (``p4/tests/run_bmv2.py`` wires simple_switch's ports with one)."""
 
     _created: list[str]
 
@@ -123,7 +124,7 @@ class _Namespaces(abc.ABC):
         self.destroy()
 
 
-class Topology(_Namespaces):
+class Topology(Namespaces):
     """Namespaces and veth pairs for every worker port of a :class:`~inagg.host.controller.Plan`."""
 
     def __init__(self, plan: Plan, *, tag: str | None = None):
@@ -150,7 +151,7 @@ class Topology(_Namespaces):
         return [self.switch_ns] + [self.worker_ns(p) for p in self.ports], pairs
 
 
-class TreeTopology(_Namespaces):
+class TreeTopology(Namespaces):
     """Namespaces and veth pairs for a :class:`~inagg.host.controller.TreePlan`: one namespace per switch and
     per rank, one veth pair per hop of the tree.
 

@@ -56,7 +56,7 @@ from pathlib import Path
 
 from scapy.utils import RawPcapReader, RawPcapWriter
 
-from inagg.host.netns import _Namespaces
+from inagg.host.netns import Namespaces
 from inagg.host.p4ctl import bmv2, vectors as p4vectors
 from inagg.host.p4ctl.layout import plan
 from inagg.models.job import JobSpec, SwitchSpec, WorkerSpec
@@ -350,7 +350,7 @@ def _configure(cli: str, thrift_port: int, commands: list[str], log: Path, preex
     return p.stdout
 
 
-class _Wires(_Namespaces):
+class _Wires(Namespaces):
     """One namespace holding both ends of a veth pair per switch port: ``sw<p>`` for simple_switch, ``t<p>`` for
     the test's sockets."""
 
