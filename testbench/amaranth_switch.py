@@ -26,7 +26,7 @@ from inagg.testbench.replay import (DIVERTED, GONE, RESENT, SKIPPED, AckTaken, R
                                     assert_frames_match, replay)
 from inagg.testbench.streams import get_frame, put_frame
 
-__all__ = ["SimRun", "simulate", "cycle"]
+__all__ = ["SimRun", "simulate", "tear_down", "cycle"]
 
 
 @dataclass
@@ -92,13 +92,7 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
         configured.append(True)
         if teardown is not None:
             await ctx.tick().repeat(teardown[1])
-            assert await axil_write(ctx, dut.axil, regmap.switch("TEARDOWN"), teardown[0]) == 0
-            for _ in range(5_000):
-                status, _ = await axil_read(ctx, dut.axil, regmap.switch("TEARDOWN"))
-                if not status & rm.TEARDOWN_BUSY:
-                    break
-            else:
-                raise AssertionError("the teardown never finished")
+            assert (await tear_down(ctx, dut.axil, teardown[0]))[0] == 0
         while len(finished) < spec.ports:
             await ctx.tick()
         if hop_timeout is not None:
@@ -171,6 +165,17 @@ def simulate(spec: SwitchSpec, jobs: list[JobSpec], traffic: list[tuple[int, byt
     expected = replay(model, sent, order)
     return SimRun(received, expected, counters, {c: model.counters[c] for c in Counter}, order, stalls,
                   exception[0] if exception else None, model_state(model) if exception else None)
+
+
+async def tear_down(ctx, bus, job: int) -> tuple[int, int]:
+    """Write ``job`` to ``TEARDOWN`` on the AXI4-Lite ``bus`` and read it until it is not busy; returns the
+    write's response and the last word read. Fails after 5,000 reads."""
+    resp = await axil_write(ctx, bus, rm.RegMap.switch("TEARDOWN"), job)
+    for _ in range(5_000):
+        status, _ = await axil_read(ctx, bus, rm.RegMap.switch("TEARDOWN"))
+        if not status & rm.TEARDOWN_BUSY:
+            return resp, status
+    raise AssertionError("the teardown never finished")
 
 
 def cycle(pattern):

@@ -15,6 +15,7 @@ from inagg.models import regmap as rm
 from inagg.models.job import ExceptionSpec, Mode, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch, SlotState
+from inagg.testbench.amaranth_switch import tear_down
 from inagg.testbench.axil_sim import axil_read, axil_write
 from inagg.testbench.collisions import model_state
 from inagg.testbench.exception.state import decode
@@ -71,15 +72,7 @@ def _run(spec, jobs, script, *, pause=None):
                 if step[2]:
                     await quiet(ctx)
             elif step[0] == "teardown":
-                resp = await axil_write(ctx, dut.axil, regmap.switch("TEARDOWN"), step[1])
-                cycles = 0
-                while True:
-                    status, _ = await axil_read(ctx, dut.axil, regmap.switch("TEARDOWN"))
-                    if not status & rm.TEARDOWN_BUSY:
-                        break
-                    cycles += 1
-                    assert cycles < 5_000, "the teardown never finished"
-                steps.append((resp, status))
+                steps.append(await tear_down(ctx, dut.axil, step[1]))
             else:
                 for addr, value in regmap.job_writes(step[1], spec):
                     assert await axil_write(ctx, dut.axil, addr, value) == 0
