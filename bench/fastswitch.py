@@ -26,7 +26,7 @@ from _report import head_commit, publish
 from inagg.host.controller import plan
 from inagg.host.demo_run import DemoConfig, run_demo
 from inagg.host.fastpath import ContribTemplate
-from inagg.host.memnet import _TO_HOST, Traffic
+from inagg.host.memnet import Traffic
 from inagg.models.fastswitch import FastSwitch
 from inagg.models.switch import ModelSwitch
 
@@ -73,7 +73,7 @@ def frame_by_frame():
 
     def one_by_one(self, now, batch):
         for port, frame in batch:
-            self._deliver(now, _TO_HOST, port, frame)
+            self._deliver(now, port, frame)
 
     Traffic._to_hosts = one_by_one
     try:

@@ -130,21 +130,33 @@ class Traffic:
 
     def from_switch(self, now: float, frames: list[tuple[int, bytes]]) -> None:
         """Put frames the switch sent outside :meth:`~inagg.models.backend.DataPlane.receive` on the link."""
+        at_once: list[tuple[int, bytes]] = []
         for port, frame in frames:
-            self._put(now, _TO_HOST, port, [frame])
+            self._launch(now, _TO_HOST, port, frame, at_once)
+        if at_once:
+            self._to_hosts(now, at_once)
 
-    def _put(self, now: float, kind: int, port: int, frames: list[bytes]) -> None:
+    def _put(self, now: float, kind: int, port, frames: list[bytes]) -> None:
+        at_once: list[tuple[int, bytes]] = []
         for f in frames:
-            if self.capture is not None:
-                self.capture(now, f)
-            for extra, g in self._link(kind, port).transmit(f):
-                at = now + self.latency + extra
-                if at <= now:
-                    self._deliver(now, kind, port, g)
-                else:
-                    self._seq += 1
-                    self.in_flight += 1
-                    heapq.heappush(self._heap, (at, self._seq, kind, port, g))
+            self._launch(now, kind, port, f, at_once)
+        if at_once:
+            (self._to_switch if kind == _TO_SWITCH else self._to_hosts)(now, at_once)
+
+    def _launch(self, now: float, kind: int, port, frame: bytes, at_once: list[tuple[int, bytes]]) -> None:
+        """Put ``frame`` on the link: what the link delivers later goes on the heap, what arrives at once (a
+        network of no latency) onto ``at_once``, so that frames arriving together are handed over together,
+        as :meth:`pop` hands over frames due at the same time."""
+        if self.capture is not None:
+            self.capture(now, frame)
+        for extra, g in self._link(kind, port).transmit(frame):
+            at = now + self.latency + extra
+            if at <= now:
+                at_once.append((port, g))
+            else:
+                self._seq += 1
+                self.in_flight += 1
+                heapq.heappush(self._heap, (at, self._seq, kind, port, g))
 
     def _link(self, kind: int, port) -> LossyLink:
         """The link a frame going ``kind`` to ``port`` crosses."""
@@ -197,15 +209,13 @@ class Traffic:
             take = getattr(ep, "receive_batch", None)
             if take is None:
                 for frame in mine:
-                    self._deliver(now, _TO_HOST, port, frame)
+                    self._deliver(now, port, frame)
             else:
                 self.to_hosts += len(mine)
                 self._answer(now, port, ep, lambda t: take(t, mine))
 
-    def _deliver(self, now: float, kind: int, port: int, frame: bytes) -> None:
-        if kind == _TO_SWITCH:
-            self._to_switch(now, [(port, frame)])
-            return
+    def _deliver(self, now: float, port: int, frame: bytes) -> None:
+        """Hand the endpoint at ``port`` (if any) the one frame ``frame``."""
         ep = self.endpoints.get(port)
         if ep is not None:
             self.to_hosts += 1

@@ -14,6 +14,7 @@ from pathlib import Path
 from inagg.models.geometry import SwitchGeometry
 from inagg.models.job import SwitchSpec
 from inagg.testbench import sim
+from inagg.testbench.bridge.harness import RING_DEPTH
 from inagg.testbench.sim import WAVE_FORMATS, check_fst, wave_format
 
 __all__ = ["HarnessParams", "TOPLEVEL", "WAVE_FORMATS", "wave_format", "check_fst", "build", "run"]
@@ -37,7 +38,7 @@ class HarnessParams:
     """
 
     switch: SwitchGeometry
-    depth: int = 8
+    depth: int = RING_DEPTH
     order_depth: int = 256
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ from inagg.models.geometry import SwitchGeometry
 from inagg.models.job import ExceptionSpec, SwitchSpec
 from inagg.testbench.bridge.bridge import FrameBridge
 from inagg.testbench.bridge.build import HarnessParams
-from inagg.testbench.bridge.harness import BridgeHarness, RingGeometry, frame_slot_bytes
+from inagg.testbench.bridge.harness import RING_DEPTH, BridgeHarness, RingGeometry, frame_slot_bytes
 
 PARAMS = dict(ports=2, width=64, slots=16, chunk_bytes=256, jobs=2, workers=2)
 
@@ -77,9 +77,9 @@ def test_harness_params_are_the_switch_geometry_of_its_spec():
     params = HarnessParams.for_switch(spec, width=512, jobs=2, workers=3)
     assert params.switch == SwitchGeometry.for_spec(spec, width=512, jobs=2, workers=3)
     # The build folder's name: the harness's keywords, as before the geometry took them.
-    assert params.params == dict(ports=3, width=512, slots=32, chunk_bytes=1024, jobs=2, workers=3, depth=8,
+    assert params.params == dict(ports=3, width=512, slots=32, chunk_bytes=1024, jobs=2, workers=3, depth=RING_DEPTH,
                                  order_depth=256)
-    assert params.rings == RingGeometry(3, 512, 1024, 8, 256)
+    assert params.rings == RingGeometry(3, 512, 1024, RING_DEPTH, 256)
     with pytest.raises(ValueError, match=r"^Data width must be one of \(64, 256, 512\), not 100$"):
         HarnessParams.for_switch(spec, width=100, jobs=2, workers=3)
     with pytest.raises(ValueError, match="^the bridge harness builds no exception path: give a switch without one$"):
@@ -96,7 +96,7 @@ def test_a_mode_iii_harness_has_its_own_build_and_logs_the_hop():
     params = HarnessParams.for_switch(spec, width=512, jobs=2, workers=3, augmented=True)
     plain = HarnessParams.for_switch(spec, width=512, jobs=2, workers=3)
     assert params.params == {**plain.params, "augmented": True}
-    assert params.rings == RingGeometry(3, 512, 1024, 8, 256, augmented=True)
+    assert params.rings == RingGeometry(3, 512, 1024, RING_DEPTH, 256, augmented=True)
     assert (params.rings.entry_bits, plain.rings.entry_bits) == (2 + HOP_PAYLOAD_BITS, 2)
     decoded = [FrameBridge._decode(k << HOP_PAYLOAD_BITS | v) for k, v in
                [(ENTRY_PORT, 2), (ENTRY_RESEND, 0), (ENTRY_RESEND, 1), (ENTRY_ACK, 1 << 1),
