@@ -97,7 +97,7 @@ class Traffic:
     def start(self, now: float) -> None:
         """Start every endpoint."""
         for port, ep in self.endpoints.items():
-            self._put(now, _TO_SWITCH, port, ep.start(now))
+            self._send(now, _TO_SWITCH, [(port, f) for f in ep.start(now)])
             self._arm(port, ep)
         self.pending = sum(not ep.done for ep in self.endpoints.values())
 
@@ -130,16 +130,14 @@ class Traffic:
 
     def from_switch(self, now: float, frames: list[tuple[int, bytes]]) -> None:
         """Put frames the switch sent outside :meth:`~inagg.models.backend.DataPlane.receive` on the link."""
-        at_once: list[tuple[int, bytes]] = []
-        for port, frame in frames:
-            self._launch(now, _TO_HOST, port, frame, at_once)
-        if at_once:
-            self._to_hosts(now, at_once)
+        self._send(now, _TO_HOST, frames)
 
-    def _put(self, now: float, kind: int, port, frames: list[bytes]) -> None:
-        at_once: list[tuple[int, bytes]] = []
-        for f in frames:
-            self._launch(now, kind, port, f, at_once)
+    def _send(self, now: float, kind: int, frames: list[tuple]) -> None:
+        """Put ``(port, frame)`` pairs going ``kind`` on the link; hand over at once, together, those that
+        arrive at once."""
+        at_once: list[tuple] = []
+        for port, frame in frames:
+            self._launch(now, kind, port, frame, at_once)
         if at_once:
             (self._to_switch if kind == _TO_SWITCH else self._to_hosts)(now, at_once)
 
@@ -224,7 +222,7 @@ class Traffic:
     def _answer(self, now: float, port: int, ep: Endpoint, call: Callable[[float], list[bytes]]) -> None:
         """Let ``ep`` react with ``call(now)``; send what it sends, re-arm its timer, count it when it finishes."""
         was_done = ep.done
-        self._put(now, _TO_SWITCH, port, call(now))
+        self._send(now, _TO_SWITCH, [(port, f) for f in call(now)])
         self._arm(port, ep)
         if ep.done and not was_done:
             self.pending -= 1
@@ -346,9 +344,9 @@ class TreeTraffic(Traffic):
         for q, g in frames:
             node, far = self.tree.peer(s, q)
             if node.switch:
-                self._put(now, _TO_SWITCH, (node.index, far), [g])
+                self._send(now, _TO_SWITCH, [((node.index, far), g)])
             else:
-                self._put(now, _TO_HOST, node.index, [g])
+                self._send(now, _TO_HOST, [(node.index, g)])
 
 
 
