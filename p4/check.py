@@ -12,7 +12,10 @@ from PATH:
 - ``p4c-bm2-ss v1model``: ``P4C_BM2_SS`` or ``p4c-bm2-ss``; BMv2 JSON and
   P4Info, both lane counts.
 - ``p4c-barefoot tna`` and ``t2na``: ``P4C_BAREFOOT`` or ``p4c-barefoot``; the
-  Tofino back end (PHV allocation, stages) for Tofino 1 and Tofino 2.
+  Tofino back end (PHV allocation, stages) for Tofino 1 and Tofino 2, then
+  its assembler on the result: ``BFAS``, ``bfas`` on PATH or beside
+  ``p4c-barefoot``. The compiler alone does not check every limit of the
+  chip (the stage count, the parser's TCAM): only an assembled program fits.
 
 ``TOFINO_P4INCLUDE`` is the folder holding ``tna.p4`` (in p4c's tree:
 ``backends/tofino/bf-p4c/p4include``). Each tool's ``--version`` is printed
@@ -46,12 +49,14 @@ class Check:
     ``{out}`` in ``argv`` stands for a fresh temporary folder for the tool's output.
     ``known`` is a text in the output of a failure of the tool itself that the
     check is expected to hit (so a tool that stops failing is noticed too).
+    ``then`` is a second command, run in the same folder once ``argv`` passed.
     """
 
     name: str
     argv: tuple[str, ...] | None
     skip: str = ""
     known: str = ""
+    then: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,12 @@ class Result:
 
 def _tool(var: str, name: str) -> str | None:
     return os.environ.get(var) or shutil.which(name)
+
+
+def _bfas(p4c_barefoot: str) -> str | None:
+    """The Tofino assembler: ``BFAS``, ``bfas`` on PATH, or the one a p4c build puts beside ``p4c-barefoot``."""
+    beside = Path(p4c_barefoot).with_name("bfas")
+    return _tool("BFAS", "bfas") or (str(beside) if beside.is_file() else None)
 
 
 def version(tool: str) -> str:
@@ -102,8 +113,10 @@ def checks(lanes: tuple[int, ...] = (64, 256)) -> list[Check]:
         out.append(Check("p4c-bm2-ss v1model", None, "p4c-bm2-ss not found (set P4C_BM2_SS or put it on PATH)"))
     bf = _tool("P4C_BAREFOOT", "p4c-barefoot")
     if bf:
-        out += [Check(f"p4c-barefoot {arch}", (bf, "--target", target, "--arch", arch, "-o", "{out}", str(TNA)),
-                      known=known)
+        bfas = _bfas(bf)
+        then = (bfas, "{out}/pipe/inagg.bfa", "-o", "{out}/bin") if bfas else ()
+        out += [Check(f"p4c-barefoot {arch}" + (" + bfas" if then else ""),
+                      (bf, "--target", target, "--arch", arch, "-o", "{out}", str(TNA)), known=known, then=then)
                 for target, arch, known in (("tofino", "tna", ""), ("tofino2", "t2na", T2NA_KNOWN))]
     else:
         out.append(Check("p4c-barefoot tna", None, "p4c-barefoot not found (set P4C_BAREFOOT or put it on PATH)"))
@@ -116,11 +129,17 @@ def run(check: Check) -> Result:
         raise ValueError(f"{check.name} cannot run here: {check.skip}")
     with tempfile.TemporaryDirectory() as tmp:
         argv = [a.replace("{out}", tmp) for a in check.argv]
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        # The Tofino back end takes minutes where table placement searches long.
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+        if p.returncode == 0 and check.then:
+            (Path(tmp) / "bin" / "logs").mkdir(parents=True)
+            p = subprocess.run([a.replace("{out}", tmp) for a in check.then], capture_output=True, text=True,
+                               timeout=600, cwd=tmp)
     lines = (p.stdout + p.stderr).strip().splitlines()
     if p.returncode == 0:
         warnings = sum("warning:" in ln for ln in lines)
-        return Result(check, True, " ".join(check.argv) + (f"  ({warnings} warnings)" if warnings else ""))
+        done = " ".join(check.argv) + (" && " + " ".join(check.then) if check.then else "")
+        return Result(check, True, done + (f"  ({warnings} warnings)" if warnings else ""))
     lines = lines or [f"exit status {p.returncode}, no output"]
     return Result(check, False, next((ln for ln in lines if "error" in ln.lower()), lines[-1]), "\n".join(lines))
 
@@ -129,6 +148,8 @@ def main() -> int:
     for var, name in TOOLS:
         tool = _tool(var, name)
         print(f"{name:12} {tool + ': ' + version(tool) if tool else 'not found'}")
+        if name == "p4c-barefoot" and tool:  # bfas has no --version: it is the build's own
+            print(f"{'bfas':12} {_bfas(tool) or 'not found: the Tofino checks stop at the compiler'}")
     passed = failed = skipped = 0
     for c in checks():
         if c.argv is None:

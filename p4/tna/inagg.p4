@@ -56,7 +56,13 @@ const bit<3> V_SAME = 2;    /* the slot holds this chunk, still aggregating */
 const bit<3> V_DONE = 3;    /* the slot holds this chunk, complete */
 const bit<3> V_STALE = 4;
 const bit<3> V_WINDOW = 5;
-const bit<3> V_RESTART = 6; /* a first generation meets another chunk: restarts (protocol.md "Liveness") */
+/* A first generation meets another chunk: restarts (protocol.md "Liveness").
+ * Two verdicts, 0b11x (verdict[2:1] == 3 is either), by the sign of
+ * chunk - key: if the slot's chunk turns out complete, the newcomer is
+ * dropped as stale or as ahead, and no gateway could test that sign under
+ * the two conditions it already reads. */
+const bit<3> V_RESTART = 6;        /* the newcomer is ahead of the slot's chunk */
+const bit<3> V_RESTART_BEHIND = 7; /* the newcomer is behind it */
 
 /* What pass 0 decided, for the lane passes and the egress. */
 const bit<8> OP_ADD = 0;
@@ -165,16 +171,54 @@ struct ig_metadata_t {
     bit<32> joined;
     bit<32> dma_pad;      /* RETH DMA length + BTH PadCnt */
     bit<32> missing;      /* full ^ joined: 0 when this contribution completes the chunk */
-    bit<32> unfilled;     /* full ^ old_bitmap: 0 when the chunk the slot holds is complete */
 }
 
 struct eg_metadata_t {
 }
 
+/* The lane states of the ingress parser, one chain per half, unrolled by
+ * hand: each lane takes three rows of the parser's TCAM (INT32_MIN,
+ * INT32_MAX, any other value), 206 rows in all of Tofino 1's 256. A loop on
+ * a ParserCounter costs two more rows a lane for the counter's test, 339
+ * in all, which the assembler refuses. A constant stack index per state:
+ * with .next the compiler leaves hdr.hi without PHV containers. */
+#define INAGG_TNA_LANE_STATE(h, n, then) \
+    state h##_##n { \
+        transition select(pkt.lookahead<bit<32>>()) { \
+            I32_MIN: h##_pin_##n; \
+            I32_MAX: h##_pin_##n; \
+            default: h##_take_##n; \
+        } \
+    } \
+    state h##_pin_##n { \
+        meta.saturated = 1; \
+        transition h##_take_##n; \
+    } \
+    state h##_take_##n { \
+        pkt.extract(hdr.h[n]); \
+        transition then; \
+    }
+#define INAGG_TNA_LANE_CHAIN(h, after) \
+    INAGG_TNA_LANE_STATE(h, 0, h##_1) INAGG_TNA_LANE_STATE(h, 1, h##_2) \
+    INAGG_TNA_LANE_STATE(h, 2, h##_3) INAGG_TNA_LANE_STATE(h, 3, h##_4) \
+    INAGG_TNA_LANE_STATE(h, 4, h##_5) INAGG_TNA_LANE_STATE(h, 5, h##_6) \
+    INAGG_TNA_LANE_STATE(h, 6, h##_7) INAGG_TNA_LANE_STATE(h, 7, h##_8) \
+    INAGG_TNA_LANE_STATE(h, 8, h##_9) INAGG_TNA_LANE_STATE(h, 9, h##_10) \
+    INAGG_TNA_LANE_STATE(h, 10, h##_11) INAGG_TNA_LANE_STATE(h, 11, h##_12) \
+    INAGG_TNA_LANE_STATE(h, 12, h##_13) INAGG_TNA_LANE_STATE(h, 13, h##_14) \
+    INAGG_TNA_LANE_STATE(h, 14, h##_15) INAGG_TNA_LANE_STATE(h, 15, h##_16) \
+    INAGG_TNA_LANE_STATE(h, 16, h##_17) INAGG_TNA_LANE_STATE(h, 17, h##_18) \
+    INAGG_TNA_LANE_STATE(h, 18, h##_19) INAGG_TNA_LANE_STATE(h, 19, h##_20) \
+    INAGG_TNA_LANE_STATE(h, 20, h##_21) INAGG_TNA_LANE_STATE(h, 21, h##_22) \
+    INAGG_TNA_LANE_STATE(h, 22, h##_23) INAGG_TNA_LANE_STATE(h, 23, h##_24) \
+    INAGG_TNA_LANE_STATE(h, 24, h##_25) INAGG_TNA_LANE_STATE(h, 25, h##_26) \
+    INAGG_TNA_LANE_STATE(h, 26, h##_27) INAGG_TNA_LANE_STATE(h, 27, h##_28) \
+    INAGG_TNA_LANE_STATE(h, 28, h##_29) INAGG_TNA_LANE_STATE(h, 29, h##_30) \
+    INAGG_TNA_LANE_STATE(h, 30, h##_31) INAGG_TNA_LANE_STATE(h, 31, after)
+
 parser InaggIngressParser(packet_in pkt, out ig_headers_t hdr, out ig_metadata_t meta,
                           out ingress_intrinsic_metadata_t ig_intr_md) {
     Checksum() ipv4_csum;
-    ParserCounter() lanes_left;   /* the lane loops count with the parser counter */
 
     state start {
         pkt.extract(ig_intr_md);
@@ -217,54 +261,13 @@ parser InaggIngressParser(packet_in pkt, out ig_headers_t hdr, out ig_metadata_t
     state parse_roce {
         pkt.extract(hdr.bth);
         pkt.extract(hdr.reth);
-        lanes_left.set(8w32);
-        transition lane_lo;
+        transition lo_0;
     }
     /* SATURATED: a lane at INT32_MIN or INT32_MAX (inagg.models.p4profile).
      * Flagged on every pass; only pass 3, which reads the 64 result lanes,
      * uses the flag. */
-    state lane_lo {
-        transition select(pkt.lookahead<bit<32>>()) {
-            I32_MIN: pinned_lo;
-            I32_MAX: pinned_lo;
-            default: next_lo;
-        }
-    }
-    state pinned_lo {
-        meta.saturated = 1;
-        transition next_lo;
-    }
-    state next_lo {
-        pkt.extract(hdr.lo.next);
-        lanes_left.decrement(8w1);
-        transition select(lanes_left.is_zero()) {
-            true: start_hi;
-            false: lane_lo;
-        }
-    }
-    state start_hi {
-        lanes_left.set(8w32);
-        transition lane_hi;
-    }
-    state lane_hi {
-        transition select(pkt.lookahead<bit<32>>()) {
-            I32_MIN: pinned_hi;
-            I32_MAX: pinned_hi;
-            default: next_hi;
-        }
-    }
-    state pinned_hi {
-        meta.saturated = 1;
-        transition next_hi;
-    }
-    state next_hi {
-        pkt.extract(hdr.hi.next);
-        lanes_left.decrement(8w1);
-        transition select(lanes_left.is_zero()) {
-            true: parse_icrc;
-            false: lane_hi;
-        }
-    }
+    INAGG_TNA_LANE_CHAIN(lo, hi_0)
+    INAGG_TNA_LANE_CHAIN(hi, parse_icrc)
     state parse_icrc {
         pkt.extract(hdr.icrc);
         transition accept;
@@ -292,13 +295,26 @@ parser InaggIngressParser(packet_in pkt, out ig_headers_t hdr, out ig_metadata_t
         void apply(inout bit<32> v, out bit<32> rv) { \
             rv = v; \
         } \
-    };
+    }; \
+    action lane_do_add_##i() { hdr.lo[0 + i].v = lane_add_##i.execute(hdr.bridge.lane_index); } \
+    action lane_do_store_##i() { lane_store_##i.execute(hdr.bridge.lane_index); } \
+    action lane_do_read_##i() { hdr.lo[0 + i].v = lane_read_##i.execute(hdr.bridge.lane_index); } \
+    table lane_op_##i { \
+        key = { hdr.bridge.op : exact; } \
+        actions = { lane_do_add_##i; lane_do_store_##i; lane_do_read_##i; } \
+        const entries = { \
+            OP_ADD : lane_do_add_##i(); OP_FIRST : lane_do_store_##i(); OP_RESEND : lane_do_read_##i(); \
+        } \
+        size = 3; \
+    }
 
-/* A stored lane is already in the frame; an added or resent one comes from the register. */
-#define INAGG_TNA_LANE_APPLY(i) \
-    if (hdr.bridge.op == OP_ADD) { hdr.lo[0 + i].v = lane_add_##i.execute(hdr.bridge.lane_index); } \
-    else if (hdr.bridge.op == OP_FIRST) { lane_store_##i.execute(hdr.bridge.lane_index); } \
-    else { hdr.lo[0 + i].v = lane_read_##i.execute(hdr.bridge.lane_index); }
+/* A stored lane is already in the frame; an added or resent one comes from
+ * the register. One table per lane picks the register action by the op: an
+ * if-else would cost a table per action, three per lane, and the 12 stages'
+ * 192 logical tables cannot hold 96 lane tables beside pass 0's chain. Every
+ * op has its entry: a default action cannot index a register (it has no
+ * hash distribution unit), and pass 0 sets no other op. */
+#define INAGG_TNA_LANE_APPLY(i) lane_op_##i.apply();
 
 control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                      in ingress_intrinsic_metadata_t ig_intr_md,
@@ -362,11 +378,16 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
      * pass 0 or an earlier one, and its pass 3 (which makes the slot DONE
      * and reads the lanes) is still on its way, so nothing of this
      * contribution may enter the slot. No frame can find a first
-     * generation complete after that pass 3. */
+     * generation complete after that pass 3. It returns the complete
+     * bitmap, never 0 (a job has a worker), or 0 where the slot restarts:
+     * the other chunk's workers are gone with it. A SALU output is
+     * predicated, 0 where it is not written, so the pass needs no stage
+     * to test the old bitmap against the full one. */
     RegisterAction<bit<32>, bit<32>, bit<32>>(slot_bitmap) bitmap_restart = {
         void apply(inout bit<32> v, out bit<32> rv) {
-            rv = v;
-            if (v != meta.full) {
+            if (v == meta.full) {
+                rv = v;
+            } else {
                 v = meta.wbit;
             }
         }
@@ -404,6 +425,7 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
         const entries = {
             ((bit<3>)SLOT_FREE, _, _)                         : set_verdict(V_FIRST);
             ((bit<3>)ST_AGG_FIRST, 0, _)                      : set_verdict(V_SAME);
+            ((bit<3>)ST_AGG_FIRST, 0x80000000 &&& 0x80000000, _) : set_verdict(V_RESTART_BEHIND);
             ((bit<3>)ST_AGG_FIRST, _, _)                      : set_verdict(V_RESTART);
             ((bit<3>)SLOT_DONE, 0, _)                         : set_verdict(V_FIRST);  /* chunk + R */
             ((bit<3>)ST_AGG, 0, _)                            : set_verdict(V_SAME);
@@ -412,7 +434,7 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
             ((bit<3>)SLOT_DONE, _, 0x80000000 &&& 0x80000000) : set_verdict(V_STALE);
         }
         const default_action = set_verdict(V_WINDOW);
-        size = 8;
+        size = 9;
     }
 
     /* DMA length = C - PadCnt (- 4 with ImmDt) as one sum, in a field the
@@ -426,9 +448,6 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
     action bitmap_sums() {
         meta.dup = meta.old_bitmap & meta.wbit;
         meta.joined = meta.old_bitmap | meta.wbit;
-    }
-    action bitmap_unfilled() {
-        meta.unfilled = meta.full ^ meta.old_bitmap;
     }
     action bitmap_missing() {
         meta.missing = meta.full ^ meta.joined;
@@ -560,32 +579,28 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                 if (meta.verdict == V_FIRST) {
                     meta.old_bitmap = 0;
                     bitmap_start.execute(meta.slot);
-                } else if (meta.verdict == V_RESTART) {
+                } else if (meta.verdict[2:1] == 3) {   /* either restart */
                     meta.old_bitmap = bitmap_restart.execute(meta.slot);
                 } else if (meta.verdict == V_SAME || meta.verdict == V_DONE) {
                     meta.old_bitmap = bitmap_join.execute(meta.slot);
                 }
-                bitmap_unfilled();
+                /* For every verdict (those that drop ignore them), so that no
+                 * stage after the tests computes them. */
+                bitmap_sums();
+                bitmap_missing();
                 if (meta.verdict == V_STALE) {
                     meta.event = CNT_DROP_STALE;
                 } else if (meta.verdict == V_WINDOW) {
                     meta.event = CNT_DROP_WINDOW;
-                } else if (meta.verdict == V_RESTART && meta.unfilled == 0) {
-                    /* The slot's chunk is complete, its pass 3 on the way
-                     * (bitmap_restart): the model, which completes at once,
-                     * finds the slot DONE and drops this chunk as stale or
-                     * too far ahead. */
-                    if (meta.d[31:31] == 1) {
-                        meta.event = CNT_DROP_STALE;
-                    } else {
-                        meta.event = CNT_DROP_WINDOW;
-                    }
+                /* The slot's chunk is complete, its pass 3 on the way
+                 * (bitmap_restart): the model, which completes at once, finds
+                 * the slot DONE and drops this chunk as stale or too far
+                 * ahead. */
+                } else if (meta.verdict == V_RESTART_BEHIND && meta.old_bitmap != 0) {
+                    meta.event = CNT_DROP_STALE;
+                } else if (meta.verdict == V_RESTART && meta.old_bitmap != 0) {
+                    meta.event = CNT_DROP_WINDOW;
                 } else {
-                    if (meta.verdict == V_RESTART) {
-                        meta.old_bitmap = 0;   /* the other chunk's workers are gone with it */
-                    }
-                    bitmap_sums();
-                    bitmap_missing();
                     hdr.bridge.setValid();
                     hdr.bridge.result = 0;
                     hdr.bridge.pass = 1;
@@ -612,7 +627,7 @@ control InaggIngress(inout ig_headers_t hdr, inout ig_metadata_t meta,
                         }
                     } else {
                         meta.accept = 1;
-                        if (meta.verdict == V_FIRST || meta.verdict == V_RESTART) {
+                        if (meta.verdict == V_FIRST || meta.verdict[2:1] == 3) {
                             hdr.bridge.op = OP_FIRST;
                         } else {
                             hdr.bridge.op = OP_ADD;

@@ -95,3 +95,30 @@ def test_p4_compiles(check):
         assert check.known in result.output, result.detail
         pytest.xfail(f"the tool fails in {check.known}: {result.detail}")
     assert result.ok, result.detail
+
+
+def test_a_check_fails_when_its_second_command_fails():
+    """The Tofino checks pass only once the assembler takes the compiler's output (``Check.then``)."""
+    passes = CHECK.run(CHECK.Check("both", ("true",), then=("sh", "-c", "test -d {out}/bin/logs && test -d bin")))
+    assert passes.ok, passes.detail
+    assert " && sh -c " in passes.detail
+    fails = CHECK.run(CHECK.Check("assembler refuses", ("true",), then=("sh", "-c", "echo 'error: 14 stages'; exit 1")))
+    assert not fails.ok and fails.detail == "error: 14 stages"
+    # a failing compiler never reaches the assembler
+    first = CHECK.run(CHECK.Check("compiler refuses", ("sh", "-c", "echo 'error: first'; exit 1"), then=("true",)))
+    assert not first.ok and first.detail == "error: first"
+
+
+def test_the_tofino_checks_assemble_with_the_bfas_beside_the_compiler(tmp_path, monkeypatch):
+    compiler, assembler = tmp_path / "p4c-barefoot", tmp_path / "bfas"
+    for tool in (compiler, assembler):
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
+    monkeypatch.setenv("P4C_BAREFOOT", str(compiler))
+    monkeypatch.delenv("BFAS", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    tofino = [c for c in CHECK.checks(lanes=(64,)) if c.name.startswith("p4c-barefoot")]
+    assert [c.name for c in tofino] == ["p4c-barefoot tna + bfas", "p4c-barefoot t2na + bfas"]
+    assert all(c.then[:2] == (str(assembler), "{out}/pipe/inagg.bfa") for c in tofino)
+    assembler.unlink()
+    assert all(not c.then for c in CHECK.checks(lanes=(64,)) if c.name.startswith("p4c-barefoot"))
