@@ -36,6 +36,7 @@ wait from the ACK or timer that asked for them to these entries, one each.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inagg.models.frame import BTH, CONTRIBUTION, Opcode
@@ -44,7 +45,8 @@ from inagg.models.protocol import Counter, split_qpn
 from inagg.models.switch import ModelSwitch
 
 __all__ = ["ENGINE_COUNTERS", "reached_engine", "is_ack", "mode_iii_ack", "take_ack", "take_back", "DIVERTED", "GONE",
-           "RESENT", "SKIPPED", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut", "replay", "assert_frames_match"]
+           "RESENT", "SKIPPED", "RemoveJob", "AddJob", "AckTaken", "TimerRanOut", "is_hop", "take_hop", "replay",
+           "assert_frames_match"]
 
 _OPCODE = BTH.slice("opcode", CONTRIBUTION.offset("bth"))
 _DQPN = BTH.slice("dqpn", CONTRIBUTION.offset("bth"))
@@ -130,6 +132,37 @@ def take_ack(model: ModelSwitch, port: int, acks: deque, gone: bool = False) -> 
     return None
 
 
+def is_hop(entry) -> bool:
+    """Whether ``entry`` of a Mode III order is one of the hop's (an ACK, a timer, a result sent again or not)."""
+    return isinstance(entry, (AckTaken, TimerRanOut)) or entry is RESENT or entry is SKIPPED
+
+
+def take_hop(model: ModelSwitch, entry, acks: Sequence[deque] | Mapping[int, deque],
+             again: deque) -> list[tuple[int, bytes]]:
+    """Let ``model`` follow the hop's ``entry`` (:func:`is_hop`) where the RTL's order put it.
+
+    ``acks`` holds each port's Mode III ACKs not yet taken, ``again`` the results the model sent again that
+    have not yet gone out of the RTL. Returns the results that go out at this entry (a :data:`RESENT`'s);
+    raises ``LookupError`` saying what the RTL did that the model cannot follow.
+    """
+    if isinstance(entry, AckTaken):
+        sent_again = take_ack(model, entry.port, acks[entry.port], entry.gone)
+        if sent_again is None:
+            raise LookupError(f"takes an ACK from port {entry.port}, where the model finds none left")
+        again.extend(sent_again)
+        return []
+    if isinstance(entry, TimerRanOut):
+        again.extend(model.modes[entry.job].expire(entry.worker))
+        return []
+    if not again:
+        raise LookupError("sends a result again that the model does not")
+    sent = again.popleft()
+    if entry is RESENT:
+        return [sent]
+    take_back(model)
+    return []
+
+
 def reached_engine(model: ModelSwitch, port: int, frame: bytes, out: dict[int, list[bytes]]) -> bool:
     """Feed ``frame`` of ``port`` to ``model``, appending what it sends to ``out`` (lists by port); whether the
     frame reached the slot engine (a slot-rule counter moved), rather than being dropped or passed on at its
@@ -168,30 +201,18 @@ def replay(model: ModelSwitch, sent: dict[int, list[bytes]], order: list) -> dic
     over.
     """
     queues = {p: deque(f for f in frames if not mode_iii_ack(model, f)) for p, frames in sent.items()}
-    acks = {p: deque(f for f in frames if mode_iii_ack(model, f)) for p, frames in sent.items()}
+    acks = {p: deque(f for f in sent.get(p, ()) if mode_iii_ack(model, f)) for p in range(model.spec.ports)}
     out: dict[int, list[bytes]] = {p: [] for p in range(model.spec.ports)}
     diverted: deque[tuple[int, bytes]] = deque()
     again: deque[tuple[int, bytes]] = deque()  # results the model sent again, not yet out of the RTL
     probe = None
     for n, entry in enumerate(order):
-        if isinstance(entry, AckTaken):
-            sent_again = take_ack(model, entry.port, acks.get(entry.port, deque()), entry.gone)
-            if sent_again is None:
-                raise AssertionError(f"the RTL's entry #{n} takes an ACK from port {entry.port}, "
-                                     "where the model finds none left")
-            again.extend(sent_again)
-            continue
-        if isinstance(entry, TimerRanOut):
-            again.extend(model.modes[entry.job].expire(entry.worker))
-            continue
-        if entry is RESENT or entry is SKIPPED:
-            if not again:
-                raise AssertionError(f"the RTL's entry #{n} sends a result again that the model does not")
-            p, f = again.popleft()
-            if entry is RESENT:
-                out[p].append(f)
-            else:
-                take_back(model)
+        if is_hop(entry):
+            try:
+                for p, f in take_hop(model, entry, acks, again):
+                    out[p].append(f)
+            except LookupError as e:
+                raise AssertionError(f"the RTL's entry #{n} {e}") from None
             continue
         if isinstance(entry, (RemoveJob, AddJob)):
             for m in (model, probe) if probe is not None else (model,):

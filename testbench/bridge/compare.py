@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from inagg.models.job import JobSpec, SwitchSpec
 from inagg.models.protocol import Counter
 from inagg.models.switch import ModelSwitch
-from inagg.testbench.replay import (RESENT, SKIPPED, AckTaken, TimerRanOut, is_ack, mode_iii_ack, reached_engine,
-                                    take_ack, take_back)
+from inagg.testbench.replay import is_ack, is_hop, mode_iii_ack, reached_engine, take_ack, take_hop
 
 __all__ = ["LiveCompare", "Difference"]
 
@@ -97,30 +96,16 @@ class LiveCompare:
 
     def _hop(self, entry) -> None:
         """A Mode III entry of the RTL's order: an ACK or a timer took effect, or a result went again (or not)."""
-        model = self.model
-        if isinstance(entry, AckTaken):
-            again = take_ack(model, entry.port, self._acks[entry.port], entry.gone)
-            if again is None:
-                self._differ(Difference(entry.port, -1, f"the RTL took an ACK from port {entry.port} where the "
-                                                        "model finds none left"))
-            else:
-                self._again.extend(again)
-        elif isinstance(entry, TimerRanOut):
-            self._again.extend(model.modes[entry.job].expire(entry.worker))
-        elif not self._again:
-            self._differ(Difference(-1, -1, "the RTL sent a result again that the model does not"))
-        else:
-            sent = self._again.popleft()
-            if entry is RESENT:
-                self._want_all([sent])
-            else:
-                take_back(model)
+        try:
+            self._want_all(take_hop(self.model, entry, self._acks, self._again))
+        except LookupError as e:
+            self._differ(Difference(getattr(entry, "port", -1), -1, f"the RTL {e}"))
 
     def taken(self, ports: list) -> None:
         """The RTL's slot engine took a contribution from each of ``ports``, in this order (with Mode III, the
         entries of :meth:`_hop` among them)."""
         for port in ports:
-            if isinstance(port, (AckTaken, TimerRanOut)) or port is RESENT or port is SKIPPED:
+            if is_hop(port):
                 self._hop(port)
                 continue
             q = self._sent[port]
