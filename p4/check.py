@@ -128,19 +128,23 @@ def run(check: Check) -> Result:
     if check.argv is None:
         raise ValueError(f"{check.name} cannot run here: {check.skip}")
     with tempfile.TemporaryDirectory() as tmp:
-        argv = [a.replace("{out}", tmp) for a in check.argv]
+        def step(cmd: tuple[str, ...], timeout: int, cwd: str | None = None) -> tuple[int, list[str]]:
+            p = subprocess.run([a.replace("{out}", tmp) for a in cmd], capture_output=True, text=True,
+                               timeout=timeout, cwd=cwd)
+            return p.returncode, (p.stdout + p.stderr).strip().splitlines()
+
         # The Tofino back end takes minutes where table placement searches long.
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-        if p.returncode == 0 and check.then:
+        returncode, lines = step(check.argv, 3600)
+        if returncode == 0 and check.then:
             (Path(tmp) / "bin" / "logs").mkdir(parents=True)
-            p = subprocess.run([a.replace("{out}", tmp) for a in check.then], capture_output=True, text=True,
-                               timeout=600, cwd=tmp)
-    lines = (p.stdout + p.stderr).strip().splitlines()
-    if p.returncode == 0:
+            returncode, assembled = step(check.then, 600, cwd=tmp)
+            # Warnings count from both tools; a failure is the assembler's alone.
+            lines = lines + assembled if returncode == 0 else assembled
+    if returncode == 0:
         warnings = sum("warning:" in ln for ln in lines)
         done = " ".join(check.argv) + (" && " + " ".join(check.then) if check.then else "")
         return Result(check, True, done + (f"  ({warnings} warnings)" if warnings else ""))
-    lines = lines or [f"exit status {p.returncode}, no output"]
+    lines = lines or [f"exit status {returncode}, no output"]
     return Result(check, False, next((ln for ln in lines if "error" in ln.lower()), lines[-1]), "\n".join(lines))
 
 

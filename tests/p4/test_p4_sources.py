@@ -102,6 +102,8 @@ def test_a_check_fails_when_its_second_command_fails():
     passes = CHECK.run(CHECK.Check("both", ("true",), then=("sh", "-c", "test -d {out}/bin/logs && test -d bin")))
     assert passes.ok, passes.detail
     assert " && sh -c " in passes.detail
+    warned = CHECK.run(CHECK.Check("warnings", ("echo", "x.p4(1): warning: a"), then=("echo", "warning: b")))
+    assert warned.ok and warned.detail.endswith("(2 warnings)"), warned.detail
     fails = CHECK.run(CHECK.Check("assembler refuses", ("true",), then=("sh", "-c", "echo 'error: 14 stages'; exit 1")))
     assert not fails.ok and fails.detail == "error: 14 stages"
     # a failing compiler never reaches the assembler
