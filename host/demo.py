@@ -125,6 +125,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--board-port", type=int, default=0,
                    help="--switch remote: the board's switch port the interface is cabled to (default 0; "
                         "configuring by frames needs the port of the board's management bridge)")
+    p.add_argument("--switch-mac", metavar="MAC",
+                   help="--switch remote: the board's MAC, the destination of the workers' frames (default "
+                        "02:00:00:00:00:fe, the plans'); with --mgmt-key-file the demo writes it to the board's "
+                        "MAC_HI and MAC_LO, without it the board must have it already")
+    p.add_argument("--switch-ip", metavar="IP",
+                   help="--switch remote: the board's IPv4 address (default 10.0.0.254); with --mgmt-key-file the "
+                        "demo writes it to the board's IP register")
     p.add_argument("--mode", choices=("uc", "I", "II", "III"), default="uc",
                    help="uc: UC queue pairs, hosts keep reliability (default; every switch); I: EPIC's Mode I, "
                         "the switch is every host's RC endpoint; II: Mode II, RC end to end, the switch "
@@ -177,7 +184,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                          window=args.window, chunk_bytes=args.chunk_bytes, seed=args.seed, pcap=args.pcap,
                          width=args.width, waves=args.waves, compare=args.compare, mode=args.mode,
                          mgmt_key=None if args.mgmt_key_file is None else read_key_file(args.mgmt_key_file),
-                         board_port=args.board_port)
+                         board_port=args.board_port, switch_mac=args.switch_mac, switch_ip=args.switch_ip)
     except ValueError as e:
         print(f"inagg demo: error: {e}", file=sys.stderr)
         return 2

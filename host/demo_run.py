@@ -10,7 +10,7 @@ from functools import partial
 
 import numpy as np
 
-from inagg.models import quant
+from inagg.models import quant, wire
 from inagg.models.backend import DEFAULT_BACKEND, Backend, MissingTool, load_backend
 from inagg.models.job import Mode
 from inagg.models.protocol import Counter
@@ -52,6 +52,8 @@ class DemoConfig:
     mode: str = "uc"
     mgmt_key: bytes | None = None
     board_port: int = 0
+    switch_mac: str | None = None
+    switch_ip: str | None = None
 
     @property
     def iface(self) -> str | None:
@@ -69,6 +71,9 @@ class DemoConfig:
             raise ValueError("--switch remote is the board at the far end of an interface: it needs --net iface:NAME")
         elif self.mgmt_key is not None:
             raise ValueError("--mgmt-key-file configures a board: it needs --net iface:NAME --switch remote")
+        elif self.switch_mac is not None or self.switch_ip is not None:
+            raise ValueError("--switch-mac and --switch-ip are the board's addresses: they need --net iface:NAME "
+                             "--switch remote")
         if self.switch is None:
             # The fast switch runs UC jobs on one switch; the RC modes, trees and the other
             # collectives run on the reference model switch.
@@ -132,16 +137,24 @@ class DemoConfig:
                              "link has only its own faults")
         if not isinstance(self.board_port, int) or not 0 <= self.board_port < 256:
             raise ValueError(f"board port must be an integer in 0..255, not {self.board_port!r}")
+        mac, ip = _board_addresses(self.switch_mac, self.switch_ip)
+        object.__setattr__(self, "switch_mac", mac)
+        object.__setattr__(self, "switch_ip", ip)
+
+    def plan(self):
+        p = plan([self.workers] * self.jobs, window=self.window, chunk_bytes=self.chunk_bytes)
+        mode = Mode(self.mode)
+        switch = dataclasses.replace(p.switch, **{k: v for k, v in (("mac", self.switch_mac), ("ip", self.switch_ip))
+                                                  if v is not None})
+        if any(w.ip == switch.ip for j in p.jobs for w in j.workers):
+            raise ValueError(f"switch IP {switch.ip} is a worker's address in this plan (workers take "
+                             f"{p.jobs[0].workers[0].ip} and up)")
+        return dataclasses.replace(p, switch=switch, jobs=tuple(dataclasses.replace(j, mode=mode) for j in p.jobs))
 
     def tree_plan(self):
         """The tree's plan: ``jobs`` jobs at once, each over every rank (:func:`plan_tree_jobs`)."""
         return plan_tree_jobs(self.tree, self.jobs, window=self.window, chunk_bytes=self.chunk_bytes,
                               collective=self.collective, root=self.root, mode=Mode(self.mode))
-
-    def plan(self):
-        p = plan([self.workers] * self.jobs, window=self.window, chunk_bytes=self.chunk_bytes)
-        mode = Mode(self.mode)
-        return dataclasses.replace(p, jobs=tuple(dataclasses.replace(j, mode=mode) for j in p.jobs))
 
     def chunks(self, lanes: int) -> int:
         """The chunks of one worker's all-reduce at ``lanes`` lanes a chunk: its agreement round's and its data's."""
@@ -149,6 +162,30 @@ class DemoConfig:
 
     def faults(self) -> Faults:
         return Faults(loss=self.loss, dup=self.dup, reorder=self.reorder, corrupt=self.corrupt)
+
+
+def _board_addresses(mac: str | None, ip: str | None) -> tuple[str | None, str | None]:
+    """``--switch-mac`` and ``--switch-ip`` written as the switch writes them (None stays None); ``ValueError``
+    unless each is a unicast address the workers' frames can be sent to."""
+    import ipaddress
+
+    if mac is not None:
+        try:
+            raw = wire.mac_bytes(mac)
+        except (ValueError, TypeError):
+            raise ValueError(f"switch MAC must be six hex bytes joined by ':' (02:00:00:00:00:fe), not {mac!r}") from None
+        if raw[0] & 1 or raw == bytes(6):
+            raise ValueError(f"switch MAC must be a unicast address (the first byte even, not all zeros), not {mac}")
+        mac = ":".join(f"{b:02x}" for b in raw)
+    if ip is not None:
+        try:
+            addr = ipaddress.IPv4Address(ip)
+        except (ValueError, TypeError):
+            raise ValueError(f"switch IP must be an IPv4 address (10.0.0.254), not {ip!r}") from None
+        if addr.is_multicast or addr.is_unspecified or addr == ipaddress.IPv4Address("255.255.255.255"):
+            raise ValueError(f"switch IP must be a unicast address, not {ip}")
+        ip = str(addr)
+    return mac, ip
 
 
 def result_bound(ref: np.ndarray, abs_sum: np.ndarray, exponent: int, workers: int) -> np.ndarray:
@@ -630,20 +667,23 @@ def _run_iface(cfg, p, data, progress):
         moved = _Moved(host["sent"] + host["resent"], host["results"], wall, {})
         return outcomes, Tally(), moved, board
     # The board's counters are 32-bit and run on across jobs: the run's are the differences.
-    run = Tally({c: (after[c] - before[c]) % (1 << 32) for c in after})
+    run = Tally({c: (after[0][c] - before[0][c]) % (1 << 32) for c in after[0]})
+    board["mac_counters"] = None if after[1] is None else {
+        name: (after[1][name] - before[1][name]) % (1 << 32) for name in after[1]}
     return outcomes, run, _Moved(run[Counter.RX_FRAMES], run[Counter.TX_RESULTS], wall, {}), board
 
 
 @contextlib.contextmanager
 def _remote_board(cfg, nic, p):
     """Configure ``p`` on the board by management frames from ``nic`` (when ``cfg.mgmt_key`` is given) and tear
-    it down on the way out; yields a function that reads the board's counters (None without a key)."""
+    it down on the way out; yields a function that reads the board's counters (None without a key): the
+    switch's, and those of the MAC on the cabled port (None when the board has no MAC there)."""
     import sys
     import time
 
-    from inagg.host.controller import management_target
-    from inagg.host.mgmt import MgmtBus, MgmtError, MgmtSession
-    from inagg.models.regmap import ID_VALUE, RegMap
+    from inagg.host.controller import mac_counters, management_target
+    from inagg.host.mgmt import MgmtBus, MgmtError, MgmtSession, MgmtTimeout
+    from inagg.models.regmap import ID_VALUE, MAC_PORTS, RegMap
 
     if cfg.mgmt_key is None:
         print(f"inagg demo: no --mgmt-key-file: assuming the board at {p.switch.mac} ({p.switch.ip}) behind "
@@ -664,8 +704,19 @@ def _remote_board(cfg, nic, p):
         except ValueError as e:
             raise MgmtError(f"the board behind {nic.name} cannot run this plan: {e}") from None
         regmap = RegMap.from_jobs(bus.read(RegMap.switch("JOBS")))
+
+        def mac():
+            if cfg.board_port >= MAC_PORTS:  # no MAC counter addresses for the port
+                return None
+            try:
+                return mac_counters(bus, cfg.board_port)
+            except MgmtTimeout:
+                raise
+            except MgmtError:  # SLVERR: no MAC on that port (a switch served in software, a build without MACs)
+                return None
+
         with Controller(management_target(bus, regmap, p.switch), p):
-            yield lambda: {c: bus.read(regmap.counter(c)) for c in Counter}
+            yield lambda: ({c: bus.read(regmap.counter(c)) for c in Counter}, mac())
     finally:
         port.close()
 
@@ -798,6 +849,10 @@ def format_summary(s: dict) -> None:
         b = s["board"]
         t.add_row("board", f"{b['switch_mac']} ({b['switch_ip']}) on port {b['port']}, reached from {b['interface']} "
                            f"({b['mac']}); jobs configured {b['configured']}")
+        if "mac_counters" in b:
+            macs = b["mac_counters"]
+            t.add_row("board MAC", f"port {b['port']}: no MAC counters (the board has no MAC there)" if macs is None
+                      else f"port {b['port']}: " + ", ".join(f"{k} {v}" for k, v in macs.items()))
     verdict = "[green]PASS[/green]" if s["ok"] else "[red]FAIL[/red]"
     if s.get("collective", "allreduce") != "allreduce":
         t.add_row("collective", f"{s['collective']}: every rank's result bit for bit as numpy's: {verdict}")

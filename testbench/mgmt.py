@@ -98,17 +98,28 @@ class ModelBoard(Registers):
     :func:`inagg.host.netns.serve_switch`: management frames on
     ``mgmt_port`` go to the bridge (``bridge.counters`` counts them), every
     other frame to the switch.
+
+    Ports ``0 .. mac_ports - 1`` have a MAC on a link without faults: its
+    counters (``mac_stats``, read at ``RegMap.mac_stat``) count every frame
+    taken as ``rx_good`` before the board acts on it and every frame sent
+    as ``tx_frames``, the gateware MAC's order, so that a read of the
+    management port counts its own request; the error counters stay 0.
     """
 
-    def __init__(self, switch, regmap: rm.RegMap, key: bytes, *, mgmt_port: int = 0):
+    def __init__(self, switch, regmap: rm.RegMap, key: bytes, *, mgmt_port: int = 0, mac_ports: int = 0):
         # GEOMETRY as the smallest board build's (W = 64) with the model's slots and chunks.
         super().__init__(regmap, counters=lambda: switch.counters, geometry=rm.RegMap.geometry(switch.spec, 64))
         self.switch, self.mgmt_port = switch, mgmt_port
         self.bridge = MgmtBridge(key, self.read, self.write, regmap.addr_width)
+        self.mac_stats = [dict.fromkeys(rm.MAC_STATS, 0) for _ in range(mac_ports)]
+        self._mac_addrs = {rm.RegMap.mac_stat(p, name): (p, name) for p in range(mac_ports) for name in rm.MAC_STATS}
 
     def read(self, addr: int) -> int | None:
         if addr == rm.RegMap.switch("TEARDOWN"):
             return 0
+        if addr in self._mac_addrs:
+            port, name = self._mac_addrs[addr]
+            return self.mac_stats[port][name] & 0xFFFFFFFF
         return super().read(addr)
 
     def write(self, addr: int, value: int) -> bool:
@@ -150,11 +161,19 @@ class ModelBoard(Registers):
 
     def on_timer(self, now: float) -> list[tuple[int, bytes]]:
         """What the switch's timers due by ``now`` send."""
-        return self.switch.on_timer(now)
+        return self._sent(self.switch.on_timer(now))
 
     def receive(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
         """What the board sends when ``frame`` arrives on ``port``."""
+        if port < len(self.mac_stats):
+            self.mac_stats[port]["rx_good"] += 1
         if port == self.mgmt_port and is_mgmt(frame):
             answer, _ = self.bridge.receive(frame)
-            return [] if answer is None else [(port, answer)]
-        return self.switch.receive(port, frame)
+            return self._sent([] if answer is None else [(port, answer)])
+        return self._sent(self.switch.receive(port, frame))
+
+    def _sent(self, out: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        for port, _ in out:
+            if port < len(self.mac_stats):
+                self.mac_stats[port]["tx_frames"] += 1
+        return out

@@ -5,10 +5,12 @@ One end of the pair is the hosts' interface, in this namespace; the other is por
 switch, configured by management frames that its model bridge answers on that port.
 """
 
+import ipaddress
 import json
 import multiprocessing as mp
 import os
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -59,23 +61,39 @@ class Cable:
         netns.remove(self.ns)  # takes the pair with it
 
 
-def _board_proc(ns, key, configured, stop, conn, chunk_bytes):
+def _board_proc(ns, key, stop, conn, configured=None, chunk_bytes=None, mac_ports=0, mac=None, ip=None):
     from inagg.host import netns
     from inagg.host.controller import Controller
+    from inagg.models.frame import ETHERNET, IPV4
     from inagg.models.job import SwitchSpec
     from inagg.models.regmap import RegMap
     from inagg.models.switch import ModelSwitch
-    from inagg.testbench.mgmt import ModelBoard
+    from inagg.testbench.mgmt import ModelBoard, is_mgmt
 
     netns.enter(ns)
-    board = ModelBoard(ModelSwitch(SwitchSpec(ports=2, slots=256, chunk_bytes=chunk_bytes)), RegMap(4, 8), key)
+    addresses = {k: v for k, v in (("mac", mac), ("ip", ip)) if v is not None}
+    spec = SwitchSpec(ports=2, slots=256, chunk_bytes=chunk_bytes or SwitchSpec().chunk_bytes, **addresses)
+    board = ModelBoard(ModelSwitch(spec), RegMap(4, 8), key, mac_ports=mac_ports)
     if configured is not None:
         Controller(board.switch, configured).configure()
+    # Where the workers' frames were addressed: (destination MAC, destination IP) of every data frame.
+    sent_to = set()
+    receive = board.receive
+
+    def taking(port, frame):
+        if not is_mgmt(frame):
+            sent_to.add((ETHERNET.unpack(frame)["dst"].to_bytes(6, "big").hex(":"),
+                         str(ipaddress.IPv4Address(IPV4.unpack(frame[ETHERNET.size:])["dst"]))))
+        return receive(port, frame)
+
+    board.receive = taking
     port = netns.PacketPort("sw0")
     conn.send("ready")
     netns.serve_switch(board, {0: port}, stop=stop.is_set)
-    conn.send((dict(board.bridge.counters), {c.name: v for c, v in board.switch.counters.items()},
-               sorted(board.switch.jobs)))
+    registers = {name: board.values[RegMap.switch(name)] for name in ("MAC_HI", "MAC_LO", "IP")}
+    conn.send(SimpleNamespace(bridge=dict(board.bridge.counters), counters={c.name: v for c, v in
+                              board.switch.counters.items()}, jobs=sorted(board.switch.jobs), registers=registers,
+                              sent_to=sent_to, mac_stats=board.mac_stats))
 
 
 @pytest.fixture
@@ -89,19 +107,15 @@ def cable():
 
 @pytest.fixture
 def board(cable, request):
-    """Serves a model board keyed with ``KEY`` at the far end of ``cable`` (holding the jobs of the plan
-    ``request.param`` when given); yields a function that stops it and returns (its bridge's counters, its
-    switch's counters, the jobs left on it)."""
+    """Serves a model board keyed with ``KEY`` at the far end of ``cable``, built with ``_board_proc``'s keywords
+    ``request.param`` when given (``configured``: the plan it holds); yields a function that stops it and
+    returns what it saw (its bridge's and its switch's counters, the jobs left on it, its address registers,
+    where the data frames were sent, its MACs' counters)."""
     ctx = mp.get_context("fork")
     stop = ctx.Event()
     parent, child = ctx.Pipe()
-    from inagg.models.job import SwitchSpec
-
-    # An int parameter is the board's chunk size, anything else the plan it holds.
-    param = getattr(request, "param", None)
-    chunk_bytes = param if isinstance(param, int) else SwitchSpec().chunk_bytes
-    proc = ctx.Process(target=_board_proc, args=(cable.ns, KEY, None if isinstance(param, int) else param, stop,
-                                                 child, chunk_bytes))
+    proc = ctx.Process(target=_board_proc, args=(cable.ns, KEY, stop, child),
+                       kwargs=getattr(request, "param", None) or {})
     proc.start()
     assert parent.recv() == "ready"
 
@@ -136,21 +150,54 @@ def _demo(cable, *extra):
 def test_demo_configures_the_board_by_frames_and_sums_exactly(cable, board, tmp_path, capsys):
     rc = _demo(cable, "--mgmt-key-file", _key_file(tmp_path, KEY), "--json")
     s = json.loads(capsys.readouterr().out)
-    bridge, counters, jobs = board()
+    seen = board()
     assert rc == 0 and s["ok"] and s["switch"] == "remote" and s["board"]["configured"] == "by management frames"
     assert s["board"]["mac"] == HOST_MAC and s["worst_error_to_bound"] <= 1.0
     chunks = 64 + 2  # 64 KiB of 1 KiB chunks and the agreement round's two
     assert s["packets"]["results_placed"] == 3 * chunks
     # The run's counters, read from the board by frames, are the board's own.
-    assert s["switch_counters"]["COMPLETED"] == counters["COMPLETED"] == chunks
-    assert bridge["accepted"] > 0 and bridge["bad_tag"] == bridge["replayed"] == 0
-    assert jobs == []  # torn down by frames too
+    assert s["switch_counters"]["COMPLETED"] == seen.counters["COMPLETED"] == chunks
+    assert seen.bridge["accepted"] > 0 and seen.bridge["bad_tag"] == seen.bridge["replayed"] == 0
+    assert seen.jobs == []  # torn down by frames too
+    # The plan's addresses, written to the board and used by every worker; this board has no MAC counters.
+    assert seen.sent_to == {("02:00:00:00:00:fe", "10.0.0.254")}
+    assert seen.registers == {"MAC_HI": 0x0200, "MAC_LO": 0x000000FE, "IP": 0x0A0000FE}
+    assert s["board"]["mac_counters"] is None
     # The same tensors through the model switch in memory: the same scale and the same sums (the error to the
     # float64 reference, element for element, is a function of the sums).
     assert cli.main(["demo", "--switch", "model", "--workers", "3", "--size", "64KiB", "--window", "32", "--json"]) == 0
     mem = json.loads(capsys.readouterr().out)
     keys = ("exponents", "max_error", "bound_at_max_error", "worst_error_to_bound")
     assert {k: s[k] for k in keys} == {k: mem[k] for k in keys}
+
+
+BOARD_MAC, BOARD_IP = "02:00:00:00:12:34", "10.9.0.1"
+
+
+@needs_root
+@pytest.mark.parametrize("board", [{"mac_ports": 2, "mac": BOARD_MAC, "ip": BOARD_IP}], indirect=True,
+                         ids=["addresses-and-macs"])
+def test_a_board_at_other_addresses_and_its_mac_counters(cable, board, tmp_path, capsys):
+    rc = _demo(cable, "--mgmt-key-file", _key_file(tmp_path, KEY), "--switch-mac", BOARD_MAC.upper(),
+               "--switch-ip", BOARD_IP, "--json")
+    s = json.loads(capsys.readouterr().out)
+    seen = board()
+    assert rc == 0 and s["ok"] and (s["board"]["switch_mac"], s["board"]["switch_ip"]) == (BOARD_MAC, BOARD_IP)
+    # The controller wrote them, and every worker's frame went to them.
+    assert seen.registers == {"MAC_HI": 0x0200, "MAC_LO": 0x00001234, "IP": 0x0A090001}
+    assert seen.sent_to == {(BOARD_MAC, BOARD_IP)}
+    # The cabled port's MAC counters of the run: the data frames and the management requests between the two
+    # reads (both reads take len(Counter) + len(MAC_STATS) requests; a request sent again counts once more).
+    from inagg.models.protocol import Counter
+    from inagg.models.regmap import MAC_STATS
+
+    mac, run = s["board"]["mac_counters"], s["switch_counters"]
+    assert list(mac) == list(MAC_STATS)
+    assert mac["rx_good"] >= run["RX_FRAMES"] + len(Counter) + len(MAC_STATS)
+    assert mac["tx_frames"] >= run["TX_RESULTS"] + len(Counter) + len(MAC_STATS)
+    assert mac["rx_good"] <= seen.mac_stats[0]["rx_good"] and mac["tx_frames"] <= seen.mac_stats[0]["tx_frames"]
+    assert all(v == 0 for k, v in mac.items() if k not in ("rx_good", "tx_frames"))
+    assert seen.mac_stats[1] == dict.fromkeys(MAC_STATS, 0)  # the other port carried nothing
 
 
 def _demo_plan():
@@ -165,37 +212,37 @@ def _demo_plan():
 
 
 @needs_root
-@pytest.mark.parametrize("board", [_demo_plan()], indirect=True, ids=["configured"])
+@pytest.mark.parametrize("board", [{"configured": _demo_plan()}], indirect=True, ids=["configured"])
 def test_without_a_key_the_demo_runs_on_the_jobs_the_board_holds(cable, board, capsys):
     rc = _demo(cable, "--json")
     out = capsys.readouterr()
-    bridge, counters, jobs = board()
+    seen = board()
     assert "no --mgmt-key-file: assuming the board at 02:00:00:00:00:fe (10.0.0.254)" in out.err
     s = json.loads(out.out)
-    assert rc == 0 and s["ok"] and s["board"]["configured"] == "assumed"
-    assert counters["COMPLETED"] == 64 + 2 and bridge["accepted"] == 0 and jobs == [1]
+    assert rc == 0 and s["ok"] and s["board"]["configured"] == "assumed" and "mac_counters" not in s["board"]
+    assert seen.counters["COMPLETED"] == 64 + 2 and seen.bridge["accepted"] == 0 and seen.jobs == [1]
 
 
 @needs_root
 def test_a_wrong_key_fails_with_one_line_and_is_counted(cable, board, tmp_path, capsys):
     rc = _demo(cable, "--mgmt-key-file", _key_file(tmp_path, bytes(16)))
     err = capsys.readouterr().err
-    bridge, _, jobs = board()
+    seen = board()
     assert rc == 1 and err.count("\n") == 1
     assert "inagg demo: error: no answer from the management bridge of 02:00:00:00:00:fe" in err and "wrong key" in err
-    assert bridge["bad_tag"] == 5 and bridge["accepted"] == 0 and jobs == []
+    assert seen.bridge["bad_tag"] == 5 and seen.bridge["accepted"] == 0 and seen.jobs == []
 
 
 @needs_root
-@pytest.mark.parametrize("board", [256], indirect=True, ids=["chunks-256"])
+@pytest.mark.parametrize("board", [{"chunk_bytes": 256}], indirect=True, ids=["chunks-256"])
 def test_a_board_built_for_other_chunks_is_refused_before_configuring(cable, board, tmp_path, capsys):
     rc = _demo(cable, "--mgmt-key-file", _key_file(tmp_path, KEY))
     err = capsys.readouterr().err
-    _, counters, jobs = board()
+    seen = board()
     assert rc == 1 and err.count("\n") == 1, err
     assert err.startswith(f"inagg demo: error: the board behind {cable.name} cannot run this plan: it is built for "
                           "2 ports, 256 slots of 256-byte chunks, 64-bit beats; the plan's chunks are 1024 bytes"), err
-    assert jobs == [] and counters["RX_FRAMES"] == 0
+    assert seen.jobs == [] and seen.counters["RX_FRAMES"] == 0
 
 
 @needs_root
@@ -330,6 +377,17 @@ def test_qp_filter_checks_the_qpn():
     (["--net", "iface:eth1", "--mode", "II"], "--switch remote runs UC AllReduce jobs on one switch (the board's "
                                               "gateware)"),
     (["--net", "iface:eth1", "--board-port", "256"], "board port must be an integer in 0..255, not 256"),
+    (["--switch-mac", "02:00:00:00:00:01"], "--switch-mac and --switch-ip are the board's addresses: they need "
+                                            "--net iface:NAME --switch remote"),
+    (["--net", "iface:eth1", "--switch-mac", "02:00:00:00:00"],
+     "switch MAC must be six hex bytes joined by ':' (02:00:00:00:00:fe), not '02:00:00:00:00'"),
+    (["--net", "iface:eth1", "--switch-mac", "01:00:5e:00:00:01"],
+     "switch MAC must be a unicast address (the first byte even, not all zeros), not 01:00:5e:00:00:01"),
+    (["--net", "iface:eth1", "--switch-ip", "10.0.0.300"],
+     "switch IP must be an IPv4 address (10.0.0.254), not '10.0.0.300'"),
+    (["--net", "iface:eth1", "--switch-ip", "224.0.0.1"], "switch IP must be a unicast address, not 224.0.0.1"),
+    (["--net", "iface:eth1", "--switch-ip", "10.0.0.2"],
+     "switch IP 10.0.0.2 is a worker's address in this plan (workers take 10.0.0.1 and up)"),
     (["--net", "iface:eth1", "--mgmt-key-file", "/nonexistent/board.key"],
      "cannot read the management key file /nonexistent/board.key: No such file or directory"),
 ])
