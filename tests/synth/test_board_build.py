@@ -1,4 +1,4 @@
-"""A board build through `inagg board build`, to nextpnr's packed netlist: the Colorlight's default build fits its 25F."""
+"""Board builds through `inagg board build`, to nextpnr's packed netlist: each board's default build fits its device."""
 
 import json
 import os
@@ -13,15 +13,15 @@ from .test_synth import needs_yowasp
 
 @pytest.mark.synth
 @needs_yowasp
-def test_colorlight_build_packs_into_its_25f(tmp_path, capsys):
-    # The board of the two with the smaller device, at its default build: elaboration on the board's pins,
-    # yosys, nextpnr's packer: 921 s here, niced beside another build (docs/board.md). The Versa's build is
-    # elaborated only (tests/hdl/test_board.py): a second synthesis of this size would double that.
-    assert cli.main(["board", "build", "--board", "colorlight-5a75b", "--pack-only", "--json",
-                     "--out", str(tmp_path)]) == 0
+@pytest.mark.parametrize("name, device, luts", [("colorlight-5a75b", "LFE5U-25F", 24288),
+                                                ("versa-ecp5", "LFE5UM-45F", 43848)])
+def test_a_board_build_packs_into_its_device(name, device, luts, tmp_path, capsys):
+    # Each board at its default build: elaboration on the board's pins, yosys, nextpnr's packer; 2 to 3 minutes
+    # each on a core here, more beside other builds (docs/board.md).
+    assert cli.main(["board", "build", "--board", name, "--pack-only", "--json", "--out", str(tmp_path)]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert (r["board"], r["device"], r["placed"]) == ("colorlight-5a75b", "LFE5U-25F", False)
-    assert r["luts_avail"] == 24288 and not r["overused"]
+    assert (r["board"], r["device"], r["placed"]) == (name, device, False)
+    assert r["luts_avail"] == luts and not r["overused"]
     assert 10_000 < r["luts"] <= r["luts_avail"] and r["ebr"] <= r["ebr_avail"]
     # Both MACs and the bridge are in the netlist (nextpnr names a cell after its net, under its block).
     cells = json.loads((tmp_path / "top.json").read_text())["modules"]["top"]["cells"]
