@@ -149,7 +149,7 @@ def mode_latency(width: int, chunk_bytes: int, mode: Mode) -> dict[str, int]:
                 if f[_BTH] != Opcode.RC_ACK:
                     marks.setdefault("result", at)
                 else:
-                    marks.setdefault(("ack", "ack", "reflected")[step] + ("", " (completes)", "")[step], at)
+                    marks.setdefault(("ack", "ack (completes)", "reflected")[step], at)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

@@ -176,7 +176,7 @@ def _board_addresses(mac: str | None, ip: str | None) -> tuple[str | None, str |
             raise ValueError(f"switch MAC must be six hex bytes joined by ':' (02:00:00:00:00:fe), not {mac!r}") from None
         if raw[0] & 1 or raw == bytes(6):
             raise ValueError(f"switch MAC must be a unicast address (the first byte even, not all zeros), not {mac}")
-        mac = ":".join(f"{b:02x}" for b in raw)
+        mac = raw.hex(":")
     if ip is not None:
         try:
             addr = ipaddress.IPv4Address(ip)
